@@ -1,0 +1,75 @@
+// The MPI runtime of one process: initialisation, world and node topology, device choice, threads.
+//
+// Exactly one Runtime exists per process (the CLI's main creates it). Construction and destruction
+// are collective over MPI_COMM_WORLD. Every other class in comm/ takes the Runtime as a parameter;
+// nothing outside comm/ includes mpi.h.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace meridian::comm {
+
+struct RuntimeOptions {
+  std::string device = "auto";  // auto (cuda:<local_rank> when CUDA is available, else cpu), cpu, cuda
+  int threads = 0;              // torch intra-op threads; 0: OMP_NUM_THREADS if set, else cores on node / local ranks
+  double comm_timeout_s = 600;  // watchdog: a collective not done within this ends the job
+};
+
+class Runtime {
+ public:
+  // Collective. Initialises MPI with MPI_THREAD_MULTIPLE (the communicators' progress threads call
+  // MPI concurrently with the main thread) and throws SystemError if the library grants less.
+  // Throws UserError when device=cuda but CUDA is unavailable, or when a node runs more ranks than
+  // it has visible GPUs (every rank sees the same topology, so every rank throws).
+  Runtime(int* argc, char*** argv, const RuntimeOptions& options = {});
+  // Collective: MPI_Finalize.
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }  // rank among the processes on this node
+  int local_size() const { return local_size_; }
+  int node_count() const { return node_count_; }
+  const std::string& host() const { return host_; }
+  const c10::Device& device() const { return device_; }
+  int threads() const { return threads_; }
+  double comm_timeout_s() const { return options_.comm_timeout_s; }
+
+  // Collective: every rank passes its string; rank 0 gets all of them in rank order, others get {}.
+  std::vector<std::string> gather_to_root(const std::string& mine) const;
+  // Collective: every rank gets every rank's string in rank order.
+  std::vector<std::string> allgather(const std::string& mine) const;
+  // Collective: true on every rank iff `ok` is true on every rank (pass/fail agreement).
+  bool all_true(bool ok) const;
+  // Collective: copies `bytes` bytes from root's buffer into everyone's.
+  void broadcast_bytes(void* data, size_t bytes, int root) const;
+  // Collective.
+  void barrier() const;
+
+ private:
+  RuntimeOptions options_;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_count_ = 1, threads_ = 1;
+  std::string host_;
+  c10::Device device_{c10::kCPU};
+  bool owns_mpi_ = false;
+};
+
+// MPI library version string (MPI_Get_library_version) and standard version. Not collective.
+std::string mpi_library_version();
+
+// Ends the whole job from any rank and any thread: logs `message` as critical on this rank (stderr
+// and the rank log), runs the registered abort hooks (e.g. ncclCommAbort), then MPI_Abort with
+// `exit_code`. Safe to call before MPI is initialised (then plain exit).
+[[noreturn]] void abort_job(const std::string& message, int exit_code);
+
+// Registers a hook that abort_job runs before MPI_Abort (returns an id for remove_abort_hook).
+int add_abort_hook(std::function<void()> hook);
+void remove_abort_hook(int id);
+
+}  // namespace meridian::comm

@@ -1,0 +1,86 @@
+// Typed access to a YAML configuration with errors that name the file and the field.
+//
+//   auto cfg = Config::load_file("jobs/configs/tiny.yaml");
+//   int depth = cfg.get<int>("model.depth");            // ConfigError if missing or not an int
+//   double lr = cfg.get<double>("optim.lr", 1e-3);       // default when missing; error if malformed
+//
+// Keys are dotted paths into nested maps. Not collective; cheap to copy.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+#include <vector>
+
+#include "meridian/core/error.h"
+
+namespace meridian {
+
+class Config {
+ public:
+  Config() : root_(YAML::NodeType::Map), origin_("<empty>") {}
+
+  // Throws ConfigError (field "<file>") when the file is missing or not valid YAML (with line/column).
+  static Config load_file(const std::string& path);
+  // `origin` names the text in messages (a file name, "--set", ...).
+  static Config parse(const std::string& text, const std::string& origin);
+
+  bool has(const std::string& key) const { return lookup(key).IsDefined(); }
+
+  template <typename T>
+  T get(const std::string& key) const {
+    const YAML::Node node = lookup(key);
+    if (!node.IsDefined() || node.IsNull()) throw ConfigError(origin_, key, "missing (expected " + type_name<T>() + ")");
+    return convert<T>(node, key);
+  }
+
+  template <typename T>
+  T get(const std::string& key, const T& fallback) const {
+    const YAML::Node node = lookup(key);
+    if (!node.IsDefined() || node.IsNull()) return fallback;
+    return convert<T>(node, key);
+  }
+
+  // Sets `key` (dotted) to a YAML scalar or flow value, e.g. set("optim.lr", "3e-4"). Creates maps on the way.
+  void set(const std::string& key, const std::string& yaml_value);
+
+  // Keys (dotted) of every scalar/sequence leaf, in document order.
+  std::vector<std::string> leaf_keys() const;
+
+  std::string dump() const;  // YAML text
+  const std::string& origin() const { return origin_; }
+
+ private:
+  Config(YAML::Node root, std::string origin) : root_(std::move(root)), origin_(std::move(origin)) {}
+  YAML::Node lookup(const std::string& key) const;
+
+  template <typename T>
+  static std::string type_name();
+
+  template <typename T>
+  T convert(const YAML::Node& node, const std::string& key) const {
+    try {
+      return node.as<T>();
+    } catch (const YAML::Exception&) {
+      std::string shown = node.IsScalar() ? "'" + node.Scalar() + "'" : "a " + std::string(node.IsMap() ? "map" : "sequence");
+      throw ConfigError(origin_, key, "expected " + type_name<T>() + ", got " + shown +
+                                          " (line " + std::to_string(node.Mark().line + 1) + ")");
+    }
+  }
+
+  YAML::Node root_;
+  std::string origin_;
+};
+
+template <> inline std::string Config::type_name<int>() { return "an integer"; }
+template <> inline std::string Config::type_name<long>() { return "an integer"; }
+template <> inline std::string Config::type_name<long long>() { return "an integer"; }
+template <> inline std::string Config::type_name<double>() { return "a number"; }
+template <> inline std::string Config::type_name<float>() { return "a number"; }
+template <> inline std::string Config::type_name<bool>() { return "true or false"; }
+template <> inline std::string Config::type_name<std::string>() { return "a string"; }
+template <> inline std::string Config::type_name<std::vector<int>>() { return "a list of integers"; }
+template <> inline std::string Config::type_name<std::vector<double>>() { return "a list of numbers"; }
+template <> inline std::string Config::type_name<std::vector<std::string>>() { return "a list of strings"; }
+
+}  // namespace meridian

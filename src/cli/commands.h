@@ -1,0 +1,27 @@
+// The `meridian` subcommands. Each command declares its options on a cxxopts::Options (parsed on
+// every rank before MPI starts) and runs with the Runtime. Run functions are collective: every rank
+// calls them; they return the process exit code.
+#pragma once
+
+#include <cxxopts.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace meridian::comm {
+class Runtime;
+}
+
+namespace meridian::cli {
+
+struct Command {
+  std::string name;         // as typed: "info", "bench comm"
+  std::string summary;      // one line for `meridian --help`
+  std::function<void(cxxopts::Options&)> add_options;
+  std::function<int(const cxxopts::ParseResult&, comm::Runtime&)> run;
+};
+
+Command info_command();
+Command bench_comm_command();
+
+}  // namespace meridian::cli

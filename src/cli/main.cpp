@@ -1,0 +1,133 @@
+// meridian: data-parallel training across machines. Entry point and subcommand dispatch.
+#include <torch/version.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "commands.h"
+#include "meridian/build_config.h"
+#include "meridian/comm/communicator.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/core/error.h"
+#include "meridian/core/log.h"
+#include "meridian/data/hdf5_info.h"
+
+namespace {
+
+using meridian::cli::Command;
+
+std::vector<Command> all_commands() { return {meridian::cli::info_command(), meridian::cli::bench_comm_command()}; }
+
+// Before MPI is up the launcher's environment tells the rank; only rank 0 prints usage errors.
+bool launcher_rank0() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(var)) return std::string(v) == "0";
+  return true;
+}
+
+std::string version_text() {
+  std::string s = std::string("meridian ") + MERIDIAN_VERSION + " (git " + MERIDIAN_GIT + ", " + MERIDIAN_BUILD_TYPE + ")\n";
+  s += std::string("  LibTorch ") + TORCH_VERSION + "\n";
+#ifdef MERIDIAN_WITH_NCCL
+  s += std::string("  CUDA     compiled in (toolkit ") + MERIDIAN_CUDA_VERSION + ")\n";
+#else
+  s += "  CUDA     not compiled in\n";
+#endif
+  s += "  NCCL     " + meridian::comm::nccl_version() + "\n";
+  s += "  " + meridian::data::hdf5_version() + "\n";
+  s += "  MPI      " + meridian::comm::mpi_library_version() + "\n";
+  return s;
+}
+
+void add_common_options(cxxopts::Options& options) {
+  options.add_options("common")
+      ("h,help", "Show this help")
+      ("log-level", "Log level: trace, debug, info, warn, error, critical, off", cxxopts::value<std::string>()->default_value("info"))
+      ("run-dir", "Run directory; every rank logs to <run-dir>/logs/rank_<r>.log", cxxopts::value<std::string>()->default_value(""))
+      ("device", "Device: auto (cuda:<local rank> when CUDA is available), cpu or cuda", cxxopts::value<std::string>()->default_value("auto"))
+      ("threads", "Torch intra-op threads per rank; 0: OMP_NUM_THREADS, else cores per node / ranks per node", cxxopts::value<int>()->default_value("0"))
+      ("comm-timeout", "Seconds a collective may take before the watchdog aborts the job", cxxopts::value<double>()->default_value("600"));
+}
+
+void print_usage() {
+  std::cout << "meridian: data-parallel deep-learning training across machines (MPI + NCCL + LibTorch)\n\n"
+               "Usage: mpirun -np N meridian <command> [options]\n"
+               "       meridian --version | --help | <command> --help\n\nCommands:\n";
+  for (const auto& c : all_commands()) std::cout << "  " << c.name << std::string(14 - std::min<size_t>(13, c.name.size()), ' ') << c.summary << "\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace meridian;
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (first.empty() || first == "-h" || first == "--help") {
+    if (launcher_rank0()) print_usage();
+    return first.empty() ? kExitUserError : kExitOk;
+  }
+  if (first == "--version") {
+    if (launcher_rank0()) std::cout << version_text();
+    return kExitOk;
+  }
+
+  // Find the command: one or two words ("info", "bench comm").
+  const Command* command = nullptr;
+  int words = 0;
+  const auto commands = all_commands();
+  for (const auto& c : commands) {
+    const bool two = c.name.find(' ') != std::string::npos;
+    const std::string typed = two && argc > 2 ? first + " " + argv[2] : first;
+    if (typed == c.name) command = &c, words = two ? 2 : 1;
+  }
+  if (!command) {
+    if (launcher_rank0()) {
+      std::cerr << "meridian: unknown command '" << first << (argc > 2 && first == "bench" ? std::string(" ") + argv[2] : "")
+                << "'\n";
+      print_usage();
+    }
+    return kExitUserError;
+  }
+
+  // Parse options on every rank before MPI starts: a bad option is the same error everywhere.
+  cxxopts::Options options("meridian " + command->name, command->summary);
+  add_common_options(options);
+  command->add_options(options);
+  std::vector<char*> args{argv[0]};
+  for (int i = 1 + words; i < argc; ++i) args.push_back(argv[i]);
+  int nargs = static_cast<int>(args.size());
+  cxxopts::ParseResult parsed;
+  try {
+    parsed = options.parse(nargs, args.data());
+    if (!parsed.unmatched().empty()) throw UserError("unexpected argument '" + parsed.unmatched().front() + "'");
+  } catch (const std::exception& e) {
+    if (launcher_rank0()) std::cerr << "meridian " << command->name << ": " << e.what() << " (see --help)\n";
+    return kExitUserError;
+  }
+  if (parsed.count("help")) {
+    if (launcher_rank0()) std::cout << options.help({"", "common"});
+    return kExitOk;
+  }
+
+  comm::RuntimeOptions ropts;
+  ropts.device = parsed["device"].as<std::string>();
+  ropts.threads = parsed["threads"].as<int>();
+  ropts.comm_timeout_s = parsed["comm-timeout"].as<double>();
+  std::unique_ptr<comm::Runtime> runtime;
+  try {
+    runtime = std::make_unique<comm::Runtime>(&argc, &argv, ropts);
+    log::init(runtime->rank(), {parsed["log-level"].as<std::string>(), parsed["run-dir"].as<std::string>()});
+    const int rc = command->run(parsed, *runtime);
+    runtime.reset();  // MPI_Finalize
+    return rc;
+  } catch (const UserError& e) {
+    // The error may be on this rank only: end every rank with the same code rather than leave them waiting.
+    const std::string msg = "meridian " + command->name + ": " + e.what();
+    if (!runtime || runtime->size() == 1) {
+      std::cerr << msg << std::endl;
+      return kExitUserError;
+    }
+    comm::abort_job(where() + " " + msg, kExitUserError);
+  } catch (const std::exception& e) {
+    comm::abort_job(where() + " meridian " + command->name + ": fatal: " + e.what(), kExitFatal);
+  }
+}

@@ -1,0 +1,195 @@
+#include "meridian/comm/runtime.h"
+
+#include <ATen/Parallel.h>
+#include <mpi.h>
+#include <spdlog/spdlog.h>
+#include <torch/cuda.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "meridian/core/error.h"
+#include "meridian/core/log.h"
+#include "mpi_check.h"
+
+namespace meridian::comm {
+
+namespace {
+std::mutex& hooks_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<int, std::function<void()>>& hooks() {
+  static std::map<int, std::function<void()>> h;
+  return h;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  return (end && *end == '\0' && x > 0) ? static_cast<int>(x) : fallback;
+}
+}  // namespace
+
+Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : options_(options) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) {
+    MERIDIAN_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    owns_mpi_ = true;
+  } else {
+    MERIDIAN_MPI_CHECK(MPI_Query_thread(&provided));
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MERIDIAN_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  MERIDIAN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  set_process_identity(rank_, size_);
+  host_ = process_identity().host;
+  if (provided < MPI_THREAD_MULTIPLE) {
+    throw SystemError(where() + " MPI granted thread level " + std::to_string(provided) +
+                      " but meridian needs MPI_THREAD_MULTIPLE (" + std::to_string(MPI_THREAD_MULTIPLE) +
+                      "): the communicators' progress threads call MPI concurrently. Use an MPI built with "
+                      "thread support (Debian's Open MPI is).");
+  }
+
+  MPI_Comm node_comm;
+  MERIDIAN_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm));
+  MERIDIAN_MPI_CHECK(MPI_Comm_rank(node_comm, &local_rank_));
+  MERIDIAN_MPI_CHECK(MPI_Comm_size(node_comm, &local_size_));
+  MPI_Comm_free(&node_comm);
+  int leader = local_rank_ == 0 ? 1 : 0;
+  MERIDIAN_MPI_CHECK(MPI_Allreduce(&leader, &node_count_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+
+  // Device. Every rank of a node sees the same GPU count, so an error here is raised on all of them.
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  if (options_.device == "cuda" || (options_.device == "auto" && gpus > 0)) {
+    if (gpus == 0) {
+      throw UserError("--device cuda: no CUDA device is visible on " + host_ +
+                      (torch::cuda::is_available() ? "" : " (this LibTorch build has no CUDA support)"));
+    }
+    if (local_size_ > gpus) {
+      throw UserError("--device cuda: " + std::to_string(local_size_) + " ranks run on " + host_ + " but only " +
+                      std::to_string(gpus) + " GPU(s) are visible (CUDA_VISIBLE_DEVICES); start one rank per GPU");
+    }
+    device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank_));
+  } else if (options_.device != "cpu" && options_.device != "auto") {
+    throw UserError("--device: unknown device '" + options_.device + "' (expected auto, cpu or cuda)");
+  }
+
+  // Threads: the user's choice wins (--threads, then OMP_NUM_THREADS); else share the node's cores.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads_ = options_.threads > 0 ? options_.threads
+                                  : env_int("OMP_NUM_THREADS", std::max(1, cores / std::max(1, local_size_)));
+  at::set_num_threads(threads_);
+}
+
+Runtime::~Runtime() {
+  if (!owns_mpi_) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+std::vector<std::string> Runtime::gather_to_root(const std::string& mine) const {
+  const int len = static_cast<int>(mine.size());
+  std::vector<int> lens(rank_ == 0 ? size_ : 0), offsets;
+  MERIDIAN_MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+  std::string all;
+  if (rank_ == 0) {
+    int total = 0;
+    for (int l : lens) offsets.push_back(total), total += l;
+    all.resize(total);
+  }
+  MERIDIAN_MPI_CHECK(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, 0,
+                                 MPI_COMM_WORLD));
+  std::vector<std::string> out;
+  for (int r = 0; r < static_cast<int>(lens.size()); ++r) out.push_back(all.substr(offsets[r], lens[r]));
+  return out;
+}
+
+std::vector<std::string> Runtime::allgather(const std::string& mine) const {
+  const int len = static_cast<int>(mine.size());
+  std::vector<int> lens(size_), offsets;
+  MERIDIAN_MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  int total = 0;
+  for (int l : lens) offsets.push_back(total), total += l;
+  std::string all(total, '\0');
+  MERIDIAN_MPI_CHECK(
+      MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD));
+  std::vector<std::string> out;
+  for (int r = 0; r < size_; ++r) out.push_back(all.substr(offsets[r], lens[r]));
+  return out;
+}
+
+bool Runtime::all_true(bool ok) const {
+  int mine = ok ? 1 : 0, all = 0;
+  MERIDIAN_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  return all == 1;
+}
+
+void Runtime::broadcast_bytes(void* data, size_t bytes, int root) const {
+  MERIDIAN_CHECK(bytes <= static_cast<size_t>(INT32_MAX), "broadcast_bytes: message too large");
+  MERIDIAN_MPI_CHECK(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD));
+}
+
+void Runtime::barrier() const { MERIDIAN_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+
+std::string mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(text, &len);
+  std::string s(text, len);
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\0' || s.back() == ' ')) s.pop_back();
+  if (auto nl = s.find(','); nl != std::string::npos) s = s.substr(0, nl);  // "Open MPI v4.1.4, package: ..."
+  int major = 0, minor = 0;
+  MPI_Get_version(&major, &minor);
+  return s + " (MPI " + std::to_string(major) + "." + std::to_string(minor) + ")";
+}
+
+int add_abort_hook(std::function<void()> hook) {
+  static int next = 1;
+  std::lock_guard<std::mutex> lock(hooks_mutex());
+  hooks()[next] = std::move(hook);
+  return next++;
+}
+
+void remove_abort_hook(int id) {
+  std::lock_guard<std::mutex> lock(hooks_mutex());
+  hooks().erase(id);
+}
+
+void abort_job(const std::string& message, int exit_code) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    // stderr directly as well: the console sink may be filtered, and this must reach mpirun's output.
+    std::cerr << message << std::endl;
+    if (auto logger = spdlog::default_logger()) logger->critical("{}", message);
+    log::flush();
+    std::map<int, std::function<void()>> to_run;
+    {
+      std::lock_guard<std::mutex> lock(hooks_mutex());
+      to_run = hooks();
+    }
+    for (auto& [id, hook] : to_run) {
+      try {
+        hook();
+      } catch (...) {
+      }
+    }
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+    std::_Exit(exit_code);
+  });
+  // A second caller (another thread) waits here until the first one has ended the process.
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+}  // namespace meridian::comm

@@ -1,0 +1,63 @@
+// Private to comm/: the pieces both backends share.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+
+#include "meridian/comm/communicator.h"
+
+namespace meridian::comm::detail {
+
+// A Work completed by a progress thread calling mark_done().
+class CompletionWork : public Work {
+ public:
+  void wait() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+    lock.unlock();
+    after_completion();
+  }
+  bool wait_for(std::chrono::duration<double> timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return done_; })) return false;
+    lock.unlock();
+    after_completion();
+    return true;
+  }
+  bool is_completed() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
+  void mark_done() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ protected:
+  // Runs on the waiting thread once the operation is complete (NCCL: order the current stream after it).
+  virtual void after_completion() {}
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
+// "allreduce(sum) float32[1048576] 4194304 bytes"
+std::string describe(const char* collective, const at::Tensor& tensor, const char* detail = nullptr);
+
+// Throws std::invalid_argument unless `t` is contiguous and on `device_type`.
+void check_tensor(const at::Tensor& t, c10::DeviceType device_type, const char* collective, const char* name);
+// Throws std::invalid_argument unless big.numel() == parts * small.numel() and dtypes match.
+void check_split(const at::Tensor& big, const at::Tensor& small, int parts, const char* collective);
+// Throws std::invalid_argument for Avg on a non-floating tensor.
+void check_reduce(const at::Tensor& t, ReduceOp op, const char* collective);
+
+}  // namespace meridian::comm::detail

@@ -1,0 +1,96 @@
+#include "meridian/core/config.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace meridian {
+
+namespace {
+std::vector<std::string> split_key(const std::string& key) {
+  std::vector<std::string> parts;
+  std::stringstream ss(key);
+  std::string part;
+  while (std::getline(ss, part, '.')) parts.push_back(part);
+  return parts;
+}
+
+void collect_leaves(const YAML::Node& node, const std::string& prefix, std::vector<std::string>& out) {
+  if (!node.IsMap()) {
+    out.push_back(prefix);
+    return;
+  }
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    collect_leaves(kv.second, prefix.empty() ? key : prefix + "." + key, out);
+  }
+}
+}  // namespace
+
+Config Config::load_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path, "<file>", "cannot open the file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return parse(buffer.str(), path);
+}
+
+Config Config::parse(const std::string& text, const std::string& origin) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(origin, "<syntax>", "invalid YAML at line " + std::to_string(e.mark.line + 1) + ", column " +
+                                              std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) throw ConfigError(origin, "<root>", "expected a map of settings at the top level");
+  return Config(root, origin);
+}
+
+YAML::Node Config::lookup(const std::string& key) const {
+  // yaml-cpp nodes are handles: descend with const operator[] (which never inserts) and reset(),
+  // since assignment would overwrite the referenced node.
+  YAML::Node walk = root_;
+  for (const auto& part : split_key(key)) {
+    if (!walk.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+    const YAML::Node& const_walk = walk;
+    YAML::Node next = const_walk[part];
+    if (!next.IsDefined()) return YAML::Node(YAML::NodeType::Undefined);
+    walk.reset(next);
+  }
+  return walk;
+}
+
+void Config::set(const std::string& key, const std::string& yaml_value) {
+  YAML::Node value;
+  try {
+    value = YAML::Load(yaml_value);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(origin_, key, "value '" + yaml_value + "' is not valid YAML: " + e.msg);
+  }
+  const auto parts = split_key(key);
+  if (parts.empty()) throw ConfigError(origin_, key, "empty key");
+  YAML::Node walk = root_;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node next = walk[parts[i]];
+    if (!next.IsDefined() || next.IsNull()) next = YAML::Node(YAML::NodeType::Map);
+    if (!next.IsMap()) throw ConfigError(origin_, key, "'" + parts[i] + "' is not a map");
+    walk[parts[i]] = next;
+    walk.reset(walk[parts[i]]);
+  }
+  walk[parts.back()] = value;
+}
+
+std::vector<std::string> Config::leaf_keys() const {
+  std::vector<std::string> out;
+  collect_leaves(root_, "", out);
+  return out;
+}
+
+std::string Config::dump() const {
+  YAML::Emitter emitter;
+  emitter << root_;
+  return emitter.c_str();
+}
+
+}  // namespace meridian

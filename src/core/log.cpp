@@ -1,0 +1,51 @@
+#include "meridian/core/log.h"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+
+#include "meridian/core/error.h"
+
+namespace meridian::log {
+
+void init(int rank, const Options& options) {
+  const auto level = spdlog::level::from_str(options.level);
+  if (level == spdlog::level::off && options.level != "off") {
+    throw UserError("--log-level: unknown level '" + options.level +
+                    "' (expected trace, debug, info, warn, error, critical or off)");
+  }
+  const std::string pattern = "[%H:%M:%S.%e] [r" + std::to_string(rank) + "] [%^%l%$] %v";
+
+  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  console->set_level(rank == 0 ? level : std::max(level, spdlog::level::warn));
+  console->set_pattern(pattern);
+  std::vector<spdlog::sink_ptr> sinks{console};
+
+  if (!options.run_dir.empty()) {
+    const auto dir = std::filesystem::path(options.run_dir) / "logs";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw UserError(dir.string() + ": cannot create log directory: " + ec.message());
+    const auto file = (dir / ("rank_" + std::to_string(rank) + ".log")).string();
+    try {
+      auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(file, /*truncate=*/false);
+      sink->set_level(level);
+      sink->set_pattern(pattern);
+      sinks.push_back(sink);
+    } catch (const spdlog::spdlog_ex& e) {
+      throw UserError(file + ": cannot open log file: " + e.what());
+    }
+  }
+  auto logger = std::make_shared<spdlog::logger>("meridian", sinks.begin(), sinks.end());
+  logger->set_level(level);
+  logger->flush_on(spdlog::level::warn);
+  spdlog::set_default_logger(logger);
+}
+
+void flush() {
+  if (auto logger = spdlog::default_logger()) logger->flush();
+}
+
+}  // namespace meridian::log

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Usage: cli_mpi_test.sh MPIRUN MERIDIAN — the binary end to end, as a user runs it.
+set -u
+mpirun=$1 meridian=$2
+fail() { echo "FAIL: $*"; exit 1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+out=$("$meridian" --version) || fail "--version exited $?"
+echo "$out"
+for want in "meridian " "LibTorch " "NCCL " "HDF5 " "(parallel)" "MPI "; do
+  grep -qF "$want" <<<"$out" || fail "--version lacks '$want'"
+done
+
+"$meridian" --help | grep -q "bench comm" || fail "--help does not list 'bench comm'"
+help=$("$meridian" bench comm --help) || fail "bench comm --help exited $?"
+for want in "--min-bytes" "(default: 8)" "--max-bytes" "(default: 256M)" "--comm-timeout" "2(n-1)/n"; do
+  grep -qF -- "$want" <<<"$help" || fail "bench comm --help lacks '$want'"
+done
+
+"$meridian" bench comm --bogus >"$tmp/o" 2>&1; rc=$?
+[[ $rc -eq 2 ]] || fail "unknown option: exit $rc, expected 2"
+"$meridian" frobnicate >"$tmp/o" 2>&1; rc=$?
+[[ $rc -eq 2 ]] && grep -q "unknown command 'frobnicate'" "$tmp/o" || fail "unknown command: exit $rc"
+"$mpirun" --oversubscribe -np 2 "$meridian" bench comm --ops alltoall >"$tmp/o" 2>&1; rc=$?
+cat "$tmp/o"
+[[ $rc -eq 2 ]] && grep -q "unknown collective 'alltoall'" "$tmp/o" || fail "bad --ops under mpirun: exit $rc"
+
+out=$("$mpirun" --oversubscribe -np 2 "$meridian" info --run-dir "$tmp/run") || fail "info exited $?"
+echo "$out"
+[[ $(grep -cE '^\S+ +[01] +[01] +cpu +[0-9]+$' <<<"$out") -eq 2 ]] || fail "info: expected one row per rank"
+[[ -f $tmp/run/logs/rank_0.log && -f $tmp/run/logs/rank_1.log ]] || fail "no per-rank log files in --run-dir"
+
+out=$("$mpirun" --oversubscribe -np 2 "$meridian" bench comm --min-bytes 4 --max-bytes 4M --factor 16 \
+      --ops allreduce,broadcast,allgather,reduce_scatter --dtypes float32,bfloat16,int64 --iters 2 --warmup 1 \
+      --json "$tmp/bench.json") || fail "bench comm exited $?"
+echo "$out"
+grep -q "# PASS: 0 wrong elements" <<<"$out" || fail "bench comm did not pass"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['ranks']==2 and len(d['rows'])>=20 and all(r['wrong']==0 for r in d['rows'])" \
+  "$tmp/bench.json" || fail "bad --json output"
+echo PASS
