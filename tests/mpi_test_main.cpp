@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "meridian/core/error.h"
 #include "mpi_test_main.h"
@@ -28,7 +29,9 @@ comm::Runtime& runtime() { return *g_runtime; }
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   meridian::comm::RuntimeOptions options;
-  options.device = "cpu";
+  // CPU by default; MERIDIAN_TEST_DEVICE=cuda on GPU machines (then NCCL is tested too).
+  const char* device = std::getenv("MERIDIAN_TEST_DEVICE");
+  options.device = device ? device : "cpu";
   options.comm_timeout_s = 120;  // a hang in a test ends the job instead of blocking CI
   meridian::comm::Runtime rt(&argc, &argv, options);
   g_runtime = &rt;

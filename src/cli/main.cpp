@@ -10,7 +10,9 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/log.h"
+#ifdef MERIDIAN_WITH_DATA
 #include "meridian/data/hdf5_info.h"
+#endif
 
 namespace {
 
@@ -34,7 +36,11 @@ std::string version_text() {
   s += "  CUDA     not compiled in\n";
 #endif
   s += "  NCCL     " + meridian::comm::nccl_version() + "\n";
+#ifdef MERIDIAN_WITH_DATA
   s += "  " + meridian::data::hdf5_version() + "\n";
+#else
+  s += "  HDF5     data area not built (-DMERIDIAN_WITH_DATA=OFF)\n";
+#endif
   s += "  MPI      " + meridian::comm::mpi_library_version() + "\n";
   return s;
 }

@@ -129,65 +129,23 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   Backend backend() const override { return Backend::MPI; }
 
-  WorkPtr allreduce_async(at::Tensor& tensor, ReduceOp op) override {
-    check_tensor(tensor, c10::kCPU, "allreduce", "input");
-    check_reduce(tensor, op, "allreduce");
-    const MPI_Datatype type = mpi_type(tensor.scalar_type());
-    const MPI_Op mop = mpi_op(tensor.scalar_type(), op);
-    return enqueue(describe("allreduce", tensor, to_string(op)), [this, tensor, op, type, mop]() mutable {
-      const int64_t elem = tensor.element_size();
-      const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(segment_bytes_) / elem);
-      char* base = static_cast<char*>(tensor.data_ptr());
-      for (int64_t off = 0; off < tensor.numel(); off += step) {
-        const int n = static_cast<int>(std::min(step, tensor.numel() - off));
-        MERIDIAN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, base + off * elem, n, type, mop, comm_));
-      }
-      if (op == ReduceOp::Avg) tensor.div_(size_);
-    });
-  }
-
-  WorkPtr broadcast_async(at::Tensor& tensor, int root) override {
-    check_tensor(tensor, c10::kCPU, "broadcast", "input");
-    if (root < 0 || root >= size_) throw std::invalid_argument("broadcast: root " + std::to_string(root) + " out of range");
-    return enqueue(describe("broadcast", tensor, ("root " + std::to_string(root)).c_str()), [this, tensor, root]() {
-      const size_t bytes = tensor.numel() * tensor.element_size();
-      char* base = static_cast<char*>(tensor.data_ptr());
-      const size_t step = std::min<size_t>(segment_bytes_ * 4, INT32_MAX);
-      for (size_t off = 0; off < bytes; off += step) {
-        const int n = static_cast<int>(std::min(step, bytes - off));
-        MERIDIAN_MPI_CHECK(MPI_Bcast(base + off, n, MPI_BYTE, root, comm_));
-      }
-    });
-  }
-
+  WorkPtr allreduce_async(at::Tensor& tensor, ReduceOp op) override { return enqueue(allreduce_task(tensor, op)); }
+  WorkPtr broadcast_async(at::Tensor& tensor, int root) override { return enqueue(broadcast_task(tensor, root)); }
   WorkPtr allgather_async(const at::Tensor& input, at::Tensor& output) override {
-    check_tensor(input, c10::kCPU, "allgather", "input");
-    check_tensor(output, c10::kCPU, "allgather", "output");
-    check_split(output, input, size_, "allgather");
-    const int n = checked_count(input.numel(), "allgather");
-    const MPI_Datatype type = mpi_type(input.scalar_type());
-    return enqueue(describe("allgather", input), [this, input, output, n, type]() {
-      MERIDIAN_MPI_CHECK(MPI_Allgather(input.data_ptr(), n, type, output.data_ptr(), n, type, comm_));
-    });
+    return enqueue(allgather_task(input, output));
   }
-
   WorkPtr reduce_scatter_async(const at::Tensor& input, at::Tensor& output, ReduceOp op) override {
-    check_tensor(input, c10::kCPU, "reduce_scatter", "input");
-    check_tensor(output, c10::kCPU, "reduce_scatter", "output");
-    check_split(input, output, size_, "reduce_scatter");
-    check_reduce(input, op, "reduce_scatter");
-    const int n = checked_count(output.numel(), "reduce_scatter");
-    const MPI_Datatype type = mpi_type(input.scalar_type());
-    const MPI_Op mop = mpi_op(input.scalar_type(), op);
-    return enqueue(describe("reduce_scatter", input, to_string(op)), [this, input, output, n, type, mop, op]() mutable {
-      MERIDIAN_MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), n, type, mop, comm_));
-      if (op == ReduceOp::Avg) output.div_(size_);
-    });
+    return enqueue(reduce_scatter_task(input, output, op));
   }
+  WorkPtr barrier_async() override { return enqueue(barrier_task()); }
 
-  WorkPtr barrier_async() override {
-    return enqueue("barrier", [this]() { MERIDIAN_MPI_CHECK(MPI_Barrier(comm_)); });
+  void allreduce(at::Tensor& tensor, ReduceOp op) override { run_blocking(allreduce_task(tensor, op)); }
+  void broadcast(at::Tensor& tensor, int root) override { run_blocking(broadcast_task(tensor, root)); }
+  void allgather(const at::Tensor& input, at::Tensor& output) override { run_blocking(allgather_task(input, output)); }
+  void reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op) override {
+    run_blocking(reduce_scatter_task(input, output, op));
   }
+  void barrier() override { run_blocking(barrier_task()); }
 
  private:
   struct Task {
@@ -196,33 +154,120 @@ class MpiCommunicator final : public Communicator {
     std::shared_ptr<CompletionWork> work;
   };
 
-  WorkPtr enqueue(std::string description, std::function<void()> run) {
-    auto work = std::make_shared<CompletionWork>();
+  // Each *_task validates its arguments on the caller's thread (std::invalid_argument, before any
+  // communication) and returns the operation, ready to run on either thread.
+  Task allreduce_task(at::Tensor& tensor, ReduceOp op) {
+    check_tensor(tensor, c10::kCPU, "allreduce", "input");
+    check_reduce(tensor, op, "allreduce");
+    const MPI_Datatype type = mpi_type(tensor.scalar_type());
+    const MPI_Op mop = mpi_op(tensor.scalar_type(), op);
+    return {describe("allreduce", tensor, to_string(op)), [this, tensor, op, type, mop]() mutable {
+              const int64_t elem = tensor.element_size();
+              const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(segment_bytes_) / elem);
+              char* base = static_cast<char*>(tensor.data_ptr());
+              for (int64_t off = 0; off < tensor.numel(); off += step) {
+                const int n = static_cast<int>(std::min(step, tensor.numel() - off));
+                MERIDIAN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, base + off * elem, n, type, mop, comm_));
+              }
+              if (op == ReduceOp::Avg) tensor.div_(size_);
+            }, nullptr};
+  }
+
+  Task broadcast_task(at::Tensor& tensor, int root) {
+    check_tensor(tensor, c10::kCPU, "broadcast", "input");
+    if (root < 0 || root >= size_) throw std::invalid_argument("broadcast: root " + std::to_string(root) + " out of range");
+    return {describe("broadcast", tensor, ("root " + std::to_string(root)).c_str()), [this, tensor, root]() {
+              const size_t bytes = tensor.numel() * tensor.element_size();
+              char* base = static_cast<char*>(tensor.data_ptr());
+              const size_t step = std::min<size_t>(segment_bytes_ * 4, INT32_MAX);
+              for (size_t off = 0; off < bytes; off += step) {
+                const int n = static_cast<int>(std::min(step, bytes - off));
+                MERIDIAN_MPI_CHECK(MPI_Bcast(base + off, n, MPI_BYTE, root, comm_));
+              }
+            }, nullptr};
+  }
+
+  Task allgather_task(const at::Tensor& input, at::Tensor& output) {
+    check_tensor(input, c10::kCPU, "allgather", "input");
+    check_tensor(output, c10::kCPU, "allgather", "output");
+    check_split(output, input, size_, "allgather");
+    const int n = checked_count(input.numel(), "allgather");
+    const MPI_Datatype type = mpi_type(input.scalar_type());
+    return {describe("allgather", input), [this, input, output, n, type]() {
+              MERIDIAN_MPI_CHECK(MPI_Allgather(input.data_ptr(), n, type, output.data_ptr(), n, type, comm_));
+            }, nullptr};
+  }
+
+  Task reduce_scatter_task(const at::Tensor& input, at::Tensor& output, ReduceOp op) {
+    check_tensor(input, c10::kCPU, "reduce_scatter", "input");
+    check_tensor(output, c10::kCPU, "reduce_scatter", "output");
+    check_split(input, output, size_, "reduce_scatter");
+    check_reduce(input, op, "reduce_scatter");
+    const int n = checked_count(output.numel(), "reduce_scatter");
+    const MPI_Datatype type = mpi_type(input.scalar_type());
+    const MPI_Op mop = mpi_op(input.scalar_type(), op);
+    return {describe("reduce_scatter", input, to_string(op)), [this, input, output, n, type, mop, op]() mutable {
+              MERIDIAN_MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), n, type, mop, comm_));
+              if (op == ReduceOp::Avg) output.div_(size_);
+            }, nullptr};
+  }
+
+  Task barrier_task() {
+    return {"barrier", [this]() { MERIDIAN_MPI_CHECK(MPI_Barrier(comm_)); }, nullptr};
+  }
+
+  WorkPtr enqueue(Task task) {
+    task.work = std::make_shared<CompletionWork>();
+    WorkPtr work = task.work;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(Task{std::move(description), std::move(run), work});
+      queue_.push_back(std::move(task));
     }
     cv_.notify_one();
     return work;
   }
 
+  // Runs `task` on the calling thread when no operation is queued or running (in order, since the
+  // progress thread only takes a task while holding exec_mu_); otherwise queues it and waits.
+  void run_blocking(Task task) {
+    std::unique_lock<std::mutex> exec(exec_mu_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!queue_.empty()) {
+        exec.unlock();
+        enqueue(std::move(task))->wait();
+        return;
+      }
+    }
+    execute(task);
+  }
+
+  // Runs one operation under the watchdog; a failure is fatal for the job.
+  void execute(Task& task) {
+    const uint64_t id = watchdog_.begin(task.description);
+    try {
+      task.run();
+    } catch (const std::exception& e) {
+      abort_job(where() + " " + task.description + " failed: " + e.what(), kExitFatal);
+    }
+    watchdog_.end(id);
+  }
+
   void progress() {
     for (;;) {
-      Task task;
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
         if (queue_.empty()) return;  // stop_ and drained
+      }
+      std::lock_guard<std::mutex> exec(exec_mu_);
+      Task task;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
         task = std::move(queue_.front());
         queue_.pop_front();
       }
-      const uint64_t id = watchdog_.begin(task.description);
-      try {
-        task.run();
-      } catch (const std::exception& e) {
-        abort_job(where() + " " + task.description + " failed: " + e.what(), kExitFatal);
-      }
-      watchdog_.end(id);
+      execute(task);
       task.work->mark_done();
     }
   }
@@ -231,7 +276,8 @@ class MpiCommunicator final : public Communicator {
   size_t segment_bytes_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   Watchdog watchdog_;
-  std::mutex mu_;
+  std::mutex exec_mu_;  // held while an operation runs, on either thread
+  std::mutex mu_;       // guards queue_ and stop_
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool stop_ = false;

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Usage: cli_mpi_test.sh MPIRUN MERIDIAN — the binary end to end, as a user runs it.
+# Usage: cli_mpi_test.sh MPIRUN MERIDIAN [WITH_DATA] — the binary end to end, as a user runs it.
 set -u
-mpirun=$1 meridian=$2
+mpirun=$1 meridian=$2 with_data=${3:-ON}
 fail() { echo "FAIL: $*"; exit 1; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
 out=$("$meridian" --version) || fail "--version exited $?"
 echo "$out"
-for want in "meridian " "LibTorch " "NCCL " "HDF5 " "(parallel)" "MPI "; do
+wants=("meridian " "LibTorch " "NCCL " "HDF5 " "MPI ")
+[[ $with_data == ON ]] && wants+=("(parallel)")
+for want in "${wants[@]}"; do
   grep -qF "$want" <<<"$out" || fail "--version lacks '$want'"
 done
 

@@ -1,10 +1,14 @@
-// MPI backend collectives against closed-form expectations in rank r and world size n.
+// Communicator collectives against closed-form expectations in rank r and world size n, for every
+// backend this run can use: MPI always; NCCL too when MERIDIAN_TEST_DEVICE=cuda (GPU machines).
 // Rank r's element i is (r + 1) + (i mod 13): exact in every dtype here (bf16 holds integers up to 256).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <stdexcept>
+
+#include <map>
 
 #include "meridian/comm/communicator.h"
 #include "mpi_test_main.h"
@@ -16,12 +20,20 @@ using meridian::test::runtime;
 
 namespace {
 
-// One communicator for the suite, destroyed before main() finalises MPI.
-std::unique_ptr<Communicator> g_comm;
-Communicator& comm() { return *g_comm; }
+// One communicator per backend, destroyed before main() finalises MPI.
+std::map<Backend, std::unique_ptr<Communicator>> g_comms;
+Backend g_backend = Backend::MPI;
+Communicator& comm() { return *g_comms.at(g_backend); }
+c10::Device dev() { return g_backend == Backend::NCCL ? runtime().device() : c10::Device(c10::kCPU); }
+
+std::vector<Backend> backends_under_test() {
+  const char* device = std::getenv("MERIDIAN_TEST_DEVICE");
+  if (device && std::string(device) == "cuda") return {Backend::MPI, Backend::NCCL};
+  return {Backend::MPI};
+}
 
 at::Tensor ramp(int64_t count, int rank, at::ScalarType dtype, int64_t first = 0) {
-  return (at::arange(first, first + count, at::kLong).remainder(13) + (rank + 1)).to(dtype);
+  return (at::arange(first, first + count, at::kLong).remainder(13) + (rank + 1)).to(dtype).to(dev());
 }
 
 at::Tensor expected_reduce(int64_t count, ReduceOp op, int n, int64_t first = 0) {
@@ -36,7 +48,7 @@ at::Tensor expected_reduce(int64_t count, ReduceOp op, int n, int64_t first = 0)
 }
 
 int64_t mismatches(const at::Tensor& got, const at::Tensor& want) {
-  return (got.to(at::kDouble) != want).sum().item<int64_t>();
+  return (got.cpu().to(at::kDouble) != want).sum().item<int64_t>();
 }
 
 const at::ScalarType kAllTypes[] = {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf, at::kInt, at::kLong};
@@ -44,19 +56,25 @@ const ReduceOp kAllOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceO
 
 }  // namespace
 
-class MpiCommunicator : public ::testing::Test {
+class CommunicatorTest : public ::testing::TestWithParam<Backend> {
  protected:
-  static void SetUpTestSuite() { g_comm = meridian::comm::make_communicator(runtime(), Backend::MPI); }
-  static void TearDownTestSuite() { g_comm.reset(); }
+  static void SetUpTestSuite() {
+    for (auto b : backends_under_test()) g_comms[b] = meridian::comm::make_communicator(runtime(), b);
+  }
+  static void TearDownTestSuite() { g_comms.clear(); }
+  void SetUp() override { g_backend = GetParam(); }
 };
 
-TEST_F(MpiCommunicator, Identity) {
+INSTANTIATE_TEST_SUITE_P(Backends, CommunicatorTest, ::testing::ValuesIn(backends_under_test()),
+                         [](const auto& info) { return std::string(meridian::comm::to_string(info.param)); });
+
+TEST_P(CommunicatorTest, Identity) {
   EXPECT_EQ(comm().rank(), runtime().rank());
   EXPECT_EQ(comm().size(), runtime().size());
-  EXPECT_EQ(comm().backend(), Backend::MPI);
+  EXPECT_EQ(comm().backend(), GetParam());
 }
 
-TEST_F(MpiCommunicator, AllreduceEveryDtypeAndOp) {
+TEST_P(CommunicatorTest, AllreduceEveryDtypeAndOp) {
   const int n = comm().size(), r = comm().rank();
   for (auto dtype : kAllTypes) {
     for (auto op : kAllOps) {
@@ -70,7 +88,7 @@ TEST_F(MpiCommunicator, AllreduceEveryDtypeAndOp) {
   }
 }
 
-TEST_F(MpiCommunicator, AllreduceLargerThanSegmentsWithRaggedTail) {
+TEST_P(CommunicatorTest, AllreduceLargerThanSegmentsWithRaggedTail) {
   // 3.25 segments of the default 4 MiB plus an odd tail: every segment boundary must be right.
   const int n = comm().size(), r = comm().rank();
   const int64_t count = (13 << 20) / 4 + 7;
@@ -82,81 +100,88 @@ TEST_F(MpiCommunicator, AllreduceLargerThanSegmentsWithRaggedTail) {
   EXPECT_EQ(mismatches(h, expected_reduce(count, ReduceOp::Max, n)), 0);
 }
 
-TEST_F(MpiCommunicator, Bfloat16SumRoundsLikeFloatSum) {
+TEST_P(CommunicatorTest, Bfloat16SumRoundsLikeFloatSum) {
   // Non-integers: the sum is formed in float and rounded to bf16 once per combination, so for
   // 2 ranks it equals the float sum rounded once; within one bf16 ulp per extra rank otherwise.
   const int n = comm().size(), r = comm().rank();
   auto base = at::linspace(-3.0, 3.0, 4096, at::kDouble);
-  auto mine = (base * (r + 1) / 7.0).to(at::kBFloat16);
+  auto mine = (base * (r + 1) / 7.0).to(at::kBFloat16).to(dev());
   auto t = mine.clone();
   comm().allreduce(t, ReduceOp::Sum);
   at::Tensor want = at::zeros_like(base);
   for (int q = 0; q < n; ++q) want += (base * (q + 1) / 7.0).to(at::kBFloat16).to(at::kDouble);
   const double ulp = 1.0 / 128;  // bf16 has 8 significant bits
+  t = t.cpu();
   const auto err = ((t.to(at::kDouble) - want).abs() / want.abs().clamp_min(1e-3)).max().item<double>();
   EXPECT_LE(err, ulp * (n - 1) / 2 + 1e-12);
   if (n == 2) EXPECT_TRUE(at::equal(t, want.to(at::kBFloat16)));
 }
 
-TEST_F(MpiCommunicator, BroadcastFromEveryRoot) {
+TEST_P(CommunicatorTest, BroadcastFromEveryRoot) {
   const int n = comm().size(), r = comm().rank();
   for (int root = 0; root < n; ++root) {
     auto t = ramp(777, r, at::kDouble);
     comm().broadcast(t, root);
-    EXPECT_TRUE(at::equal(t, ramp(777, root, at::kDouble))) << "root " << root;
+    EXPECT_TRUE(at::equal(t.cpu(), ramp(777, root, at::kDouble).cpu())) << "root " << root;
   }
 }
 
-TEST_F(MpiCommunicator, Allgather) {
+TEST_P(CommunicatorTest, Allgather) {
   const int n = comm().size(), r = comm().rank();
   for (auto dtype : kAllTypes) {
     auto in = ramp(5, r, dtype);
-    auto out = at::zeros({n * 5}, at::TensorOptions().dtype(dtype));
+    auto out = at::zeros({n * 5}, at::TensorOptions().dtype(dtype).device(dev()));
     comm().allgather(in, out);
     for (int q = 0; q < n; ++q)
-      EXPECT_TRUE(at::equal(out.slice(0, q * 5, (q + 1) * 5), ramp(5, q, dtype))) << c10::toString(dtype) << " slice " << q;
+      EXPECT_TRUE(at::equal(out.slice(0, q * 5, (q + 1) * 5).cpu(), ramp(5, q, dtype).cpu()))
+          << c10::toString(dtype) << " slice " << q;
   }
 }
 
-TEST_F(MpiCommunicator, ReduceScatter) {
+TEST_P(CommunicatorTest, ReduceScatter) {
   const int n = comm().size(), r = comm().rank();
   const int64_t count = 11;  // per rank
   for (auto op : kAllOps) {
     auto in = ramp(n * count, r, at::kFloat);
-    auto out = at::zeros({count}, at::kFloat);
+    auto out = at::zeros({count}, at::TensorOptions().dtype(at::kFloat).device(dev()));
     comm().reduce_scatter(in, out, op);
     EXPECT_EQ(mismatches(out, expected_reduce(count, op, n, r * count)), 0) << meridian::comm::to_string(op);
   }
 }
 
-TEST_F(MpiCommunicator, AsyncOperationsCompleteInOrderAndOverlapTheCaller) {
+TEST_P(CommunicatorTest, AsyncOperationsCompleteInOrderAndOverlapTheCaller) {
   const int n = comm().size(), r = comm().rank();
   std::vector<at::Tensor> tensors;
   std::vector<meridian::comm::WorkPtr> works;
   for (int k = 0; k < 8; ++k) {
-    tensors.push_back(at::full({1 << (10 + k)}, double(r + k), at::kDouble));
+    tensors.push_back(at::full({1 << (10 + k)}, double(r + k), at::TensorOptions().dtype(at::kDouble).device(dev())));
     works.push_back(comm().allreduce_async(tensors.back(), ReduceOp::Sum));
   }
   for (int k = 7; k >= 0; --k) {  // waiting out of order is allowed
     ASSERT_TRUE(works[k]->wait_for(std::chrono::seconds(60)));
     EXPECT_TRUE(works[k]->is_completed());
     const double want = n * (n - 1) / 2.0 + double(n) * k;
-    EXPECT_EQ((tensors[k] != want).sum().item<int64_t>(), 0) << "tensor " << k;
+    EXPECT_EQ((tensors[k].cpu() != want).sum().item<int64_t>(), 0) << "tensor " << k;
   }
   comm().barrier();
 }
 
-TEST_F(MpiCommunicator, InvalidArgumentsAreRejectedBeforeCommunicating) {
+TEST_P(CommunicatorTest, InvalidArgumentsAreRejectedBeforeCommunicating) {
   // Raised on the caller's thread on every rank; no collective is started, so nothing hangs.
-  auto strided = at::zeros({4, 4}, at::kFloat).t();
+  const auto on = [](at::ScalarType t) { return at::TensorOptions().dtype(t).device(dev()); };
+  auto strided = at::zeros({4, 4}, on(at::kFloat)).t();
   EXPECT_THROW(comm().allreduce(strided), std::invalid_argument);
-  auto ints = at::zeros({4}, at::kInt);
+  auto ints = at::zeros({4}, on(at::kInt));
   EXPECT_THROW(comm().allreduce(ints, ReduceOp::Avg), std::invalid_argument);
-  auto in = at::zeros({3}, at::kFloat);
-  auto wrong = at::zeros({3 * comm().size() + 1}, at::kFloat);
+  auto in = at::zeros({3}, on(at::kFloat));
+  auto wrong = at::zeros({3 * comm().size() + 1}, on(at::kFloat));
   EXPECT_THROW(comm().allgather(in, wrong), std::invalid_argument);
-  auto bools = at::zeros({3}, at::kBool);
+  auto bools = at::zeros({3}, on(at::kBool));
   EXPECT_THROW(comm().allreduce(bools), std::invalid_argument);
   EXPECT_THROW(comm().broadcast(in, comm().size()), std::invalid_argument);
+  if (GetParam() == Backend::NCCL) {
+    auto host = at::zeros({3}, at::kFloat);  // wrong device
+    EXPECT_THROW(comm().allreduce(host), std::invalid_argument);
+  }
   comm().barrier();  // still usable
 }

@@ -23,7 +23,9 @@ TEST(Runtime, SingleHostTopology) {
   EXPECT_EQ(rt.local_size(), rt.size());
   EXPECT_EQ(rt.local_rank(), rt.rank());
   EXPECT_FALSE(rt.host().empty());
-  EXPECT_TRUE(rt.device().is_cpu());
+  const char* device = std::getenv("MERIDIAN_TEST_DEVICE");
+  if (device && std::string(device) == "cuda") EXPECT_EQ(rt.device(), c10::Device(c10::kCUDA, rt.local_rank()));
+  else EXPECT_TRUE(rt.device().is_cpu());
   EXPECT_GE(rt.threads(), 1);
 }
 

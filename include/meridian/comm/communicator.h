@@ -64,12 +64,13 @@ class Communicator {
   virtual WorkPtr reduce_scatter_async(const at::Tensor& input, at::Tensor& output, ReduceOp op) = 0;
   virtual WorkPtr barrier_async() = 0;
 
-  // Blocking forms: the async form followed by wait().
-  void allreduce(at::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
-  void broadcast(at::Tensor& tensor, int root = 0);
-  void allgather(const at::Tensor& input, at::Tensor& output);
-  void reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op = ReduceOp::Sum);
-  void barrier();
+  // Blocking forms: same result as the async form followed by wait(). A backend may run them on
+  // the calling thread when nothing else is queued (MPI does, saving a thread hand-off per call).
+  virtual void allreduce(at::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+  virtual void broadcast(at::Tensor& tensor, int root = 0);
+  virtual void allgather(const at::Tensor& input, at::Tensor& output);
+  virtual void reduce_scatter(const at::Tensor& input, at::Tensor& output, ReduceOp op = ReduceOp::Sum);
+  virtual void barrier();
 };
 
 // Collective over the runtime's world. MPI: any CPU tensor; NCCL: CUDA tensors on the runtime's
