@@ -10,8 +10,11 @@ if(NOT _nccl_mode STREQUAL "OFF")
   endif()
   find_package(CUDAToolkit QUIET)
   set(_nccl_hints ${NCCL_ROOT} $ENV{NCCL_ROOT} $ENV{NCCL_HOME} ${CUDAToolkit_LIBRARY_ROOT} /usr/local/cuda)
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_nccl_hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
-  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_nccl_hints} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_nccl_hints} PATH_SUFFIXES include NO_DEFAULT_PATH)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
+  # NAMES_PER_DIR: a hinted directory (e.g. the nvidia-nccl wheel, which ships only libnccl.so.2) wins
+  # over a system libnccl.so, so meridian links the NCCL that LibTorch loads.
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ${_nccl_hints} ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
   if(NOT CUDAToolkit_FOUND)
     set(MERIDIAN_NCCL_REASON "CUDA toolkit not found")
   elseif(NOT NCCL_INCLUDE_DIR OR NOT NCCL_LIBRARY)

@@ -74,6 +74,7 @@ Command bench_comm_command() {
         ("warmup", "Untimed iterations per size", cxxopts::value<int>()->default_value("3"))
         ("iters", "Timed iterations per size", cxxopts::value<int>()->default_value("10"))
         ("no-reference", "Skip the raw MPI reference columns")
+        ("blocking", "Time blocking calls one at a time (default: back-to-back async operations, then wait)")
         ("json", "Also write the table to this JSON file (rank 0)", cxxopts::value<std::string>()->default_value(""));
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
@@ -87,6 +88,7 @@ Command bench_comm_command() {
     o.warmup = p["warmup"].as<int>();
     o.iters = p["iters"].as<int>();
     o.reference = !p.count("no-reference");
+    o.blocking = p.count("blocking") > 0;
     comm::validate(o);
     const std::string backend_name = p["backend"].as<std::string>();
     comm::Backend backend = comm::default_backend(rt);
@@ -96,8 +98,9 @@ Command bench_comm_command() {
 
     auto communicator = comm::make_communicator(rt, backend);
     if (rt.rank() == 0) {
-      std::printf("# meridian bench comm: %d ranks on %d node(s), backend %s, %d warmup + %d timed iterations\n",
-                  rt.size(), rt.node_count(), comm::to_string(backend), o.warmup, o.iters);
+      std::printf("# meridian bench comm: %d ranks on %d node(s), backend %s, %d warmup + %d timed %s iterations\n",
+                  rt.size(), rt.node_count(), comm::to_string(backend), o.warmup, o.iters,
+                  o.blocking ? "blocking" : "async");
       std::printf("# time: slowest rank's mean; wrong: elements differing from the closed-form result, summed over ranks\n");
       std::printf("%14s %10s %-8s %12s %12s %11s %8s %8s %7s", "collective", "dtype", "op", "bytes", "count", "time(us)",
                   "algbw", "busbw", "wrong");

@@ -74,6 +74,13 @@ Buffers make_buffers(const std::string& collective, int64_t count, int n, at::Sc
   return b;
 }
 
+void run_blocking(Communicator& comm, const std::string& collective, Buffers& b, ReduceOp op) {
+  if (collective == "allreduce") comm.allreduce(b.input, op);
+  else if (collective == "broadcast") comm.broadcast(b.input, 0);
+  else if (collective == "allgather") comm.allgather(b.input, b.output);
+  else comm.reduce_scatter(b.input, b.output, op);
+}
+
 WorkPtr launch(Communicator& comm, const std::string& collective, Buffers& b, ReduceOp op) {
   if (collective == "allreduce") return comm.allreduce_async(b.input, op);
   if (collective == "broadcast") return comm.broadcast_async(b.input, 0);
@@ -140,9 +147,13 @@ std::vector<CommBenchRow> run_comm_bench(const Runtime& runtime, Communicator& c
         for (int i = 0; i < o.warmup; ++i) launch(comm, collective, timed, o.op)->wait();
         comm.barrier();
         auto t0 = Clock::now();
-        std::vector<WorkPtr> works;
-        for (int i = 0; i < o.iters; ++i) works.push_back(launch(comm, collective, timed, o.op));
-        for (auto& w : works) w->wait();
+        if (o.blocking) {
+          for (int i = 0; i < o.iters; ++i) run_blocking(comm, collective, timed, o.op);
+        } else {
+          std::vector<WorkPtr> works;
+          for (int i = 0; i < o.iters; ++i) works.push_back(launch(comm, collective, timed, o.op));
+          for (auto& w : works) w->wait();
+        }
         const double mine = std::chrono::duration<double>(Clock::now() - t0).count() / o.iters;
         const double t = max_over_ranks(comm, mine, dev);
         row.time_us = t * 1e6;

@@ -272,7 +272,12 @@ std::string nccl_version() {
   int v = 0;
   ncclGetVersion(&v);
   // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
-  return "NCCL " + std::to_string(v / 10000) + "." + std::to_string((v / 100) % 100) + "." + std::to_string(v % 100);
+  const auto text = [](int code) {
+    return std::to_string(code / 10000) + "." + std::to_string((code / 100) % 100) + "." + std::to_string(code % 100);
+  };
+  std::string s = "NCCL " + text(v) + " (loaded";
+  if (v != NCCL_VERSION_CODE) s += "; built against " + text(NCCL_VERSION_CODE);
+  return s + ")";
 }
 }  // namespace meridian::comm
 

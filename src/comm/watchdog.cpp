@@ -20,7 +20,8 @@ uint64_t Watchdog::begin(std::string description) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t id = next_id_++;
   pending_.emplace(id, Entry{std::move(description), Clock::now()});
-  cv_.notify_all();
+  // No notify: the thread wakes on its own every period. Waking it per operation would cost a
+  // context switch per collective on busy cores.
   return id;
 }
 
@@ -34,10 +35,6 @@ void Watchdog::run() {
   const auto period = std::chrono::duration<double>(std::clamp(timeout_s_ / 20.0, 0.01, 1.0));
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    if (pending_.empty()) {
-      cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
-      continue;
-    }
     cv_.wait_for(lock, period, [&] { return stop_; });
     if (stop_ || fired_) continue;
     const auto now = Clock::now();

@@ -1,6 +1,7 @@
 // `meridian bench comm`: collective bandwidth sweep in the manner of nccl-tests.
 //
-// For each collective, dtype and size it times `iters` back-to-back operations after `warmup`,
+// For each collective, dtype and size it times `iters` back-to-back async operations (or blocking
+// calls, with `blocking`) after `warmup`,
 // reports the slowest rank's mean time, algbw = bytes / time and busbw (the bandwidth a link must
 // sustain, comparable across rank counts, as nccl-tests defines it):
 //   allreduce       busbw = algbw * 2(n-1)/n
@@ -32,6 +33,7 @@ struct CommBenchOptions {
   int warmup = 3;
   int iters = 10;
   bool reference = true;  // time raw MPI as well
+  bool blocking = false;  // time blocking calls one by one instead of back-to-back async operations
 };
 
 struct CommBenchRow {

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Demo until training lands: `meridian info` and `meridian bench comm` under mpirun.
+# Usage: jobs/demo.sh [ranks (default 2)] [build dir (default build)]
+#   HOSTFILE=hosts jobs/demo.sh 8     runs across the hosts of an Open MPI hostfile
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+np=${1:-2}
+build=${2:-$root/build}
+bin=$build/src/meridian
+[[ -x $bin ]] || { echo "demo.sh: $bin not found; build first (tests/run.sh or cmake --build)" >&2; exit 2; }
+args=(-np "$np")
+[[ -n ${HOSTFILE:-} ]] && args+=(--hostfile "$HOSTFILE")
+(( np > $(nproc) )) && [[ -z ${HOSTFILE:-} ]] && args+=(--oversubscribe)
+[[ $(id -u) -eq 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+"$bin" --version
+mpirun "${args[@]}" "$bin" info
+mpirun "${args[@]}" "$bin" bench comm --min-bytes 1K --max-bytes 64M --factor 4 \
+  --ops allreduce,allgather,reduce_scatter,broadcast
