@@ -11,18 +11,20 @@ namespace meridian::cli {
 Command info_command() {
   Command c;
   c.name = "info";
-  c.summary = "Show every rank's host, local rank, device and threads (run under mpirun)";
+  c.summary = "Show every rank's host, local rank, device, threads and bound CPUs (run under mpirun)";
   c.add_options = [](cxxopts::Options&) {};
   c.run = [](const cxxopts::ParseResult&, comm::Runtime& rt) {
     std::ostringstream row;
     row << std::left << std::setw(24) << rt.host() << std::right << std::setw(6) << rt.rank() << std::setw(12)
-        << rt.local_rank() << std::setw(12) << rt.device().str() << std::setw(9) << rt.threads();
+        << rt.local_rank() << std::setw(12) << rt.device().str() << std::setw(9) << rt.threads() << std::setw(12)
+        << rt.bound_cpus();
     const auto rows = rt.gather_to_root(row.str());
     if (rt.rank() == 0) {
       std::cout << "world size " << rt.size() << ", " << rt.node_count() << " node(s), comm timeout "
                 << rt.comm_timeout_s() << " s\n"
                 << std::left << std::setw(24) << "host" << std::right << std::setw(6) << "rank" << std::setw(12)
-                << "local_rank" << std::setw(12) << "device" << std::setw(9) << "threads" << "\n";
+                << "local_rank" << std::setw(12) << "device" << std::setw(9) << "threads" << std::setw(12)
+                << "bound_cpus" << "\n";
       for (const auto& r : rows) std::cout << r << "\n";
     }
     return 0;

@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
   try {
     parsed = options.parse(nargs, args.data());
     if (!parsed.unmatched().empty()) throw UserError("unexpected argument '" + parsed.unmatched().front() + "'");
+    if (!parsed.count("help")) log::check_level(parsed["log-level"].as<std::string>());
   } catch (const std::exception& e) {
     if (launcher_rank0()) std::cerr << "meridian " << command->name << ": " << e.what() << " (see --help)\n";
     return kExitUserError;

@@ -5,6 +5,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 
+#include <sched.h>
+
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -62,6 +64,16 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
   MERIDIAN_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm));
   MERIDIAN_MPI_CHECK(MPI_Comm_rank(node_comm, &local_rank_));
   MERIDIAN_MPI_CHECK(MPI_Comm_size(node_comm, &local_size_));
+  // CPUs this rank may run on (mpirun binding, Slurm cgroups) and how many local ranks share the
+  // very same set: those split it between them.
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const int allowed = sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : 0;
+  bound_cpus_ = allowed;
+  std::vector<cpu_set_t> masks(local_size_);
+  MERIDIAN_MPI_CHECK(MPI_Allgather(&mask, sizeof(mask), MPI_BYTE, masks.data(), sizeof(mask), MPI_BYTE, node_comm));
+  int sharing = 0;
+  for (auto& m : masks) sharing += CPU_EQUAL(&m, &mask) ? 1 : 0;
   MPI_Comm_free(&node_comm);
   int leader = local_rank_ == 0 ? 1 : 0;
   MERIDIAN_MPI_CHECK(MPI_Allreduce(&leader, &node_count_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
@@ -82,10 +94,12 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
     throw UserError("--device: unknown device '" + options_.device + "' (expected auto, cpu or cuda)");
   }
 
-  // Threads: the user's choice wins (--threads, then OMP_NUM_THREADS); else share the node's cores.
+  // Threads: the user's choice wins (--threads, then OMP_NUM_THREADS); else the node's cores split
+  // over its ranks, but no more than the CPUs this rank is bound to, split over the ranks bound alike.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads_ = options_.threads > 0 ? options_.threads
-                                  : env_int("OMP_NUM_THREADS", std::max(1, cores / std::max(1, local_size_)));
+  int fair = std::max(1, cores / std::max(1, local_size_));
+  if (allowed > 0) fair = std::min(fair, std::max(1, allowed / std::max(1, sharing)));
+  threads_ = options_.threads > 0 ? options_.threads : env_int("OMP_NUM_THREADS", fair);
   at::set_num_threads(threads_);
 }
 
@@ -167,10 +181,14 @@ void remove_abort_hook(int id) {
 void abort_job(const std::string& message, int exit_code) {
   static std::once_flag once;
   std::call_once(once, [&] {
-    // stderr directly as well: the console sink may be filtered, and this must reach mpirun's output.
-    std::cerr << message << std::endl;
-    if (auto logger = spdlog::default_logger()) logger->critical("{}", message);
-    log::flush();
+    // meridian's logger shows critical messages on every rank's console and in the rank's log file;
+    // before it is set up, plain stderr.
+    if (log::initialized()) {
+      spdlog::critical("{}", message);
+      log::flush();
+    } else {
+      std::cerr << message << std::endl;
+    }
     std::map<int, std::function<void()>> to_run;
     {
       std::lock_guard<std::mutex> lock(hooks_mutex());

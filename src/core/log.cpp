@@ -10,12 +10,22 @@
 
 namespace meridian::log {
 
-void init(int rank, const Options& options) {
-  const auto level = spdlog::level::from_str(options.level);
-  if (level == spdlog::level::off && options.level != "off") {
-    throw UserError("--log-level: unknown level '" + options.level +
+namespace {
+bool g_initialized = false;
+}
+
+void check_level(const std::string& level) {
+  if (spdlog::level::from_str(level) == spdlog::level::off && level != "off") {
+    throw UserError("--log-level: unknown level '" + level +
                     "' (expected trace, debug, info, warn, error, critical or off)");
   }
+}
+
+bool initialized() { return g_initialized; }
+
+void init(int rank, const Options& options) {
+  check_level(options.level);
+  const auto level = spdlog::level::from_str(options.level);
   const std::string pattern = "[%H:%M:%S.%e] [r" + std::to_string(rank) + "] [%^%l%$] %v";
 
   auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
@@ -42,6 +52,7 @@ void init(int rank, const Options& options) {
   logger->set_level(level);
   logger->flush_on(spdlog::level::warn);
   spdlog::set_default_logger(logger);
+  g_initialized = true;
 }
 
 void flush() {

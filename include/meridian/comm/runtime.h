@@ -15,7 +15,9 @@ namespace meridian::comm {
 
 struct RuntimeOptions {
   std::string device = "auto";  // auto (cuda:<local_rank> when CUDA is available, else cpu), cpu, cuda
-  int threads = 0;              // torch intra-op threads; 0: OMP_NUM_THREADS if set, else cores on node / local ranks
+  int threads = 0;  // torch intra-op threads; 0: OMP_NUM_THREADS if set, else cores on node / local ranks,
+                    // capped by the CPUs the rank is bound to (mpirun binds 1 core per rank for np <= 2:
+                    // use --bind-to none or --map-by socket:PE=<n> to give ranks more)
   double comm_timeout_s = 600;  // watchdog: a collective not done within this ends the job
 };
 
@@ -39,6 +41,8 @@ class Runtime {
   const std::string& host() const { return host_; }
   const c10::Device& device() const { return device_; }
   int threads() const { return threads_; }
+  // CPUs this process may run on (its affinity mask: mpirun's --bind-to, Slurm's cgroup); 0 if unknown.
+  int bound_cpus() const { return bound_cpus_; }
   double comm_timeout_s() const { return options_.comm_timeout_s; }
 
   // Collective: every rank passes its string; rank 0 gets all of them in rank order, others get {}.
@@ -54,7 +58,7 @@ class Runtime {
 
  private:
   RuntimeOptions options_;
-  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_count_ = 1, threads_ = 1;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_count_ = 1, threads_ = 1, bound_cpus_ = 0;
   std::string host_;
   c10::Device device_{c10::kCPU};
   bool owns_mpi_ = false;

@@ -17,6 +17,12 @@ struct Options {
 // level or an unwritable log directory (naming the path).
 void init(int rank, const Options& options);
 
+// Throws UserError unless `level` is one of the names above (checked while parsing options, before MPI).
+void check_level(const std::string& level);
+
+// True once init() has installed meridian's logger.
+bool initialized();
+
 // Flushes every sink; call before aborting.
 void flush();
 
