@@ -171,7 +171,12 @@ std::vector<CommBenchRow> run_comm_bench(const Runtime& runtime, Communicator& c
         row.wrong = wrong.cpu().item<int64_t>();
 
         if (o.reference) {
-          Buffers ref = make_buffers(collective, count, n, dtype, c10::Device(c10::kCPU), comm.rank(), false);
+          // The same buffer as the timed run; a host copy of it when the communicator's is on a GPU.
+          Buffers ref = timed;
+          if (!dev.is_cpu()) {
+            ref.input = timed.input.cpu();
+            if (timed.output.defined()) ref.output = timed.output.cpu();
+          }
           at::Tensor out = ref.output.defined() ? ref.output : ref.input;
           const ReduceOp raw_op = o.op == ReduceOp::Avg ? ReduceOp::Sum : o.op;
           for (int i = 0; i < o.warmup; ++i) detail::raw_mpi_collective(collective, ref.input, out, raw_op);

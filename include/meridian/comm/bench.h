@@ -10,8 +10,8 @@
 //   broadcast       busbw = algbw
 // It then runs each size once more on fresh data whose expected result is closed-form in rank and
 // size, and counts the wrong elements summed over ranks (so every rank agrees on pass/fail). The
-// reference columns time the plain MPI collective (one call, no segmentation) on a host buffer of
-// the same size and dtype.
+// reference columns time the plain MPI collective (one call, no segmentation) on the same buffer
+// (for a GPU communicator, a host copy of it).
 #pragma once
 
 #include <cstdint>
