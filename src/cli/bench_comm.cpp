@@ -9,29 +9,11 @@
 #include "meridian/comm/bench.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
+#include "meridian/core/units.h"
 
 namespace meridian::cli {
 
 namespace {
-
-uint64_t parse_size(const std::string& text, const char* option) {
-  // 8, 64K, 16M, 1G (powers of 1024)
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &pos);
-  } catch (...) {
-    throw UserError(std::string(option) + ": '" + text + "' is not a size (e.g. 8, 64K, 16M, 1G)");
-  }
-  const std::string unit = text.substr(pos);
-  double scale = 1;
-  if (unit == "K" || unit == "k") scale = 1024.0;
-  else if (unit == "M" || unit == "m") scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "g") scale = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) throw UserError(std::string(option) + ": unknown unit in '" + text + "' (use K, M or G)");
-  if (v <= 0) throw UserError(std::string(option) + ": must be positive");
-  return static_cast<uint64_t>(v * scale);
-}
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
@@ -79,8 +61,8 @@ Command bench_comm_command() {
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     comm::CommBenchOptions o;
-    o.min_bytes = parse_size(p["min-bytes"].as<std::string>(), "--min-bytes");
-    o.max_bytes = parse_size(p["max-bytes"].as<std::string>(), "--max-bytes");
+    o.min_bytes = parse_bytes(p["min-bytes"].as<std::string>(), "--min-bytes");
+    o.max_bytes = parse_bytes(p["max-bytes"].as<std::string>(), "--max-bytes");
     o.factor = p["factor"].as<double>();
     o.collectives = split_list(p["ops"].as<std::string>());
     o.dtypes = split_list(p["dtypes"].as<std::string>());
@@ -95,6 +77,12 @@ Command bench_comm_command() {
     if (backend_name == "mpi") backend = comm::Backend::MPI;
     else if (backend_name == "nccl") backend = comm::Backend::NCCL;
     else if (backend_name != "auto") throw UserError("--backend: unknown backend '" + backend_name + "' (expected auto, mpi or nccl)");
+
+    // Check the --json file is writable before the sweep, and agree on it, so an error ends every rank alike.
+    const std::string json_path = p["json"].as<std::string>();
+    std::string json_error;
+    if (rt.rank() == 0 && !json_path.empty() && !std::ofstream(json_path)) json_error = json_path + ": cannot write the --json file";
+    if (!rt.all_true(json_error.empty())) throw UserError(json_error.empty() ? "--json: rank 0 cannot write the file" : json_error);
 
     auto communicator = comm::make_communicator(rt, backend);
     if (rt.rank() == 0) {
@@ -118,7 +106,6 @@ Command bench_comm_command() {
     for (const auto& r : rows) wrong += r.wrong;
     if (rt.rank() == 0) {
       std::printf("# %s: %lld wrong elements in %zu rows\n", wrong == 0 ? "PASS" : "FAIL", (long long)wrong, rows.size());
-      const std::string json_path = p["json"].as<std::string>();
       if (!json_path.empty()) {
         nlohmann::json j;
         j["ranks"] = rt.size();

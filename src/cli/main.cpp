@@ -1,6 +1,7 @@
 // meridian: data-parallel training across machines. Entry point and subcommand dispatch.
 #include <torch/version.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 
@@ -105,7 +106,12 @@ int main(int argc, char** argv) {
   try {
     parsed = options.parse(nargs, args.data());
     if (!parsed.unmatched().empty()) throw UserError("unexpected argument '" + parsed.unmatched().front() + "'");
-    if (!parsed.count("help")) log::check_level(parsed["log-level"].as<std::string>());
+    if (!parsed.count("help")) {
+      log::check_level(parsed["log-level"].as<std::string>());
+      const double timeout = parsed["comm-timeout"].as<double>();
+      if (!(std::isfinite(timeout) && timeout > 0 && timeout <= 1e7))
+        throw UserError("--comm-timeout: must be a number of seconds > 0, got " + std::to_string(timeout));
+    }
   } catch (const std::exception& e) {
     if (launcher_rank0()) std::cerr << "meridian " << command->name << ": " << e.what() << " (see --help)\n";
     return kExitUserError;

@@ -55,6 +55,15 @@ std::unique_ptr<Communicator> make_communicator(const Runtime& runtime, Backend 
 
 namespace detail {
 
+std::function<void(const std::string&, double)> watchdog_abort(const char* backend, double timeout_s) {
+  return [backend = std::string(backend), timeout_s](const std::string& what, double elapsed) {
+    std::ostringstream os;
+    os << where() << " watchdog: " << what << " on the " << backend << " communicator did not complete within "
+       << timeout_s << " s (elapsed " << elapsed << " s); a rank is hung, dead or skipped the call. Aborting the job.";
+    abort_job(os.str(), kExitFatal);
+  };
+}
+
 std::string describe(const char* collective, const at::Tensor& tensor, const char* extra) {
   std::ostringstream os;
   os << collective;

@@ -21,6 +21,7 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/comm/watchdog.h"
 #include "meridian/core/error.h"
+#include "meridian/core/units.h"
 #include "mpi_check.h"
 #include "work.h"
 
@@ -95,18 +96,14 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator(const Runtime& runtime, const MpiOptions& options)
       : rank_(runtime.rank()),
         size_(runtime.size()),
-        watchdog_(runtime.comm_timeout_s(), [this](const std::string& what, double elapsed) {
-          abort_job(where() + " watchdog: " + what + " on the MPI communicator did not complete within " +
-                        std::to_string(static_cast<int>(watchdog_.timeout_s())) + " s (elapsed " +
-                        std::to_string(elapsed) + " s); a rank is hung, dead or skipped the call. Aborting the job.",
-                    kExitFatal);
-        }) {
+        watchdog_(runtime.comm_timeout_s(), watchdog_abort("MPI", runtime.comm_timeout_s())) {
     segment_bytes_ = options.segment_bytes;
     if (segment_bytes_ == 0) {
       const char* env = std::getenv("MERIDIAN_MPI_SEGMENT_BYTES");
-      segment_bytes_ = env ? std::strtoull(env, nullptr, 10) : kDefaultSegmentBytes;
-      if (segment_bytes_ == 0) segment_bytes_ = kDefaultSegmentBytes;
+      segment_bytes_ = env && *env ? parse_bytes(env, "MERIDIAN_MPI_SEGMENT_BYTES") : kDefaultSegmentBytes;
     }
+    // Whole elements of any dtype, and counts that fit MPI's int.
+    segment_bytes_ = std::clamp<uint64_t>(segment_bytes_, 64, uint64_t(1) << 30);
     half_ops();
     MERIDIAN_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
     MERIDIAN_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
@@ -117,6 +114,10 @@ class MpiCommunicator final : public Communicator {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
+      // Destroyed by an exception (an error on this rank): operations not yet started are dropped
+      // rather than run, so the error reaches main and ends the job now instead of waiting for peers
+      // that may never join; the one already running completes or is ended by the watchdog.
+      if (std::uncaught_exceptions() > 0) queue_.clear();
     }
     cv_.notify_all();
     thread_.join();  // runs the queued operations first
@@ -231,15 +232,20 @@ class MpiCommunicator final : public Communicator {
   // progress thread only takes a task while holding exec_mu_); otherwise queues it and waits.
   void run_blocking(Task task) {
     std::unique_lock<std::mutex> exec(exec_mu_);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!queue_.empty()) {
-        exec.unlock();
-        enqueue(std::move(task))->wait();
-        return;
-      }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (queue_.empty()) {
+      lock.unlock();
+      execute(task);
+      return;
     }
-    execute(task);
+    // Operations are queued: this one goes behind them, and we wait holding no lock.
+    task.work = std::make_shared<CompletionWork>();
+    WorkPtr work = task.work;
+    queue_.push_back(std::move(task));
+    lock.unlock();
+    exec.unlock();
+    cv_.notify_one();
+    work->wait();
   }
 
   // Runs one operation under the watchdog; a failure is fatal for the job.

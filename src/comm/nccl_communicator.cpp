@@ -81,6 +81,22 @@ cudaStream_t current_stream(int device) {
 #endif
 }
 
+// Makes `device` current for a scope and restores the caller's device after, so the communicator
+// never changes which GPU the caller's later allocations go to.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    MERIDIAN_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) MERIDIAN_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
 class NcclWork final : public CompletionWork {
  public:
   NcclWork(int device, cudaEvent_t done) : device_(device), done_(done) {}
@@ -89,7 +105,7 @@ class NcclWork final : public CompletionWork {
 
  protected:
   void after_completion() override {
-    MERIDIAN_CUDA_CHECK(cudaSetDevice(device_));
+    DeviceGuard guard(device_);
     MERIDIAN_CUDA_CHECK(cudaStreamWaitEvent(current_stream(device_), done_, 0));
   }
 
@@ -104,15 +120,10 @@ class NcclCommunicator final : public Communicator {
       : rank_(runtime.rank()),
         size_(runtime.size()),
         device_(runtime.device().index()),
-        watchdog_(runtime.comm_timeout_s(), [this](const std::string& what, double elapsed) {
-          abort_job(where() + " watchdog: " + what + " on the NCCL communicator did not complete within " +
-                        std::to_string(static_cast<int>(watchdog_.timeout_s())) + " s (elapsed " +
-                        std::to_string(elapsed) + " s); a rank is hung, dead or skipped the call. Aborting the job.",
-                    kExitFatal);
-        }) {
+        watchdog_(runtime.comm_timeout_s(), watchdog_abort("NCCL", runtime.comm_timeout_s())) {
     if (!runtime.device().is_cuda())
       throw UserError("the NCCL backend needs a CUDA device; this rank runs on " + runtime.device().str());
-    MERIDIAN_CUDA_CHECK(cudaSetDevice(device_));
+    DeviceGuard guard(device_);
     ncclUniqueId id;
     if (rank_ == 0) MERIDIAN_NCCL_CHECK(ncclGetUniqueId(&id));
     runtime.broadcast_bytes(&id, sizeof(id), 0);
@@ -125,14 +136,20 @@ class NcclCommunicator final : public Communicator {
   }
 
   ~NcclCommunicator() override {
+    bool in_flight = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       stop_ = true;
+      in_flight = !in_flight_.empty();
     }
+    // Destroyed by an exception (an error on this rank) with operations in flight: abort them rather
+    // than wait for peers that may never join, so the error reaches main and ends the job now.
+    const bool abort = in_flight && std::uncaught_exceptions() > 0;
+    if (abort) ncclCommAbort(comm_);
     cv_.notify_all();
     thread_.join();  // waits for the in-flight operations
     remove_abort_hook(hook_);
-    ncclCommDestroy(comm_);
+    if (!abort) ncclCommDestroy(comm_);
     cudaStreamDestroy(stream_);
   }
 
@@ -195,19 +212,28 @@ class NcclCommunicator final : public Communicator {
     uint64_t watchdog_id;
   };
 
+  // Enqueues one operation on the NCCL stream. Serialised (launch_mu_), so calls from several
+  // threads reach NCCL one at a time and in the order they were made. A failure is fatal for the job.
   template <typename Enqueue>
   WorkPtr launch(std::string description, std::vector<at::Tensor> tensors, Enqueue&& enqueue) {
-    MERIDIAN_CUDA_CHECK(cudaSetDevice(device_));
-    cudaEvent_t ready, done;
-    MERIDIAN_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    MERIDIAN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    MERIDIAN_CUDA_CHECK(cudaEventRecord(ready, current_stream(device_)));
-    MERIDIAN_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
-    cudaEventDestroy(ready);  // destruction is deferred by CUDA until the wait has consumed it
-    auto work = std::make_shared<NcclWork>(device_, done);
-    const uint64_t id = watchdog_.begin(std::move(description));
-    enqueue();
-    MERIDIAN_CUDA_CHECK(cudaEventRecord(done, stream_));
+    std::lock_guard<std::mutex> launching(launch_mu_);
+    DeviceGuard guard(device_);
+    std::shared_ptr<NcclWork> work;
+    uint64_t id = 0;
+    try {
+      cudaEvent_t ready, done;
+      MERIDIAN_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+      MERIDIAN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+      work = std::make_shared<NcclWork>(device_, done);
+      MERIDIAN_CUDA_CHECK(cudaEventRecord(ready, current_stream(device_)));
+      MERIDIAN_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
+      cudaEventDestroy(ready);  // destruction is deferred by CUDA until the wait has consumed it
+      id = watchdog_.begin(description);
+      enqueue();
+      MERIDIAN_CUDA_CHECK(cudaEventRecord(done, stream_));
+    } catch (const std::exception& e) {
+      abort_job(where() + " " + description + " failed: " + e.what(), kExitFatal);
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       in_flight_.push_back(InFlight{work, std::move(tensors), id});
@@ -251,6 +277,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   int hook_ = 0;
+  std::mutex launch_mu_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<InFlight> in_flight_;

@@ -5,6 +5,11 @@
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
 
+#include "meridian/build_config.h"
+#ifdef MERIDIAN_TORCH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 #include <sched.h>
 
 #include <cstdlib>
@@ -13,6 +18,7 @@
 #include <mutex>
 #include <thread>
 
+#include "meridian/build_config.h"
 #include "meridian/core/error.h"
 #include "meridian/core/log.h"
 #include "mpi_check.h"
@@ -78,20 +84,30 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
   int leader = local_rank_ == 0 ? 1 : 0;
   MERIDIAN_MPI_CHECK(MPI_Allreduce(&leader, &node_count_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
 
-  // Device. Every rank of a node sees the same GPU count, so an error here is raised on all of them.
+  // Device. The check is local (GPUs per node differ between nodes) but the verdict is collective,
+  // so every rank throws and finalises together instead of leaving others in a later collective.
+  std::string device_error;
   const int gpus = static_cast<int>(torch::cuda::device_count());
   if (options_.device == "cuda" || (options_.device == "auto" && gpus > 0)) {
     if (gpus == 0) {
-      throw UserError("--device cuda: no CUDA device is visible on " + host_ +
-                      (torch::cuda::is_available() ? "" : " (this LibTorch build has no CUDA support)"));
+      device_error = "--device cuda: no CUDA device is visible on " + host_ +
+                     (torch::cuda::is_available() ? "" : " (this LibTorch build has no CUDA support)");
+    } else if (local_size_ > gpus) {
+      device_error = "--device cuda: " + std::to_string(local_size_) + " ranks run on " + host_ + " but only " +
+                     std::to_string(gpus) + " GPU(s) are visible (CUDA_VISIBLE_DEVICES); start one rank per GPU";
+    } else {
+      device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank_));
+#ifdef MERIDIAN_TORCH_CUDA
+      c10::cuda::set_device(device_.index());  // the process's current device: torch's "cuda" means this GPU
+#endif
     }
-    if (local_size_ > gpus) {
-      throw UserError("--device cuda: " + std::to_string(local_size_) + " ranks run on " + host_ + " but only " +
-                      std::to_string(gpus) + " GPU(s) are visible (CUDA_VISIBLE_DEVICES); start one rank per GPU");
-    }
-    device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank_));
   } else if (options_.device != "cpu" && options_.device != "auto") {
-    throw UserError("--device: unknown device '" + options_.device + "' (expected auto, cpu or cuda)");
+    device_error = "--device: unknown device '" + options_.device + "' (expected auto, cpu or cuda)";
+  }
+  if (!all_true(device_error.empty())) {
+    if (device_error.empty()) device_error = "--device: device selection failed on another rank (see its message)";
+    if (owns_mpi_) MPI_Finalize();
+    throw UserError(device_error);
   }
 
   // Threads: the user's choice wins (--threads, then OMP_NUM_THREADS); else the node's cores split
@@ -189,21 +205,27 @@ void abort_job(const std::string& message, int exit_code) {
     } else {
       std::cerr << message << std::endl;
     }
-    std::map<int, std::function<void()>> to_run;
-    {
-      std::lock_guard<std::mutex> lock(hooks_mutex());
-      to_run = hooks();
-    }
-    for (auto& [id, hook] : to_run) {
-      try {
-        hook();
-      } catch (...) {
-      }
-    }
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
-    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+    const bool mpi_up = initialized && !finalized;
+    // A hook can block (ncclCommAbort with a stuck network thread): abort regardless after 10 s.
+    std::thread([exit_code, mpi_up] {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      if (mpi_up) MPI_Abort(MPI_COMM_WORLD, exit_code);
+      std::_Exit(exit_code);
+    }).detach();
+    {
+      // Held while hooks run, so remove_abort_hook (a communicator being destroyed) waits for them.
+      std::lock_guard<std::mutex> lock(hooks_mutex());
+      for (auto& [id, hook] : hooks()) {
+        try {
+          hook();
+        } catch (...) {
+        }
+      }
+    }
+    if (mpi_up) MPI_Abort(MPI_COMM_WORLD, exit_code);
     std::_Exit(exit_code);
   });
   // A second caller (another thread) waits here until the first one has ended the process.

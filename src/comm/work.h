@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -49,6 +50,10 @@ class CompletionWork : public Work {
   std::condition_variable cv_;
   bool done_ = false;
 };
+
+// The communicators' watchdog handler: ends the job with a message naming the operation, the
+// backend, the timeout, the elapsed time, the rank and the host.
+std::function<void(const std::string&, double)> watchdog_abort(const char* backend, double timeout_s);
 
 // "allreduce(sum) float32[1048576] 4194304 bytes"
 std::string describe(const char* collective, const at::Tensor& tensor, const char* detail = nullptr);

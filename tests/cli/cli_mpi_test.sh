@@ -21,6 +21,14 @@ done
 
 "$meridian" bench comm --bogus >"$tmp/o" 2>&1; rc=$?
 [[ $rc -eq 2 ]] || fail "unknown option: exit $rc, expected 2"
+for bad in "--comm-timeout 0" "--comm-timeout nan" "--log-level loud" "--device tpu"; do
+  # shellcheck disable=SC2086
+  "$meridian" info $bad >"$tmp/o" 2>&1; rc=$?
+  [[ $rc -eq 2 ]] || { cat "$tmp/o"; fail "info $bad: exit $rc, expected 2"; }
+done
+MERIDIAN_MPI_SEGMENT_BYTES=4X "$mpirun" --oversubscribe -np 2 -x MERIDIAN_MPI_SEGMENT_BYTES "$meridian" bench comm \
+  --max-bytes 64 >"$tmp/o" 2>&1; rc=$?
+[[ $rc -eq 2 ]] && grep -q "MERIDIAN_MPI_SEGMENT_BYTES: '4X'" "$tmp/o" || { cat "$tmp/o"; fail "bad MERIDIAN_MPI_SEGMENT_BYTES: exit $rc"; }
 "$meridian" frobnicate >"$tmp/o" 2>&1; rc=$?
 [[ $rc -eq 2 ]] && grep -q "unknown command 'frobnicate'" "$tmp/o" || fail "unknown command: exit $rc"
 "$mpirun" --oversubscribe -np 2 "$meridian" bench comm --ops alltoall >"$tmp/o" 2>&1; rc=$?
