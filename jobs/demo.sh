@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 np=${1:-2}
 build=${2:-$root/build}
-bin=$build/src/meridian
+bin=$build/meridian
 [[ -x $bin ]] || { echo "demo.sh: $bin not found; build first (tests/run.sh or cmake --build)" >&2; exit 2; }
 args=(-np "$np")
 [[ -n ${HOSTFILE:-} ]] && args+=(--hostfile "$HOSTFILE")

@@ -32,15 +32,15 @@ run cmake --build "$BUILD" -j "$(nproc)" || exit 1
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 step "meridian --version"
-run "$BUILD/src/meridian" --version
+run "$BUILD/meridian" --version
 step "meridian info"
-run mpirun -np 1 "$BUILD/src/meridian" info
+run mpirun -np 1 "$BUILD/meridian" info
 step "unit tests"
 run "$BUILD/tests/meridian_unit_tests"
 step "communicator tests, MPI and NCCL backends, 1 rank on cuda:0"
 MERIDIAN_TEST_DEVICE=cuda run mpirun -np 1 -x MERIDIAN_TEST_DEVICE "$BUILD/tests/meridian_comm_mpi_tests"
 step "bench comm, NCCL backend"
-run mpirun -np 1 "$BUILD/src/meridian" bench comm --backend nccl --ops allreduce,broadcast,allgather,reduce_scatter \
+run mpirun -np 1 "$BUILD/meridian" bench comm --backend nccl --ops allreduce,broadcast,allgather,reduce_scatter \
     --dtypes float32,bfloat16 --min-bytes 8 --max-bytes 256M --factor 16 --json "$OUT/bench-nccl.json"
 
 step "done: status $status"
