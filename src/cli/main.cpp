@@ -11,6 +11,7 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/log.h"
+#include "meridian/core/version.h"
 #ifdef MERIDIAN_WITH_DATA
 #include "meridian/data/hdf5_info.h"
 #endif
@@ -19,7 +20,15 @@ namespace {
 
 using meridian::cli::Command;
 
-std::vector<Command> all_commands() { return {meridian::cli::info_command(), meridian::cli::bench_comm_command()}; }
+std::vector<Command> all_commands() {
+  using namespace meridian::cli;
+  std::vector<Command> commands{info_command(), bench_comm_command()};
+#ifdef MERIDIAN_WITH_DATA
+  for (auto c : {prep_image_text_command(), prep_synthetic_command(), inspect_command(), bench_io_command()})
+    commands.push_back(c);
+#endif
+  return commands;
+}
 
 // Before MPI is up the launcher's environment tells the rank; only rank 0 prints usage errors.
 bool launcher_rank0() {
@@ -60,13 +69,15 @@ void print_usage() {
   std::cout << "meridian: data-parallel deep-learning training across machines (MPI + NCCL + LibTorch)\n\n"
                "Usage: mpirun -np N meridian <command> [options]\n"
                "       meridian --version | --help | <command> --help\n\nCommands:\n";
-  for (const auto& c : all_commands()) std::cout << "  " << c.name << std::string(14 - std::min<size_t>(13, c.name.size()), ' ') << c.summary << "\n";
+  for (const auto& c : all_commands())
+    std::cout << "  " << c.name << std::string(18 - std::min<size_t>(17, c.name.size()), ' ') << c.summary << "\n";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace meridian;
+  set_command_line(argc, argv);
   const std::string first = argc > 1 ? argv[1] : "";
   if (first.empty() || first == "-h" || first == "--help") {
     if (launcher_rank0()) print_usage();
@@ -88,8 +99,8 @@ int main(int argc, char** argv) {
   }
   if (!command) {
     if (launcher_rank0()) {
-      std::cerr << "meridian: unknown command '" << first << (argc > 2 && first == "bench" ? std::string(" ") + argv[2] : "")
-                << "'\n";
+      const bool two_words = argc > 2 && (first == "bench" || first == "prep");
+      std::cerr << "meridian: unknown command '" << first << (two_words ? std::string(" ") + argv[2] : "") << "'\n";
       print_usage();
     }
     return kExitUserError;

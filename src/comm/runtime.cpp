@@ -21,6 +21,7 @@
 #include "meridian/build_config.h"
 #include "meridian/core/error.h"
 #include "meridian/core/log.h"
+#include "meridian/comm/mpi_interop.h"
 #include "mpi_check.h"
 
 namespace meridian::comm {
@@ -169,6 +170,62 @@ void Runtime::broadcast_bytes(void* data, size_t bytes, int root) const {
 }
 
 void Runtime::barrier() const { MERIDIAN_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+
+void Runtime::stream_to_root(const std::string& mine,
+                             const std::function<void(int rank, const std::string& data)>& consume) const {
+  if (rank_ != 0) {
+    uint64_t len = mine.size();
+    MERIDIAN_MPI_CHECK(MPI_Send(&len, 1, MPI_UINT64_T, 0, 7001, MPI_COMM_WORLD));
+    for (uint64_t off = 0; off < len; off += INT32_MAX) {
+      const int n = static_cast<int>(std::min<uint64_t>(INT32_MAX, len - off));
+      MERIDIAN_MPI_CHECK(MPI_Send(mine.data() + off, n, MPI_CHAR, 0, 7002, MPI_COMM_WORLD));
+    }
+    return;
+  }
+  consume(0, mine);
+  std::string buffer;
+  for (int r = 1; r < size_; ++r) {
+    uint64_t len = 0;
+    MERIDIAN_MPI_CHECK(MPI_Recv(&len, 1, MPI_UINT64_T, r, 7001, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    buffer.resize(len);
+    for (uint64_t off = 0; off < len; off += INT32_MAX) {
+      const int n = static_cast<int>(std::min<uint64_t>(INT32_MAX, len - off));
+      MERIDIAN_MPI_CHECK(MPI_Recv(buffer.data() + off, n, MPI_CHAR, r, 7002, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    }
+    consume(r, buffer);
+  }
+}
+
+int64_t Runtime::sum(int64_t mine) const {
+  int64_t all = 0;
+  MERIDIAN_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+  return all;
+}
+
+int64_t Runtime::exclusive_prefix_sum(int64_t mine) const {
+  int64_t before = 0;
+  MERIDIAN_MPI_CHECK(MPI_Exscan(&mine, &before, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+  return rank_ == 0 ? 0 : before;
+}
+
+int64_t Runtime::max(int64_t mine) const {
+  int64_t all = 0;
+  MERIDIAN_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
+  return all;
+}
+
+MPI_Comm duplicate_world(const Runtime&) {
+  MPI_Comm comm;
+  MERIDIAN_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  return comm;
+}
+
+void free_comm(MPI_Comm& comm) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  comm = MPI_COMM_NULL;
+}
 
 std::string mpi_library_version() {
   char text[MPI_MAX_LIBRARY_VERSION_STRING];

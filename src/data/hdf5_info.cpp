@@ -4,19 +4,6 @@
 
 namespace meridian::data {
 
-namespace detail {
-std::string h5_error_message() {
-  std::string message;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD,
-           [](unsigned, const H5E_error2_t* err, void* out) -> herr_t {
-             auto* m = static_cast<std::string*>(out);
-             if (m->empty() && err && err->desc) *m = std::string(err->func_name ? err->func_name : "") + ": " + err->desc;
-             return 0;
-           },
-           &message);
-  return message.empty() ? "no message on the HDF5 error stack" : message;
-}
-}  // namespace detail
 
 std::string hdf5_version() {
   unsigned major = 0, minor = 0, release = 0;

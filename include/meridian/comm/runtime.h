@@ -7,6 +7,7 @@
 
 #include <c10/core/Device.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -51,6 +52,13 @@ class Runtime {
   std::vector<std::string> allgather(const std::string& mine) const;
   // Collective: true on every rank iff `ok` is true on every rank (pass/fail agreement).
   bool all_true(bool ok) const;
+  // Collective: rank 0 calls consume(r, data) for every rank r in order, holding one rank's data at
+  // a time (for results too large to gather at once); other ranks send theirs and return.
+  void stream_to_root(const std::string& mine, const std::function<void(int rank, const std::string& data)>& consume) const;
+  // Collective integer reductions over the world.
+  int64_t sum(int64_t mine) const;
+  int64_t max(int64_t mine) const;
+  int64_t exclusive_prefix_sum(int64_t mine) const;  // sum over lower ranks (0 on rank 0)
   // Collective: copies `bytes` bytes from root's buffer into everyone's.
   void broadcast_bytes(void* data, size_t bytes, int root) const;
   // Collective.

@@ -35,6 +35,14 @@ class ConfigError : public UserError {
   std::string origin_, field_;
 };
 
+// A data file (dataset, captions index, image) is missing, malformed or not what was expected.
+// what() = "<file>: <where>: <problem>" where <where> names a dataset, attribute or line.
+class DataError : public UserError {
+ public:
+  DataError(const std::string& file, const std::string& where, const std::string& problem)
+      : UserError(file + ": " + where + ": " + problem) {}
+};
+
 class SystemError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -1,0 +1,63 @@
+// Reading an image-text dataset on one process (no collectives): the loader's I/O thread, `inspect`
+// and `bench io` use it. HDF5 is not thread-safe in this build: use one reader from one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meridian/data/format.h"
+
+namespace meridian::data {
+
+class Tokenizer;
+
+enum class IoDriver { MPIO, POSIX };  // MPI-IO on MPI_COMM_SELF (independent reads), or the POSIX (sec2) driver
+IoDriver parse_io_driver(const std::string& name);  // "mpio" | "posix"; UserError otherwise
+
+class DatasetReader {
+ public:
+  // Validates the file (validate_dataset: DataError on any mismatch) and opens it read-only.
+  // MPIO needs MPI initialised.
+  DatasetReader(const std::string& path, IoDriver driver);
+  ~DatasetReader();
+  DatasetReader(const DatasetReader&) = delete;
+  DatasetReader& operator=(const DatasetReader&) = delete;
+
+  const DatasetInfo& info() const { return info_; }
+  size_t image_bytes() const { return size_t(info_.height) * info_.width * info_.channels; }
+
+  // Rows in ascending order without duplicates. One H5Dread per dataset on the union of the rows'
+  // hyperslabs. Buffers: images [rows, H, W, C], tokens [rows, K, L], lengths [rows, K], labels [rows];
+  // a null pointer skips that dataset.
+  void read_rows(const std::vector<int64_t>& rows, uint8_t* images, int32_t* tokens, int32_t* lengths,
+                 int32_t* labels);
+  // Contiguous rows [first, first + count) of /images: the sequential reference of `bench io`.
+  void read_image_range(int64_t first, int64_t count, uint8_t* images);
+
+  // Hash of the file size, the root attributes and the first image chunk: equal on every rank that
+  // sees the same file.
+  std::string fingerprint();
+  Tokenizer tokenizer();
+  std::vector<std::string> captions(int64_t row);  // the K raw captions of a row
+  std::string name(int64_t row);
+
+ private:
+  struct Handles;
+  DatasetInfo info_;
+  std::unique_ptr<Handles> h_;
+};
+
+// For `inspect`: class histogram and a few decoded captions (serial).
+struct DatasetSummary {
+  std::vector<int64_t> class_counts;  // per class_names entry
+  int64_t unlabelled = 0;
+  struct Example {
+    std::string name, caption, decoded;  // stored caption, and the stored tokens decoded again
+  };
+  std::vector<Example> examples;
+};
+DatasetSummary summarize(const std::string& path, int examples);
+
+}  // namespace meridian::data

@@ -1,0 +1,76 @@
+// The training data loader: every rank reads its share of each global batch from the dataset file,
+// ahead of time.
+//
+// Pipeline per rank: an I/O thread (the only thread that calls HDF5) reads each batch with one
+// H5Dread per dataset on the union of the batch's rows, into reused buffers; a preparation thread
+// picks one caption per sample and applies augmentation; `prefetch` batches wait ready in a queue,
+// so reading overlaps training. Order within a batch is ascending row order.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "meridian/data/dataset_reader.h"
+#include "meridian/data/format.h"
+#include "meridian/data/sampler.h"
+
+namespace meridian::comm {
+class Runtime;
+}
+
+namespace meridian::data {
+
+struct LoaderOptions {
+  std::string path;
+  int64_t batch_size = 32;      // per rank
+  int prefetch = 4;             // batches ready ahead
+  uint64_t seed = 0;
+  bool drop_last = true;
+  bool augment = false;         // random resized crop (area 0.5-1, aspect 3/4-4/3) + horizontal flip
+  int crop_size = 0;            // output image size with augment; 0: the stored size
+  int64_t epoch = 0;            // where to start (from a checkpoint)
+  int64_t position = 0;         // global samples already consumed in `epoch`
+  IoDriver driver = IoDriver::MPIO;
+};
+
+struct Batch {
+  at::Tensor images;   // [B, S, S, 3] uint8, RGB
+  at::Tensor tokens;   // [B, L] int32: one of the K captions, chosen from (seed, epoch, row)
+  at::Tensor lengths;  // [B] int32
+  at::Tensor labels;   // [B] int32, -1 when unknown
+  at::Tensor rows;     // [B] int64 dataset rows, in the order of the tensors above
+  int64_t epoch = 0;
+  int64_t step = 0;            // global batch index within the epoch
+  int64_t next_position = 0;   // global position after this batch (checkpoint this with `epoch` of the next batch)
+  double wait_s = 0;           // time next() waited for this batch (data stall)
+};
+
+class Loader {
+ public:
+  // Collective: every rank opens the file (read-only), then all ranks compare what they see (size,
+  // attributes, first chunk); a difference is a UserError on every rank naming the ranks and hosts
+  // that differ (e.g. a data path that points elsewhere on one node). Then the threads start.
+  Loader(const comm::Runtime& runtime, const LoaderOptions& options);
+  ~Loader();  // not collective: stops the threads
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Blocks until the next batch is ready. Epochs follow each other without end. An I/O error on the
+  // reader thread is rethrown here.
+  Batch next();
+
+  const DatasetInfo& info() const;
+  const DistributedSampler& sampler() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Deterministic augmentation of one image [H, W, 3] uint8 to [size, size, 3] uint8, from `key`.
+at::Tensor augment_image(const at::Tensor& image, int size, uint64_t key);
+
+}  // namespace meridian::data

@@ -1,0 +1,54 @@
+// `meridian prep`: turns images + captions (or procedurally drawn scenes) into one dataset file.
+//
+// Collective: every rank calls it with the same options. Ranks decode disjoint blocks of the input
+// (round-robin, so the file keeps the input order) and write them by hyperslab into one file; the
+// same works on one rank. The file is written as <out>.tmp and renamed to <out> only once complete.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meridian::comm {
+class Runtime;
+}
+
+namespace meridian::data {
+
+struct PrepCommon {
+  std::string out;
+  bool overwrite = false;     // else an existing <out> is an error
+  int size = 256;             // images are resized (shorter side) and center-cropped to size x size
+  int captions_per_image = 5; // K: extra captions are dropped, missing ones repeat the ones given
+  int context_length = 64;    // L tokens per caption (eos included)
+  std::string tokenizer;      // a SentencePiece .model; empty: train one on the captions
+  int vocab_size = 8000;      // upper bound for a trained tokenizer
+  int block = 32;             // images per rank per collective write
+};
+
+struct PrepImageTextOptions : PrepCommon {
+  std::string images_dir;     // image paths in the captions file are relative to it
+  std::string captions_file;  // .jsonl ({"image", "captions": [...] or "caption", "class"?, "split"?}) or .csv
+  std::string split;          // keep only entries of this split; empty: all
+  std::vector<int> bands;     // 1-based bands to use as R,G,B for multi-band images; empty: automatic
+  bool strict = false;        // an unreadable image is fatal instead of skipped and reported
+};
+
+struct PrepSyntheticOptions : PrepCommon {
+  int64_t count = 1000;
+  uint64_t seed = 0;
+};
+
+struct PrepReport {
+  int64_t inputs = 0;                  // entries considered
+  int64_t written = 0;                 // rows in the file
+  std::vector<std::string> skipped;    // "<name>: <reason>", on rank 0 (empty elsewhere)
+  int64_t skipped_count = 0;           // on every rank
+  double seconds = 0;
+};
+
+// Throws UserError/DataError for bad options or input (naming the file and line), on every rank.
+PrepReport prep_image_text(const comm::Runtime& runtime, const PrepImageTextOptions& options);
+PrepReport prep_synthetic_image_text(const comm::Runtime& runtime, const PrepSyntheticOptions& options);
+
+}  // namespace meridian::data

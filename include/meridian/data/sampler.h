@@ -1,0 +1,45 @@
+// Distributed sampler: which dataset rows each rank reads, epoch after epoch.
+//
+// Epoch e visits a permutation of [0, N) derived only from (seed, epoch): identical on every rank,
+// no table in memory (a keyed Feistel bijection with cycle walking, so 10M-row datasets cost
+// nothing). Positions are counted in *global* samples: global position g of the epoch goes to rank
+// g mod world_size. A global batch of world_size x B samples starts at position p = step x
+// world_size x B; rank r takes positions p + r, p + r + world_size, ... So (epoch, position) is the
+// whole state to checkpoint, and a run resumed on another world size continues from the same global
+// position without losing or repeating a sample.
+//
+// drop_last = true: an epoch has floor(N / global_batch) global batches; the tail is not visited
+// that epoch. drop_last = false: the last global batch is completed by wrapping around to the start
+// of the permutation (those samples appear twice in that epoch). Pure, thread-safe, not collective.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace meridian::data {
+
+class DistributedSampler {
+ public:
+  // Throws std::invalid_argument on n < 1, world_size < 1, rank outside [0, world_size), batch < 1.
+  DistributedSampler(int64_t n, int64_t per_rank_batch, int rank, int world_size, uint64_t seed, bool drop_last);
+
+  int64_t global_batch() const { return per_rank_batch_ * world_size_; }
+  int64_t steps_per_epoch() const;  // global batches per epoch (0 if N < global batch with drop_last)
+  int64_t epoch_samples() const { return steps_per_epoch() * global_batch(); }
+
+  // Dataset row at global position `position` of `epoch` (position < epoch_samples()).
+  int64_t row(int64_t epoch, int64_t position) const;
+  // This rank's rows of the global batch starting at global position `start` (in position order).
+  std::vector<int64_t> batch(int64_t epoch, int64_t start) const;
+
+ private:
+  int64_t n_, per_rank_batch_;
+  int rank_, world_size_;
+  uint64_t seed_;
+  bool drop_last_;
+};
+
+// The keyed permutation on its own: a bijection of [0, n) for each key.
+int64_t permute(int64_t index, int64_t n, uint64_t key);
+
+}  // namespace meridian::data

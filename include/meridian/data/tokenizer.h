@@ -1,0 +1,37 @@
+// SentencePiece tokenizer as stored in a dataset (/tokenizer/model), so training and evaluation use
+// exactly the tokenizer the data was made with. Encoding is const and safe from several threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace meridian::data {
+
+class Tokenizer {
+ public:
+  // From the bytes of a SentencePiece .model file; `origin` names them in errors (DataError).
+  static Tokenizer from_bytes(const std::string& model, const std::string& origin);
+  static Tokenizer from_file(const std::string& path);
+  // Trains a unigram model on `sentences` (pad 0, unk 1, bos 2, eos 3). `vocab_size` is an upper
+  // bound: a small corpus gets fewer pieces rather than an error. Deterministic for its input.
+  static Tokenizer train(const std::vector<std::string>& sentences, int vocab_size);
+
+  // Writes the ids of `text` then eos into out[0..context_length), truncating the text so eos stays
+  // last, and pads with pad_id(). Returns the length before padding (<= context_length).
+  int encode(const std::string& text, int context_length, int32_t* out) const;
+  std::string decode(const int32_t* ids, int length) const;  // stops at eos/pad
+
+  int vocab_size() const;
+  int pad_id() const;  // the model's pad piece, or 0 when it has none
+  int eos_id() const;  // -1 when the model has no eos piece (then nothing is appended)
+  const std::string& model_bytes() const { return bytes_; }
+
+ private:
+  struct Model;
+  std::shared_ptr<Model> model_;
+  std::string bytes_;
+};
+
+}  // namespace meridian::data

@@ -1,0 +1,53 @@
+// `meridian inspect FILE.h5`: validates a dataset against the format and summarises it.
+#include <cstdio>
+
+#include "commands.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/core/error.h"
+#include "meridian/data/dataset_reader.h"
+#include "meridian/data/format.h"
+
+namespace meridian::cli {
+
+Command inspect_command() {
+  Command c;
+  c.name = "inspect";
+  c.summary = "Validate a dataset file and show its kind, counts, shapes, tokenizer, captions, classes";
+  c.add_options = [](cxxopts::Options& o) {
+    o.add_options()
+        ("file", "Dataset file (.h5)", cxxopts::value<std::string>()->default_value(""))
+        ("samples", "Captions to decode and show", cxxopts::value<int>()->default_value("3"));
+    o.parse_positional({"file"});
+    o.positional_help("FILE.h5");
+  };
+  c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
+    const std::string path = p["file"].as<std::string>();
+    if (path.empty()) throw UserError("inspect: give the dataset file (meridian inspect FILE.h5)");
+    if (rt.rank() != 0) return 0;  // a local check: rank 0 reports
+    const data::DatasetInfo info = data::validate_dataset(path);
+    std::printf("%s: valid %s dataset, format %s v%lld, %.1f MB\n", path.c_str(), info.kind.c_str(),
+                data::kFormatName, (long long)info.format_version, info.file_bytes / 1e6);
+    std::printf("  created by   %s\n", info.created_by.c_str());
+    std::printf("  split        %s\n", info.split.empty() ? "(all)" : info.split.c_str());
+    std::printf("  images       %lld x %lldx%lldx%lld uint8, chunk [%llu, %llu, %llu, %llu]\n", (long long)info.count,
+                (long long)info.height, (long long)info.width, (long long)info.channels,
+                (unsigned long long)info.image_chunk.at(0), (unsigned long long)info.image_chunk.at(1),
+                (unsigned long long)info.image_chunk.at(2), (unsigned long long)info.image_chunk.at(3));
+    std::printf("  captions     %lld (%lld per image), %lld tokens each\n",
+                (long long)(info.count * info.captions_per_sample), (long long)info.captions_per_sample,
+                (long long)info.context_length);
+    std::printf("  tokenizer    sentencepiece, vocab %lld, pad %lld, eos %lld\n", (long long)info.vocab_size,
+                (long long)info.pad_id, (long long)info.eos_id);
+    const data::DatasetSummary summary = data::summarize(path, p["samples"].as<int>());
+    std::printf("  classes      %zu\n", info.class_names.size());
+    for (size_t k = 0; k < info.class_names.size(); ++k)
+      std::printf("    %-20s %lld\n", info.class_names[k].c_str(), (long long)summary.class_counts.at(k));
+    if (summary.unlabelled) std::printf("    (no class)           %lld\n", (long long)summary.unlabelled);
+    for (const auto& s : summary.examples)
+      std::printf("  sample %s\n    stored : %s\n    decoded: %s\n", s.name.c_str(), s.caption.c_str(), s.decoded.c_str());
+    return 0;
+  };
+  return c;
+}
+
+}  // namespace meridian::cli

@@ -1,0 +1,122 @@
+// `meridian prep image-text` and `meridian prep synthetic`: build a dataset file (docs/formats.md).
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "commands.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/core/error.h"
+#include "meridian/data/prep.h"
+
+namespace meridian::cli {
+
+namespace {
+
+void add_common(cxxopts::Options& o) {
+  o.add_options("prep")
+      ("out", "Output dataset file (.h5); written as <out>.tmp and renamed when complete", cxxopts::value<std::string>()->default_value(""))
+      ("overwrite", "Replace an existing output file")
+      ("size", "Image size: shorter side resized to it, then center-cropped to size x size", cxxopts::value<int>()->default_value("256"))
+      ("captions-per-image", "Captions stored per image (extra dropped, missing ones repeated)", cxxopts::value<int>()->default_value("5"))
+      ("context-length", "Tokens per caption, eos included", cxxopts::value<int>()->default_value("64"))
+      ("tokenizer", "SentencePiece .model to use; default: train one on the captions", cxxopts::value<std::string>()->default_value(""))
+      ("vocab-size", "Vocabulary size (upper bound) of a trained tokenizer", cxxopts::value<int>()->default_value("8000"))
+      ("block", "Images per rank per collective write", cxxopts::value<int>()->default_value("32"));
+}
+
+void fill_common(const cxxopts::ParseResult& p, data::PrepCommon& c) {
+  c.out = p["out"].as<std::string>();
+  c.overwrite = p.count("overwrite") > 0;
+  c.size = p["size"].as<int>();
+  c.captions_per_image = p["captions-per-image"].as<int>();
+  c.context_length = p["context-length"].as<int>();
+  c.tokenizer = p["tokenizer"].as<std::string>();
+  c.vocab_size = p["vocab-size"].as<int>();
+  c.block = p["block"].as<int>();
+}
+
+std::vector<int> parse_bands(const std::string& text) {
+  std::vector<int> bands;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t pos = 0;
+      bands.push_back(std::stoi(item, &pos));
+      if (pos != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw UserError("--bands: '" + text + "' is not a comma-separated list of band numbers (e.g. 3,2,1)");
+    }
+  }
+  return bands;
+}
+
+int report(const comm::Runtime& rt, const data::PrepReport& r, const std::string& out) {
+  if (rt.rank() == 0) {
+    std::printf("prep: wrote %s: %lld of %lld inputs in %.1f s (%.1f images/s), %lld skipped\n", out.c_str(),
+                (long long)r.written, (long long)r.inputs, r.seconds, r.written / std::max(r.seconds, 1e-9),
+                (long long)r.skipped_count);
+    if (!r.skipped.empty()) {
+      const std::string list = out + ".skipped.txt";
+      std::ofstream f(list);
+      for (const auto& s : r.skipped) f << s << "\n";
+      for (size_t i = 0; i < std::min<size_t>(r.skipped.size(), 10); ++i) std::printf("  skipped %s\n", r.skipped[i].c_str());
+      std::printf("  full list of skipped inputs: %s\n", list.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command prep_image_text_command() {
+  Command c;
+  c.name = "prep image-text";
+  c.summary = "Images + captions (.jsonl/.csv) -> one image-text dataset file (run under mpirun)";
+  c.add_options = [](cxxopts::Options& o) {
+    o.add_options()
+        ("images", "Directory the image paths in the captions file are relative to", cxxopts::value<std::string>()->default_value(""))
+        ("captions", "Captions file: .jsonl ({\"image\", \"captions\": [...], \"class\", \"split\"}) or .csv (image,caption[,class,split])", cxxopts::value<std::string>()->default_value(""))
+        ("split", "Keep only entries of this split (e.g. train); default: all", cxxopts::value<std::string>()->default_value(""))
+        ("bands", "Bands (1-based) to use as R,G,B for multi-band images, e.g. 3,2,1", cxxopts::value<std::string>()->default_value(""))
+        ("strict", "An unreadable image is an error instead of being skipped and reported");
+    add_common(o);
+  };
+  c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
+    data::PrepImageTextOptions o;
+    fill_common(p, o);
+    o.images_dir = p["images"].as<std::string>();
+    o.captions_file = p["captions"].as<std::string>();
+    o.split = p["split"].as<std::string>();
+    if (!p["bands"].as<std::string>().empty()) o.bands = parse_bands(p["bands"].as<std::string>());
+    o.strict = p.count("strict") > 0;
+    return report(rt, data::prep_image_text(rt, o), o.out);
+  };
+  return c;
+}
+
+Command prep_synthetic_command() {
+  Command c;
+  c.name = "prep synthetic";
+  c.summary = "Procedurally drawn aerial-like scenes with captions -> a dataset (tests, demos)";
+  c.add_options = [](cxxopts::Options& o) {
+    o.add_options()
+        ("kind", "What to make: image-text", cxxopts::value<std::string>()->default_value("image-text"))
+        ("count", "Number of scenes", cxxopts::value<int64_t>()->default_value("1000"))
+        ("seed", "Seed: the same seed gives the same file", cxxopts::value<uint64_t>()->default_value("0"));
+    add_common(o);
+  };
+  c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
+    const std::string kind = p["kind"].as<std::string>();
+    if (kind != "image-text")
+      throw UserError("--kind: '" + kind + "' is not available yet (this build makes image-text)");
+    data::PrepSyntheticOptions o;
+    fill_common(p, o);
+    o.count = p["count"].as<int64_t>();
+    o.seed = p["seed"].as<uint64_t>();
+    return report(rt, data::prep_synthetic_image_text(rt, o), o.out);
+  };
+  return c;
+}
+
+}  // namespace meridian::cli

@@ -1,0 +1,149 @@
+#include "meridian/data/dataset_reader.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+
+#include "h5.h"
+#include "meridian/comm/mpi_interop.h"
+#include "meridian/core/error.h"
+#include "meridian/data/tokenizer.h"
+
+namespace meridian::data {
+
+IoDriver parse_io_driver(const std::string& name) {
+  if (name == "mpio") return IoDriver::MPIO;
+  if (name == "posix") return IoDriver::POSIX;
+  throw UserError("--io-driver: unknown driver '" + name + "' (expected mpio or posix)");
+}
+
+struct DatasetReader::Handles {
+  h5::Id file, images, tokens, lengths, labels, names, captions;
+};
+
+DatasetReader::DatasetReader(const std::string& path, IoDriver driver) : h_(std::make_unique<Handles>()) {
+  const auto locked = h5::lock();
+  info_ = validate_dataset(path);
+  h5::Id fapl = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+  if (driver == IoDriver::MPIO) MERIDIAN_H5_CHECK(H5Pset_fapl_mpio(fapl, MPI_COMM_SELF, MPI_INFO_NULL));
+  h_->file = h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl)));
+  const auto open = [&](const char* name) {
+    return h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(h_->file, name, H5P_DEFAULT)));
+  };
+  h_->images = open("/images");
+  h_->tokens = open("/tokens");
+  h_->lengths = open("/token_lengths");
+  h_->labels = open("/labels");
+  h_->names = open("/names");
+  h_->captions = open("/captions");
+}
+
+DatasetReader::~DatasetReader() {
+  const auto locked = h5::lock();
+  h_.reset();
+}
+
+namespace {
+// Reads whole rows `rows` (ascending, unique) of `dset` into a contiguous buffer.
+void read_union(hid_t dset, const std::vector<int64_t>& rows, hid_t mem_type, void* out) {
+  if (rows.empty()) return;
+  const auto d = h5::dims(dset);
+  h5::Id file_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(dset)));
+  std::vector<hsize_t> off(d.size(), 0), cnt(d);
+  // Consecutive rows become one hyperslab block.
+  MERIDIAN_H5_CHECK(H5Sselect_none(file_space));
+  size_t i = 0;
+  while (i < rows.size()) {
+    size_t e = i + 1;
+    while (e < rows.size() && rows[e] == rows[e - 1] + 1) ++e;
+    off[0] = hsize_t(rows[i]);
+    cnt[0] = hsize_t(e - i);
+    MERIDIAN_H5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_OR, off.data(), nullptr, cnt.data(), nullptr));
+    i = e;
+  }
+  std::vector<hsize_t> mem_dims(d);
+  mem_dims[0] = rows.size();
+  h5::Id mem_space = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(int(mem_dims.size()), mem_dims.data(), nullptr)));
+  MERIDIAN_H5_CHECK(H5Dread(dset, mem_type, mem_space, file_space, H5P_DEFAULT, out));
+}
+}  // namespace
+
+void DatasetReader::read_rows(const std::vector<int64_t>& rows, uint8_t* images, int32_t* tokens, int32_t* lengths,
+                              int32_t* labels) {
+  const auto locked = h5::lock();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    MERIDIAN_CHECK(rows[i] >= 0 && rows[i] < info_.count, "row out of range");
+    MERIDIAN_CHECK(i == 0 || rows[i] > rows[i - 1], "rows must be ascending and unique");
+  }
+  if (images) read_union(h_->images, rows, H5T_NATIVE_UINT8, images);
+  if (tokens) read_union(h_->tokens, rows, H5T_NATIVE_INT32, tokens);
+  if (lengths) read_union(h_->lengths, rows, H5T_NATIVE_INT32, lengths);
+  if (labels) read_union(h_->labels, rows, H5T_NATIVE_INT32, labels);
+}
+
+void DatasetReader::read_image_range(int64_t first, int64_t count, uint8_t* images) {
+  const auto locked = h5::lock();
+  std::vector<int64_t> rows(count);
+  for (int64_t i = 0; i < count; ++i) rows[i] = first + i;
+  read_union(h_->images, rows, H5T_NATIVE_UINT8, images);  // consecutive: a single hyperslab
+}
+
+std::string DatasetReader::fingerprint() {
+  const auto locked = h5::lock();
+  std::string text = std::to_string(info_.file_bytes) + "|" + info_.kind + "|" + info_.created_by + "|" +
+                     std::to_string(info_.count) + "|" + std::to_string(info_.height) + "x" + std::to_string(info_.width);
+  std::vector<uint8_t> first(image_bytes());
+  read_union(h_->images, {0}, H5T_NATIVE_UINT8, first.data());
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (char c : text) h = (h ^ uint8_t(c)) * 1099511628211ull;
+  for (uint8_t b : first) h = (h ^ b) * 1099511628211ull;
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", (unsigned long long)h);
+  return buf;
+}
+
+Tokenizer DatasetReader::tokenizer() {
+  const auto locked = h5::lock();
+  h5::Id model = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(h_->file, "/tokenizer/model", H5P_DEFAULT)));
+  return Tokenizer::from_bytes(h5::read_bytes(model), info_.path + ": /tokenizer/model");
+}
+
+std::vector<std::string> DatasetReader::captions(int64_t row) {
+  const auto locked = h5::lock();
+  return h5::read_strings(h_->captions, row, 1);
+}
+std::string DatasetReader::name(int64_t row) {
+  const auto locked = h5::lock();
+  return h5::read_strings(h_->names, row, 1).at(0);
+}
+
+DatasetSummary summarize(const std::string& path, int examples) {
+  DatasetReader reader(path, IoDriver::POSIX);
+  const auto& info = reader.info();
+  DatasetSummary s;
+  s.class_counts.assign(info.class_names.size(), 0);
+  std::vector<int32_t> labels;
+  const int64_t step = 1 << 16;
+  for (int64_t first = 0; first < info.count; first += step) {
+    const int64_t n = std::min(step, info.count - first);
+    std::vector<int64_t> rows(n);
+    for (int64_t i = 0; i < n; ++i) rows[i] = first + i;
+    labels.resize(n);
+    reader.read_rows(rows, nullptr, nullptr, nullptr, labels.data());
+    for (int32_t l : labels) {
+      if (l >= 0 && l < int32_t(s.class_counts.size())) ++s.class_counts[l];
+      else ++s.unlabelled;
+    }
+  }
+  const Tokenizer tok = reader.tokenizer();
+  const int K = int(info.captions_per_sample), L = int(info.context_length);
+  for (int e = 0; e < examples && info.count > 0; ++e) {
+    const int64_t row = (info.count * e) / std::max(1, examples);
+    std::vector<int32_t> tokens(size_t(K) * L), lengths(K);
+    reader.read_rows({row}, nullptr, tokens.data(), lengths.data(), nullptr);
+    s.examples.push_back({reader.name(row), reader.captions(row).at(0), tok.decode(tokens.data(), lengths[0])});
+  }
+  return s;
+}
+
+}  // namespace meridian::data

@@ -1,0 +1,97 @@
+#include "meridian/data/format.h"
+
+#include <filesystem>
+
+#include "h5.h"
+#include "meridian/core/error.h"
+#include "meridian/data/tokenizer.h"
+
+namespace meridian::data {
+
+namespace {
+h5::Id open_dataset(hid_t file, const std::string& path, const std::string& name) {
+  if (!h5::exists(file, name)) throw DataError(path, name, "missing dataset");
+  return h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file, name.c_str(), H5P_DEFAULT)));
+}
+
+void expect_type(hid_t dset, const std::string& path, const std::string& name, H5T_class_t cls, size_t size,
+                 const char* what) {
+  h5::Id t = h5::type_id(MERIDIAN_H5_CHECK(H5Dget_type(dset)));
+  if (H5Tget_class(t) != cls || (size && H5Tget_size(t) != size)) throw DataError(path, name, std::string("expected ") + what);
+}
+
+std::string shape_text(const std::vector<hsize_t>& d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+}  // namespace
+
+DatasetInfo validate_dataset(const std::string& path) {
+  const auto locked = h5::lock();
+  if (!std::filesystem::exists(path)) throw DataError(path, "file", "does not exist");
+  h5::QuietErrors quiet;
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw DataError(path, "file", "not an HDF5 file");
+  h5::Id file = h5::file_id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.valid()) throw DataError(path, "file", "cannot be opened as HDF5 (truncated or corrupt?)");
+
+  DatasetInfo info;
+  info.path = path;
+  info.file_bytes = std::filesystem::file_size(path);
+  const auto format = h5::read_attr_string(file, "format");
+  if (!format || *format != kFormatName)
+    throw DataError(path, "attribute 'format'", "expected \"" + std::string(kFormatName) + "\"" +
+                                                   (format ? ", got \"" + *format + "\"" : " (missing)"));
+  info.format_version = h5::read_attr_int(file, "format_version").value_or(0);
+  if (info.format_version != kFormatVersion)
+    throw DataError(path, "attribute 'format_version'",
+                    "this meridian reads version " + std::to_string(kFormatVersion) + ", the file has " +
+                        std::to_string(info.format_version));
+  if (h5::read_attr_int(file, "complete").value_or(0) != 1)
+    throw DataError(path, "attribute 'complete'", "missing: the file was not finished (interrupted prep?)");
+  info.kind = h5::read_attr_string(file, "kind").value_or("");
+  info.created_by = h5::read_attr_string(file, "created_by").value_or("");
+  info.split = h5::read_attr_string(file, "split").value_or("");
+  if (info.kind != "image_text")
+    throw DataError(path, "attribute 'kind'", "this meridian reads 'image_text' datasets, got '" + info.kind + "'");
+  info.count = h5::read_attr_int(file, "count").value_or(-1);
+
+  h5::Id images = open_dataset(file, path, "/images");
+  expect_type(images, path, "/images", H5T_INTEGER, 1, "uint8");
+  const auto d = h5::dims(images);
+  if (d.size() != 4 || d[3] != 3) throw DataError(path, "/images", "expected shape [N, H, W, 3], got " + shape_text(d));
+  if (int64_t(d[0]) != info.count)
+    throw DataError(path, "/images", shape_text(d) + " disagrees with attribute count = " + std::to_string(info.count));
+  info.height = d[1], info.width = d[2], info.channels = d[3];
+  for (auto c : h5::chunk_dims(images)) info.image_chunk.push_back(c);
+
+  h5::Id tokens = open_dataset(file, path, "/tokens");
+  expect_type(tokens, path, "/tokens", H5T_INTEGER, 4, "int32");
+  const auto t = h5::dims(tokens);
+  if (t.size() != 3 || t[0] != d[0]) throw DataError(path, "/tokens", "expected [N, K, L] with N = " + std::to_string(d[0]) + ", got " + shape_text(t));
+  info.captions_per_sample = t[1], info.context_length = t[2];
+  for (auto c : h5::chunk_dims(tokens)) info.token_chunk.push_back(c);
+
+  const auto check_shape = [&](const char* name, std::vector<hsize_t> want) {
+    h5::Id ds = open_dataset(file, path, name);
+    if (h5::dims(ds) != want) throw DataError(path, name, "expected shape " + shape_text(want) + ", got " + shape_text(h5::dims(ds)));
+  };
+  check_shape("/token_lengths", {d[0], t[1]});
+  check_shape("/labels", {d[0]});
+  check_shape("/names", {d[0]});
+  check_shape("/captions", {d[0], t[1]});
+
+  if (h5::exists(file, "/class_names")) {
+    h5::Id cn = open_dataset(file, path, "/class_names");
+    const auto n = h5::dims(cn);
+    info.class_names = h5::read_strings(cn, 0, n.empty() ? 0 : n[0]);
+  }
+  h5::Id model = open_dataset(file, path, "/tokenizer/model");
+  const Tokenizer tok = Tokenizer::from_bytes(h5::read_bytes(model), path + ": /tokenizer/model");
+  info.vocab_size = tok.vocab_size();
+  info.pad_id = tok.pad_id();
+  info.eos_id = tok.eos_id();
+  return info;
+}
+
+}  // namespace meridian::data

@@ -1,0 +1,235 @@
+#include "meridian/data/loader.h"
+
+#include <torch/nn/functional/upsampling.h>
+#include <torch/nn/options/upsampling.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "meridian/comm/runtime.h"
+#include "meridian/core/error.h"
+#include "meridian/core/hash.h"
+
+namespace meridian::data {
+
+namespace {
+
+uint64_t mix(uint64_t x) { return splitmix64(x); }
+double unit(uint64_t& state) { return next_unit(state); }
+
+// A bounded FIFO handing items between threads; close() wakes everyone.
+template <typename T>
+class Channel {
+ public:
+  explicit Channel(size_t capacity) : capacity_(std::max<size_t>(1, capacity)) {}
+  bool push(T item) {
+    std::unique_lock<std::mutex> lock(mu_);
+    not_full_.wait(lock, [&] { return closed_ || q_.size() < capacity_; });
+    if (closed_) return false;
+    q_.push_back(std::move(item));
+    not_empty_.notify_one();
+    return true;
+  }
+  bool pop(T& item) {
+    std::unique_lock<std::mutex> lock(mu_);
+    not_empty_.wait(lock, [&] { return closed_ || !q_.empty(); });
+    if (q_.empty()) return false;
+    item = std::move(q_.front());
+    q_.pop_front();
+    not_full_.notify_one();
+    return true;
+  }
+  void close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    not_empty_.notify_all();
+    not_full_.notify_all();
+  }
+
+ private:
+  size_t capacity_;
+  std::mutex mu_;
+  std::condition_variable not_empty_, not_full_;
+  std::deque<T> q_;
+  bool closed_ = false;
+};
+
+struct RawBatch {
+  int64_t epoch = 0, step = 0, next_position = 0;
+  std::vector<int64_t> rows;  // ascending, unique
+  std::vector<int64_t> repeat;  // for each sampled position, index into rows (duplicates with padding)
+  at::Tensor images, tokens, lengths, labels;  // as read: [R, H, W, 3], [R, K, L], [R, K], [R]
+  std::exception_ptr error;
+};
+
+}  // namespace
+
+at::Tensor augment_image(const at::Tensor& image, int size, uint64_t key) {
+  const int64_t h = image.size(0), w = image.size(1);
+  uint64_t s = mix(key);
+  int64_t ch = h, cw = w, top = 0, left = 0;
+  for (int attempt = 0; attempt < 10; ++attempt) {  // as torchvision's RandomResizedCrop
+    const double area = h * w * (0.5 + 0.5 * unit(s));
+    const double ratio = std::exp(std::log(3.0 / 4) + (std::log(4.0 / 3) - std::log(3.0 / 4)) * unit(s));
+    const int64_t tw = std::lround(std::sqrt(area * ratio)), th = std::lround(std::sqrt(area / ratio));
+    if (tw > 0 && th > 0 && tw <= w && th <= h) {
+      ch = th, cw = tw;
+      top = int64_t(unit(s) * (h - th + 1)), left = int64_t(unit(s) * (w - tw + 1));
+      break;
+    }
+  }
+  const bool flip = unit(s) < 0.5;
+  auto crop = image.slice(0, top, top + ch).slice(1, left, left + cw).permute({2, 0, 1}).unsqueeze(0).to(at::kFloat);
+  namespace F = torch::nn::functional;
+  auto out = F::interpolate(crop, F::InterpolateFuncOptions()
+                                      .size(std::vector<int64_t>{size, size})
+                                      .mode(torch::kBilinear)
+                                      .align_corners(false));
+  if (flip) out = out.flip({3});
+  return out.round_().clamp_(0, 255).to(at::kByte).squeeze(0).permute({1, 2, 0}).contiguous();
+}
+
+struct Loader::Impl {
+  LoaderOptions o;
+  std::unique_ptr<DatasetReader> reader;
+  std::unique_ptr<DistributedSampler> sampler;
+  Channel<RawBatch> raw;
+  Channel<Batch> ready;
+  std::thread io_thread, prep_thread;
+
+  Impl(const LoaderOptions& options) : o(options), raw(options.prefetch), ready(options.prefetch) {}
+
+  void io_loop() {
+    int64_t epoch = o.epoch, position = o.position;
+    const int64_t steps = sampler->steps_per_epoch();
+    const auto& info = reader->info();
+    const int64_t K = info.captions_per_sample, L = info.context_length;
+    for (;;) {
+      if (position >= sampler->epoch_samples()) ++epoch, position = 0;
+      RawBatch b;
+      b.epoch = epoch;
+      b.step = position / sampler->global_batch();
+      try {
+        const auto rows = sampler->batch(epoch, position);
+        b.rows = rows;
+        std::sort(b.rows.begin(), b.rows.end());
+        b.rows.erase(std::unique(b.rows.begin(), b.rows.end()), b.rows.end());
+        auto sorted = rows;
+        std::sort(sorted.begin(), sorted.end());
+        for (int64_t r : sorted) b.repeat.push_back(std::lower_bound(b.rows.begin(), b.rows.end(), r) - b.rows.begin());
+        const int64_t R = int64_t(b.rows.size());
+        b.images = at::empty({R, info.height, info.width, info.channels}, at::kByte);
+        b.tokens = at::empty({R, K, L}, at::kInt);
+        b.lengths = at::empty({R, K}, at::kInt);
+        b.labels = at::empty({R}, at::kInt);
+        reader->read_rows(b.rows, b.images.data_ptr<uint8_t>(), b.tokens.data_ptr<int32_t>(),
+                          b.lengths.data_ptr<int32_t>(), b.labels.data_ptr<int32_t>());
+      } catch (...) {
+        b.error = std::current_exception();
+        raw.push(std::move(b));
+        return;
+      }
+      position += sampler->global_batch();
+      b.next_position = position;
+      (void)steps;
+      if (!raw.push(std::move(b))) return;
+    }
+  }
+
+  void prep_loop() {
+    const auto& info = reader->info();
+    const int64_t K = info.captions_per_sample;
+    const int size = o.augment ? (o.crop_size > 0 ? o.crop_size : int(info.height)) : int(info.height);
+    RawBatch rb;
+    while (raw.pop(rb)) {
+      Batch b;
+      if (rb.error) {
+        error = rb.error;  // published by close(): next() reads it after its pop fails
+        ready.close();
+        return;
+      }
+      const auto idx = at::tensor(rb.repeat, at::kLong);
+      b.rows = at::tensor(rb.rows, at::kLong).index_select(0, idx);
+      b.labels = rb.labels.index_select(0, idx);
+      const int64_t B = idx.size(0);
+      std::vector<int64_t> choice(B);
+      auto rows_acc = b.rows.accessor<int64_t, 1>();
+      for (int64_t i = 0; i < B; ++i) choice[i] = int64_t(mix(o.seed ^ mix(uint64_t(rb.epoch) * 0x1000193ull + uint64_t(rows_acc[i]))) % uint64_t(K));
+      const auto pick = at::tensor(choice, at::kLong);
+      const auto ar = at::arange(B, at::kLong);
+      b.tokens = rb.tokens.index_select(0, idx).index({ar, pick}).contiguous();
+      b.lengths = rb.lengths.index_select(0, idx).index({ar, pick}).contiguous();
+      auto images = rb.images.index_select(0, idx);
+      if (o.augment) {
+        std::vector<at::Tensor> out;
+        for (int64_t i = 0; i < B; ++i)
+          out.push_back(augment_image(images[i], size, mix(o.seed ^ mix(uint64_t(rb.epoch) + 0x9e37ull)) ^ uint64_t(rows_acc[i])));
+        images = at::stack(out);
+      }
+      b.images = images.contiguous();
+      b.epoch = rb.epoch;
+      b.step = rb.step;
+      b.next_position = rb.next_position;
+      if (!ready.push(std::move(b))) return;
+    }
+  }
+
+  std::exception_ptr error;
+};
+
+Loader::Loader(const comm::Runtime& rt, const LoaderOptions& options) : impl_(std::make_unique<Impl>(options)) {
+  if (options.batch_size < 1) throw UserError("--batch: must be at least 1");
+  if (options.prefetch < 1) throw UserError("--prefetch: must be at least 1");
+  // Open on every rank; agree on success before comparing, so one rank's error is everyone's.
+  std::string error, fingerprint;
+  try {
+    impl_->reader = std::make_unique<DatasetReader>(options.path, options.driver);
+    fingerprint = impl_->reader->fingerprint();
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  const auto errors = rt.allgather(error);
+  for (int r = 0; r < rt.size(); ++r)
+    if (!errors[r].empty()) throw UserError(r == rt.rank() ? errors[r] : "rank " + std::to_string(r) + ": " + errors[r]);
+  const auto prints = rt.allgather(fingerprint + " " + rt.host());
+  for (int r = 1; r < rt.size(); ++r) {
+    if (prints[r].substr(0, 16) != prints[0].substr(0, 16))
+      throw UserError(options.path + ": rank " + std::to_string(r) + " on " + prints[r].substr(17) +
+                      " sees a different dataset than rank 0 on " + prints[0].substr(17) +
+                      " (size, attributes or content differ): is the data path the same file on every node?");
+  }
+  const auto& info = impl_->reader->info();
+  impl_->sampler = std::make_unique<DistributedSampler>(info.count, options.batch_size, rt.rank(), rt.size(),
+                                                        options.seed, options.drop_last);
+  if (impl_->sampler->steps_per_epoch() == 0)
+    throw UserError(options.path + ": " + std::to_string(info.count) + " samples are fewer than one global batch (" +
+                    std::to_string(impl_->sampler->global_batch()) + "); lower --batch or pass drop_last = false");
+  impl_->io_thread = std::thread([this] { impl_->io_loop(); });
+  impl_->prep_thread = std::thread([this] { impl_->prep_loop(); });
+}
+
+Loader::~Loader() {
+  impl_->raw.close();
+  impl_->ready.close();
+  impl_->io_thread.join();
+  impl_->prep_thread.join();
+}
+
+Batch Loader::next() {
+  const auto t0 = std::chrono::steady_clock::now();
+  Batch b;
+  const bool got = impl_->ready.pop(b);
+  if (impl_->error) std::rethrow_exception(impl_->error);
+  MERIDIAN_CHECK(got, "loader stopped");
+  b.wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return b;
+}
+
+const DatasetInfo& Loader::info() const { return impl_->reader->info(); }
+const DistributedSampler& Loader::sampler() const { return *impl_->sampler; }
+
+}  // namespace meridian::data

@@ -1,0 +1,467 @@
+#include "meridian/data/prep.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+#include <set>
+
+#include "image_text_writer.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/core/error.h"
+#include "meridian/data/synthetic.h"
+#include "meridian/data/tokenizer.h"
+
+namespace fs = std::filesystem;
+
+namespace meridian::data {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One row to be: decoded on the rank that owns it.
+struct Decoded {
+  cv::Mat image;  // size x size x 3, uint8, RGB
+  std::string name;
+  std::vector<std::string> captions;
+  int32_t label = -1;
+};
+
+struct SkipImage {
+  std::string reason;
+};
+
+// ---------- image decoding ----------
+
+cv::Mat to_rgb8(cv::Mat img, const std::vector<int>& bands) {
+  if (img.channels() == 3) cv::cvtColor(img, img, cv::COLOR_BGR2RGB);  // OpenCV decodes BGR: back to file order
+  if (img.channels() == 4) cv::cvtColor(img, img, cv::COLOR_BGRA2RGBA);
+  if (img.depth() != CV_8U) {
+    // 16-bit and float imagery: linear stretch of [0, max over all bands] to [0, 255].
+    double lo = 0, hi = 0;
+    cv::minMaxLoc(img.reshape(1), &lo, &hi);
+    if (!(hi > 0)) hi = 1;
+    img.convertTo(img, CV_8U, 255.0 / hi);
+  }
+  std::vector<cv::Mat> planes;
+  cv::split(img, planes);
+  std::vector<cv::Mat> rgb;
+  if (!bands.empty()) {
+    for (int b : bands) {
+      if (b < 1 || b > int(planes.size()))
+        throw SkipImage{"--bands asks for band " + std::to_string(b) + " but the image has " +
+                        std::to_string(planes.size())};
+      rgb.push_back(planes[b - 1]);
+    }
+  } else if (planes.size() == 1) {
+    rgb = {planes[0], planes[0], planes[0]};
+  } else if (planes.size() == 3 || planes.size() == 4) {
+    rgb = {planes[0], planes[1], planes[2]};  // RGB, alpha dropped
+  } else {
+    throw SkipImage{std::to_string(planes.size()) + " bands: choose three with --bands (e.g. --bands 3,2,1)"};
+  }
+  cv::Mat out;
+  cv::merge(rgb, out);
+  return out;
+}
+
+// Shorter side to `size`, then the central size x size square (no distortion).
+cv::Mat resize_crop(const cv::Mat& img, int size) {
+  const double scale = double(size) / std::min(img.cols, img.rows);
+  const int w = std::max(size, int(std::lround(img.cols * scale)));
+  const int h = std::max(size, int(std::lround(img.rows * scale)));
+  cv::Mat resized;
+  if (w != img.cols || h != img.rows)
+    cv::resize(img, resized, cv::Size(w, h), 0, 0, scale < 1 ? cv::INTER_AREA : cv::INTER_LINEAR);
+  else
+    resized = img;
+  return resized(cv::Rect((w - size) / 2, (h - size) / 2, size, size)).clone();
+}
+
+cv::Mat decode_file(const std::string& path, int size, const std::vector<int>& bands) {
+  if (!fs::exists(path)) throw SkipImage{"file not found"};
+  cv::Mat img = cv::imread(path, cv::IMREAD_UNCHANGED);
+  if (img.empty()) throw SkipImage{"cannot decode (unsupported or corrupt image)"};
+  if (img.dims != 2 || img.cols < 1 || img.rows < 1) throw SkipImage{"not a 2-D image"};
+  return resize_crop(to_rgb8(img, bands), size);
+}
+
+// ---------- captions index ----------
+
+struct Entry {
+  std::string image;
+  std::vector<std::string> captions;
+  std::string cls, split;
+};
+
+// RFC 4180 fields of one line (quotes, "" escapes; no newlines inside fields).
+std::vector<std::string> csv_fields(const std::string& line, const std::string& file, int64_t lineno) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool quoted = false, was_quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') cur += '"', ++i;
+      else if (c == '"') quoted = false;
+      else cur += c;
+    } else if (c == '"' && cur.empty() && !was_quoted) {
+      quoted = was_quoted = true;
+    } else if (c == ',') {
+      out.push_back(cur), cur.clear(), was_quoted = false;
+    } else if (c != '\r') {
+      cur += c;
+    }
+  }
+  if (quoted) throw DataError(file, "line " + std::to_string(lineno), "unterminated quoted field");
+  out.push_back(cur);
+  return out;
+}
+
+// Calls visit(entry) for every entry in file order. Malformed lines are errors naming file and line.
+void read_index(const std::string& file, const std::function<void(Entry&&)>& visit) {
+  std::ifstream in(file);
+  if (!in) throw DataError(file, "captions file", "cannot open the file");
+  const bool csv = fs::path(file).extension() == ".csv";
+  if (!csv && fs::path(file).extension() != ".jsonl" && fs::path(file).extension() != ".json")
+    throw DataError(file, "captions file", "expected a .jsonl or .csv file");
+  std::string line;
+  int64_t lineno = 0;
+  if (csv) {
+    std::map<std::string, size_t> col;
+    Entry pending;
+    while (std::getline(in, line)) {
+      ++lineno;
+      if (line.empty() || line == "\r") continue;
+      auto f = csv_fields(line, file, lineno);
+      if (col.empty()) {
+        for (size_t i = 0; i < f.size(); ++i) col[f[i]] = i;
+        if (!col.count("image") || !col.count("caption"))
+          throw DataError(file, "line 1", "the header must name the columns 'image' and 'caption'");
+        continue;
+      }
+      if (f.size() != col.size())
+        throw DataError(file, "line " + std::to_string(lineno),
+                        "expected " + std::to_string(col.size()) + " fields, got " + std::to_string(f.size()));
+      const auto get = [&](const char* name) { return col.count(name) ? f[col[name]] : std::string(); };
+      if (get("image").empty()) throw DataError(file, "line " + std::to_string(lineno), "empty 'image'");
+      // Rows of one image are consecutive; a new image starts a new entry.
+      if (!pending.image.empty() && pending.image != get("image")) visit(std::move(pending)), pending = Entry{};
+      pending.image = get("image");
+      pending.cls = get("class");
+      pending.split = get("split");
+      if (!get("caption").empty()) pending.captions.push_back(get("caption"));
+    }
+    if (!pending.image.empty()) visit(std::move(pending));
+    return;
+  }
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = "line " + std::to_string(lineno);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw DataError(file, where, std::string("not valid JSON: ") + e.what());
+    }
+    if (!j.is_object() || !j.contains("image") || !j["image"].is_string())
+      throw DataError(file, where, "expected an object with a string field 'image'");
+    Entry e;
+    e.image = j["image"].get<std::string>();
+    if (j.contains("captions")) {
+      if (!j["captions"].is_array()) throw DataError(file, where, "'captions' must be a list of strings");
+      for (const auto& c : j["captions"]) {
+        if (!c.is_string()) throw DataError(file, where, "'captions' must be a list of strings");
+        e.captions.push_back(c.get<std::string>());
+      }
+    } else if (j.contains("caption") && j["caption"].is_string()) {
+      e.captions.push_back(j["caption"].get<std::string>());
+    }
+    if (e.captions.empty()) throw DataError(file, where, "no captions ('captions' list or 'caption' string)");
+    if (j.contains("class")) {
+      if (!j["class"].is_string()) throw DataError(file, where, "'class' must be a string");
+      e.cls = j["class"].get<std::string>();
+    }
+    if (j.contains("split")) {
+      if (!j["split"].is_string()) throw DataError(file, where, "'split' must be a string");
+      e.split = j["split"].get<std::string>();
+    }
+    visit(std::move(e));
+  }
+}
+
+// ---------- the shared driver ----------
+
+struct Job {
+  int64_t count = 0;                                 // rows to consider
+  std::function<Decoded(int64_t index)> decode;      // called only for this rank's indices; may throw SkipImage
+  std::vector<std::string> class_names;
+  std::function<std::vector<std::string>()> tokenizer_corpus;  // rank 0 only, when training
+  std::string split;
+  bool strict = false;
+};
+
+// The first non-empty error over all ranks (in rank order), the same string on every rank: an
+// error found on some ranks becomes everyone's, with the same message.
+std::string agree_error(const comm::Runtime& rt, const std::string& mine) {
+  for (const auto& e : rt.allgather(mine))
+    if (!e.empty()) return e;
+  return {};
+}
+
+// Rank r owns the blocks b with b % size == r (blocks of `block` indices).
+bool owns(int64_t index, int block, int rank, int size) { return (index / block) % size == rank; }
+
+std::string encode_records(const std::vector<std::tuple<int64_t, std::string, std::vector<std::string>>>& recs) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& [row, name, caps] : recs) j.push_back({row, name, caps});
+  return j.dump();
+}
+
+Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o, const Job& job) {
+  std::string bytes, error;
+  if (rt.rank() == 0) {
+    try {
+      bytes = o.tokenizer.empty() ? Tokenizer::train(job.tokenizer_corpus(), o.vocab_size).model_bytes()
+                                  : Tokenizer::from_file(o.tokenizer).model_bytes();
+    } catch (const UserError& e) {
+      error = e.what();
+    }
+  }
+  error = agree_error(rt, error);
+  if (!error.empty()) throw UserError(error);
+  uint64_t len = bytes.size();
+  rt.broadcast_bytes(&len, sizeof(len), 0);
+  bytes.resize(len);
+  rt.broadcast_bytes(bytes.data(), len, 0);
+  return Tokenizer::from_bytes(bytes, o.tokenizer.empty() ? "trained tokenizer" : o.tokenizer);
+}
+
+void check_options(const PrepCommon& o) {
+  if (o.out.empty()) throw UserError("--out: required");
+  if (o.size < 8 || o.size > 8192) throw UserError("--size: must be between 8 and 8192, got " + std::to_string(o.size));
+  if (o.captions_per_image < 1) throw UserError("--captions-per-image: must be at least 1");
+  if (o.context_length < 2) throw UserError("--context-length: must be at least 2");
+  if (o.block < 1) throw UserError("--block: must be at least 1");
+}
+
+PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job) {
+  const auto start = Clock::now();
+  // Output: refused when it exists (unless --overwrite); the directory must be writable. Decided on
+  // rank 0, agreed by all.
+  std::string out_error;
+  if (rt.rank() == 0) {
+    const fs::path out(o.out);
+    const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
+    if (fs::exists(out) && !o.overwrite) out_error = o.out + ": exists (pass --overwrite to replace it)";
+    else if (!fs::is_directory(dir)) out_error = o.out + ": directory " + dir.string() + " does not exist";
+    else if (access(dir.c_str(), W_OK) != 0) out_error = o.out + ": directory " + dir.string() + " is not writable";
+  }
+  out_error = agree_error(rt, out_error);
+  if (!out_error.empty()) throw UserError(out_error);
+  if (job.count == 0) throw UserError("prep: no input entries" + (job.split.empty() ? "" : " with split '" + job.split + "'"));
+
+  const Tokenizer tok = shared_tokenizer(rt, o, job);
+  const int K = o.captions_per_image, L = o.context_length, S = o.size;
+  const std::string tmp = o.out + ".tmp";
+  // Any failure below leaves no output: the temporary file is removed (the writer, closed by then on
+  // every rank, took part in the same collective calls, since failures are agreed before they throw).
+  std::vector<std::string> all_skipped;
+  int64_t base = 0;
+  std::vector<std::string> skipped;
+  try {
+  ImageTextWriter writer(rt, tmp, ImageTextShape{job.count, S, 3, K, L});
+
+  const int64_t per_round = int64_t(o.block) * rt.size();
+  const int64_t rounds = (job.count + per_round - 1) / per_round;
+  std::vector<uint8_t> images;
+  std::vector<int32_t> tokens, lengths, labels;
+  std::vector<std::tuple<int64_t, std::string, std::vector<std::string>>> records;
+  const bool tty = isatty(STDERR_FILENO);
+  auto last_print = start;
+  for (int64_t round = 0; round < rounds; ++round) {
+    images.clear(), tokens.clear(), lengths.clear(), labels.clear();
+    std::vector<std::pair<std::string, std::vector<std::string>>> strings;
+    const int64_t first = round * per_round + int64_t(rt.rank()) * o.block;
+    const int64_t last = std::min(job.count, first + o.block);
+    bool strict_failure = false;
+    for (int64_t i = first; i < last; ++i) {
+      Decoded d;
+      try {
+        d = job.decode(i);
+      } catch (const SkipImage& s) {
+        skipped.push_back(s.reason);
+        strict_failure = strict_failure || job.strict;
+        continue;
+      }
+      images.insert(images.end(), d.image.data, d.image.data + size_t(S) * S * 3);
+      for (int k = 0; k < K; ++k) {
+        const std::string& caption = d.captions[k % d.captions.size()];
+        tokens.resize(tokens.size() + L);
+        lengths.push_back(tok.encode(caption, L, tokens.data() + tokens.size() - L));
+      }
+      labels.push_back(d.label);
+      std::vector<std::string> caps;
+      for (int k = 0; k < K; ++k) caps.push_back(d.captions[k % d.captions.size()]);
+      strings.emplace_back(d.name, std::move(caps));
+    }
+    const std::string strict_error = agree_error(rt, strict_failure ? "--strict: " + skipped.back() : "");
+    if (!strict_error.empty()) throw UserError(strict_error);
+    const int64_t mine = int64_t(labels.size());
+    const int64_t offset = base + rt.exclusive_prefix_sum(mine);
+    writer.write_rows(offset, mine, images.data(), tokens.data(), lengths.data(), labels.data());
+    for (int64_t j = 0; j < mine; ++j)
+      records.emplace_back(offset + j, std::move(strings[j].first), std::move(strings[j].second));
+    base += rt.sum(mine);
+    if (rt.rank() == 0) {
+      const auto now = Clock::now();
+      const double elapsed = std::chrono::duration<double>(now - start).count();
+      const int64_t done = std::min(job.count, (round + 1) * per_round);
+      const double rate = done / std::max(elapsed, 1e-9);
+      const bool final_round = round + 1 == rounds;
+      if (tty || final_round || now - last_print > std::chrono::seconds(10)) {
+        std::fprintf(stderr, "%s[prep] %lld/%lld inputs  %.1f images/s  ETA %.0f s%s", tty ? "\r" : "",
+                     (long long)done, (long long)job.count, rate, (job.count - done) / std::max(rate, 1e-9),
+                     tty && !final_round ? "" : "\n");
+        last_print = now;
+      }
+    }
+  }
+  writer.close(base);
+  if (base == 0) {
+    throw UserError("prep: no input could be read (" + std::to_string(rt.sum(int64_t(skipped.size()))) +
+                    " skipped" + (skipped.empty() ? "" : ", e.g. " + skipped.front()) + ")");
+  }
+
+  // Serial phase on rank 0: strings streamed from every rank, then the tokenizer and attributes.
+  std::unique_ptr<ImageTextFinisher> finisher;
+  if (rt.rank() == 0) finisher = std::make_unique<ImageTextFinisher>(tmp, base, K);
+  rt.stream_to_root(encode_records(records), [&](int, const std::string& data) {
+    const auto j = nlohmann::json::parse(data);
+    // Runs of consecutive rows become one write each.
+    size_t i = 0;
+    while (i < j.size()) {
+      size_t e = i + 1;
+      while (e < j.size() && j[e][0].get<int64_t>() == j[e - 1][0].get<int64_t>() + 1) ++e;
+      std::vector<std::string> names, caps;
+      for (size_t q = i; q < e; ++q) {
+        names.push_back(j[q][1].get<std::string>());
+        for (const auto& c : j[q][2]) caps.push_back(c.get<std::string>());
+      }
+      finisher->write_strings(j[i][0].get<int64_t>(), names, caps);
+      i = e;
+    }
+  });
+  nlohmann::json skipped_json = skipped;
+  rt.stream_to_root(skipped_json.dump(), [&](int, const std::string& data) {
+    for (const auto& s : nlohmann::json::parse(data)) all_skipped.push_back(s.get<std::string>());
+  });
+  if (rt.rank() == 0) {
+    finisher->finish(tok, job.class_names, job.split);
+    finisher.reset();
+    fs::rename(tmp, o.out);
+  }
+  rt.barrier();
+  } catch (...) {
+    if (rt.rank() == 0) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+    }
+    throw;
+  }
+
+  PrepReport report;
+  report.inputs = job.count;
+  report.written = base;
+  report.skipped = all_skipped;
+  report.skipped_count = rt.sum(int64_t(skipped.size()));
+  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return report;
+}
+
+}  // namespace
+
+PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& o) {
+  check_options(o);
+  if (o.images_dir.empty() || !fs::is_directory(o.images_dir))
+    throw UserError("--images: '" + o.images_dir + "' is not a directory");
+  if (o.captions_file.empty()) throw UserError("--captions: required");
+  if (!o.bands.empty() && o.bands.size() != 3) throw UserError("--bands: give exactly three band numbers, e.g. 3,2,1");
+  // Every rank reads the index (it is small next to the images) and keeps only its own entries;
+  // class names come from all entries of every split, so labels agree between split files.
+  std::set<std::string> classes;
+  std::map<int64_t, Entry> mine;
+  std::vector<std::string> corpus;
+  int64_t count = 0;
+  const int block = o.block;
+  read_index(o.captions_file, [&](Entry&& e) {
+    if (!e.cls.empty()) classes.insert(e.cls);
+    if (!o.split.empty() && e.split != o.split) return;
+    if (rt.rank() == 0 && o.tokenizer.empty() && corpus.size() < 2000000)
+      corpus.insert(corpus.end(), e.captions.begin(), e.captions.end());
+    if (owns(count, block, rt.rank(), rt.size())) mine.emplace(count, std::move(e));
+    ++count;
+  });
+  Job job;
+  job.count = count;
+  job.class_names.assign(classes.begin(), classes.end());
+  job.split = o.split;
+  job.strict = o.strict;
+  job.tokenizer_corpus = [&] { return corpus; };
+  job.decode = [&](int64_t i) {
+    const Entry& e = mine.at(i);
+    Decoded d;
+    d.name = e.image;
+    try {
+      d.image = decode_file((fs::path(o.images_dir) / e.image).string(), o.size, o.bands);
+    } catch (const cv::Exception& ex) {
+      throw SkipImage{e.image + ": " + ex.what()};
+    } catch (SkipImage& s) {
+      s.reason = e.image + ": " + s.reason;
+      throw;
+    }
+    d.captions = e.captions;
+    if (!e.cls.empty()) d.label = int32_t(std::lower_bound(job.class_names.begin(), job.class_names.end(), e.cls) -
+                                          job.class_names.begin());
+    return d;
+  };
+  return run_job(rt, o, job);
+}
+
+PrepReport prep_synthetic_image_text(const comm::Runtime& rt, const PrepSyntheticOptions& o) {
+  check_options(o);
+  if (o.count < 1) throw UserError("--count: must be at least 1");
+  Job job;
+  job.count = o.count;
+  job.class_names = synthetic_scene_classes();
+  job.tokenizer_corpus = [&] {
+    std::vector<std::string> corpus;
+    for (int64_t i = 0; i < std::min<int64_t>(o.count, 2000); ++i)
+      for (auto& c : make_synthetic_scene(o.seed, i, 32, o.captions_per_image).captions) corpus.push_back(c);
+    return corpus;
+  };
+  job.decode = [&](int64_t i) {
+    auto scene = make_synthetic_scene(o.seed, i, o.size, o.captions_per_image);
+    Decoded d;
+    d.image = scene.image;
+    d.name = "synthetic/" + std::to_string(o.seed) + "/" + std::to_string(i);
+    d.captions = std::move(scene.captions);
+    d.label = scene.label;
+    return d;
+  };
+  return run_job(rt, o, job);
+}
+
+}  // namespace meridian::data

@@ -1,0 +1,58 @@
+#include "meridian/data/sampler.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "meridian/core/hash.h"
+
+namespace meridian::data {
+
+int64_t permute(int64_t index, int64_t n, uint64_t key) {
+  if (n <= 1) return 0;
+  // Balanced Feistel network on the smallest even number of bits covering n; values >= n are
+  // walked again (cycle walking), which keeps it a bijection of [0, n).
+  int bits = 2;
+  while ((uint64_t(1) << bits) < uint64_t(n)) bits += 2;
+  const int half = bits / 2;
+  const uint64_t mask = (uint64_t(1) << half) - 1;
+  uint64_t x = uint64_t(index);
+  do {
+    uint64_t left = x >> half, right = x & mask;
+    for (int round = 0; round < 4; ++round) {
+      const uint64_t f = splitmix64(right ^ splitmix64(key + uint64_t(round))) & mask;
+      const uint64_t next = left ^ f;
+      left = right;
+      right = next;
+    }
+    x = (left << half) | right;
+  } while (x >= uint64_t(n));
+  return int64_t(x);
+}
+
+DistributedSampler::DistributedSampler(int64_t n, int64_t per_rank_batch, int rank, int world_size, uint64_t seed,
+                                       bool drop_last)
+    : n_(n), per_rank_batch_(per_rank_batch), rank_(rank), world_size_(world_size), seed_(seed), drop_last_(drop_last) {
+  if (n < 1) throw std::invalid_argument("sampler: empty dataset");
+  if (world_size < 1 || rank < 0 || rank >= world_size)
+    throw std::invalid_argument("sampler: rank " + std::to_string(rank) + " of " + std::to_string(world_size));
+  if (per_rank_batch < 1) throw std::invalid_argument("sampler: batch size must be at least 1");
+}
+
+int64_t DistributedSampler::steps_per_epoch() const {
+  const int64_t g = global_batch();
+  return drop_last_ ? n_ / g : (n_ + g - 1) / g;
+}
+
+int64_t DistributedSampler::row(int64_t epoch, int64_t position) const {
+  const uint64_t key = splitmix64(seed_ ^ splitmix64(uint64_t(epoch) + 0x51a7e5ull));
+  return permute(position % n_, n_, key);  // positions past N (padding) wrap to the start
+}
+
+std::vector<int64_t> DistributedSampler::batch(int64_t epoch, int64_t start) const {
+  std::vector<int64_t> rows;
+  rows.reserve(per_rank_batch_);
+  for (int64_t j = 0; j < per_rank_batch_; ++j) rows.push_back(row(epoch, start + rank_ + j * world_size_));
+  return rows;
+}
+
+}  // namespace meridian::data

@@ -1,0 +1,155 @@
+#include "meridian/data/tokenizer.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "meridian/core/error.h"
+
+namespace meridian::data {
+
+namespace {
+
+// SentencePiece lives in its own shared library, loaded in isolation (see spm_shim.cpp for why).
+struct Shim {
+  void* (*load)(const char*, size_t, char*, size_t);
+  void (*free)(void*);
+  int (*encode)(void*, const char*, size_t, int32_t*, int);
+  size_t (*decode)(void*, const int32_t*, int, char*, size_t);
+  int (*piece_size)(void*);
+  int (*pad_id)(void*);
+  int (*eos_id)(void*);
+  int (*train)(const char* const*, size_t, const char*, char**, size_t*, char*, size_t);
+  void (*free_buffer)(char*);
+};
+
+std::string shim_path() {
+  if (const char* env = std::getenv("MERIDIAN_SPM_SHIM")) return env;
+  // Next to the executable (installed layout and build/meridian), else where the build put it.
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const auto& dir : {exe.parent_path(), exe.parent_path().parent_path()}) {
+      const auto candidate = dir / "libmeridian_spm.so";
+      if (std::filesystem::exists(candidate)) return candidate.string();
+    }
+  }
+  return MERIDIAN_SPM_SHIM_PATH;
+}
+
+const Shim& shim() {
+  static const Shim s = [] {
+    const std::string path = shim_path();
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (!handle) {
+      throw SystemError(std::string("cannot load the SentencePiece module ") + path + ": " + dlerror() +
+                        " (set MERIDIAN_SPM_SHIM to libmeridian_spm.so)");
+    }
+    const auto sym = [&](const char* name) {
+      void* p = dlsym(handle, name);
+      if (!p) throw SystemError(path + ": missing symbol " + name);
+      return p;
+    };
+    Shim r;
+    r.load = reinterpret_cast<decltype(r.load)>(sym("mspm_load"));
+    r.free = reinterpret_cast<decltype(r.free)>(sym("mspm_free"));
+    r.encode = reinterpret_cast<decltype(r.encode)>(sym("mspm_encode"));
+    r.decode = reinterpret_cast<decltype(r.decode)>(sym("mspm_decode"));
+    r.piece_size = reinterpret_cast<decltype(r.piece_size)>(sym("mspm_piece_size"));
+    r.pad_id = reinterpret_cast<decltype(r.pad_id)>(sym("mspm_pad_id"));
+    r.eos_id = reinterpret_cast<decltype(r.eos_id)>(sym("mspm_eos_id"));
+    r.train = reinterpret_cast<decltype(r.train)>(sym("mspm_train"));
+    r.free_buffer = reinterpret_cast<decltype(r.free_buffer)>(sym("mspm_free_buffer"));
+    return r;
+  }();
+  return s;
+}
+
+}  // namespace
+
+struct Tokenizer::Model {
+  void* sp = nullptr;
+  ~Model() {
+    if (sp) shim().free(sp);
+  }
+};
+
+Tokenizer Tokenizer::from_bytes(const std::string& model, const std::string& origin) {
+  char err[512] = {0};
+  void* sp = shim().load(model.data(), model.size(), err, sizeof(err));
+  if (!sp) throw DataError(origin, "tokenizer", std::string("not a SentencePiece model: ") + err);
+  Tokenizer t;
+  t.model_ = std::make_shared<Model>();
+  t.model_->sp = sp;
+  t.bytes_ = model;
+  return t;
+}
+
+Tokenizer Tokenizer::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(path, "tokenizer", "cannot open the file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return from_bytes(buffer.str(), path);
+}
+
+Tokenizer Tokenizer::train(const std::vector<std::string>& sentences, int vocab_size) {
+  if (sentences.empty()) throw UserError("tokenizer training: no captions to train on");
+  if (vocab_size < 8) throw UserError("--vocab-size: must be at least 8, got " + std::to_string(vocab_size));
+  const std::string args = "model_type=unigram\nvocab_size=" + std::to_string(vocab_size) +
+                           "\nhard_vocab_limit=false\npad_id=0\nunk_id=1\nbos_id=2\neos_id=3\n"
+                           "character_coverage=1.0\nnum_threads=1\ninput_sentence_size=2000000\n"
+                           "shuffle_input_sentence=false\nminloglevel=2\n";
+  std::vector<const char*> ptrs;
+  for (const auto& s : sentences) ptrs.push_back(s.c_str());
+  char* model = nullptr;
+  size_t len = 0;
+  char err[512] = {0};
+  if (!shim().train(ptrs.data(), ptrs.size(), args.c_str(), &model, &len, err, sizeof(err)))
+    throw UserError(std::string("tokenizer training failed: ") + err);
+  std::string bytes(model, len);
+  shim().free_buffer(model);
+  return from_bytes(bytes, "trained tokenizer");
+}
+
+int Tokenizer::encode(const std::string& text, int context_length, int32_t* out) const {
+  std::vector<int32_t> ids(std::max(context_length, 1));
+  int n = shim().encode(model_->sp, text.data(), text.size(), ids.data(), int(ids.size()));
+  const int eos = eos_id();
+  const int room = context_length - (eos >= 0 ? 1 : 0);
+  n = std::max(0, std::min(n, room));
+  if (eos >= 0 && context_length > 0) ids[n++] = eos;
+  for (int i = 0; i < context_length; ++i) out[i] = i < n ? ids[i] : pad_id();
+  return n;
+}
+
+std::string Tokenizer::decode(const int32_t* ids, int length) const {
+  std::vector<int32_t> v;
+  const int raw_pad = shim().pad_id(model_->sp);
+  for (int i = 0; i < length; ++i) {
+    if (ids[i] == eos_id() || ids[i] == raw_pad) break;
+    v.push_back(ids[i]);
+  }
+  std::string text(4 * v.size() + 16, '\0');
+  size_t n = shim().decode(model_->sp, v.data(), int(v.size()), text.data(), text.size());
+  if (n > text.size()) {
+    text.resize(n);
+    n = shim().decode(model_->sp, v.data(), int(v.size()), text.data(), text.size());
+  }
+  text.resize(n);
+  return text;
+}
+
+int Tokenizer::vocab_size() const { return shim().piece_size(model_->sp); }
+int Tokenizer::pad_id() const {
+  const int p = shim().pad_id(model_->sp);
+  return p >= 0 ? p : 0;
+}
+int Tokenizer::eos_id() const { return shim().eos_id(model_->sp); }
+
+}  // namespace meridian::data

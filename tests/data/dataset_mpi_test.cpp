@@ -1,0 +1,232 @@
+// prep -> file -> validate -> reader -> loader, on 2 and 4 ranks, against what was put in
+// (synthetic scenes are deterministic, so every row's pixels and captions are known).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "meridian/core/error.h"
+#include "meridian/data/dataset_reader.h"
+#include "meridian/data/format.h"
+#include "meridian/data/loader.h"
+#include "meridian/data/prep.h"
+#include "meridian/data/synthetic.h"
+#include "meridian/data/tokenizer.h"
+#include "mpi_test_main.h"
+
+namespace fs = std::filesystem;
+using meridian::test::runtime;
+namespace data = meridian::data;
+
+namespace {
+
+// A directory shared by all ranks (they run on one host), removed at exit.
+const std::string& shared_dir() {
+  static std::string dir = [] {
+    char buf[256] = {0};
+    if (runtime().rank() == 0) {
+      std::string tmpl = (fs::temp_directory_path() / "meridian_data_test_XXXXXX").string();
+      std::snprintf(buf, sizeof(buf), "%s", mkdtemp(tmpl.data()));
+    }
+    runtime().broadcast_bytes(buf, sizeof(buf), 0);
+    return std::string(buf);
+  }();
+  return dir;
+}
+
+// Removes the shared directory after the last test, while MPI is still up.
+class Cleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    runtime().barrier();
+    if (runtime().rank() == 0 && !shared_dir().empty()) fs::remove_all(shared_dir());
+  }
+};
+::testing::Environment* const kCleanup = ::testing::AddGlobalTestEnvironment(new Cleanup);
+
+constexpr int64_t kCount = 37;  // not a multiple of any block x ranks
+constexpr uint64_t kSeed = 11;
+
+const std::string& synthetic_file() {
+  static std::string path = [] {
+    data::PrepSyntheticOptions o;
+    o.out = shared_dir() + "/synthetic.h5";
+    o.count = kCount;
+    o.seed = kSeed;
+    o.size = 32;
+    o.captions_per_image = 3;
+    o.context_length = 24;
+    o.vocab_size = 200;
+    o.block = 4;
+    const auto report = data::prep_synthetic_image_text(runtime(), o);
+    EXPECT_EQ(report.written, kCount);
+    EXPECT_EQ(report.skipped_count, 0);
+    return o.out;
+  }();
+  return path;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const meridian::UserError& e) {
+    return e.what();
+  }
+  return "<no UserError>";
+}
+
+}  // namespace
+
+TEST(Prep, SyntheticFileValidatesAndHoldsExactlyWhatWasDrawn) {
+  const auto info = data::validate_dataset(synthetic_file());
+  EXPECT_EQ(info.count, kCount);
+  EXPECT_EQ(info.height, 32);
+  EXPECT_EQ(info.captions_per_sample, 3);
+  EXPECT_EQ(info.context_length, 24);
+  EXPECT_EQ(info.class_names, data::synthetic_scene_classes());
+  EXPECT_EQ(info.image_chunk, (std::vector<uint64_t>{1, 32, 32, 3}));
+  EXPECT_FALSE(fs::exists(synthetic_file() + ".tmp"));
+
+  data::DatasetReader reader(synthetic_file(), data::IoDriver::MPIO);
+  const auto tok = reader.tokenizer();
+  // Each rank checks a different subset of rows; every row is checked by some rank.
+  for (int64_t row = runtime().rank(); row < kCount; row += runtime().size()) {
+    const auto scene = data::make_synthetic_scene(kSeed, row, 32, 3);
+    std::vector<uint8_t> image(32 * 32 * 3);
+    std::vector<int32_t> tokens(3 * 24), lengths(3), label(1);
+    reader.read_rows({row}, image.data(), tokens.data(), lengths.data(), label.data());
+    EXPECT_EQ(0, std::memcmp(image.data(), scene.image.data, image.size())) << "row " << row;
+    EXPECT_EQ(label[0], scene.label);
+    EXPECT_EQ(reader.name(row), "synthetic/11/" + std::to_string(row)) << "rows keep the input order";
+    EXPECT_EQ(reader.captions(row), scene.captions);
+    std::vector<int32_t> want(24);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(lengths[k], tok.encode(scene.captions[k], 24, want.data()));
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), tokens.begin() + k * 24)) << "row " << row << " caption " << k;
+    }
+  }
+}
+
+TEST(Loader, OneEpochCoversEveryRowOnceAcrossRanksAndMatchesTheFile) {
+  data::LoaderOptions o;
+  o.path = synthetic_file();
+  o.batch_size = 3;
+  o.seed = 5;
+  o.prefetch = 2;
+  data::Loader loader(runtime(), o);
+  const auto& s = loader.sampler();
+  data::DatasetReader reader(synthetic_file(), data::IoDriver::POSIX);
+  std::string mine;
+  for (int64_t step = 0; step < s.steps_per_epoch(); ++step) {
+    const auto b = loader.next();
+    EXPECT_EQ(b.epoch, 0);
+    EXPECT_EQ(b.step, step);
+    ASSERT_EQ(b.images.sizes(), (at::IntArrayRef{3, 32, 32, 3}));
+    ASSERT_EQ(b.tokens.sizes(), (at::IntArrayRef{3, 24}));
+    for (int64_t i = 0; i < 3; ++i) {
+      const int64_t row = b.rows[i].item<int64_t>();
+      std::vector<uint8_t> image(32 * 32 * 3);
+      std::vector<int32_t> tokens(3 * 24), lengths(3), label(1);
+      reader.read_rows({row}, image.data(), tokens.data(), lengths.data(), label.data());
+      EXPECT_EQ(0, std::memcmp(image.data(), b.images[i].data_ptr<uint8_t>(), image.size()));
+      EXPECT_EQ(b.labels[i].item<int32_t>(), label[0]);
+      // The batch's caption is one of the row's K captions.
+      bool found = false;
+      for (int k = 0; k < 3; ++k)
+        found |= std::equal(tokens.begin() + k * 24, tokens.begin() + (k + 1) * 24, b.tokens[i].data_ptr<int32_t>());
+      EXPECT_TRUE(found) << "row " << row;
+      mine += std::to_string(row) + ",";
+    }
+  }
+  // Gather every rank's rows: no row twice, and as many as the epoch has.
+  std::set<int64_t> all;
+  int64_t total = 0;
+  for (const auto& text : runtime().allgather(mine)) {
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) all.insert(std::stoll(item)), ++total;
+  }
+  EXPECT_EQ(total, s.epoch_samples());
+  EXPECT_EQ(int64_t(all.size()), total) << "a row was read by two ranks";
+  // The next batch starts epoch 1.
+  EXPECT_EQ(loader.next().epoch, 1);
+}
+
+TEST(Loader, ResumesFromEpochAndPosition) {
+  data::LoaderOptions o;
+  o.path = synthetic_file();
+  o.batch_size = 2;
+  o.seed = 8;
+  data::Loader straight(runtime(), o);
+  straight.next();
+  const auto second = straight.next();
+  o.position = second.next_position - straight.sampler().global_batch();  // start at the second batch
+  data::Loader resumed(runtime(), o);
+  const auto again = resumed.next();
+  EXPECT_TRUE(at::equal(again.rows, second.rows));
+  EXPECT_TRUE(at::equal(again.images, second.images));
+}
+
+TEST(Loader, AugmentationIsDeterministicAndChangesPixels) {
+  auto image = at::arange(32 * 32 * 3, at::kInt).remainder(251).to(at::kByte).reshape({32, 32, 3});
+  const auto a = data::augment_image(image, 24, 42), b = data::augment_image(image, 24, 42),
+             c = data::augment_image(image, 24, 43);
+  EXPECT_EQ(a.sizes(), (at::IntArrayRef{24, 24, 3}));
+  EXPECT_TRUE(at::equal(a, b));
+  EXPECT_FALSE(at::equal(a, c));
+}
+
+TEST(Prep, RefusesAnExistingOutputWithoutOverwrite) {
+  data::PrepSyntheticOptions o;
+  o.out = synthetic_file();
+  o.count = 4;
+  o.size = 32;
+  EXPECT_NE(message_of([&] { data::prep_synthetic_image_text(runtime(), o); }).find("exists (pass --overwrite"),
+            std::string::npos);
+}
+
+TEST(Prep, BadInputsAreReportedWithFileAndLine) {
+  const std::string dir = shared_dir() + "/bad";
+  if (runtime().rank() == 0) {
+    fs::create_directories(dir + "/img");
+    std::ofstream(dir + "/img/a.png") << "not an image";
+    std::ofstream(dir + "/broken.jsonl") << "{\"image\": \"img/a.png\", \"captions\": [\"x\"]}\n{\"image\": 3}\n";
+    std::ofstream(dir + "/bad.csv") << "image,caption\nimg/a.png,\"unterminated\n";
+    std::ofstream(dir + "/ok.jsonl") << "{\"image\": \"img/a.png\", \"captions\": [\"a broken image\"]}\n"
+                                     << "{\"image\": \"img/missing.png\", \"captions\": [\"gone\"]}\n";
+  }
+  runtime().barrier();
+  data::PrepImageTextOptions o;
+  o.images_dir = dir;
+  o.size = 32;
+  o.vocab_size = 50;
+  o.out = dir + "/out.h5";
+  o.captions_file = dir + "/broken.jsonl";
+  EXPECT_EQ(message_of([&] { data::prep_image_text(runtime(), o); }),
+            dir + "/broken.jsonl: line 2: expected an object with a string field 'image'");
+  o.captions_file = dir + "/bad.csv";
+  EXPECT_EQ(message_of([&] { data::prep_image_text(runtime(), o); }), dir + "/bad.csv: line 2: unterminated quoted field");
+  // Unreadable and missing images: skipped and listed; with --strict, fatal. Either way no file.
+  o.captions_file = dir + "/ok.jsonl";
+  o.strict = true;
+  EXPECT_NE(message_of([&] { data::prep_image_text(runtime(), o); }).find("--strict: img/"), std::string::npos);
+  o.strict = false;
+  EXPECT_NE(message_of([&] { data::prep_image_text(runtime(), o); }).find("no input could be read"), std::string::npos);
+  EXPECT_FALSE(fs::exists(o.out));
+}
+
+TEST(Format, IncompleteOrForeignFilesAreRefusedWithTheReason) {
+  const std::string dir = shared_dir();
+  if (runtime().rank() == 0) {
+    std::ofstream(dir + "/text.h5") << "hello";
+    fs::copy_file(synthetic_file(), dir + "/copy.h5", fs::copy_options::overwrite_existing);
+    fs::resize_file(dir + "/copy.h5", fs::file_size(dir + "/copy.h5") / 2);  // truncated
+  }
+  runtime().barrier();
+  EXPECT_EQ(message_of([&] { data::validate_dataset(dir + "/none.h5"); }), dir + "/none.h5: file: does not exist");
+  EXPECT_EQ(message_of([&] { data::validate_dataset(dir + "/text.h5"); }), dir + "/text.h5: file: not an HDF5 file");
+  EXPECT_NE(message_of([&] { data::validate_dataset(dir + "/copy.h5"); }), "<no UserError>");
+  runtime().barrier();
+}
