@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Demo until training lands: `meridian info` and `meridian bench comm` under mpirun.
+# Demo until training lands: `meridian info`, `bench comm`, then a synthetic dataset made by all
+# ranks (prep synthetic), validated (inspect) and read back through the loader (bench io).
+# Nothing is downloaded. Writes to ${DEMO_DIR:-/tmp/meridian-demo}.
 # Usage: jobs/demo.sh [ranks (default 2)] [build dir (default build)]
 #   HOSTFILE=hosts jobs/demo.sh 8     runs across the hosts of an Open MPI hostfile
 set -euo pipefail
@@ -16,3 +18,10 @@ args=(-np "$np")
 mpirun "${args[@]}" "$bin" info
 mpirun "${args[@]}" "$bin" bench comm --min-bytes 1K --max-bytes 64M --factor 4 \
   --ops allreduce,allgather,reduce_scatter,broadcast
+
+dir=${DEMO_DIR:-/tmp/meridian-demo}
+mkdir -p "$dir"
+mpirun "${args[@]}" "$bin" prep synthetic --count 512 --seed 1 --size 128 --out "$dir/synthetic.h5" --overwrite \
+  --vocab-size 500 --context-length 32
+"$bin" inspect "$dir/synthetic.h5" --samples 2
+mpirun "${args[@]}" "$bin" bench io "$dir/synthetic.h5" --batch 16 --steps 20

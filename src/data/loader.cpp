@@ -103,6 +103,33 @@ struct Loader::Impl {
 
   Impl(const LoaderOptions& options) : o(options), raw(options.prefetch), ready(options.prefetch) {}
 
+  // Reused read buffers (batch-sized), so steady state allocates nothing: a slot is free when no
+  // tensor but the slot's own views its storage. Touched by the I/O thread only.
+  struct Slot {
+    at::Tensor images, tokens, lengths, labels;
+    bool free() const {
+      for (const auto* t : {&images, &tokens, &lengths, &labels})
+        if (t->storage().use_count() > 1) return false;
+      return true;
+    }
+  };
+  std::vector<std::unique_ptr<Slot>> slots;
+
+  // A free slot, or a new one when the consumer still holds all of them (no waiting, no deadlock).
+  const Slot& free_slot() {
+    for (const auto& s : slots)
+      if (s->free()) return *s;
+    const auto& info = reader->info();
+    auto s = std::make_unique<Slot>();
+    const int64_t B = o.batch_size;
+    s->images = at::empty({B, info.height, info.width, info.channels}, at::kByte);
+    s->tokens = at::empty({B, info.captions_per_sample, info.context_length}, at::kInt);
+    s->lengths = at::empty({B, info.captions_per_sample}, at::kInt);
+    s->labels = at::empty({B}, at::kInt);
+    slots.push_back(std::move(s));
+    return *slots.back();
+  }
+
   void io_loop() {
     int64_t epoch = o.epoch, position = o.position;
     const int64_t steps = sampler->steps_per_epoch();
@@ -122,10 +149,11 @@ struct Loader::Impl {
         std::sort(sorted.begin(), sorted.end());
         for (int64_t r : sorted) b.repeat.push_back(std::lower_bound(b.rows.begin(), b.rows.end(), r) - b.rows.begin());
         const int64_t R = int64_t(b.rows.size());
-        b.images = at::empty({R, info.height, info.width, info.channels}, at::kByte);
-        b.tokens = at::empty({R, K, L}, at::kInt);
-        b.lengths = at::empty({R, K}, at::kInt);
-        b.labels = at::empty({R}, at::kInt);
+        const Slot& slot = free_slot();
+        b.images = slot.images.narrow(0, 0, R);
+        b.tokens = slot.tokens.narrow(0, 0, R);
+        b.lengths = slot.lengths.narrow(0, 0, R);
+        b.labels = slot.labels.narrow(0, 0, R);
         reader->read_rows(b.rows, b.images.data_ptr<uint8_t>(), b.tokens.data_ptr<int32_t>(),
                           b.lengths.data_ptr<int32_t>(), b.labels.data_ptr<int32_t>());
       } catch (...) {
@@ -163,7 +191,10 @@ struct Loader::Impl {
       const auto ar = at::arange(B, at::kLong);
       b.tokens = rb.tokens.index_select(0, idx).index({ar, pick}).contiguous();
       b.lengths = rb.lengths.index_select(0, idx).index({ar, pick}).contiguous();
-      auto images = rb.images.index_select(0, idx);
+      // Without duplicate rows the batch hands out the read buffer itself (no copy); the slot is
+      // reused once every tensor viewing it is gone.
+      const bool identity = int64_t(rb.rows.size()) == B;
+      auto images = identity ? rb.images : rb.images.index_select(0, idx);
       if (o.augment) {
         std::vector<at::Tensor> out;
         for (int64_t i = 0; i < B; ++i)
