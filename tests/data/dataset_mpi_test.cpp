@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <opencv2/imgcodecs.hpp>
 #include <set>
 
 #include "meridian/core/error.h"
@@ -215,6 +216,58 @@ TEST(Prep, BadInputsAreReportedWithFileAndLine) {
   o.strict = false;
   EXPECT_NE(message_of([&] { data::prep_image_text(runtime(), o); }).find("no input could be read"), std::string::npos);
   EXPECT_FALSE(fs::exists(o.out));
+}
+
+TEST(Prep, DecodesSixteenBitGrayAndChoosesBands) {
+  // Hand-made images with known pixels: a 16-bit RGB PNG (stretched by its maximum), a gray PNG
+  // (replicated to RGB), a non-square image (shorter side resized, centre cropped), read through a
+  // CSV index; then the same with --bands 3,2,1 (R and B swapped).
+  const std::string dir = shared_dir() + "/decode";
+  if (runtime().rank() == 0) {
+    fs::create_directories(dir);
+    cv::Mat deep(16, 16, CV_16UC3, cv::Scalar(1000, 500, 250));  // OpenCV order B, G, R
+    cv::imwrite(dir + "/deep.png", deep);
+    cv::imwrite(dir + "/gray.png", cv::Mat(16, 16, CV_8UC1, cv::Scalar(77)));
+    cv::Mat wide(16, 32, CV_8UC3, cv::Scalar(0, 0, 0));
+    wide(cv::Rect(8, 0, 16, 16)).setTo(cv::Scalar(10, 20, 30));  // the centre square
+    cv::imwrite(dir + "/wide.png", wide);
+    std::ofstream(dir + "/index.csv") << "image,caption,class\ndeep.png,\"deep, sixteen bit\",a\ngray.png,gray,b\n"
+                                      << "gray.png,still gray,b\nwide.png,wide,a\n";
+  }
+  runtime().barrier();
+  data::PrepImageTextOptions o;
+  o.images_dir = dir;
+  o.captions_file = dir + "/index.csv";
+  o.size = 16;
+  o.captions_per_image = 2;
+  o.vocab_size = 40;
+  o.out = dir + "/plain.h5";
+  EXPECT_EQ(data::prep_image_text(runtime(), o).written, 3);
+  o.out = dir + "/swapped.h5";
+  o.bands = {3, 2, 1};
+  const auto swapped = data::prep_image_text(runtime(), o);
+  EXPECT_EQ(swapped.written, 2);  // the one-band gray image has no band 3: skipped and reported
+  EXPECT_EQ(swapped.skipped_count, 1);
+  if (runtime().rank() == 0) {
+    ASSERT_EQ(swapped.skipped.size(), 1u);
+    EXPECT_EQ(swapped.skipped[0], "gray.png: --bands asks for band 3 but the image has 1");
+  }
+
+  const auto pixel = [](const std::string& file, int64_t row) {
+    data::DatasetReader reader(file, data::IoDriver::POSIX);
+    std::vector<uint8_t> image(16 * 16 * 3);
+    reader.read_rows({row}, image.data(), nullptr, nullptr, nullptr);
+    const size_t centre = (8 * 16 + 8) * 3;
+    return std::vector<int>{image[centre], image[centre + 1], image[centre + 2]};
+  };
+  EXPECT_EQ(pixel(dir + "/plain.h5", 0), (std::vector<int>{64, 128, 255}));  // R 250, G 500, B 1000 of max 1000
+  EXPECT_EQ(pixel(dir + "/plain.h5", 1), (std::vector<int>{77, 77, 77}));
+  EXPECT_EQ(pixel(dir + "/plain.h5", 2), (std::vector<int>{30, 20, 10}));
+  EXPECT_EQ(pixel(dir + "/swapped.h5", 0), (std::vector<int>{255, 128, 64}));
+  data::DatasetReader reader(dir + "/plain.h5", data::IoDriver::POSIX);
+  EXPECT_EQ(reader.captions(0), (std::vector<std::string>{"deep, sixteen bit", "deep, sixteen bit"}));
+  EXPECT_EQ(reader.captions(1), (std::vector<std::string>{"gray", "still gray"}));
+  EXPECT_EQ(reader.info().class_names, (std::vector<std::string>{"a", "b"}));
 }
 
 TEST(Format, IncompleteOrForeignFilesAreRefusedWithTheReason) {

@@ -39,4 +39,12 @@ grep -q "exists (pass --overwrite" "$tmp/o" || { cat "$tmp/o"; fail "no clear me
 "$mpirun" --oversubscribe -np 2 "$meridian" prep image-text --images "$ucm" --captions "$ucm/captions.jsonl" \
   --out "$tmp/test.h5" --split test --size 64 --vocab-size 500 || fail "prep --split test exited $?"
 "$meridian" inspect "$tmp/test.h5" | grep -qE "images +210 x 64x64x3" || fail "expected the 210 test images"
+# The original TIFFs (uncompressed RGB TIFF decoding), indexed by a CSV made here.
+{
+  echo "image,caption,class"
+  for f in "$ucm"/tiff-originals/*.tif; do b=$(basename "$f" .tif); echo "tiff-originals/$b.tif,\"an aerial image of ${b%00}\",${b%00}"; done
+} >"$tmp/tiff.csv"
+"$mpirun" --oversubscribe -np 2 "$meridian" prep image-text --images "$ucm" --captions "$tmp/tiff.csv" --strict \
+  --out "$tmp/tiff.h5" --size 128 --vocab-size 100 || fail "prep of the TIFF originals exited $?"
+"$meridian" inspect "$tmp/tiff.h5" | grep -qE "images +21 x 128x128x3" || fail "expected the 21 TIFF images"
 echo PASS
