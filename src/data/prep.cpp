@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -16,7 +17,7 @@
 #include <opencv2/imgproc.hpp>
 #include <set>
 
-#include "image_text_writer.h"
+#include "collective_writer.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/data/synthetic.h"
@@ -34,8 +35,10 @@ using Clock = std::chrono::steady_clock;
 struct Decoded {
   cv::Mat image;  // size x size x 3, uint8, RGB
   std::string name;
-  std::vector<std::string> captions;
+  std::vector<std::string> captions;            // image_text
   int32_t label = -1;
+  std::vector<std::array<float, 4>> boxes;      // detection: x_min, y_min, x_max, y_max in stored pixels
+  std::vector<int32_t> box_classes;
 };
 
 struct SkipImage {
@@ -205,10 +208,11 @@ void read_index(const std::string& file, const std::function<void(Entry&&)>& vis
 // ---------- the shared driver ----------
 
 struct Job {
+  std::string kind = "image_text";                   // or "detection"
   int64_t count = 0;                                 // rows to consider
   std::function<Decoded(int64_t index)> decode;      // called only for this rank's indices; may throw SkipImage
-  std::vector<std::string> class_names;
-  std::function<std::vector<std::string>()> tokenizer_corpus;  // rank 0 only, when training
+  std::vector<std::string> class_names;              // detection: empty = "0".."C-1" from the boxes
+  std::function<std::vector<std::string>()> tokenizer_corpus;  // image_text, rank 0, when training
   std::string split;
   bool strict = false;
 };
@@ -223,12 +227,6 @@ std::string agree_error(const comm::Runtime& rt, const std::string& mine) {
 
 // Rank r owns the blocks b with b % size == r (blocks of `block` indices).
 bool owns(int64_t index, int block, int rank, int size) { return (index / block) % size == rank; }
-
-std::string encode_records(const std::vector<std::tuple<int64_t, std::string, std::vector<std::string>>>& recs) {
-  nlohmann::json j = nlohmann::json::array();
-  for (const auto& [row, name, caps] : recs) j.push_back({row, name, caps});
-  return j.dump();
-}
 
 Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o, const Job& job) {
   std::string bytes, error;
@@ -257,10 +255,21 @@ void check_options(const PrepCommon& o) {
   if (o.block < 1) throw UserError("--block: must be at least 1");
 }
 
+// One round's rows of this rank, ready to write.
+struct RoundRows {
+  std::vector<uint8_t> images;
+  std::vector<int32_t> tokens, lengths, labels;
+  std::vector<float> boxes;
+  std::vector<int32_t> box_classes;
+  std::vector<int64_t> box_counts;  // per row
+  nlohmann::json strings = nlohmann::json::array();  // per row: [name, [captions...]]
+  int64_t rows() const { return int64_t(box_counts.size()); }
+};
+
 PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job) {
   const auto start = Clock::now();
-  // Output: refused when it exists (unless --overwrite); the directory must be writable. Decided on
-  // rank 0, agreed by all.
+  const bool text = job.kind == "image_text";
+  // Output: refused when it exists (unless --overwrite); the directory must be writable.
   std::string out_error;
   if (rt.rank() == 0) {
     const fs::path out(o.out);
@@ -273,107 +282,160 @@ PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job)
   if (!out_error.empty()) throw UserError(out_error);
   if (job.count == 0) throw UserError("prep: no input entries" + (job.split.empty() ? "" : " with split '" + job.split + "'"));
 
-  const Tokenizer tok = shared_tokenizer(rt, o, job);
+  std::unique_ptr<Tokenizer> tok;
+  if (text) tok = std::make_unique<Tokenizer>(shared_tokenizer(rt, o, job));
   const int K = o.captions_per_image, L = o.context_length, S = o.size;
   const std::string tmp = o.out + ".tmp";
-  // Any failure below leaves no output: the temporary file is removed (the writer, closed by then on
-  // every rank, took part in the same collective calls, since failures are agreed before they throw).
-  std::vector<std::string> all_skipped;
-  int64_t base = 0;
-  std::vector<std::string> skipped;
+  // Any failure below leaves no output: the temporary file is removed (failures are agreed across
+  // ranks before anyone throws, so the writer's collective calls stay matched).
+  std::vector<std::string> all_skipped, skipped;
+  int64_t base = 0, box_base = 0, max_class = -1;
   try {
-  ImageTextWriter writer(rt, tmp, ImageTextShape{job.count, S, 3, K, L});
-
-  const int64_t per_round = int64_t(o.block) * rt.size();
-  const int64_t rounds = (job.count + per_round - 1) / per_round;
-  std::vector<uint8_t> images;
-  std::vector<int32_t> tokens, lengths, labels;
-  std::vector<std::tuple<int64_t, std::string, std::vector<std::string>>> records;
-  const bool tty = isatty(STDERR_FILENO);
-  auto last_print = start;
-  for (int64_t round = 0; round < rounds; ++round) {
-    images.clear(), tokens.clear(), lengths.clear(), labels.clear();
-    std::vector<std::pair<std::string, std::vector<std::string>>> strings;
-    const int64_t first = round * per_round + int64_t(rt.rank()) * o.block;
-    const int64_t last = std::min(job.count, first + o.block);
-    bool strict_failure = false;
-    for (int64_t i = first; i < last; ++i) {
-      Decoded d;
-      try {
-        d = job.decode(i);
-      } catch (const SkipImage& s) {
-        skipped.push_back(s.reason);
-        strict_failure = strict_failure || job.strict;
-        continue;
-      }
-      images.insert(images.end(), d.image.data, d.image.data + size_t(S) * S * 3);
-      for (int k = 0; k < K; ++k) {
-        const std::string& caption = d.captions[k % d.captions.size()];
-        tokens.resize(tokens.size() + L);
-        lengths.push_back(tok.encode(caption, L, tokens.data() + tokens.size() - L));
-      }
-      labels.push_back(d.label);
-      std::vector<std::string> caps;
-      for (int k = 0; k < K; ++k) caps.push_back(d.captions[k % d.captions.size()]);
-      strings.emplace_back(d.name, std::move(caps));
+    CollectiveWriter writer(rt, tmp);
+    writer.create("/images", H5T_STD_U8LE, {hsize_t(S), hsize_t(S), 3}, job.count, 1);
+    if (text) {
+      // Token chunks of 8 rows: a random read stays within 8x of the bytes it needs.
+      writer.create("/tokens", H5T_STD_I32LE, {hsize_t(K), hsize_t(L)}, job.count, 8);
+      writer.create("/token_lengths", H5T_STD_I32LE, {hsize_t(K)}, job.count, 1024);
+      writer.create("/labels", H5T_STD_I32LE, {}, job.count, 4096);
+    } else {
+      writer.create("/boxes", H5T_IEEE_F32LE, {4}, std::max<int64_t>(job.count * 4, 1024), 4096);
+      writer.create("/box_classes", H5T_STD_I32LE, {}, std::max<int64_t>(job.count * 4, 1024), 4096);
+      writer.create("/box_offsets", H5T_STD_I64LE, {}, job.count + 1, 4096);
     }
-    const std::string strict_error = agree_error(rt, strict_failure ? "--strict: " + skipped.back() : "");
-    if (!strict_error.empty()) throw UserError(strict_error);
-    const int64_t mine = int64_t(labels.size());
-    const int64_t offset = base + rt.exclusive_prefix_sum(mine);
-    writer.write_rows(offset, mine, images.data(), tokens.data(), lengths.data(), labels.data());
-    for (int64_t j = 0; j < mine; ++j)
-      records.emplace_back(offset + j, std::move(strings[j].first), std::move(strings[j].second));
-    base += rt.sum(mine);
+
+    const int64_t per_round = int64_t(o.block) * rt.size();
+    const int64_t rounds = (job.count + per_round - 1) / per_round;
+    nlohmann::json records = nlohmann::json::array();  // [row, name, [captions]] of this rank
+    const bool tty = isatty(STDERR_FILENO);
+    auto last_print = start;
+    for (int64_t round = 0; round < rounds; ++round) {
+      RoundRows r;
+      const int64_t first = round * per_round + int64_t(rt.rank()) * o.block;
+      const int64_t last = std::min(job.count, first + o.block);
+      bool strict_failure = false;
+      for (int64_t i = first; i < last; ++i) {
+        Decoded d;
+        try {
+          d = job.decode(i);
+        } catch (const SkipImage& s) {
+          skipped.push_back(s.reason);
+          strict_failure = strict_failure || job.strict;
+          continue;
+        }
+        r.images.insert(r.images.end(), d.image.data, d.image.data + size_t(S) * S * 3);
+        nlohmann::json caps = nlohmann::json::array();
+        for (int k = 0; text && k < K; ++k) {
+          const std::string& caption = d.captions[k % d.captions.size()];
+          r.tokens.resize(r.tokens.size() + L);
+          r.lengths.push_back(tok->encode(caption, L, r.tokens.data() + r.tokens.size() - L));
+          caps.push_back(caption);
+        }
+        r.labels.push_back(d.label);
+        for (size_t b = 0; b < d.boxes.size(); ++b) {
+          r.boxes.insert(r.boxes.end(), d.boxes[b].begin(), d.boxes[b].end());
+          r.box_classes.push_back(d.box_classes[b]);
+          max_class = std::max<int64_t>(max_class, d.box_classes[b]);
+        }
+        r.box_counts.push_back(int64_t(d.boxes.size()));
+        r.strings.push_back({d.name, caps});
+      }
+      const std::string strict_error = agree_error(rt, strict_failure ? "--strict: " + skipped.back() : "");
+      if (!strict_error.empty()) throw UserError(strict_error);
+
+      const int64_t mine = r.rows();
+      const int64_t offset = base + rt.exclusive_prefix_sum(mine);
+      writer.write("/images", offset, mine, H5T_NATIVE_UINT8, r.images.data());
+      if (text) {
+        writer.write("/tokens", offset, mine, H5T_NATIVE_INT32, r.tokens.data());
+        writer.write("/token_lengths", offset, mine, H5T_NATIVE_INT32, r.lengths.data());
+        writer.write("/labels", offset, mine, H5T_NATIVE_INT32, r.labels.data());
+      } else {
+        const int64_t my_boxes = int64_t(r.box_classes.size());
+        const int64_t box_offset = box_base + rt.exclusive_prefix_sum(my_boxes);
+        const int64_t round_boxes = rt.sum(my_boxes);
+        writer.reserve("/boxes", box_base + round_boxes);
+        writer.reserve("/box_classes", box_base + round_boxes);
+        writer.write("/boxes", box_offset, my_boxes, H5T_NATIVE_FLOAT, r.boxes.data());
+        writer.write("/box_classes", box_offset, my_boxes, H5T_NATIVE_INT32, r.box_classes.data());
+        std::vector<int64_t> offsets;  // each row's first box
+        int64_t at = box_offset;
+        for (int64_t c : r.box_counts) offsets.push_back(at), at += c;
+        writer.write("/box_offsets", offset, mine, H5T_NATIVE_INT64, offsets.data());
+        box_base += round_boxes;
+      }
+      for (int64_t j = 0; j < mine; ++j) records.push_back({offset + j, r.strings[j][0], r.strings[j][1]});
+      base += rt.sum(mine);
+      if (rt.rank() == 0) {
+        const auto now = Clock::now();
+        const double elapsed = std::chrono::duration<double>(now - start).count();
+        const int64_t done = std::min(job.count, (round + 1) * per_round);
+        const double rate = done / std::max(elapsed, 1e-9);
+        const bool final_round = round + 1 == rounds;
+        if (tty || final_round || now - last_print > std::chrono::seconds(10)) {
+          std::fprintf(stderr, "%s[prep] %lld/%lld inputs  %.1f images/s  ETA %.0f s%s", tty ? "\r" : "",
+                       (long long)done, (long long)job.count, rate, (job.count - done) / std::max(rate, 1e-9),
+                       tty && !final_round ? "" : "\n");
+          last_print = now;
+        }
+      }
+    }
+    std::map<std::string, int64_t> final_rows{{"/images", base}};
+    if (text) {
+      final_rows.insert({{"/tokens", base}, {"/token_lengths", base}, {"/labels", base}});
+    } else {
+      final_rows.insert({{"/boxes", box_base}, {"/box_classes", box_base}, {"/box_offsets", base + 1}});
+    }
+    writer.close(final_rows);
+    if (base == 0) {
+      throw UserError("prep: no input could be read (" + std::to_string(rt.sum(int64_t(skipped.size()))) +
+                      " skipped" + (skipped.empty() ? "" : ", e.g. " + skipped.front()) + ")");
+    }
+    max_class = rt.max(max_class);
+
+    // Serial phase on rank 0: strings streamed from every rank, then the rest and the attributes.
+    std::unique_ptr<Finisher> finisher;
     if (rt.rank() == 0) {
-      const auto now = Clock::now();
-      const double elapsed = std::chrono::duration<double>(now - start).count();
-      const int64_t done = std::min(job.count, (round + 1) * per_round);
-      const double rate = done / std::max(elapsed, 1e-9);
-      const bool final_round = round + 1 == rounds;
-      if (tty || final_round || now - last_print > std::chrono::seconds(10)) {
-        std::fprintf(stderr, "%s[prep] %lld/%lld inputs  %.1f images/s  ETA %.0f s%s", tty ? "\r" : "",
-                     (long long)done, (long long)job.count, rate, (job.count - done) / std::max(rate, 1e-9),
-                     tty && !final_round ? "" : "\n");
-        last_print = now;
-      }
+      finisher = std::make_unique<Finisher>(tmp);
+      finisher->create_strings("/names", {hsize_t(base)});
+      if (text) finisher->create_strings("/captions", {hsize_t(base), hsize_t(K)});
     }
-  }
-  writer.close(base);
-  if (base == 0) {
-    throw UserError("prep: no input could be read (" + std::to_string(rt.sum(int64_t(skipped.size()))) +
-                    " skipped" + (skipped.empty() ? "" : ", e.g. " + skipped.front()) + ")");
-  }
-
-  // Serial phase on rank 0: strings streamed from every rank, then the tokenizer and attributes.
-  std::unique_ptr<ImageTextFinisher> finisher;
-  if (rt.rank() == 0) finisher = std::make_unique<ImageTextFinisher>(tmp, base, K);
-  rt.stream_to_root(encode_records(records), [&](int, const std::string& data) {
-    const auto j = nlohmann::json::parse(data);
-    // Runs of consecutive rows become one write each.
-    size_t i = 0;
-    while (i < j.size()) {
-      size_t e = i + 1;
-      while (e < j.size() && j[e][0].get<int64_t>() == j[e - 1][0].get<int64_t>() + 1) ++e;
-      std::vector<std::string> names, caps;
-      for (size_t q = i; q < e; ++q) {
-        names.push_back(j[q][1].get<std::string>());
-        for (const auto& c : j[q][2]) caps.push_back(c.get<std::string>());
+    rt.stream_to_root(records.dump(), [&](int, const std::string& data) {
+      const auto j = nlohmann::json::parse(data);
+      size_t i = 0;
+      while (i < j.size()) {  // runs of consecutive rows: one write each
+        size_t e = i + 1;
+        while (e < j.size() && j[e][0].get<int64_t>() == j[e - 1][0].get<int64_t>() + 1) ++e;
+        std::vector<std::string> names, caps;
+        for (size_t q = i; q < e; ++q) {
+          names.push_back(j[q][1].get<std::string>());
+          for (const auto& c : j[q][2]) caps.push_back(c.get<std::string>());
+        }
+        const int64_t row = j[i][0].get<int64_t>(), n = int64_t(e - i);
+        finisher->write_strings("/names", row, n, names);
+        if (text) finisher->write_strings("/captions", row, n, caps);
+        i = e;
       }
-      finisher->write_strings(j[i][0].get<int64_t>(), names, caps);
-      i = e;
+    });
+    nlohmann::json skipped_json = skipped;
+    rt.stream_to_root(skipped_json.dump(), [&](int, const std::string& data) {
+      for (const auto& s : nlohmann::json::parse(data)) all_skipped.push_back(s.get<std::string>());
+    });
+    if (rt.rank() == 0) {
+      std::vector<std::string> classes = job.class_names;
+      if (!text && classes.empty())
+        for (int64_t c = 0; c <= max_class; ++c) classes.push_back(std::to_string(c));
+      if (!classes.empty()) finisher->write_string_list("/class_names", classes);
+      if (text) {
+        finisher->write_tokenizer(*tok);
+      } else {
+        finisher->write_int64("/box_offsets", base, box_base);
+      }
+      finisher->finish(job.kind, job.split, base);
+      finisher.reset();
+      fs::rename(tmp, o.out);
     }
-  });
-  nlohmann::json skipped_json = skipped;
-  rt.stream_to_root(skipped_json.dump(), [&](int, const std::string& data) {
-    for (const auto& s : nlohmann::json::parse(data)) all_skipped.push_back(s.get<std::string>());
-  });
-  if (rt.rank() == 0) {
-    finisher->finish(tok, job.class_names, job.split);
-    finisher.reset();
-    fs::rename(tmp, o.out);
-  }
-  rt.barrier();
+    rt.barrier();
   } catch (...) {
     if (rt.rank() == 0) {
       std::error_code ec;
@@ -385,6 +447,7 @@ PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job)
   PrepReport report;
   report.inputs = job.count;
   report.written = base;
+  report.boxes = box_base;
   report.skipped = all_skipped;
   report.skipped_count = rt.sum(int64_t(skipped.size()));
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -42,6 +42,7 @@ struct PrepSyntheticOptions : PrepCommon {
 struct PrepReport {
   int64_t inputs = 0;                  // entries considered
   int64_t written = 0;                 // rows in the file
+  int64_t boxes = 0;                   // detection: boxes in the file
   std::vector<std::string> skipped;    // "<name>: <reason>", on rank 0 (empty elsewhere)
   int64_t skipped_count = 0;           // on every rank
   double seconds = 0;

@@ -1,0 +1,66 @@
+// Private to data/: writes a dataset file (docs/formats.md) from many ranks.
+//
+// Phase 1, CollectiveWriter (collective, MPI-IO): fixed-size arrays are created growable along
+// their first dimension and every rank writes its rows by hyperslab in collective calls (a rank
+// with nothing to write still makes the call, with an empty selection). close() sets each
+// dataset's final row count.
+// Phase 2, Finisher (rank 0, serial): what parallel HDF5 cannot write collectively (variable-length
+// strings), the tokenizer, the root attributes and, last, complete = 1. The file lives under a
+// temporary name until the caller renames it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "h5.h"
+#include "meridian/comm/runtime.h"
+
+namespace meridian::data {
+
+class Tokenizer;
+
+class CollectiveWriter {
+ public:
+  // Collective. Creates `path` (truncating it) with the MPI-IO driver.
+  CollectiveWriter(const comm::Runtime& runtime, const std::string& path);
+  ~CollectiveWriter();  // closes without finishing if close() was not called (the file stays incomplete)
+
+  // Collective: dataset `name` of shape [capacity, row_dims...], `chunk_rows` rows per chunk.
+  void create(const std::string& name, hid_t file_type, const std::vector<hsize_t>& row_dims, int64_t capacity,
+              hsize_t chunk_rows);
+  // Collective: grows `name` (doubling) until it has at least `rows` rows.
+  void reserve(const std::string& name, int64_t rows);
+  // Collective: rows [first, first + rows) from `data` (row-major, contiguous); rows may be 0.
+  void write(const std::string& name, int64_t first, int64_t rows, hid_t mem_type, const void* data);
+  // Collective: final row counts of every dataset, then closes the file.
+  void close(const std::map<std::string, int64_t>& rows);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+class Finisher {
+ public:
+  explicit Finisher(const std::string& path);  // rank 0 only, after CollectiveWriter::close
+  ~Finisher();
+  // A variable-length string dataset of shape `dims` (1-D or 2-D).
+  void create_strings(const std::string& name, const std::vector<hsize_t>& dims);
+  // Rows [first, first + rows) of a string dataset; values row-major.
+  void write_strings(const std::string& name, int64_t first, int64_t rows, const std::vector<std::string>& values);
+  // One element of an existing 1-D int64 dataset.
+  void write_int64(const std::string& name, int64_t index, int64_t value);
+  void write_string_list(const std::string& name, const std::vector<std::string>& values);
+  void write_tokenizer(const Tokenizer& tokenizer);
+  // Root attributes, then complete = 1; closes the file.
+  void finish(const std::string& kind, const std::string& split, int64_t count);
+
+ private:
+  h5::Id file_;
+  std::map<std::string, h5::Id> strings_;
+};
+
+}  // namespace meridian::data
