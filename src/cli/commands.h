@@ -25,6 +25,7 @@ Command info_command();
 Command bench_comm_command();
 Command bench_io_command();
 Command prep_image_text_command();
+Command prep_detection_command();
 Command prep_synthetic_command();
 Command inspect_command();
 

@@ -33,16 +33,23 @@ Command inspect_command() {
                 (long long)info.height, (long long)info.width, (long long)info.channels,
                 (unsigned long long)info.image_chunk.at(0), (unsigned long long)info.image_chunk.at(1),
                 (unsigned long long)info.image_chunk.at(2), (unsigned long long)info.image_chunk.at(3));
-    std::printf("  captions     %lld (%lld per image), %lld tokens each\n",
-                (long long)(info.count * info.captions_per_sample), (long long)info.captions_per_sample,
-                (long long)info.context_length);
-    std::printf("  tokenizer    sentencepiece, vocab %lld, pad %lld, eos %lld\n", (long long)info.vocab_size,
-                (long long)info.pad_id, (long long)info.eos_id);
+    const bool detection = info.kind == "detection";
+    if (detection) {
+      std::printf("  boxes        %lld (%.2f per image; x_min, y_min, x_max, y_max in pixels)\n",
+                  (long long)info.box_count, double(info.box_count) / std::max<int64_t>(1, info.count));
+    } else {
+      std::printf("  captions     %lld (%lld per image), %lld tokens each\n",
+                  (long long)(info.count * info.captions_per_sample), (long long)info.captions_per_sample,
+                  (long long)info.context_length);
+      std::printf("  tokenizer    sentencepiece, vocab %lld, pad %lld, eos %lld\n", (long long)info.vocab_size,
+                  (long long)info.pad_id, (long long)info.eos_id);
+    }
     const data::DatasetSummary summary = data::summarize(path, p["samples"].as<int>());
-    std::printf("  classes      %zu\n", info.class_names.size());
+    std::printf("  classes      %zu%s\n", info.class_names.size(), detection ? " (boxes per class)" : "");
     for (size_t k = 0; k < info.class_names.size(); ++k)
       std::printf("    %-20s %lld\n", info.class_names[k].c_str(), (long long)summary.class_counts.at(k));
-    if (summary.unlabelled) std::printf("    (no class)           %lld\n", (long long)summary.unlabelled);
+    if (summary.unlabelled)
+      std::printf("    %-20s %lld\n", detection ? "(images, no box)" : "(no class)", (long long)summary.unlabelled);
     for (const auto& s : summary.examples)
       std::printf("  sample %s\n    stored : %s\n    decoded: %s\n", s.name.c_str(), s.caption.c_str(), s.decoded.c_str());
     return 0;

@@ -53,9 +53,11 @@ std::vector<int> parse_bands(const std::string& text) {
 
 int report(const comm::Runtime& rt, const data::PrepReport& r, const std::string& out) {
   if (rt.rank() == 0) {
-    std::printf("prep: wrote %s: %lld of %lld inputs in %.1f s (%.1f images/s), %lld skipped\n", out.c_str(),
+    std::printf("prep: wrote %s: %lld of %lld inputs in %.1f s (%.1f images/s), %lld skipped", out.c_str(),
                 (long long)r.written, (long long)r.inputs, r.seconds, r.written / std::max(r.seconds, 1e-9),
                 (long long)r.skipped_count);
+    if (r.boxes) std::printf(", %lld boxes", (long long)r.boxes);
+    std::printf("\n");
     if (!r.skipped.empty()) {
       const std::string list = out + ".skipped.txt";
       std::ofstream f(list);
@@ -95,26 +97,55 @@ Command prep_image_text_command() {
   return c;
 }
 
+Command prep_detection_command() {
+  Command c;
+  c.name = "prep detection";
+  c.summary = "Images + YOLO labels or a COCO file -> one detection dataset (letterboxed; run under mpirun)";
+  c.add_options = [](cxxopts::Options& o) {
+    o.add_options()
+        ("images", "Image directory (every image under it for YOLO; the file names' root for COCO)", cxxopts::value<std::string>()->default_value(""))
+        ("labels", "YOLO label directory: <labels>/<image path>.txt with 'class cx cy w h' (normalised) per line", cxxopts::value<std::string>()->default_value(""))
+        ("coco", "COCO instances JSON (instead of --labels)", cxxopts::value<std::string>()->default_value(""))
+        ("class-names", "YOLO: file with one class name per line (default: 0..C-1)", cxxopts::value<std::string>()->default_value(""))
+        ("bands", "Bands (1-based) to use as R,G,B for multi-band images, e.g. 3,2,1", cxxopts::value<std::string>()->default_value(""))
+        ("strict", "An unreadable image or label file is an error instead of being skipped and reported");
+    add_common(o);
+  };
+  c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
+    data::PrepDetectionOptions o;
+    fill_common(p, o);
+    o.images_dir = p["images"].as<std::string>();
+    o.labels_dir = p["labels"].as<std::string>();
+    o.coco = p["coco"].as<std::string>();
+    o.class_names_file = p["class-names"].as<std::string>();
+    if (!p["bands"].as<std::string>().empty()) o.bands = parse_bands(p["bands"].as<std::string>());
+    o.strict = p.count("strict") > 0;
+    return report(rt, data::prep_detection(rt, o), o.out);
+  };
+  return c;
+}
+
 Command prep_synthetic_command() {
   Command c;
   c.name = "prep synthetic";
   c.summary = "Procedurally drawn aerial-like scenes with captions -> a dataset (tests, demos)";
   c.add_options = [](cxxopts::Options& o) {
     o.add_options()
-        ("kind", "What to make: image-text", cxxopts::value<std::string>()->default_value("image-text"))
+        ("kind", "What to make: image-text (scenes with captions) or detection (objects with exact boxes)", cxxopts::value<std::string>()->default_value("image-text"))
         ("count", "Number of scenes", cxxopts::value<int64_t>()->default_value("1000"))
         ("seed", "Seed: the same seed gives the same file", cxxopts::value<uint64_t>()->default_value("0"));
     add_common(o);
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     const std::string kind = p["kind"].as<std::string>();
-    if (kind != "image-text")
-      throw UserError("--kind: '" + kind + "' is not available yet (this build makes image-text)");
+    if (kind != "image-text" && kind != "detection")
+      throw UserError("--kind: '" + kind + "' is not available (image-text or detection; text comes later)");
     data::PrepSyntheticOptions o;
     fill_common(p, o);
     o.count = p["count"].as<int64_t>();
     o.seed = p["seed"].as<uint64_t>();
-    return report(rt, data::prep_synthetic_image_text(rt, o), o.out);
+    return report(rt, kind == "detection" ? data::prep_synthetic_detection(rt, o) : data::prep_synthetic_image_text(rt, o),
+                  o.out);
   };
   return c;
 }

@@ -25,6 +25,9 @@ DatasetReader::DatasetReader(const std::string& path, IoDriver driver)
     : driver_(driver), h_(std::make_unique<Handles>()) {
   const auto locked = h5::lock();
   info_ = validate_dataset(path);
+  if (info_.kind != "image_text")
+    throw DataError(path, "attribute 'kind'", "this reader (the image-text loader) reads 'image_text' files, not '" +
+                                                  info_.kind + "'");
   h5::Id fapl = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
   if (driver == IoDriver::MPIO) MERIDIAN_H5_CHECK(H5Pset_fapl_mpio(fapl, MPI_COMM_SELF, MPI_INFO_NULL));
   h_->file = h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl)));
@@ -135,9 +138,61 @@ std::string DatasetReader::name(int64_t row) {
   return h5::read_strings(h_->names, row, 1).at(0);
 }
 
+namespace {
+h5::Id open_read_only(const std::string& path) {
+  return h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)));
+}
+
+// Elements [first, first + count) of a 1-D (or the rows of a 2-D) dataset.
+template <typename T>
+std::vector<T> read_range(hid_t file, const char* name, hid_t mem_type, int64_t first, int64_t count, int64_t width = 1) {
+  h5::Id dset = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file, name, H5P_DEFAULT)));
+  std::vector<T> out(size_t(count * width));
+  if (count == 0) return out;
+  const auto d = h5::dims(dset);
+  h5::Id space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(dset)));
+  std::vector<hsize_t> off(d.size(), 0), cnt(d);
+  off[0] = hsize_t(first);
+  cnt[0] = hsize_t(count);
+  MERIDIAN_H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_SET, off.data(), nullptr, cnt.data(), nullptr));
+  h5::Id mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(int(cnt.size()), cnt.data(), nullptr)));
+  MERIDIAN_H5_CHECK(H5Dread(dset, mem_type, mem, space, H5P_DEFAULT, out.data()));
+  return out;
+}
+}  // namespace
+
+RowBoxes read_boxes(const std::string& path, int64_t row) {
+  const auto info = validate_dataset(path);
+  if (info.kind != "detection") throw DataError(path, "attribute 'kind'", "expected a detection dataset");
+  if (row < 0 || row >= info.count) throw std::out_of_range("read_boxes: row out of range");
+  const auto locked = h5::lock();
+  h5::Id file = open_read_only(path);
+  const auto off = read_range<int64_t>(file, "/box_offsets", H5T_NATIVE_INT64, row, 2);
+  RowBoxes r;
+  const int64_t n = off[1] - off[0];
+  const auto flat = read_range<float>(file, "/boxes", H5T_NATIVE_FLOAT, off[0], n, 4);
+  r.classes = read_range<int32_t>(file, "/box_classes", H5T_NATIVE_INT32, off[0], n);
+  for (int64_t i = 0; i < n; ++i) r.boxes.push_back({flat[4 * i], flat[4 * i + 1], flat[4 * i + 2], flat[4 * i + 3]});
+  return r;
+}
+
 DatasetSummary summarize(const std::string& path, int examples) {
+  const auto info = validate_dataset(path);
+  if (info.kind == "detection") {
+    const auto locked = h5::lock();
+    h5::Id file = open_read_only(path);
+    DatasetSummary s;
+    s.class_counts.assign(info.class_names.size(), 0);
+    const int64_t step = 1 << 20;
+    for (int64_t first = 0; first < info.box_count; first += step) {
+      for (int32_t c : read_range<int32_t>(file, "/box_classes", H5T_NATIVE_INT32, first, std::min(step, info.box_count - first)))
+        if (c >= 0 && c < int32_t(s.class_counts.size())) ++s.class_counts[c];
+    }
+    const auto off = read_range<int64_t>(file, "/box_offsets", H5T_NATIVE_INT64, 0, info.count + 1);
+    for (int64_t i = 0; i < info.count; ++i) s.unlabelled += off[i + 1] == off[i];
+    return s;
+  }
   DatasetReader reader(path, IoDriver::POSIX);
-  const auto& info = reader.info();
   DatasetSummary s;
   s.class_counts.assign(info.class_names.size(), 0);
   std::vector<int32_t> labels;

@@ -1,6 +1,7 @@
 #include "meridian/data/format.h"
 
 #include <filesystem>
+#include <functional>
 
 #include "h5.h"
 #include "meridian/core/error.h"
@@ -25,6 +26,41 @@ std::string shape_text(const std::vector<hsize_t>& d) {
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
   return s + "]";
 }
+using ShapeCheck = std::function<void(const char*, std::vector<hsize_t>)>;
+
+void validate_image_text(hid_t file, const std::string& path, const std::vector<hsize_t>& d, DatasetInfo& info,
+                         const ShapeCheck& check_shape) {
+  h5::Id tokens = open_dataset(file, path, "/tokens");
+  expect_type(tokens, path, "/tokens", H5T_INTEGER, 4, "int32");
+  const auto t = h5::dims(tokens);
+  if (t.size() != 3 || t[0] != d[0]) throw DataError(path, "/tokens", "expected [N, K, L] with N = " + std::to_string(d[0]) + ", got " + shape_text(t));
+  info.captions_per_sample = t[1], info.context_length = t[2];
+  for (auto c : h5::chunk_dims(tokens)) info.token_chunk.push_back(c);
+
+  check_shape("/token_lengths", {d[0], t[1]});
+  check_shape("/labels", {d[0]});
+  check_shape("/captions", {d[0], t[1]});
+
+}
+
+void validate_detection(hid_t file, const std::string& path, const std::vector<hsize_t>& d, DatasetInfo& info,
+                        const ShapeCheck& check_shape) {
+  h5::Id boxes = open_dataset(file, path, "/boxes");
+  expect_type(boxes, path, "/boxes", H5T_FLOAT, 4, "float32");
+  const auto b = h5::dims(boxes);
+  if (b.size() != 2 || b[1] != 4) throw DataError(path, "/boxes", "expected [M, 4], got " + shape_text(b));
+  info.box_count = int64_t(b[0]);
+  check_shape("/box_classes", {b[0]});
+  check_shape("/box_offsets", {d[0] + 1});
+  h5::Id offsets = open_dataset(file, path, "/box_offsets");
+  std::vector<int64_t> off(d[0] + 1);
+  MERIDIAN_H5_CHECK(H5Dread(offsets, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, off.data()));
+  if (off.front() != 0 || off.back() != info.box_count)
+    throw DataError(path, "/box_offsets", "must start at 0 and end at M = " + std::to_string(info.box_count));
+  for (size_t i = 1; i < off.size(); ++i)
+    if (off[i] < off[i - 1]) throw DataError(path, "/box_offsets", "decreases at entry " + std::to_string(i));
+}
+
 }  // namespace
 
 DatasetInfo validate_dataset(const std::string& path) {
@@ -52,8 +88,8 @@ DatasetInfo validate_dataset(const std::string& path) {
   info.kind = h5::read_attr_string(file, "kind").value_or("");
   info.created_by = h5::read_attr_string(file, "created_by").value_or("");
   info.split = h5::read_attr_string(file, "split").value_or("");
-  if (info.kind != "image_text")
-    throw DataError(path, "attribute 'kind'", "this meridian reads 'image_text' datasets, got '" + info.kind + "'");
+  if (info.kind != "image_text" && info.kind != "detection")
+    throw DataError(path, "attribute 'kind'", "expected 'image_text' or 'detection', got '" + info.kind + "'");
   info.count = h5::read_attr_int(file, "count").value_or(-1);
 
   h5::Id images = open_dataset(file, path, "/images");
@@ -65,32 +101,37 @@ DatasetInfo validate_dataset(const std::string& path) {
   info.height = d[1], info.width = d[2], info.channels = d[3];
   for (auto c : h5::chunk_dims(images)) info.image_chunk.push_back(c);
 
-  h5::Id tokens = open_dataset(file, path, "/tokens");
-  expect_type(tokens, path, "/tokens", H5T_INTEGER, 4, "int32");
-  const auto t = h5::dims(tokens);
-  if (t.size() != 3 || t[0] != d[0]) throw DataError(path, "/tokens", "expected [N, K, L] with N = " + std::to_string(d[0]) + ", got " + shape_text(t));
-  info.captions_per_sample = t[1], info.context_length = t[2];
-  for (auto c : h5::chunk_dims(tokens)) info.token_chunk.push_back(c);
-
   const auto check_shape = [&](const char* name, std::vector<hsize_t> want) {
     h5::Id ds = open_dataset(file, path, name);
     if (h5::dims(ds) != want) throw DataError(path, name, "expected shape " + shape_text(want) + ", got " + shape_text(h5::dims(ds)));
   };
-  check_shape("/token_lengths", {d[0], t[1]});
-  check_shape("/labels", {d[0]});
   check_shape("/names", {d[0]});
-  check_shape("/captions", {d[0], t[1]});
-
+  if (info.kind == "image_text") {
+    validate_image_text(file, path, d, info, check_shape);
+  } else {
+    validate_detection(file, path, d, info, check_shape);
+  }
   if (h5::exists(file, "/class_names")) {
     h5::Id cn = open_dataset(file, path, "/class_names");
     const auto n = h5::dims(cn);
     info.class_names = h5::read_strings(cn, 0, n.empty() ? 0 : n[0]);
   }
-  h5::Id model = open_dataset(file, path, "/tokenizer/model");
-  const Tokenizer tok = Tokenizer::from_bytes(h5::read_bytes(model), path + ": /tokenizer/model");
-  info.vocab_size = tok.vocab_size();
-  info.pad_id = tok.pad_id();
-  info.eos_id = tok.eos_id();
+  if (info.kind == "image_text") {
+    h5::Id model = open_dataset(file, path, "/tokenizer/model");
+    const Tokenizer tok = Tokenizer::from_bytes(h5::read_bytes(model), path + ": /tokenizer/model");
+    info.vocab_size = tok.vocab_size();
+    info.pad_id = tok.pad_id();
+    info.eos_id = tok.eos_id();
+  } else if (!info.class_names.empty()) {
+    // Every box class must name a class.
+    h5::Id classes = open_dataset(file, path, "/box_classes");
+    std::vector<int32_t> values(info.box_count);
+    if (info.box_count) MERIDIAN_H5_CHECK(H5Dread(classes, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
+    for (size_t i = 0; i < values.size(); ++i)
+      if (values[i] < 0 || values[i] >= int32_t(info.class_names.size()))
+        throw DataError(path, "/box_classes", "entry " + std::to_string(i) + " is " + std::to_string(values[i]) +
+                                                  ", outside the " + std::to_string(info.class_names.size()) + " classes");
+  }
   return info;
 }
 

@@ -16,6 +16,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 #include <set>
+#include <sstream>
 
 #include "collective_writer.h"
 #include "meridian/comm/runtime.h"
@@ -92,12 +93,61 @@ cv::Mat resize_crop(const cv::Mat& img, int size) {
   return resized(cv::Rect((w - size) / 2, (h - size) / 2, size, size)).clone();
 }
 
-cv::Mat decode_file(const std::string& path, int size, const std::vector<int>& bands) {
+cv::Mat read_rgb(const std::string& path, const std::vector<int>& bands) {
   if (!fs::exists(path)) throw SkipImage{"file not found"};
   cv::Mat img = cv::imread(path, cv::IMREAD_UNCHANGED);
   if (img.empty()) throw SkipImage{"cannot decode (unsupported or corrupt image)"};
   if (img.dims != 2 || img.cols < 1 || img.rows < 1) throw SkipImage{"not a 2-D image"};
-  return resize_crop(to_rgb8(img, bands), size);
+  return to_rgb8(img, bands);
+}
+
+// `name` (relative to `dir`) as RGB; any failure is a SkipImage whose reason starts with the name.
+cv::Mat load_rgb(const std::string& dir, const std::string& name, const std::vector<int>& bands) {
+  try {
+    return read_rgb((fs::path(dir) / name).string(), bands);
+  } catch (const cv::Exception& ex) {
+    throw SkipImage{name + ": " + ex.what()};
+  } catch (SkipImage& s) {
+    s.reason = name + ": " + s.reason;
+    throw;
+  }
+}
+
+void check_inputs(const std::string& images_dir, const std::vector<int>& bands) {
+  if (images_dir.empty() || !fs::is_directory(images_dir))
+    throw UserError("--images: '" + images_dir + "' is not a directory");
+  if (!bands.empty() && bands.size() != 3) throw UserError("--bands: give exactly three band numbers, e.g. 3,2,1");
+}
+
+// Longer side to `size`, centred on a size x size canvas of gray 114 (YOLO's letterbox): nothing is
+// cut, so every box survives. Box coordinates map as x' = x * scale + pad_x.
+struct Letterbox {
+  cv::Mat image;
+  double scale = 1;
+  int pad_x = 0, pad_y = 0;
+};
+
+Letterbox letterbox(const cv::Mat& rgb, int size) {
+  Letterbox l;
+  l.scale = double(size) / std::max(rgb.cols, rgb.rows);
+  const int w = std::max(1, int(std::lround(rgb.cols * l.scale))), h = std::max(1, int(std::lround(rgb.rows * l.scale)));
+  cv::Mat resized;
+  cv::resize(rgb, resized, cv::Size(w, h), 0, 0, l.scale < 1 ? cv::INTER_AREA : cv::INTER_LINEAR);
+  l.image = cv::Mat(size, size, CV_8UC3, cv::Scalar(114, 114, 114));
+  l.pad_x = (size - w) / 2;
+  l.pad_y = (size - h) / 2;
+  resized.copyTo(l.image(cv::Rect(l.pad_x, l.pad_y, w, h)));
+  return l;
+}
+
+// Source-pixel box (x_min, y_min, x_max, y_max) into the letterboxed image, clipped; false when
+// nothing of it is left.
+bool place_box(const Letterbox& l, int size, std::array<float, 4>& box) {
+  for (int k = 0; k < 4; ++k) {
+    const double offset = (k % 2 == 0) ? l.pad_x : l.pad_y;
+    box[k] = float(std::clamp(box[k] * l.scale + offset, 0.0, double(size)));
+  }
+  return box[2] - box[0] > 1e-3f && box[3] - box[1] > 1e-3f;
 }
 
 // ---------- captions index ----------
@@ -458,10 +508,8 @@ PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job)
 
 PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& o) {
   check_options(o);
-  if (o.images_dir.empty() || !fs::is_directory(o.images_dir))
-    throw UserError("--images: '" + o.images_dir + "' is not a directory");
+  check_inputs(o.images_dir, o.bands);
   if (o.captions_file.empty()) throw UserError("--captions: required");
-  if (!o.bands.empty() && o.bands.size() != 3) throw UserError("--bands: give exactly three band numbers, e.g. 3,2,1");
   // Every rank reads the index (it is small next to the images) and keeps only its own entries;
   // class names come from all entries of every split, so labels agree between split files.
   std::set<std::string> classes;
@@ -487,14 +535,7 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
     const Entry& e = mine.at(i);
     Decoded d;
     d.name = e.image;
-    try {
-      d.image = decode_file((fs::path(o.images_dir) / e.image).string(), o.size, o.bands);
-    } catch (const cv::Exception& ex) {
-      throw SkipImage{e.image + ": " + ex.what()};
-    } catch (SkipImage& s) {
-      s.reason = e.image + ": " + s.reason;
-      throw;
-    }
+    d.image = resize_crop(load_rgb(o.images_dir, e.image, o.bands), o.size);
     d.captions = e.captions;
     if (!e.cls.empty()) d.label = int32_t(std::lower_bound(job.class_names.begin(), job.class_names.end(), e.cls) -
                                           job.class_names.begin());
@@ -522,6 +563,167 @@ PrepReport prep_synthetic_image_text(const comm::Runtime& rt, const PrepSyntheti
     d.name = "synthetic/" + std::to_string(o.seed) + "/" + std::to_string(i);
     d.captions = std::move(scene.captions);
     d.label = scene.label;
+    return d;
+  };
+  return run_job(rt, o, job);
+}
+
+namespace {
+
+// Image files under `dir`, relative paths, sorted (the same list on every rank).
+std::vector<std::string> list_images(const std::string& dir) {
+  static const std::set<std::string> kExt{".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp"};
+  std::vector<std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::string ext = e.path().extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+    if (kExt.count(ext)) out.push_back(fs::relative(e.path(), dir).string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// YOLO label file: "class cx cy w h" per line, normalised to the image; a missing file means no boxes.
+void read_yolo(const std::string& file, int width, int height, std::vector<std::array<float, 4>>& boxes,
+               std::vector<int32_t>& classes) {
+  std::ifstream in(file);
+  if (!in) return;
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    std::istringstream ss(line);
+    double c = -1, cx, cy, w, h;
+    std::string rest;
+    if (!(ss >> c >> cx >> cy >> w >> h) || (ss >> rest) || c < 0 || c != std::floor(c) || w < 0 || h < 0)
+      throw SkipImage{file + ": line " + std::to_string(lineno) + ": expected 'class cx cy w h' (class an integer >= 0, sizes >= 0)"};
+    boxes.push_back({float((cx - w / 2) * width), float((cy - h / 2) * height), float((cx + w / 2) * width),
+                     float((cy + h / 2) * height)});
+    classes.push_back(int32_t(c));
+  }
+}
+
+struct CocoImage {
+  std::string file;
+  std::vector<std::array<float, 4>> boxes;  // source pixels, x_min y_min x_max y_max
+  std::vector<int32_t> classes;
+};
+
+// Parses a COCO instances file: images in file order, categories sorted by id (class = position).
+std::vector<CocoImage> read_coco(const std::string& path, std::vector<std::string>& class_names) {
+  std::ifstream in(path);
+  if (!in) throw DataError(path, "COCO file", "cannot open the file");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(path, "COCO file", std::string("not valid JSON: ") + e.what());
+  }
+  for (const char* key : {"images", "annotations", "categories"})
+    if (!j.contains(key) || !j[key].is_array()) throw DataError(path, key, "missing (expected a list)");
+  std::map<int64_t, std::string> categories;
+  for (const auto& c : j["categories"]) {
+    if (!c.contains("id") || !c.contains("name")) throw DataError(path, "categories", "each needs 'id' and 'name'");
+    categories[c["id"].get<int64_t>()] = c["name"].get<std::string>();
+  }
+  std::map<int64_t, int32_t> class_of;
+  for (const auto& [id, name] : categories) class_of[id] = int32_t(class_names.size()), class_names.push_back(name);
+  std::vector<CocoImage> images;
+  std::map<int64_t, size_t> index;
+  for (const auto& im : j["images"]) {
+    if (!im.contains("id") || !im.contains("file_name")) throw DataError(path, "images", "each needs 'id' and 'file_name'");
+    index[im["id"].get<int64_t>()] = images.size();
+    images.push_back({im["file_name"].get<std::string>(), {}, {}});
+  }
+  size_t n = 0;
+  for (const auto& a : j["annotations"]) {
+    const std::string where = "annotations[" + std::to_string(n++) + "]";
+    if (!a.contains("image_id") || !a.contains("bbox") || !a.contains("category_id") || !a["bbox"].is_array() ||
+        a["bbox"].size() != 4)
+      throw DataError(path, where, "needs 'image_id', 'category_id' and 'bbox' [x, y, w, h]");
+    if (a.value("iscrowd", 0) == 1) continue;  // crowd regions are not instances
+    const auto im = index.find(a["image_id"].get<int64_t>());
+    const auto cls = class_of.find(a["category_id"].get<int64_t>());
+    if (im == index.end()) throw DataError(path, where, "image_id not in 'images'");
+    if (cls == class_of.end()) throw DataError(path, where, "category_id not in 'categories'");
+    const auto& b = a["bbox"];
+    const float x = b[0].get<float>(), y = b[1].get<float>(), w = b[2].get<float>(), h = b[3].get<float>();
+    images[im->second].boxes.push_back({x, y, x + w, y + h});
+    images[im->second].classes.push_back(cls->second);
+  }
+  return images;
+}
+
+}  // namespace
+
+PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& o) {
+  check_options(o);
+  check_inputs(o.images_dir, o.bands);
+  if (o.labels_dir.empty() == o.coco.empty()) throw UserError("prep detection: give either --labels DIR (YOLO) or --coco FILE");
+  if (!o.labels_dir.empty() && !fs::is_directory(o.labels_dir))
+    throw UserError("--labels: '" + o.labels_dir + "' is not a directory");
+  Job job;
+  job.kind = "detection";
+  job.strict = o.strict;
+  std::vector<CocoImage> coco;
+  std::vector<std::string> files;
+  if (!o.coco.empty()) {
+    coco = read_coco(o.coco, job.class_names);
+    job.count = int64_t(coco.size());
+  } else {
+    files = list_images(o.images_dir);
+    job.count = int64_t(files.size());
+    if (!o.class_names_file.empty()) {
+      std::ifstream in(o.class_names_file);
+      if (!in) throw DataError(o.class_names_file, "--class-names", "cannot open the file");
+      std::string line;
+      while (std::getline(in, line))
+        if (!line.empty() && line != "\r") job.class_names.push_back(line.back() == '\r' ? line.substr(0, line.size() - 1) : line);
+    }
+  }
+  job.decode = [&](int64_t i) {
+    Decoded d;
+    d.name = coco.empty() ? files[i] : coco[i].file;
+    const cv::Mat rgb = load_rgb(o.images_dir, d.name, o.bands);
+    std::vector<std::array<float, 4>> boxes;
+    std::vector<int32_t> classes;
+    if (coco.empty()) {
+      const fs::path label = fs::path(o.labels_dir) / fs::path(d.name).replace_extension(".txt");
+      read_yolo(label.string(), rgb.cols, rgb.rows, boxes, classes);
+    } else {
+      boxes = coco[i].boxes;
+      classes = coco[i].classes;
+    }
+    if (!job.class_names.empty())
+      for (int32_t c : classes)
+        if (c >= int32_t(job.class_names.size()))
+          throw SkipImage{d.name + ": class " + std::to_string(c) + " but only " + std::to_string(job.class_names.size()) +
+                          " class names"};
+    const Letterbox l = letterbox(rgb, o.size);
+    d.image = l.image;
+    for (size_t b = 0; b < boxes.size(); ++b)
+      if (place_box(l, o.size, boxes[b])) d.boxes.push_back(boxes[b]), d.box_classes.push_back(classes[b]);
+    return d;
+  };
+  return run_job(rt, o, job);
+}
+
+PrepReport prep_synthetic_detection(const comm::Runtime& rt, const PrepSyntheticOptions& o) {
+  check_options(o);
+  if (o.count < 1) throw UserError("--count: must be at least 1");
+  Job job;
+  job.kind = "detection";
+  job.count = o.count;
+  job.class_names = synthetic_object_classes();
+  job.decode = [&](int64_t i) {
+    auto scene = make_synthetic_scene(o.seed, i, o.size, 1);
+    Decoded d;
+    d.image = scene.image;
+    d.name = "synthetic/" + std::to_string(o.seed) + "/" + std::to_string(i);
+    d.boxes = std::move(scene.boxes);
+    d.box_classes.assign(scene.box_classes.begin(), scene.box_classes.end());
     return d;
   };
   return run_job(rt, o, job);

@@ -270,6 +270,93 @@ TEST(Prep, DecodesSixteenBitGrayAndChoosesBands) {
   EXPECT_EQ(reader.info().class_names, (std::vector<std::string>{"a", "b"}));
 }
 
+TEST(Detection, SyntheticBoxesArriveExactlyPerRow) {
+  data::PrepSyntheticOptions o;
+  o.out = shared_dir() + "/det.h5";
+  o.count = 23;
+  o.seed = 3;
+  o.size = 64;
+  o.block = 2;
+  const auto report = data::prep_synthetic_detection(runtime(), o);
+  int64_t boxes = 0;
+  for (int64_t i = 0; i < o.count; ++i) boxes += int64_t(data::make_synthetic_scene(3, i, 64, 1).boxes.size());
+  EXPECT_EQ(report.boxes, boxes);
+  const auto info = data::validate_dataset(o.out);
+  EXPECT_EQ(info.kind, "detection");
+  EXPECT_EQ(info.box_count, boxes);
+  EXPECT_EQ(info.class_names, data::synthetic_object_classes());
+  for (int64_t row = runtime().rank(); row < o.count; row += runtime().size()) {
+    const auto scene = data::make_synthetic_scene(3, row, 64, 1);
+    const auto got = data::read_boxes(o.out, row);
+    EXPECT_EQ(got.boxes, scene.boxes) << "row " << row;
+    EXPECT_EQ(got.classes, std::vector<int32_t>(scene.box_classes.begin(), scene.box_classes.end())) << "row " << row;
+  }
+  // The image-text loader refuses a detection file with the reason.
+  EXPECT_NE(message_of([&] { data::DatasetReader r(o.out, data::IoDriver::POSIX); }).find("reads 'image_text' files"),
+            std::string::npos);
+}
+
+TEST(Detection, YoloAndCocoGiveTheSameLetterboxedBoxes) {
+  // a.png is 64 x 32 with one box centred at (32, 16), 16 x 16: letterboxed to 32 px (scale 1/2,
+  // 8 px bands above and below) it becomes (12, 12, 20, 20). b.png (32 x 32) has one box filling it
+  // in COCO and no label file in YOLO. c.png's label file is malformed: skipped and reported.
+  const std::string dir = shared_dir() + "/yolo";
+  if (runtime().rank() == 0) {
+    fs::create_directories(dir + "/images/sub");
+    fs::create_directories(dir + "/labels/sub");
+    cv::imwrite(dir + "/images/a.png", cv::Mat(32, 64, CV_8UC3, cv::Scalar(0, 255, 0)));
+    cv::imwrite(dir + "/images/sub/b.png", cv::Mat(32, 32, CV_8UC3, cv::Scalar(255, 0, 0)));
+    cv::imwrite(dir + "/images/sub/c.png", cv::Mat(32, 32, CV_8UC3, cv::Scalar(0, 0, 255)));
+    std::ofstream(dir + "/labels/a.txt") << "0 0.5 0.5 0.25 0.5\n";
+    std::ofstream(dir + "/labels/sub/c.txt") << "1 0.5\n";
+    std::ofstream(dir + "/names.txt") << "car\nboat\n";
+    std::ofstream(dir + "/coco.json") << R"({"images": [{"id": 4, "file_name": "a.png"}, {"id": 5, "file_name": "sub/b.png"}],
+      "categories": [{"id": 9, "name": "boat"}, {"id": 7, "name": "car"}],
+      "annotations": [{"image_id": 4, "category_id": 7, "bbox": [24, 8, 16, 16]},
+                      {"image_id": 5, "category_id": 9, "bbox": [0, 0, 32, 32]},
+                      {"image_id": 5, "category_id": 9, "bbox": [1, 1, 2, 2], "iscrowd": 1}]})";
+  }
+  runtime().barrier();
+  data::PrepDetectionOptions o;
+  o.images_dir = dir + "/images";
+  o.labels_dir = dir + "/labels";
+  o.class_names_file = dir + "/names.txt";
+  o.size = 32;
+  o.out = dir + "/yolo.h5";
+  const auto yolo = data::prep_detection(runtime(), o);
+  EXPECT_EQ(yolo.written, 2);
+  EXPECT_EQ(yolo.boxes, 1);
+  EXPECT_EQ(yolo.skipped_count, 1);
+  if (runtime().rank() == 0) {
+    ASSERT_EQ(yolo.skipped.size(), 1u);
+    EXPECT_NE(yolo.skipped[0].find("c.txt: line 1: expected 'class cx cy w h'"), std::string::npos) << yolo.skipped[0];
+  }
+  const auto a = data::read_boxes(o.out, 0);
+  EXPECT_EQ(a.boxes, (std::vector<std::array<float, 4>>{{12, 12, 20, 20}}));
+  EXPECT_EQ(a.classes, (std::vector<int32_t>{0}));
+  EXPECT_TRUE(data::read_boxes(o.out, 1).boxes.empty());
+  EXPECT_EQ(data::validate_dataset(o.out).class_names, (std::vector<std::string>{"car", "boat"}));
+
+  o.labels_dir.clear();
+  o.class_names_file.clear();
+  o.coco = dir + "/coco.json";
+  o.out = dir + "/coco.h5";
+  const auto coco = data::prep_detection(runtime(), o);
+  EXPECT_EQ(coco.written, 2);
+  EXPECT_EQ(coco.boxes, 2);  // the crowd region is not an instance
+  EXPECT_EQ(data::validate_dataset(o.out).class_names, (std::vector<std::string>{"car", "boat"}));  // sorted by id
+  EXPECT_EQ(data::read_boxes(o.out, 0).boxes, a.boxes);
+  EXPECT_EQ(data::read_boxes(o.out, 0).classes, (std::vector<int32_t>{0}));
+  EXPECT_EQ(data::read_boxes(o.out, 1).boxes, (std::vector<std::array<float, 4>>{{0, 0, 32, 32}}));
+  EXPECT_EQ(data::read_boxes(o.out, 1).classes, (std::vector<int32_t>{1}));
+  EXPECT_EQ(message_of([&] {
+              data::PrepDetectionOptions both = o;
+              both.labels_dir = dir + "/labels";
+              data::prep_detection(runtime(), both);
+            }),
+            "prep detection: give either --labels DIR (YOLO) or --coco FILE");
+}
+
 TEST(Format, IncompleteOrForeignFilesAreRefusedWithTheReason) {
   const std::string dir = shared_dir();
   if (runtime().rank() == 0) {

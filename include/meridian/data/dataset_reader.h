@@ -2,6 +2,7 @@
 // and `bench io` use it. HDF5 is not thread-safe in this build: use one reader from one thread.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,7 +20,7 @@ IoDriver parse_io_driver(const std::string& name);  // "mpio" | "posix"; UserErr
 class DatasetReader {
  public:
   // Validates the file (validate_dataset: DataError on any mismatch) and opens it read-only.
-  // MPIO needs MPI initialised.
+  // Reads `image_text` files (DataError for another kind). MPIO needs MPI initialised.
   DatasetReader(const std::string& path, IoDriver driver);
   ~DatasetReader();
   DatasetReader(const DatasetReader&) = delete;
@@ -48,10 +49,17 @@ class DatasetReader {
   std::unique_ptr<Handles> h_;
 };
 
-// For `inspect`: class histogram and a few decoded captions (serial).
+// The boxes of one row of a `detection` file (serial): x_min, y_min, x_max, y_max in stored pixels.
+struct RowBoxes {
+  std::vector<std::array<float, 4>> boxes;
+  std::vector<int32_t> classes;
+};
+RowBoxes read_boxes(const std::string& path, int64_t row);
+
+// For `inspect`: class histogram and a few decoded captions (serial), for either kind.
 struct DatasetSummary {
-  std::vector<int64_t> class_counts;  // per class_names entry
-  int64_t unlabelled = 0;
+  std::vector<int64_t> class_counts;  // per class_names entry: images (image_text) or boxes (detection)
+  int64_t unlabelled = 0;             // image_text: images without a class; detection: images without boxes
   struct Example {
     std::string name, caption, decoded;  // stored caption, and the stored tokens decoded again
   };

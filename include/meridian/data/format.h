@@ -23,6 +23,7 @@ struct DatasetInfo {
   int64_t vocab_size = 0;                          // of /tokenizer/model
   int64_t pad_id = 0, eos_id = 0;
   std::vector<std::string> class_names;            // empty when unknown
+  int64_t box_count = 0;                           // detection: M of /boxes [M, 4]
   uint64_t file_bytes = 0;
 };
 

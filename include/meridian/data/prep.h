@@ -34,6 +34,17 @@ struct PrepImageTextOptions : PrepCommon {
   bool strict = false;        // an unreadable image is fatal instead of skipped and reported
 };
 
+// Detection: images are letterboxed (longer side to `size`, padded with gray 114, centred) so no
+// box is cut; boxes are stored as x_min, y_min, x_max, y_max in pixels of the stored image.
+struct PrepDetectionOptions : PrepCommon {
+  std::string images_dir;         // every image under it (sorted by path), or the COCO file names' root
+  std::string labels_dir;         // YOLO: <labels_dir>/<image path relative to images_dir, .txt>
+  std::string coco;               // COCO instances JSON (instead of labels_dir)
+  std::string class_names_file;   // YOLO: one name per line; default "0".."C-1"
+  std::vector<int> bands;
+  bool strict = false;            // an unreadable image or label file is fatal instead of skipped
+};
+
 struct PrepSyntheticOptions : PrepCommon {
   int64_t count = 1000;
   uint64_t seed = 0;
@@ -51,5 +62,7 @@ struct PrepReport {
 // Throws UserError/DataError for bad options or input (naming the file and line), on every rank.
 PrepReport prep_image_text(const comm::Runtime& runtime, const PrepImageTextOptions& options);
 PrepReport prep_synthetic_image_text(const comm::Runtime& runtime, const PrepSyntheticOptions& options);
+PrepReport prep_detection(const comm::Runtime& runtime, const PrepDetectionOptions& options);
+PrepReport prep_synthetic_detection(const comm::Runtime& runtime, const PrepSyntheticOptions& options);
 
 }  // namespace meridian::data
