@@ -26,6 +26,7 @@ Command bench_comm_command();
 Command bench_io_command();
 Command prep_image_text_command();
 Command prep_detection_command();
+Command prep_text_command();
 Command prep_synthetic_command();
 Command inspect_command();
 

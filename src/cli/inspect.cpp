@@ -29,6 +29,16 @@ Command inspect_command() {
                 data::kFormatName, (long long)info.format_version, info.file_bytes / 1e6);
     std::printf("  created by   %s\n", info.created_by.c_str());
     std::printf("  split        %s\n", info.split.empty() ? "(all)" : info.split.c_str());
+    if (info.kind == "text") {
+      const data::DatasetSummary summary = data::summarize(path, p["samples"].as<int>());
+      std::printf("  documents    %lld\n", (long long)info.count);
+      std::printf("  tokens       %lld (%.1f per document), %.1f%% with loss (responses)\n", (long long)info.token_count,
+                  double(info.token_count) / std::max<int64_t>(1, info.count), 100 * summary.supervised_fraction);
+      std::printf("  tokenizer    sentencepiece, vocab %lld, eos %lld\n", (long long)info.vocab_size, (long long)info.eos_id);
+      for (const auto& s : summary.examples)
+        std::printf("  %s\n    prompt  : %s\n    response: %s\n", s.name.c_str(), s.caption.c_str(), s.decoded.c_str());
+      return 0;
+    }
     std::printf("  images       %lld x %lldx%lldx%lld uint8, chunk [%llu, %llu, %llu, %llu]\n", (long long)info.count,
                 (long long)info.height, (long long)info.width, (long long)info.channels,
                 (unsigned long long)info.image_chunk.at(0), (unsigned long long)info.image_chunk.at(1),

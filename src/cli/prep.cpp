@@ -53,10 +53,11 @@ std::vector<int> parse_bands(const std::string& text) {
 
 int report(const comm::Runtime& rt, const data::PrepReport& r, const std::string& out) {
   if (rt.rank() == 0) {
-    std::printf("prep: wrote %s: %lld of %lld inputs in %.1f s (%.1f images/s), %lld skipped", out.c_str(),
+    std::printf("prep: wrote %s: %lld of %lld inputs in %.1f s (%.1f inputs/s), %lld skipped", out.c_str(),
                 (long long)r.written, (long long)r.inputs, r.seconds, r.written / std::max(r.seconds, 1e-9),
                 (long long)r.skipped_count);
     if (r.boxes) std::printf(", %lld boxes", (long long)r.boxes);
+    if (r.tokens) std::printf(", %lld tokens", (long long)r.tokens);
     std::printf("\n");
     if (!r.skipped.empty()) {
       const std::string list = out + ".skipped.txt";
@@ -125,25 +126,46 @@ Command prep_detection_command() {
   return c;
 }
 
+Command prep_text_command() {
+  Command c;
+  c.name = "prep text";
+  c.summary = "Instruction (Alpaca-style) or plain-text JSONL -> one token dataset with loss masks";
+  c.add_options = [](cxxopts::Options& o) {
+    o.add_options()
+        ("jsonl", "Records: {\"instruction\", \"input\"?, \"output\"} (loss on the response) or {\"text\"}", cxxopts::value<std::string>()->default_value(""))
+        ("split", "Keep only records whose \"split\" is this; default: all", cxxopts::value<std::string>()->default_value(""));
+    add_common(o);
+  };
+  c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
+    data::PrepTextOptions o;
+    fill_common(p, o);
+    o.jsonl = p["jsonl"].as<std::string>();
+    o.split = p["split"].as<std::string>();
+    return report(rt, data::prep_text(rt, o), o.out);
+  };
+  return c;
+}
+
 Command prep_synthetic_command() {
   Command c;
   c.name = "prep synthetic";
   c.summary = "Procedurally drawn aerial-like scenes with captions -> a dataset (tests, demos)";
   c.add_options = [](cxxopts::Options& o) {
     o.add_options()
-        ("kind", "What to make: image-text (scenes with captions) or detection (objects with exact boxes)", cxxopts::value<std::string>()->default_value("image-text"))
+        ("kind", "What to make: image-text (scenes with captions), detection (objects with exact boxes) or text (instruction records)", cxxopts::value<std::string>()->default_value("image-text"))
         ("count", "Number of scenes", cxxopts::value<int64_t>()->default_value("1000"))
         ("seed", "Seed: the same seed gives the same file", cxxopts::value<uint64_t>()->default_value("0"));
     add_common(o);
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     const std::string kind = p["kind"].as<std::string>();
-    if (kind != "image-text" && kind != "detection")
-      throw UserError("--kind: '" + kind + "' is not available (image-text or detection; text comes later)");
+    if (kind != "image-text" && kind != "detection" && kind != "text")
+      throw UserError("--kind: '" + kind + "' is not one of image-text, detection, text");
     data::PrepSyntheticOptions o;
     fill_common(p, o);
     o.count = p["count"].as<int64_t>();
     o.seed = p["seed"].as<uint64_t>();
+    if (kind == "text") return report(rt, data::prep_synthetic_text(rt, o), o.out);
     return report(rt, kind == "detection" ? data::prep_synthetic_detection(rt, o) : data::prep_synthetic_image_text(rt, o),
                   o.out);
   };

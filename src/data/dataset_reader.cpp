@@ -178,6 +178,31 @@ RowBoxes read_boxes(const std::string& path, int64_t row) {
 
 DatasetSummary summarize(const std::string& path, int examples) {
   const auto info = validate_dataset(path);
+  if (info.kind == "text") {
+    const auto locked = h5::lock();
+    h5::Id file = open_read_only(path);
+    DatasetSummary s;
+    int64_t supervised = 0;
+    const int64_t step = 1 << 22;
+    for (int64_t first = 0; first < info.token_count; first += step)
+      for (uint8_t m : read_range<uint8_t>(file, "/loss_mask", H5T_NATIVE_UINT8, first, std::min(step, info.token_count - first)))
+        supervised += m;
+    s.supervised_fraction = info.token_count ? double(supervised) / info.token_count : 0;
+    h5::Id model = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file, "/tokenizer/model", H5P_DEFAULT)));
+    const Tokenizer tok = Tokenizer::from_bytes(h5::read_bytes(model), path);
+    const auto off = read_range<int64_t>(file, "/doc_offsets", H5T_NATIVE_INT64, 0, info.count + 1);
+    for (int e = 0; e < examples && e < info.count; ++e) {
+      const int64_t doc = (info.count * e) / std::max(1, examples), n = off[doc + 1] - off[doc];
+      const auto ids = read_range<int32_t>(file, "/tokens", H5T_NATIVE_INT32, off[doc], n);
+      const auto mask = read_range<uint8_t>(file, "/loss_mask", H5T_NATIVE_UINT8, off[doc], n);
+      std::vector<int32_t> prompt, response;
+      for (int64_t i = 0; i < n; ++i)
+        if (ids[i] != tok.bos_id()) (mask[i] ? response : prompt).push_back(ids[i]);
+      s.examples.push_back({"document " + std::to_string(doc), tok.decode(prompt.data(), int(prompt.size())),
+                            tok.decode(response.data(), int(response.size()))});
+    }
+    return s;
+  }
   if (info.kind == "detection") {
     const auto locked = h5::lock();
     h5::Id file = open_read_only(path);

@@ -61,6 +61,36 @@ void validate_detection(hid_t file, const std::string& path, const std::vector<h
     if (off[i] < off[i - 1]) throw DataError(path, "/box_offsets", "decreases at entry " + std::to_string(i));
 }
 
+Tokenizer stored_tokenizer(hid_t file, const std::string& path, DatasetInfo& info) {
+  h5::Id model = open_dataset(file, path, "/tokenizer/model");
+  Tokenizer tok = Tokenizer::from_bytes(h5::read_bytes(model), path + ": /tokenizer/model");
+  info.vocab_size = tok.vocab_size();
+  info.pad_id = tok.pad_id();
+  info.eos_id = tok.eos_id();
+  return tok;
+}
+
+void validate_text(hid_t file, const std::string& path, DatasetInfo& info) {
+  h5::Id tokens = open_dataset(file, path, "/tokens");
+  expect_type(tokens, path, "/tokens", H5T_INTEGER, 4, "int32");
+  const auto t = h5::dims(tokens);
+  if (t.size() != 1) throw DataError(path, "/tokens", "expected [T], got " + shape_text(t));
+  info.token_count = int64_t(t[0]);
+  h5::Id mask = open_dataset(file, path, "/loss_mask");
+  expect_type(mask, path, "/loss_mask", H5T_INTEGER, 1, "uint8");
+  if (h5::dims(mask) != t) throw DataError(path, "/loss_mask", "expected shape " + shape_text(t) + " like /tokens");
+  h5::Id offsets = open_dataset(file, path, "/doc_offsets");
+  if (h5::dims(offsets) != std::vector<hsize_t>{hsize_t(info.count + 1)})
+    throw DataError(path, "/doc_offsets", "expected [count + 1] = [" + std::to_string(info.count + 1) + "]");
+  std::vector<int64_t> off(info.count + 1);
+  MERIDIAN_H5_CHECK(H5Dread(offsets, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, off.data()));
+  if (off.front() != 0 || off.back() != info.token_count)
+    throw DataError(path, "/doc_offsets", "must start at 0 and end at T = " + std::to_string(info.token_count));
+  for (size_t i = 1; i < off.size(); ++i)
+    if (off[i] < off[i - 1]) throw DataError(path, "/doc_offsets", "decreases at entry " + std::to_string(i));
+  stored_tokenizer(file, path, info);
+}
+
 }  // namespace
 
 DatasetInfo validate_dataset(const std::string& path) {
@@ -88,9 +118,13 @@ DatasetInfo validate_dataset(const std::string& path) {
   info.kind = h5::read_attr_string(file, "kind").value_or("");
   info.created_by = h5::read_attr_string(file, "created_by").value_or("");
   info.split = h5::read_attr_string(file, "split").value_or("");
-  if (info.kind != "image_text" && info.kind != "detection")
-    throw DataError(path, "attribute 'kind'", "expected 'image_text' or 'detection', got '" + info.kind + "'");
+  if (info.kind != "image_text" && info.kind != "detection" && info.kind != "text")
+    throw DataError(path, "attribute 'kind'", "expected 'image_text', 'detection' or 'text', got '" + info.kind + "'");
   info.count = h5::read_attr_int(file, "count").value_or(-1);
+  if (info.kind == "text") {
+    validate_text(file, path, info);
+    return info;
+  }
 
   h5::Id images = open_dataset(file, path, "/images");
   expect_type(images, path, "/images", H5T_INTEGER, 1, "uint8");
@@ -117,11 +151,7 @@ DatasetInfo validate_dataset(const std::string& path) {
     info.class_names = h5::read_strings(cn, 0, n.empty() ? 0 : n[0]);
   }
   if (info.kind == "image_text") {
-    h5::Id model = open_dataset(file, path, "/tokenizer/model");
-    const Tokenizer tok = Tokenizer::from_bytes(h5::read_bytes(model), path + ": /tokenizer/model");
-    info.vocab_size = tok.vocab_size();
-    info.pad_id = tok.pad_id();
-    info.eos_id = tok.eos_id();
+    stored_tokenizer(file, path, info);
   } else if (!info.class_names.empty()) {
     // Every box class must name a class.
     h5::Id classes = open_dataset(file, path, "/box_classes");

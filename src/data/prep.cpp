@@ -21,6 +21,7 @@
 #include "collective_writer.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
+#include "meridian/core/hash.h"
 #include "meridian/data/synthetic.h"
 #include "meridian/data/tokenizer.h"
 
@@ -278,11 +279,11 @@ std::string agree_error(const comm::Runtime& rt, const std::string& mine) {
 // Rank r owns the blocks b with b % size == r (blocks of `block` indices).
 bool owns(int64_t index, int block, int rank, int size) { return (index / block) % size == rank; }
 
-Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o, const Job& job) {
+Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o, const Job& job, bool keep_whitespace = false) {
   std::string bytes, error;
   if (rt.rank() == 0) {
     try {
-      bytes = o.tokenizer.empty() ? Tokenizer::train(job.tokenizer_corpus(), o.vocab_size).model_bytes()
+      bytes = o.tokenizer.empty() ? Tokenizer::train(job.tokenizer_corpus(), o.vocab_size, keep_whitespace).model_bytes()
                                   : Tokenizer::from_file(o.tokenizer).model_bytes();
     } catch (const UserError& e) {
       error = e.what();
@@ -305,6 +306,36 @@ void check_options(const PrepCommon& o) {
   if (o.block < 1) throw UserError("--block: must be at least 1");
 }
 
+// The output is refused when it exists (unless --overwrite) or its directory is missing or not
+// writable; decided on rank 0, the same error on every rank.
+void check_output(const comm::Runtime& rt, const PrepCommon& o) {
+  std::string error;
+  if (rt.rank() == 0) {
+    const fs::path out(o.out);
+    const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
+    if (fs::exists(out) && !o.overwrite) error = o.out + ": exists (pass --overwrite to replace it)";
+    else if (!fs::is_directory(dir)) error = o.out + ": directory " + dir.string() + " does not exist";
+    else if (access(dir.c_str(), W_OK) != 0) error = o.out + ": directory " + dir.string() + " is not writable";
+  }
+  error = agree_error(rt, error);
+  if (!error.empty()) throw UserError(error);
+}
+
+// Runs `write` (which builds `tmp` and renames it); on any failure rank 0 removes `tmp`, so nothing
+// half-made is left behind.
+template <typename Write>
+void leaving_nothing_on_failure(const comm::Runtime& rt, const std::string& tmp, Write&& write) {
+  try {
+    write();
+  } catch (...) {
+    if (rt.rank() == 0) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+    }
+    throw;
+  }
+}
+
 // One round's rows of this rank, ready to write.
 struct RoundRows {
   std::vector<uint8_t> images;
@@ -319,17 +350,7 @@ struct RoundRows {
 PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job) {
   const auto start = Clock::now();
   const bool text = job.kind == "image_text";
-  // Output: refused when it exists (unless --overwrite); the directory must be writable.
-  std::string out_error;
-  if (rt.rank() == 0) {
-    const fs::path out(o.out);
-    const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
-    if (fs::exists(out) && !o.overwrite) out_error = o.out + ": exists (pass --overwrite to replace it)";
-    else if (!fs::is_directory(dir)) out_error = o.out + ": directory " + dir.string() + " does not exist";
-    else if (access(dir.c_str(), W_OK) != 0) out_error = o.out + ": directory " + dir.string() + " is not writable";
-  }
-  out_error = agree_error(rt, out_error);
-  if (!out_error.empty()) throw UserError(out_error);
+  check_output(rt, o);
   if (job.count == 0) throw UserError("prep: no input entries" + (job.split.empty() ? "" : " with split '" + job.split + "'"));
 
   std::unique_ptr<Tokenizer> tok;
@@ -340,7 +361,7 @@ PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job)
   // ranks before anyone throws, so the writer's collective calls stay matched).
   std::vector<std::string> all_skipped, skipped;
   int64_t base = 0, box_base = 0, max_class = -1;
-  try {
+  leaving_nothing_on_failure(rt, tmp, [&] {
     CollectiveWriter writer(rt, tmp);
     writer.create("/images", H5T_STD_U8LE, {hsize_t(S), hsize_t(S), 3}, job.count, 1);
     if (text) {
@@ -486,13 +507,7 @@ PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job)
       fs::rename(tmp, o.out);
     }
     rt.barrier();
-  } catch (...) {
-    if (rt.rank() == 0) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-    }
-    throw;
-  }
+  });
 
   PrepReport report;
   report.inputs = job.count;
@@ -727,6 +742,201 @@ PrepReport prep_synthetic_detection(const comm::Runtime& rt, const PrepSynthetic
     return d;
   };
   return run_job(rt, o, job);
+}
+
+namespace {
+
+// One document: tokens = [bos] + ids(prompt) + ids(response) + [eos]; the loss covers the response
+// and eos. Plain text has an empty prompt.
+struct TextRecord {
+  std::string prompt, response;
+};
+
+// The Alpaca template.
+std::string alpaca_prompt(const std::string& instruction, const std::string& input) {
+  if (input.empty())
+    return "Below is an instruction that describes a task. Write a response that appropriately completes the "
+           "request.\n\n### Instruction:\n" + instruction + "\n\n### Response:\n";
+  return "Below is an instruction that describes a task, paired with an input that provides further context. Write a "
+         "response that appropriately completes the request.\n\n### Instruction:\n" + instruction +
+         "\n\n### Input:\n" + input + "\n\n### Response:\n";
+}
+
+struct TextJob {
+  int64_t count = 0;
+  std::function<TextRecord(int64_t)> record;  // this rank's indices only
+  std::function<std::vector<std::string>()> tokenizer_corpus;
+  std::string split;
+};
+
+PrepReport run_text_job(const comm::Runtime& rt, const PrepCommon& o, const TextJob& tj) {
+  const auto start = Clock::now();
+  check_output(rt, o);
+  if (tj.count == 0) throw UserError("prep: no input records" + (tj.split.empty() ? "" : " with split '" + tj.split + "'"));
+  Job for_tokenizer;
+  for_tokenizer.tokenizer_corpus = tj.tokenizer_corpus;
+  const Tokenizer tok = shared_tokenizer(rt, o, for_tokenizer, /*keep_whitespace=*/true);
+  const std::string tmp = o.out + ".tmp";
+  int64_t base = 0, tok_base = 0;
+  leaving_nothing_on_failure(rt, tmp, [&] {
+    CollectiveWriter writer(rt, tmp);
+    writer.create("/tokens", H5T_STD_I32LE, {}, std::max<int64_t>(tj.count * 64, 65536), 65536);
+    writer.create("/loss_mask", H5T_STD_U8LE, {}, std::max<int64_t>(tj.count * 64, 65536), 65536);
+    writer.create("/doc_offsets", H5T_STD_I64LE, {}, tj.count + 1, 4096);
+    const int64_t per_round = int64_t(o.block) * rt.size();
+    const int64_t rounds = (tj.count + per_round - 1) / per_round;
+    for (int64_t round = 0; round < rounds; ++round) {
+      std::vector<int32_t> tokens;
+      std::vector<uint8_t> mask;
+      std::vector<int64_t> starts;
+      const int64_t first = round * per_round + int64_t(rt.rank()) * o.block;
+      for (int64_t i = first; i < std::min(tj.count, first + o.block); ++i) {
+        const TextRecord r = tj.record(i);
+        starts.push_back(int64_t(tokens.size()));
+        if (tok.bos_id() >= 0) tokens.push_back(tok.bos_id()), mask.push_back(0);
+        for (int32_t id : tok.ids(r.prompt)) tokens.push_back(id), mask.push_back(0);
+        for (int32_t id : tok.ids(r.response)) tokens.push_back(id), mask.push_back(1);
+        if (tok.eos_id() >= 0) tokens.push_back(tok.eos_id()), mask.push_back(1);
+      }
+      const int64_t mine = int64_t(starts.size()), my_tokens = int64_t(tokens.size());
+      const int64_t offset = base + rt.exclusive_prefix_sum(mine);
+      const int64_t tok_offset = tok_base + rt.exclusive_prefix_sum(my_tokens);
+      const int64_t round_tokens = rt.sum(my_tokens);
+      writer.reserve("/tokens", tok_base + round_tokens);
+      writer.reserve("/loss_mask", tok_base + round_tokens);
+      writer.write("/tokens", tok_offset, my_tokens, H5T_NATIVE_INT32, tokens.data());
+      writer.write("/loss_mask", tok_offset, my_tokens, H5T_NATIVE_UINT8, mask.data());
+      for (auto& s0 : starts) s0 += tok_offset;
+      writer.write("/doc_offsets", offset, mine, H5T_NATIVE_INT64, starts.data());
+      base += rt.sum(mine);
+      tok_base += round_tokens;
+    }
+    writer.close({{"/tokens", tok_base}, {"/loss_mask", tok_base}, {"/doc_offsets", base + 1}});
+    if (rt.rank() == 0) {
+      Finisher finisher(tmp);
+      finisher.write_int64("/doc_offsets", base, tok_base);
+      finisher.write_tokenizer(tok);
+      finisher.finish("text", tj.split, base);
+      fs::rename(tmp, o.out);
+    }
+    rt.barrier();
+  });
+  PrepReport report;
+  report.inputs = tj.count;
+  report.written = base;
+  report.tokens = tok_base;
+  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return report;
+}
+
+}  // namespace
+
+PrepReport prep_text(const comm::Runtime& rt, const PrepTextOptions& o) {
+  check_options(o);
+  if (o.jsonl.empty()) throw UserError("--jsonl: required");
+  std::ifstream in(o.jsonl);
+  if (!in) throw DataError(o.jsonl, "file", "cannot open the file");
+  std::map<int64_t, TextRecord> mine;
+  std::vector<std::string> corpus;
+  TextJob tj;
+  tj.split = o.split;
+  std::string line;
+  int64_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = "line " + std::to_string(lineno);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw DataError(o.jsonl, where, std::string("not valid JSON: ") + e.what());
+    }
+    const auto str = [&](const char* key) -> std::string {
+      if (!j.contains(key)) return {};
+      if (!j[key].is_string()) throw DataError(o.jsonl, where, std::string("'") + key + "' must be a string");
+      return j[key].get<std::string>();
+    };
+    if (!j.is_object()) throw DataError(o.jsonl, where, "expected an object");
+    if (!o.split.empty() && str("split") != o.split) continue;
+    TextRecord r;
+    if (j.contains("instruction")) {
+      if (!j.contains("output")) throw DataError(o.jsonl, where, "an instruction record needs 'output'");
+      r.prompt = alpaca_prompt(str("instruction"), str("input"));
+      r.response = str("output");
+    } else if (j.contains("text")) {
+      r.response = str("text");
+    } else {
+      throw DataError(o.jsonl, where, "expected {\"instruction\", \"input\"?, \"output\"} or {\"text\"}");
+    }
+    if (rt.rank() == 0 && o.tokenizer.empty() && corpus.size() < 2000000) {
+      if (!r.prompt.empty()) corpus.push_back(r.prompt);
+      corpus.push_back(r.response);
+    }
+    if (owns(tj.count, o.block, rt.rank(), rt.size())) mine.emplace(tj.count, std::move(r));
+    ++tj.count;
+  }
+  tj.record = [&](int64_t i) { return mine.at(i); };
+  tj.tokenizer_corpus = [&] { return corpus; };
+  return run_text_job(rt, o, tj);
+}
+
+namespace {
+// Deterministic instruction records: arithmetic, word reversal, counting letters.
+TextRecord synthetic_text_record(uint64_t seed, int64_t index) {
+  uint64_t s = splitmix64(seed ^ splitmix64(uint64_t(index)));
+  const auto pick = [&](int n) { return int(next_unit(s) * n); };
+  static const char* kWords[] = {"river", "forest", "harbor", "runway", "field", "bridge", "tower", "lake",
+                                 "road",  "plane",  "ship",   "tank",   "roof",  "beach", "sand",  "crop"};
+  TextRecord r;
+  switch (pick(3)) {
+    case 0: {
+      const int a = pick(100), b = pick(100), op = pick(3);
+      const char* sym[] = {"+", "-", "*"};
+      const int v = op == 0 ? a + b : op == 1 ? a - b : a * b;
+      r.prompt = alpaca_prompt("Compute the result.", std::to_string(a) + " " + sym[op] + " " + std::to_string(b));
+      r.response = std::to_string(a) + " " + sym[op] + " " + std::to_string(b) + " = " + std::to_string(v);
+      break;
+    }
+    case 1: {
+      std::vector<std::string> words;
+      for (int k = 0, n = 3 + pick(4); k < n; ++k) words.push_back(kWords[pick(16)]);
+      std::string in, out;
+      for (size_t k = 0; k < words.size(); ++k) in += (k ? " " : "") + words[k];
+      for (size_t k = words.size(); k-- > 0;) out += words[k] + (k ? " " : "");
+      r.prompt = alpaca_prompt("Reverse the order of the words.", in);
+      r.response = out;
+      break;
+    }
+    default: {
+      const std::string w = kWords[pick(16)];
+      const char letter = w[size_t(pick(int(w.size())))];
+      const auto n = std::count(w.begin(), w.end(), letter);
+      r.prompt = alpaca_prompt(std::string("How many times does the letter '") + letter + "' appear in the word?", w);
+      r.response = std::string("The letter '") + letter + "' appears " + std::to_string(n) + (n == 1 ? " time" : " times") +
+                   " in \"" + w + "\".";
+    }
+  }
+  return r;
+}
+}  // namespace
+
+PrepReport prep_synthetic_text(const comm::Runtime& rt, const PrepSyntheticOptions& o) {
+  check_options(o);
+  if (o.count < 1) throw UserError("--count: must be at least 1");
+  TextJob tj;
+  tj.count = o.count;
+  tj.record = [&](int64_t i) { return synthetic_text_record(o.seed, i); };
+  tj.tokenizer_corpus = [&] {
+    std::vector<std::string> corpus;
+    for (int64_t i = 0; i < std::min<int64_t>(o.count, 5000); ++i) {
+      const auto r = synthetic_text_record(o.seed, i);
+      corpus.push_back(r.prompt);
+      corpus.push_back(r.response);
+    }
+    return corpus;
+  };
+  return run_text_job(rt, o, tj);
 }
 
 }  // namespace meridian::data

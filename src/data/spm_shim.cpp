@@ -73,6 +73,7 @@ size_t mspm_decode(void* sp, const int32_t* ids, int n, char* out, size_t cap) {
 int mspm_piece_size(void* sp) { return static_cast<sentencepiece::SentencePieceProcessor*>(sp)->GetPieceSize(); }
 int mspm_pad_id(void* sp) { return static_cast<sentencepiece::SentencePieceProcessor*>(sp)->pad_id(); }
 int mspm_eos_id(void* sp) { return static_cast<sentencepiece::SentencePieceProcessor*>(sp)->eos_id(); }
+int mspm_bos_id(void* sp) { return static_cast<sentencepiece::SentencePieceProcessor*>(sp)->bos_id(); }
 
 // `args`: "key=value" lines. On success *model (free with mspm_free_buffer) holds the model bytes.
 int mspm_train(const char* const* sentences, size_t n, const char* args, char** model, size_t* model_len, char* err,

@@ -24,6 +24,7 @@ struct Shim {
   int (*piece_size)(void*);
   int (*pad_id)(void*);
   int (*eos_id)(void*);
+  int (*bos_id)(void*);
   int (*train)(const char* const*, size_t, const char*, char**, size_t*, char*, size_t);
   void (*free_buffer)(char*);
 };
@@ -63,6 +64,7 @@ const Shim& shim() {
     r.piece_size = reinterpret_cast<decltype(r.piece_size)>(sym("mspm_piece_size"));
     r.pad_id = reinterpret_cast<decltype(r.pad_id)>(sym("mspm_pad_id"));
     r.eos_id = reinterpret_cast<decltype(r.eos_id)>(sym("mspm_eos_id"));
+    r.bos_id = reinterpret_cast<decltype(r.bos_id)>(sym("mspm_bos_id"));
     r.train = reinterpret_cast<decltype(r.train)>(sym("mspm_train"));
     r.free_buffer = reinterpret_cast<decltype(r.free_buffer)>(sym("mspm_free_buffer"));
     return r;
@@ -98,13 +100,16 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
   return from_bytes(buffer.str(), path);
 }
 
-Tokenizer Tokenizer::train(const std::vector<std::string>& sentences, int vocab_size) {
+Tokenizer Tokenizer::train(const std::vector<std::string>& sentences, int vocab_size, bool keep_whitespace) {
   if (sentences.empty()) throw UserError("tokenizer training: no captions to train on");
   if (vocab_size < 8) throw UserError("--vocab-size: must be at least 8, got " + std::to_string(vocab_size));
   const std::string args = "model_type=unigram\nvocab_size=" + std::to_string(vocab_size) +
                            "\nhard_vocab_limit=false\npad_id=0\nunk_id=1\nbos_id=2\neos_id=3\n"
                            "character_coverage=1.0\nnum_threads=1\ninput_sentence_size=2000000\n"
-                           "shuffle_input_sentence=false\nminloglevel=2\n";
+                           "shuffle_input_sentence=false\nminloglevel=2\n" +
+                           std::string(keep_whitespace ? "normalization_rule_name=identity\nremove_extra_whitespaces=false\n"
+                                                         "split_by_whitespace=true\nbyte_fallback=true\n"
+                                                       : "");
   std::vector<const char*> ptrs;
   for (const auto& s : sentences) ptrs.push_back(s.c_str());
   char* model = nullptr;
@@ -151,5 +156,17 @@ int Tokenizer::pad_id() const {
   return p >= 0 ? p : 0;
 }
 int Tokenizer::eos_id() const { return shim().eos_id(model_->sp); }
+int Tokenizer::bos_id() const { return shim().bos_id(model_->sp); }
+
+std::vector<int32_t> Tokenizer::ids(const std::string& text) const {
+  std::vector<int32_t> out(text.size() + 16);
+  const int n = shim().encode(model_->sp, text.data(), text.size(), out.data(), int(out.size()));
+  if (n > int(out.size())) {
+    out.resize(n);
+    shim().encode(model_->sp, text.data(), text.size(), out.data(), n);
+  }
+  out.resize(n);
+  return out;
+}
 
 }  // namespace meridian::data

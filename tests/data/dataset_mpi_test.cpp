@@ -357,6 +357,55 @@ TEST(Detection, YoloAndCocoGiveTheSameLetterboxedBoxes) {
             "prep detection: give either --labels DIR (YOLO) or --coco FILE");
 }
 
+TEST(Text, InstructionAndPlainRecordsBecomeTokensWithLossMasks) {
+  const std::string dir = shared_dir() + "/text";
+  if (runtime().rank() == 0) {
+    fs::create_directories(dir);
+    std::ofstream(dir + "/sft.jsonl")
+        << R"({"instruction": "Name the colour of grass.", "output": "Green."})" << "\n"
+        << R"({"instruction": "Add the numbers.", "input": "2 and 3", "output": "2 + 3 = 5"})" << "\n\n"
+        << R"({"text": "Plain text for continued pre-training.\nSecond line."})" << "\n";
+    std::ofstream(dir + "/bad.jsonl") << R"({"instruction": "no output"})" << "\n";
+  }
+  runtime().barrier();
+  data::PrepTextOptions o;
+  o.jsonl = dir + "/sft.jsonl";
+  o.out = dir + "/sft.h5";
+  o.vocab_size = 400;
+  o.block = 1;  // every rank gets a record when there are enough
+  const auto report = data::prep_text(runtime(), o);
+  EXPECT_EQ(report.written, 3);
+  const auto info = data::validate_dataset(o.out);
+  EXPECT_EQ(info.kind, "text");
+  EXPECT_EQ(info.count, 3);
+  EXPECT_EQ(info.token_count, report.tokens);
+  // Rebuild the expected stream with the stored tokenizer: bos, prompt (no loss), response + eos (loss).
+  const auto summary = data::summarize(o.out, 3);
+  ASSERT_EQ(summary.examples.size(), 3u);
+  EXPECT_NE(summary.examples[0].caption.find("### Instruction:\nName the colour of grass.\n\n### Response:\n"),
+            std::string::npos) << summary.examples[0].caption;
+  EXPECT_EQ(summary.examples[0].decoded, "Green.");
+  EXPECT_NE(summary.examples[1].caption.find("### Input:\n2 and 3"), std::string::npos);
+  EXPECT_EQ(summary.examples[1].decoded, "2 + 3 = 5");
+  EXPECT_EQ(summary.examples[2].caption, "");  // plain text: no prompt, loss on everything
+  EXPECT_EQ(summary.examples[2].decoded, "Plain text for continued pre-training.\nSecond line.");
+  EXPECT_GT(summary.supervised_fraction, 0.0);
+  EXPECT_LT(summary.supervised_fraction, 1.0);
+
+  o.jsonl = dir + "/bad.jsonl";
+  o.out = dir + "/bad.h5";
+  EXPECT_EQ(message_of([&] { data::prep_text(runtime(), o); }), dir + "/bad.jsonl: line 1: an instruction record needs 'output'");
+
+  data::PrepSyntheticOptions so;
+  so.out = dir + "/synthetic_text.h5";
+  so.count = 41;
+  so.vocab_size = 1000;
+  so.block = 3;
+  const auto synthetic = data::prep_synthetic_text(runtime(), so);
+  EXPECT_EQ(synthetic.written, 41);
+  EXPECT_EQ(data::validate_dataset(so.out).token_count, synthetic.tokens);
+}
+
 TEST(Format, IncompleteOrForeignFilesAreRefusedWithTheReason) {
   const std::string dir = shared_dir();
   if (runtime().rank() == 0) {

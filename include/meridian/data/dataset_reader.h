@@ -60,8 +60,9 @@ RowBoxes read_boxes(const std::string& path, int64_t row);
 struct DatasetSummary {
   std::vector<int64_t> class_counts;  // per class_names entry: images (image_text) or boxes (detection)
   int64_t unlabelled = 0;             // image_text: images without a class; detection: images without boxes
+  double supervised_fraction = 0;     // text: share of tokens with loss_mask = 1
   struct Example {
-    std::string name, caption, decoded;  // stored caption, and the stored tokens decoded again
+    std::string name, caption, decoded;  // stored caption and its tokens decoded; text: prompt and response decoded
   };
   std::vector<Example> examples;
 };

@@ -45,6 +45,14 @@ struct PrepDetectionOptions : PrepCommon {
   bool strict = false;            // an unreadable image or label file is fatal instead of skipped
 };
 
+// Text for language models: one JSONL record per document, either an instruction record
+// {"instruction", "input"?, "output"} (formatted with the Alpaca prompt template; the loss mask
+// covers the response and eos only) or plain text {"text"} (loss on every token).
+struct PrepTextOptions : PrepCommon {
+  std::string jsonl;
+  std::string split;  // keep only records whose "split" is this; empty: all
+};
+
 struct PrepSyntheticOptions : PrepCommon {
   int64_t count = 1000;
   uint64_t seed = 0;
@@ -54,6 +62,7 @@ struct PrepReport {
   int64_t inputs = 0;                  // entries considered
   int64_t written = 0;                 // rows in the file
   int64_t boxes = 0;                   // detection: boxes in the file
+  int64_t tokens = 0;                  // text: tokens in the file
   std::vector<std::string> skipped;    // "<name>: <reason>", on rank 0 (empty elsewhere)
   int64_t skipped_count = 0;           // on every rank
   double seconds = 0;
@@ -64,5 +73,8 @@ PrepReport prep_image_text(const comm::Runtime& runtime, const PrepImageTextOpti
 PrepReport prep_synthetic_image_text(const comm::Runtime& runtime, const PrepSyntheticOptions& options);
 PrepReport prep_detection(const comm::Runtime& runtime, const PrepDetectionOptions& options);
 PrepReport prep_synthetic_detection(const comm::Runtime& runtime, const PrepSyntheticOptions& options);
+PrepReport prep_text(const comm::Runtime& runtime, const PrepTextOptions& options);
+// Synthetic instruction records (arithmetic, word reversal, counting): learnable, deterministic per seed.
+PrepReport prep_synthetic_text(const comm::Runtime& runtime, const PrepSyntheticOptions& options);
 
 }  // namespace meridian::data

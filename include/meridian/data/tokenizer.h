@@ -16,7 +16,9 @@ class Tokenizer {
   static Tokenizer from_file(const std::string& path);
   // Trains a unigram model on `sentences` (pad 0, unk 1, bos 2, eos 3). `vocab_size` is an upper
   // bound: a small corpus gets fewer pieces rather than an error. Deterministic for its input.
-  static Tokenizer train(const std::vector<std::string>& sentences, int vocab_size);
+  // keep_whitespace (for language-model text): no normalisation, newlines and runs of spaces kept,
+  // unknown characters as bytes.
+  static Tokenizer train(const std::vector<std::string>& sentences, int vocab_size, bool keep_whitespace = false);
 
   // Writes the ids of `text` then eos into out[0..context_length), truncating the text so eos stays
   // last, and pads with pad_id(). Returns the length before padding (<= context_length).
@@ -26,6 +28,8 @@ class Tokenizer {
   int vocab_size() const;
   int pad_id() const;  // the model's pad piece, or 0 when it has none
   int eos_id() const;  // -1 when the model has no eos piece (then nothing is appended)
+  int bos_id() const;  // -1 when the model has none
+  std::vector<int32_t> ids(const std::string& text) const;  // the pieces of `text`, nothing added
   const std::string& model_bytes() const { return bytes_; }
 
  private:
