@@ -23,7 +23,7 @@ Command bench_io_command() {
         ("steps", "Batches per rank to time", cxxopts::value<int64_t>()->default_value("50"))
         ("compute-ms", "Fake compute per batch (sleep), to measure the data-wait fraction", cxxopts::value<double>()->default_value("0"))
         ("prefetch", "Batches read ahead", cxxopts::value<int>()->default_value("4"))
-        ("io-driver", "HDF5 driver: posix (direct chunk reads) or mpio (MPI-IO, independent reads)", cxxopts::value<std::string>()->default_value("posix"))
+        ("io-driver", "HDF5 driver: mpio (MPI-IO, independent reads) or posix (direct chunk reads)", cxxopts::value<std::string>()->default_value("mpio"))
         ("augment", "Random resized crop + flip on the preparation thread")
         ("seed", "Sampler seed", cxxopts::value<uint64_t>()->default_value("0"));
     o.parse_positional({"file"});

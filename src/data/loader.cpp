@@ -130,11 +130,10 @@ struct Loader::Impl {
     return *slots.back();
   }
 
+  // Without augmentation the I/O thread also assembles each batch (a few small copies) and hands it
+  // straight to the consumer: one thread hand-off per batch instead of two.
   void io_loop() {
     int64_t epoch = o.epoch, position = o.position;
-    const int64_t steps = sampler->steps_per_epoch();
-    const auto& info = reader->info();
-    const int64_t K = info.captions_per_sample, L = info.context_length;
     for (;;) {
       if (position >= sampler->epoch_samples()) ++epoch, position = 0;
       RawBatch b;
@@ -157,54 +156,72 @@ struct Loader::Impl {
         reader->read_rows(b.rows, b.images.data_ptr<uint8_t>(), b.tokens.data_ptr<int32_t>(),
                           b.lengths.data_ptr<int32_t>(), b.labels.data_ptr<int32_t>());
       } catch (...) {
-        b.error = std::current_exception();
-        raw.push(std::move(b));
+        if (o.augment) {
+          b.error = std::current_exception();
+          raw.push(std::move(b));
+        } else {
+          fail(std::current_exception());
+        }
         return;
       }
       position += sampler->global_batch();
       b.next_position = position;
-      (void)steps;
-      if (!raw.push(std::move(b))) return;
+      if (!(o.augment ? raw.push(std::move(b)) : ready.push(assemble(b)))) return;
     }
   }
 
+  void fail(std::exception_ptr e) {
+    error = e;  // published by close(): next() reads it after its pop fails
+    ready.close();
+  }
+
+  // One caption per sample (from seed, epoch, row) and the batch tensors, from what was read.
+  Batch assemble(const RawBatch& rb) {
+    const auto& info = reader->info();
+    const int64_t K = info.captions_per_sample, L = info.context_length;
+    const int64_t B = int64_t(rb.repeat.size());
+    Batch b;
+    b.rows = at::empty({B}, at::kLong);
+    b.labels = at::empty({B}, at::kInt);
+    b.tokens = at::empty({B, L}, at::kInt);
+    b.lengths = at::empty({B}, at::kInt);
+    int64_t* rows_out = b.rows.data_ptr<int64_t>();
+    int32_t* labels_out = b.labels.data_ptr<int32_t>();
+    int32_t* tokens_out = b.tokens.data_ptr<int32_t>();
+    int32_t* lengths_out = b.lengths.data_ptr<int32_t>();
+    const int32_t* tokens_in = rb.tokens.data_ptr<int32_t>();
+    const int32_t* lengths_in = rb.lengths.data_ptr<int32_t>();
+    const int32_t* labels_in = rb.labels.data_ptr<int32_t>();
+    for (int64_t i = 0; i < B; ++i) {  // plain loops: cheaper than tensor indexing at this size
+      const int64_t r = rb.repeat[i];
+      rows_out[i] = rb.rows[r];
+      labels_out[i] = labels_in[r];
+      const int64_t k = int64_t(mix(o.seed ^ mix(uint64_t(rb.epoch) * 0x1000193ull + uint64_t(rows_out[i]))) % uint64_t(K));
+      std::copy_n(tokens_in + (r * K + k) * L, L, tokens_out + i * L);
+      lengths_out[i] = lengths_in[r * K + k];
+    }
+    // Without duplicate rows the batch hands out the read buffer itself (no copy); the slot is
+    // reused once every tensor viewing it is gone.
+    b.images = int64_t(rb.rows.size()) == B ? rb.images : rb.images.index_select(0, at::tensor(rb.repeat, at::kLong));
+    b.epoch = rb.epoch;
+    b.step = rb.step;
+    b.next_position = rb.next_position;
+    return b;
+  }
+
+  // With augmentation: a second thread crops and flips while the I/O thread reads ahead.
   void prep_loop() {
     const auto& info = reader->info();
-    const int64_t K = info.captions_per_sample;
-    const int size = o.augment ? (o.crop_size > 0 ? o.crop_size : int(info.height)) : int(info.height);
+    const int size = o.crop_size > 0 ? o.crop_size : int(info.height);
     RawBatch rb;
     while (raw.pop(rb)) {
-      Batch b;
-      if (rb.error) {
-        error = rb.error;  // published by close(): next() reads it after its pop fails
-        ready.close();
-        return;
-      }
-      const auto idx = at::tensor(rb.repeat, at::kLong);
-      b.rows = at::tensor(rb.rows, at::kLong).index_select(0, idx);
-      b.labels = rb.labels.index_select(0, idx);
-      const int64_t B = idx.size(0);
-      std::vector<int64_t> choice(B);
-      auto rows_acc = b.rows.accessor<int64_t, 1>();
-      for (int64_t i = 0; i < B; ++i) choice[i] = int64_t(mix(o.seed ^ mix(uint64_t(rb.epoch) * 0x1000193ull + uint64_t(rows_acc[i]))) % uint64_t(K));
-      const auto pick = at::tensor(choice, at::kLong);
-      const auto ar = at::arange(B, at::kLong);
-      b.tokens = rb.tokens.index_select(0, idx).index({ar, pick}).contiguous();
-      b.lengths = rb.lengths.index_select(0, idx).index({ar, pick}).contiguous();
-      // Without duplicate rows the batch hands out the read buffer itself (no copy); the slot is
-      // reused once every tensor viewing it is gone.
-      const bool identity = int64_t(rb.rows.size()) == B;
-      auto images = identity ? rb.images : rb.images.index_select(0, idx);
-      if (o.augment) {
-        std::vector<at::Tensor> out;
-        for (int64_t i = 0; i < B; ++i)
-          out.push_back(augment_image(images[i], size, mix(o.seed ^ mix(uint64_t(rb.epoch) + 0x9e37ull)) ^ uint64_t(rows_acc[i])));
-        images = at::stack(out);
-      }
-      b.images = images.contiguous();
-      b.epoch = rb.epoch;
-      b.step = rb.step;
-      b.next_position = rb.next_position;
+      if (rb.error) return fail(rb.error);
+      Batch b = assemble(rb);
+      std::vector<at::Tensor> out;
+      const int64_t* rows = b.rows.data_ptr<int64_t>();
+      for (int64_t i = 0; i < b.rows.size(0); ++i)
+        out.push_back(augment_image(b.images[i], size, mix(o.seed ^ mix(uint64_t(rb.epoch) + 0x9e37ull)) ^ uint64_t(rows[i])));
+      b.images = at::stack(out);
       if (!ready.push(std::move(b))) return;
     }
   }
@@ -240,14 +257,14 @@ Loader::Loader(const comm::Runtime& rt, const LoaderOptions& options) : impl_(st
     throw UserError(options.path + ": " + std::to_string(info.count) + " samples are fewer than one global batch (" +
                     std::to_string(impl_->sampler->global_batch()) + "); lower --batch or pass drop_last = false");
   impl_->io_thread = std::thread([this] { impl_->io_loop(); });
-  impl_->prep_thread = std::thread([this] { impl_->prep_loop(); });
+  if (options.augment) impl_->prep_thread = std::thread([this] { impl_->prep_loop(); });
 }
 
 Loader::~Loader() {
   impl_->raw.close();
   impl_->ready.close();
   impl_->io_thread.join();
-  impl_->prep_thread.join();
+  if (impl_->prep_thread.joinable()) impl_->prep_thread.join();
 }
 
 Batch Loader::next() {

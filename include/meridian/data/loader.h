@@ -1,10 +1,10 @@
 // The training data loader: every rank reads its share of each global batch from the dataset file,
 // ahead of time.
 //
-// Pipeline per rank: an I/O thread reads each batch (rows sorted; one H5Dread per run of consecutive
-// rows, see DatasetReader::read_rows); a preparation thread
-// picks one caption per sample and applies augmentation; `prefetch` batches wait ready in a queue,
-// so reading overlaps training. Order within a batch is ascending row order.
+// Pipeline per rank: an I/O thread reads each batch (rows sorted; one read per run of consecutive
+// rows, see DatasetReader::read_rows) into reused buffers and picks one caption per sample; with
+// augmentation a second thread crops and flips. `prefetch` batches wait ready in a queue, so reading
+// overlaps training. Order within a batch is ascending row order.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -33,9 +33,9 @@ struct LoaderOptions {
   int crop_size = 0;            // output image size with augment; 0: the stored size
   int64_t epoch = 0;            // where to start (from a checkpoint)
   int64_t position = 0;         // global samples already consumed in `epoch`
-  // POSIX reads random batches 1.3-1.4x faster than MPI-IO here (direct chunk reads, which HDF5 does
-  // not support under MPI-IO; docs/performance.md); reads are independent either way.
-  IoDriver driver = IoDriver::POSIX;
+  // MPI-IO on MPI_COMM_SELF (independent reads) or POSIX; within noise of each other on random
+  // batches (docs/performance.md).
+  IoDriver driver = IoDriver::MPIO;
 };
 
 struct Batch {
