@@ -11,6 +11,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin         # MPI bootstrap, CPU collectives
   libhdf5-openmpi-dev hdf5-tools     # parallel HDF5 (MPI-IO)
   libopencv-dev                      # image decoding
+  libtiff-dev                        # multi-band TIFF (OpenCV reads at most 4 bands)
   libcxxopts-dev                     # CLI
   libgtest-dev libgmock-dev googletest
   libspdlog-dev libfmt-dev

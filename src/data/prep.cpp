@@ -15,6 +15,7 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
+#include <tiffio.h>
 #include <set>
 #include <sstream>
 
@@ -49,9 +50,11 @@ struct SkipImage {
 
 // ---------- image decoding ----------
 
-cv::Mat to_rgb8(cv::Mat img, const std::vector<int>& bands) {
-  if (img.channels() == 3) cv::cvtColor(img, img, cv::COLOR_BGR2RGB);  // OpenCV decodes BGR: back to file order
-  if (img.channels() == 4) cv::cvtColor(img, img, cv::COLOR_BGRA2RGBA);
+// `img` holds the file's bands; OpenCV's own decoders give 3 and 4 bands as BGR(A), so
+// `opencv_order` puts them back in file order first.
+cv::Mat to_rgb8(cv::Mat img, const std::vector<int>& bands, bool opencv_order = true) {
+  if (opencv_order && img.channels() == 3) cv::cvtColor(img, img, cv::COLOR_BGR2RGB);
+  if (opencv_order && img.channels() == 4) cv::cvtColor(img, img, cv::COLOR_BGRA2RGBA);
   if (img.depth() != CV_8U) {
     // 16-bit and float imagery: linear stretch of [0, max over all bands] to [0, 255].
     double lo = 0, hi = 0;
@@ -94,8 +97,57 @@ cv::Mat resize_crop(const cv::Mat& img, int size) {
   return resized(cv::Rect((w - size) / 2, (h - size) / 2, size, size)).clone();
 }
 
+// Multi-band TIFF (more than 4 bands, which OpenCV 4.6 refuses), 8 or 16-bit unsigned, strips,
+// interleaved or planar, read with libtiff; bands in file order.
+int tiff_bands(const std::string& path) {
+  TIFFSetWarningHandler(nullptr);
+  TIFFSetErrorHandler(nullptr);
+  TIFF* t = TIFFOpen(path.c_str(), "r");
+  if (!t) return 0;
+  uint16_t spp = 1;
+  TIFFGetFieldDefaulted(t, TIFFTAG_SAMPLESPERPIXEL, &spp);
+  TIFFClose(t);
+  return spp;
+}
+
+cv::Mat read_tiff_bands(const std::string& path) {
+  std::unique_ptr<TIFF, void (*)(TIFF*)> t(TIFFOpen(path.c_str(), "r"), TIFFClose);
+  if (!t) throw SkipImage{"cannot open as TIFF"};
+  uint32_t w = 0, h = 0;
+  uint16_t spp = 1, bps = 8, planar = PLANARCONFIG_CONTIG, format = SAMPLEFORMAT_UINT;
+  TIFFGetField(t.get(), TIFFTAG_IMAGEWIDTH, &w);
+  TIFFGetField(t.get(), TIFFTAG_IMAGELENGTH, &h);
+  TIFFGetFieldDefaulted(t.get(), TIFFTAG_SAMPLESPERPIXEL, &spp);
+  TIFFGetFieldDefaulted(t.get(), TIFFTAG_BITSPERSAMPLE, &bps);
+  TIFFGetFieldDefaulted(t.get(), TIFFTAG_PLANARCONFIG, &planar);
+  TIFFGetFieldDefaulted(t.get(), TIFFTAG_SAMPLEFORMAT, &format);
+  if (TIFFIsTiled(t.get())) throw SkipImage{"tiled multi-band TIFF is not supported (re-save with strips)"};
+  if ((bps != 8 && bps != 16) || format != SAMPLEFORMAT_UINT)
+    throw SkipImage{"multi-band TIFF with " + std::to_string(bps) + "-bit samples (8 or 16-bit unsigned supported)"};
+  if (w == 0 || h == 0 || spp > CV_CN_MAX) throw SkipImage{"unsupported TIFF geometry"};
+  const int depth = bps == 8 ? CV_8U : CV_16U;
+  cv::Mat img(int(h), int(w), CV_MAKETYPE(depth, spp));
+  if (planar == PLANARCONFIG_CONTIG) {
+    for (uint32_t row = 0; row < h; ++row)
+      if (TIFFReadScanline(t.get(), img.ptr(int(row)), row, 0) < 0) throw SkipImage{"corrupt TIFF strip"};
+  } else {
+    cv::Mat plane(int(h), int(w), depth);
+    std::vector<cv::Mat> planes;
+    for (uint16_t s = 0; s < spp; ++s) {
+      for (uint32_t row = 0; row < h; ++row)
+        if (TIFFReadScanline(t.get(), plane.ptr(int(row)), row, s) < 0) throw SkipImage{"corrupt TIFF strip"};
+      planes.push_back(plane.clone());
+    }
+    cv::merge(planes, img);
+  }
+  return img;
+}
+
 cv::Mat read_rgb(const std::string& path, const std::vector<int>& bands) {
   if (!fs::exists(path)) throw SkipImage{"file not found"};
+  std::string ext = fs::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), ::tolower);
+  if ((ext == ".tif" || ext == ".tiff") && tiff_bands(path) > 4) return to_rgb8(read_tiff_bands(path), bands, false);
   cv::Mat img = cv::imread(path, cv::IMREAD_UNCHANGED);
   if (img.empty()) throw SkipImage{"cannot decode (unsupported or corrupt image)"};
   if (img.dims != 2 || img.cols < 1 || img.rows < 1) throw SkipImage{"not a 2-D image"};
@@ -459,8 +511,10 @@ PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job)
     }
     writer.close(final_rows);
     if (base == 0) {
-      throw UserError("prep: no input could be read (" + std::to_string(rt.sum(int64_t(skipped.size()))) +
-                      " skipped" + (skipped.empty() ? "" : ", e.g. " + skipped.front()) + ")");
+      const int64_t total = rt.sum(int64_t(skipped.size()));
+      const std::string example = agree_error(rt, skipped.empty() ? "" : skipped.front());  // the lowest rank's
+      throw UserError("prep: no input could be read (" + std::to_string(total) + " skipped" +
+                      (example.empty() ? "" : ", e.g. " + example) + ")");
     }
     max_class = rt.max(max_class);
 

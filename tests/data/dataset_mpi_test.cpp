@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <tiffio.h>
+
 #include <opencv2/imgcodecs.hpp>
 #include <set>
 
@@ -404,6 +406,48 @@ TEST(Text, InstructionAndPlainRecordsBecomeTokensWithLossMasks) {
   const auto synthetic = data::prep_synthetic_text(runtime(), so);
   EXPECT_EQ(synthetic.written, 41);
   EXPECT_EQ(data::validate_dataset(so.out).token_count, synthetic.tokens);
+}
+
+TEST(Prep, MultiBandTiffBandsAreChosenWithBands) {
+  // A 5-band 16-bit TIFF (OpenCV reads at most 4 bands): band b holds 1000 * b everywhere; with
+  // --bands 5,3,1 the stored RGB is band 5, 3, 1 stretched by the maximum (5000).
+  const std::string dir = shared_dir() + "/multiband";
+  if (runtime().rank() == 0) {
+    fs::create_directories(dir);
+    TIFF* t = TIFFOpen((dir + "/five.tif").c_str(), "w");
+    ASSERT_NE(t, nullptr);
+    TIFFSetField(t, TIFFTAG_IMAGEWIDTH, 16);
+    TIFFSetField(t, TIFFTAG_IMAGELENGTH, 16);
+    TIFFSetField(t, TIFFTAG_SAMPLESPERPIXEL, 5);
+    TIFFSetField(t, TIFFTAG_BITSPERSAMPLE, 16);
+    TIFFSetField(t, TIFFTAG_PLANARCONFIG, PLANARCONFIG_CONTIG);
+    TIFFSetField(t, TIFFTAG_PHOTOMETRIC, PHOTOMETRIC_MINISBLACK);
+    const uint16_t extra[4] = {EXTRASAMPLE_UNSPECIFIED, EXTRASAMPLE_UNSPECIFIED, EXTRASAMPLE_UNSPECIFIED,
+                               EXTRASAMPLE_UNSPECIFIED};
+    TIFFSetField(t, TIFFTAG_EXTRASAMPLES, 4, extra);
+    std::vector<uint16_t> row(16 * 5);
+    for (int x = 0; x < 16; ++x)
+      for (int b = 0; b < 5; ++b) row[x * 5 + b] = uint16_t(1000 * (b + 1));
+    for (uint32_t y = 0; y < 16; ++y) TIFFWriteScanline(t, row.data(), y, 0);
+    TIFFClose(t);
+    std::ofstream(dir + "/index.jsonl") << R"({"image": "five.tif", "caption": "five bands"})" << "\n";
+  }
+  runtime().barrier();
+  data::PrepImageTextOptions o;
+  o.images_dir = dir;
+  o.captions_file = dir + "/index.jsonl";
+  o.size = 16;
+  o.vocab_size = 30;
+  o.out = dir + "/no_bands.h5";
+  EXPECT_NE(message_of([&] { data::prep_image_text(runtime(), o); }).find("5 bands: choose three with --bands"),
+            std::string::npos);
+  o.bands = {5, 3, 1};
+  o.out = dir + "/bands.h5";
+  ASSERT_EQ(data::prep_image_text(runtime(), o).written, 1);
+  data::DatasetReader reader(o.out, data::IoDriver::POSIX);
+  std::vector<uint8_t> image(16 * 16 * 3);
+  reader.read_rows({0}, image.data(), nullptr, nullptr, nullptr);
+  EXPECT_EQ((std::vector<int>{image[0], image[1], image[2]}), (std::vector<int>{255, 153, 51}));
 }
 
 TEST(Format, IncompleteOrForeignFilesAreRefusedWithTheReason) {
