@@ -47,4 +47,15 @@ echo "$out"
 grep -q "# PASS: 0 wrong elements" <<<"$out" || fail "bench comm did not pass"
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['ranks']==2 and len(d['rows'])>=20 and all(r['wrong']==0 for r in d['rows'])" \
   "$tmp/bench.json" || fail "bad --json output"
+if [[ $with_data == ON ]]; then
+  # Datasets of every kind through the binary; inspect refuses a file that is not one.
+  for kind in image-text detection text; do
+    "$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --kind $kind --count 24 --size 32 --vocab-size 1000 \
+      --context-length 32 --out "$tmp/$kind.h5" >"$tmp/o" 2>&1 || { cat "$tmp/o"; fail "prep synthetic --kind $kind"; }
+    "$meridian" inspect "$tmp/$kind.h5" | grep -q "valid ${kind/-/_} dataset" || fail "inspect $kind"
+  done
+  echo "not a dataset" >"$tmp/junk.h5"
+  "$meridian" inspect "$tmp/junk.h5" >"$tmp/o" 2>&1; rc=$?
+  [[ $rc -eq 2 ]] && grep -q "junk.h5: file: not an HDF5 file" "$tmp/o" || { cat "$tmp/o"; fail "inspect of junk: exit $rc"; }
+fi
 echo PASS

@@ -172,6 +172,32 @@ TEST(Loader, ResumesFromEpochAndPosition) {
   EXPECT_TRUE(at::equal(again.images, second.images));
 }
 
+TEST(Loader, RanksThatSeeDifferentFilesAreToldWhichAndWhere) {
+  // The classic multi-node failure: the data path names a different file on one node. Here rank 0
+  // reads one synthetic file, the others another; every rank must get the error naming the rank.
+  data::PrepSyntheticOptions other;
+  other.out = shared_dir() + "/other.h5";
+  other.count = 12;
+  other.seed = 99;
+  other.size = 32;
+  other.captions_per_image = 3;
+  other.context_length = 24;
+  other.vocab_size = 200;
+  data::prep_synthetic_image_text(runtime(), other);
+  data::LoaderOptions o;
+  o.path = runtime().rank() == 0 ? synthetic_file() : other.out;
+  o.batch_size = 2;
+  const std::string message = message_of([&] { data::Loader loader(runtime(), o); });
+  if (runtime().size() == 1) {
+    EXPECT_EQ(message, "<no UserError>");  // one rank cannot disagree with itself
+  } else {
+    EXPECT_NE(message.find(": rank 1 on " + runtime().host() + " sees a different dataset than rank 0 on " +
+                           runtime().host()),
+              std::string::npos)
+        << message;
+  }
+}
+
 TEST(Loader, AugmentationIsDeterministicAndChangesPixels) {
   auto image = at::arange(32 * 32 * 3, at::kInt).remainder(251).to(at::kByte).reshape({32, 32, 3});
   const auto a = data::augment_image(image, 24, 42), b = data::augment_image(image, 24, 42),
