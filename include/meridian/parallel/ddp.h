@@ -1,0 +1,88 @@
+// Data parallelism for any torch::nn::Module: gradients reduced across ranks in buckets while
+// backward is still running.
+//
+//   parallel::DistributedDataParallel ddp(runtime, comm, model, {});   // collective
+//   for (...) {
+//     auto loss = loss_fn(model->forward(x), y);
+//     loss.backward();          // buckets are reduced as their gradients become ready
+//     ddp.finish();             // waits, divides by world size: every rank holds the same gradients
+//     optimizer.step();
+//   }
+//
+// Construction (collective): broadcasts parameters and buffers from rank 0, after checking that
+// every rank holds the same parameter list (names, shapes, dtypes; one allgather of a hash, then the
+// first difference per rank in a UserError on every rank instead of a hang).
+// Buckets: parameters in reverse registration order (about the order their gradients become ready
+// in backward), `bucket_mb` each (the first one `first_bucket_mb`, so communication starts early),
+// flat buffers reused every step. A hook on each parameter copies its gradient into its bucket;
+// a full bucket is all-reduced at once, asynchronously, while backward goes on. finish() launches
+// what is left, waits for everything, and only then divides by the world size.
+// Not thread-safe; one backward at a time.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meridian/comm/communicator.h"
+
+namespace meridian::comm {
+class Runtime;
+}
+
+namespace meridian::core {
+class Trace;
+}
+
+namespace meridian::parallel {
+
+struct DdpOptions {
+  double bucket_mb = 25;          // as PyTorch DDP
+  double first_bucket_mb = 1;     // a small first bucket: the last layers' gradients leave early
+  bool find_unused_parameters = false;  // false: a parameter without gradient in a step is an error
+  bool bf16_communication = false;      // reduce in bfloat16 (half the bytes); gradients stay float32
+  bool overlap = true;            // false: reduce everything in finish() (the baseline for bench ddp)
+};
+
+class DistributedDataParallel {
+ public:
+  // Collective. The module's parameters must be float32 and on the communicator's device kind.
+  DistributedDataParallel(const comm::Runtime& runtime, comm::Communicator& comm,
+                          std::shared_ptr<torch::nn::Module> module, const DdpOptions& options = {});
+  ~DistributedDataParallel();
+
+  // Gradient accumulation: while set to false, backward passes reduce nothing and gradients
+  // accumulate locally; the next backward with sync on reduces the accumulated sum.
+  void set_sync(bool sync);
+
+  // Collective: after backward (with sync on). Waits for every bucket, writes the averaged
+  // gradients into each parameter's .grad. Throws UserError on every rank if some rank had a
+  // parameter without gradient and find_unused_parameters is off (naming the parameters).
+  void finish();
+
+  // Records bucket launches, completions and waits (optional; not owned).
+  void set_trace(core::Trace* trace);
+
+  int64_t bucket_count() const;
+  const std::vector<std::string>& bucket_summary() const;  // "bucket 0: 3 tensors, 1.0 MB" ...
+  double last_wait_s() const;  // time finish() waited for communication in the last step
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before.
+// With gradients already reduced (after finish) every rank computes the same value.
+double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm);
+
+// Allgather with a matching backward, for losses over the whole global batch (contrastive, SigLIP):
+// returns [world * B, ...] = every rank's `local` in rank order; in backward each rank receives the
+// gradient of its own slice summed over all ranks (every rank's loss depends on every slice).
+// Collective in forward and in backward.
+at::Tensor all_gather_with_grad(comm::Communicator& comm, const at::Tensor& local);
+
+}  // namespace meridian::parallel

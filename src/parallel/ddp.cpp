@@ -1,0 +1,300 @@
+#include "meridian/parallel/ddp.h"
+
+#include <torch/autograd.h>
+
+#include <chrono>
+#include <sstream>
+
+#include "meridian/comm/runtime.h"
+#include "meridian/core/error.h"
+#include "meridian/core/trace.h"
+
+namespace meridian::parallel {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::string describe(const std::string& name, const at::Tensor& p) {
+  std::ostringstream os;
+  os << name << " " << p.sizes() << " " << c10::toString(p.scalar_type());
+  return os.str();
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : s) h = (h ^ uint8_t(c)) * 1099511628211ull;
+  return h;
+}
+}  // namespace
+
+struct DistributedDataParallel::Impl {
+  struct Slot {
+    std::string name;
+    at::Tensor param;
+    int64_t bucket = 0, offset = 0, numel = 0;
+    bool ready = false;
+  };
+  struct Bucket {
+    at::Tensor buffer;  // flat, comm dtype, on the parameters' device
+    std::vector<size_t> slots;
+    size_t pending = 0;
+    bool full = false;
+    comm::WorkPtr work;
+    Clock::time_point launched;
+  };
+
+  const comm::Runtime& rt;
+  comm::Communicator& comm;
+  std::shared_ptr<torch::nn::Module> module;
+  DdpOptions o;
+  std::vector<Slot> slots;
+  std::vector<Bucket> buckets;
+  std::vector<std::string> summary;
+  size_t next_launch = 0;
+  bool sync = true;
+  core::Trace* trace = nullptr;
+  double last_wait = 0;
+  std::vector<unsigned> hook_ids;
+
+  Impl(const comm::Runtime& r, comm::Communicator& c, std::shared_ptr<torch::nn::Module> m, const DdpOptions& opts)
+      : rt(r), comm(c), module(std::move(m)), o(opts) {}
+
+  void check_same_model() {
+    std::string text;
+    for (const auto& s : slots) text += describe(s.name, s.param) + "\n";
+    const auto hashes = rt.allgather(std::to_string(fnv1a(text)));
+    bool same = true;
+    for (const auto& h : hashes) same = same && h == hashes[0];
+    if (same) return;
+    // Name the first difference of every rank that differs from rank 0 (same message everywhere).
+    const auto texts = rt.allgather(text);
+    const auto hosts = rt.allgather(rt.host());
+    const auto lines = [](const std::string& t) {
+      std::vector<std::string> v;
+      std::stringstream ss(t);
+      for (std::string l; std::getline(ss, l);) v.push_back(l);
+      return v;
+    };
+    const auto ref = lines(texts[0]);
+    std::string message = "the model differs between ranks:";
+    for (int r = 1; r < rt.size(); ++r) {
+      if (hashes[r] == hashes[0]) continue;
+      const auto mine = lines(texts[r]);
+      size_t i = 0;
+      while (i < mine.size() && i < ref.size() && mine[i] == ref[i]) ++i;
+      message += " rank " + std::to_string(r) + " on " + hosts[r] + " has ";
+      message += i < mine.size() ? "'" + mine[i] + "'" : "no more parameters";
+      message += " where rank 0 on " + hosts[0] + " has " + (i < ref.size() ? "'" + ref[i] + "'" : "no more parameters") + ";";
+    }
+    throw UserError(message);
+  }
+
+  void build_buckets() {
+    const auto dtype = o.bf16_communication ? at::kBFloat16 : at::kFloat;
+    const int64_t elem = c10::elementSize(dtype);
+    int64_t cap = int64_t(o.first_bucket_mb * (1 << 20));
+    Bucket current;
+    int64_t bytes = 0;
+    const auto close_bucket = [&]() {
+      if (current.slots.empty()) return;
+      int64_t numel = 0;
+      for (size_t i : current.slots) slots[i].bucket = int64_t(buckets.size()), slots[i].offset = numel, numel += slots[i].numel;
+      current.buffer = at::zeros({numel}, slots[current.slots[0]].param.options().dtype(dtype));
+      std::ostringstream os;
+      os << "bucket " << buckets.size() << ": " << current.slots.size() << " tensors, " << numel * elem / 1048576.0 << " MB";
+      summary.push_back(os.str());
+      buckets.push_back(std::move(current));
+      current = Bucket{};
+      bytes = 0;
+      cap = int64_t(o.bucket_mb * (1 << 20));
+    };
+    for (size_t k = slots.size(); k-- > 0;) {  // reverse registration order
+      current.slots.push_back(k);
+      bytes += slots[k].numel * elem;
+      if (bytes >= cap) close_bucket();
+    }
+    close_bucket();
+    for (auto& b : buckets) b.pending = b.slots.size();
+  }
+
+  // Called by autograd when a parameter's gradient for this backward is computed.
+  void on_grad(size_t i, const at::Tensor& grad) {
+    if (!sync) return;
+    Slot& s = slots[i];
+    if (s.ready) return;  // defensive: one gradient per parameter per step
+    at::NoGradGuard no_grad;
+    const at::Tensor& accumulated = s.param.grad();  // micro-steps without sync accumulate here
+    at::Tensor total = accumulated.defined() ? accumulated + grad : grad;
+    buckets[s.bucket].buffer.narrow(0, s.offset, s.numel).copy_(total.reshape({-1}));
+    mark_ready(i);
+  }
+
+  void mark_ready(size_t i) {
+    Slot& s = slots[i];
+    s.ready = true;
+    Bucket& b = buckets[s.bucket];
+    if (--b.pending == 0) b.full = true;
+    if (o.overlap) launch_ready();
+  }
+
+  // Buckets go out strictly in index order, so every rank issues the same collectives in the same
+  // order even if gradients arrive in a different order.
+  void launch_ready() {
+    while (next_launch < buckets.size() && buckets[next_launch].full) {
+      Bucket& b = buckets[next_launch++];
+      b.launched = Clock::now();
+      b.work = comm.allreduce_async(b.buffer, comm::ReduceOp::Sum);
+    }
+  }
+
+  void finish() {
+    if (!sync) return;
+    // Parameters without a gradient this step: their share is their accumulated gradient or zero,
+    // so the collectives still match across ranks.
+    std::vector<std::string> unused;
+    {
+      at::NoGradGuard no_grad;
+      for (size_t i = 0; i < slots.size(); ++i) {
+        if (slots[i].ready) continue;
+        unused.push_back(slots[i].name);
+        auto dst = buckets[slots[i].bucket].buffer.narrow(0, slots[i].offset, slots[i].numel);
+        const at::Tensor& g = slots[i].param.grad();
+        if (g.defined()) dst.copy_(g.reshape({-1}));
+        else dst.zero_();
+        mark_ready(i);
+      }
+    }
+    launch_ready();
+    const auto t0 = Clock::now();
+    for (auto& b : buckets) {
+      b.work->wait();
+      if (trace) trace->span("allreduce bucket", "comm", b.launched, Clock::now(), "comm");
+    }
+    const auto t1 = Clock::now();
+    last_wait = std::chrono::duration<double>(t1 - t0).count();
+    if (trace) trace->span("wait for gradients", "wait", t0, t1, "compute");
+    // Unused parameters are an error unless asked for, decided together so no rank hangs.
+    const auto all_unused = rt.allgather(unused.empty() ? "" : describe_list(unused));
+    reset();
+    if (!o.find_unused_parameters) {
+      std::string message;
+      for (int r = 0; r < rt.size(); ++r)
+        if (!all_unused[r].empty()) message += " rank " + std::to_string(r) + ": " + all_unused[r] + ";";
+      if (!message.empty())
+        throw UserError("parameters received no gradient in this step (pass find_unused_parameters if that is "
+                        "intended):" + message);
+    }
+    // Only now, after the wait, the average.
+    at::NoGradGuard no_grad;
+    const double scale = 1.0 / rt.size();
+    for (auto& s : slots) {
+      auto avg = buckets[s.bucket].buffer.narrow(0, s.offset, s.numel).to(at::kFloat).mul(scale).view(s.param.sizes());
+      if (s.param.grad().defined()) s.param.mutable_grad().copy_(avg);
+      else s.param.mutable_grad() = avg.clone();
+    }
+  }
+
+  static std::string describe_list(const std::vector<std::string>& names) {
+    std::string s;
+    for (size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + names[i];
+    return s;
+  }
+
+  void reset() {
+    for (auto& s : slots) s.ready = false;
+    for (auto& b : buckets) b.pending = b.slots.size(), b.full = false, b.work.reset();
+    next_launch = 0;
+  }
+};
+
+DistributedDataParallel::DistributedDataParallel(const comm::Runtime& runtime, comm::Communicator& comm,
+                                                 std::shared_ptr<torch::nn::Module> module, const DdpOptions& options)
+    : impl_(std::make_unique<Impl>(runtime, comm, std::move(module), options)) {
+  if (options.bucket_mb <= 0 || options.first_bucket_mb <= 0) throw UserError("bucket sizes must be positive");
+  auto& m = *impl_;
+  for (const auto& item : m.module->named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) continue;
+    if (item.value().scalar_type() != at::kFloat)
+      throw UserError("DistributedDataParallel: parameter '" + item.key() + "' is " +
+                      c10::toString(item.value().scalar_type()) + "; float32 parameters expected");
+    m.slots.push_back({item.key(), item.value(), 0, 0, item.value().numel(), false});
+  }
+  if (m.slots.empty()) throw UserError("DistributedDataParallel: the module has no trainable parameters");
+  m.check_same_model();
+  {
+    at::NoGradGuard no_grad;
+    for (auto& s : m.slots) {
+      at::Tensor data = s.param.data();
+      comm.broadcast(data, 0);
+    }
+    for (auto& buffer : m.module->buffers(/*recurse=*/true)) {
+      at::Tensor data = buffer.data();
+      if (data.is_contiguous()) comm.broadcast(data, 0);
+    }
+  }
+  m.build_buckets();
+  for (size_t i = 0; i < m.slots.size(); ++i) {
+    Impl* self = impl_.get();
+    m.hook_ids.push_back(m.slots[i].param.register_hook([self, i](const at::Tensor& grad) { self->on_grad(i, grad); }));
+  }
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (size_t i = 0; i < impl_->slots.size() && i < impl_->hook_ids.size(); ++i)
+    impl_->slots[i].param.remove_hook(impl_->hook_ids[i]);
+  for (auto& b : impl_->buckets)
+    if (b.work) b.work->wait();  // never leave a collective in flight with its buffer freed
+}
+
+void DistributedDataParallel::set_sync(bool sync) { impl_->sync = sync; }
+void DistributedDataParallel::finish() { impl_->finish(); }
+void DistributedDataParallel::set_trace(core::Trace* trace) { impl_->trace = trace; }
+int64_t DistributedDataParallel::bucket_count() const { return int64_t(impl_->buckets.size()); }
+const std::vector<std::string>& DistributedDataParallel::bucket_summary() const { return impl_->summary; }
+double DistributedDataParallel::last_wait_s() const { return impl_->last_wait; }
+
+double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm) {
+  at::NoGradGuard no_grad;
+  double sum = 0;
+  for (const auto& p : parameters)
+    if (p.grad().defined()) sum += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+  const double norm = std::sqrt(sum);
+  if (norm > max_norm && norm > 0)
+    for (const auto& p : parameters)
+      if (p.grad().defined()) p.grad().mul_(max_norm / (norm + 1e-6));
+  return norm;
+}
+
+namespace {
+class AllGatherFunction : public torch::autograd::Function<AllGatherFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& local, int64_t comm_address) {
+    auto* comm = reinterpret_cast<comm::Communicator*>(comm_address);
+    ctx->saved_data["comm"] = comm_address;
+    ctx->saved_data["rows"] = local.size(0);
+    const at::Tensor in = local.contiguous();
+    std::vector<int64_t> shape = in.sizes().vec();
+    shape[0] *= comm->size();
+    at::Tensor out = at::empty(shape, in.options());
+    comm->allgather(in, out);
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* comm = reinterpret_cast<comm::Communicator*>(ctx->saved_data["comm"].toInt());
+    const int64_t rows = ctx->saved_data["rows"].toInt();
+    const at::Tensor g = grads[0].contiguous();
+    std::vector<int64_t> shape = g.sizes().vec();
+    shape[0] = rows;
+    at::Tensor mine = at::empty(shape, g.options());
+    comm->reduce_scatter(g, mine, comm::ReduceOp::Sum);  // my slice's gradient, summed over ranks
+    return {mine, at::Tensor()};
+  }
+};
+}  // namespace
+
+at::Tensor all_gather_with_grad(comm::Communicator& comm, const at::Tensor& local) {
+  return AllGatherFunction::apply(local, reinterpret_cast<int64_t>(&comm));
+}
+
+}  // namespace meridian::parallel
