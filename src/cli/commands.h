@@ -23,6 +23,7 @@ struct Command {
 
 Command info_command();
 Command bench_comm_command();
+Command bench_ddp_command();
 Command bench_io_command();
 Command prep_image_text_command();
 Command prep_detection_command();

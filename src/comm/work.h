@@ -33,10 +33,15 @@ class CompletionWork : public Work {
     std::lock_guard<std::mutex> lock(mu_);
     return done_;
   }
+  std::chrono::steady_clock::time_point completed_at() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return completed_at_;
+  }
   void mark_done() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       done_ = true;
+      completed_at_ = std::chrono::steady_clock::now();
     }
     cv_.notify_all();
   }
@@ -49,6 +54,7 @@ class CompletionWork : public Work {
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
+  std::chrono::steady_clock::time_point completed_at_{};
 };
 
 // The communicators' watchdog handler: ends the job with a message naming the operation, the

@@ -24,7 +24,7 @@ size_t Trace::size() const {
   return events_.size();
 }
 
-void Trace::write(const std::string& path) const {
+std::string Trace::events_json() const {
   nlohmann::json events = nlohmann::json::array();
   std::map<std::string, int> lanes;
   std::lock_guard<std::mutex> lock(mu_);
@@ -36,8 +36,15 @@ void Trace::write(const std::string& path) const {
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"name", "rank " + std::to_string(rank_)}}}});
   for (const auto& [lane, tid] : lanes)
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", tid}, {"args", {{"name", lane}}}});
+  return events.dump();
+}
+
+void Trace::write(const std::string& path, const std::vector<std::string>& events_of_ranks) {
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& text : events_of_ranks)
+    for (auto& e : nlohmann::json::parse(text)) all.push_back(std::move(e));
   std::ofstream out(path);
-  if (!(out << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << "\n"))
+  if (!(out << nlohmann::json{{"traceEvents", all}, {"displayTimeUnit", "ms"}}.dump() << "\n"))
     throw UserError(path + ": cannot write the trace file");
 }
 

@@ -166,9 +166,10 @@ struct DistributedDataParallel::Impl {
     }
     launch_ready();
     const auto t0 = Clock::now();
-    for (auto& b : buckets) {
+    for (size_t k = 0; k < buckets.size(); ++k) {
+      auto& b = buckets[k];
       b.work->wait();
-      if (trace) trace->span("allreduce bucket", "comm", b.launched, Clock::now(), "comm");
+      if (trace) trace->span("allreduce bucket " + std::to_string(k), "comm", b.launched, b.work->completed_at(), "comm");
     }
     const auto t1 = Clock::now();
     last_wait = std::chrono::duration<double>(t1 - t0).count();
@@ -188,9 +189,10 @@ struct DistributedDataParallel::Impl {
     at::NoGradGuard no_grad;
     const double scale = 1.0 / rt.size();
     for (auto& s : slots) {
-      auto avg = buckets[s.bucket].buffer.narrow(0, s.offset, s.numel).to(at::kFloat).mul(scale).view(s.param.sizes());
-      if (s.param.grad().defined()) s.param.mutable_grad().copy_(avg);
-      else s.param.mutable_grad() = avg.clone();
+      const auto sum = buckets[s.bucket].buffer.narrow(0, s.offset, s.numel).view(s.param.sizes());
+      at::Tensor& grad = s.param.mutable_grad();
+      if (!grad.defined()) grad = at::empty_like(s.param);
+      at::mul_out(grad, sum, at::scalar_tensor(scale, sum.options()));  // one pass, no temporary
     }
   }
 

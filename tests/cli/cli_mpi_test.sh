@@ -47,6 +47,28 @@ echo "$out"
 grep -q "# PASS: 0 wrong elements" <<<"$out" || fail "bench comm did not pass"
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['ranks']==2 and len(d['rows'])>=20 and all(r['wrong']==0 for r in d['rows'])" \
   "$tmp/bench.json" || fail "bad --json output"
+# bench ddp on a small model, with a trace that Perfetto / chrome://tracing can load: one JSON
+# object with traceEvents, complete events (ph X) with ts/dur/pid/tid from both ranks, the
+# compute spans and every bucket's allreduce.
+out=$("$mpirun" --oversubscribe -np 2 "$meridian" bench ddp --params 200K --depth 4 --batch 8 --steps 3 --warmup 1 \
+      --bucket-mb 0.2 --trace "$tmp/trace.json") || fail "bench ddp exited $?"
+echo "$out"
+grep -q "ddp, reduction overlaps backward" <<<"$out" && grep -q "ddp, reduction after backward" <<<"$out" || fail "bench ddp table"
+python3 - "$tmp/trace.json" <<'PY' || fail "invalid trace"
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"]
+spans = [e for e in ev if e["ph"] == "X"]
+assert all(isinstance(e[k], (int, float)) for e in spans for k in ("ts", "dur", "pid", "tid")), "bad span fields"
+assert {e["pid"] for e in spans} == {0, 1}, "expected both ranks"
+names = {e["name"] for e in spans}
+for want in ("ddp forward", "ddp backward", "ddp optimizer", "wait for gradients"):
+    assert want in names, want
+assert sum(1 for n in names if n.startswith("allreduce bucket")) >= 2, "expected several buckets"
+assert any(e["ph"] == "M" and e["name"] == "thread_name" for e in ev), "lanes unnamed"
+print("trace ok:", len(spans), "spans")
+PY
+
 if [[ $with_data == ON ]]; then
   # Datasets of every kind through the binary; inspect refuses a file that is not one.
   for kind in image-text detection text; do

@@ -43,6 +43,9 @@ class Work {
   virtual bool wait_for(std::chrono::duration<double> timeout) = 0;
   // Non-blocking completion test.
   virtual bool is_completed() = 0;
+  // When the operation was seen complete by the progress thread (for timelines); the epoch of
+  // steady_clock while still running.
+  virtual std::chrono::steady_clock::time_point completed_at() = 0;
 };
 using WorkPtr = std::shared_ptr<Work>;
 

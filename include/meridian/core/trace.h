@@ -18,8 +18,11 @@ class Trace {
   // A span [start, end) in lane `lane` (e.g. "compute", "comm").
   void span(const std::string& name, const std::string& category, Clock::time_point start, Clock::time_point end,
             const std::string& lane);
-  // Writes {"traceEvents": [...]} to `path`; throws UserError naming the file if it cannot.
-  void write(const std::string& path) const;
+  // The events as a JSON array (Chrome trace events, pid = rank, one tid per lane).
+  std::string events_json() const;
+  // Writes {"traceEvents": [...]} with the events of several ranks (each from events_json()) to
+  // `path`; throws UserError naming the file if it cannot.
+  static void write(const std::string& path, const std::vector<std::string>& events_of_ranks);
   size_t size() const;
 
   // Records a span from construction to destruction.
