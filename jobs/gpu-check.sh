@@ -39,9 +39,13 @@ step "unit tests"
 run "$BUILD/tests/meridian_unit_tests"
 step "communicator tests, MPI and NCCL backends, 1 rank on cuda:0"
 MERIDIAN_TEST_DEVICE=cuda run mpirun -np 1 -x MERIDIAN_TEST_DEVICE "$BUILD/tests/meridian_comm_mpi_tests"
+step "data parallel tests, MPI and NCCL backends, 1 rank on cuda:0"
+MERIDIAN_TEST_DEVICE=cuda run mpirun -np 1 -x MERIDIAN_TEST_DEVICE "$BUILD/tests/meridian_parallel_mpi_tests"
+step "bench ddp on the GPU (NCCL)"
+run mpirun -np 1 "$BUILD/meridian" bench ddp --params 64M --batch 64 --steps 10 --trace "$OUT/ddp-trace.json"
 step "bench comm, NCCL backend"
 run mpirun -np 1 "$BUILD/meridian" bench comm --backend nccl --ops allreduce,broadcast,allgather,reduce_scatter \
-    --dtypes float32,bfloat16 --min-bytes 8 --max-bytes 256M --factor 16 --json "$OUT/bench-nccl.json"
+    --dtypes float32,bfloat16 --min-bytes 8 --max-bytes 64M --factor 64 --json "$OUT/bench-nccl.json"
 
 step "done: status $status"
 exit $status

@@ -1,6 +1,8 @@
 // DistributedDataParallel on N ranks against one process training on the concatenated batch, and
 // all_gather_with_grad against the single-process loss on the concatenated embeddings.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 #include <torch/torch.h>
 
 #include "meridian/comm/communicator.h"
@@ -14,13 +16,23 @@ using meridian::comm::Communicator;
 
 namespace {
 
-std::unique_ptr<Communicator> g_comm;
+std::unique_ptr<Communicator> g_comm, g_nccl;
 Communicator& comm() { return *g_comm; }
+bool on_gpu() {
+  const char* device = std::getenv("MERIDIAN_TEST_DEVICE");
+  return device && std::string(device) == "cuda";
+}
 
 class Ddp : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { g_comm = meridian::comm::make_communicator(runtime(), meridian::comm::Backend::MPI); }
-  static void TearDownTestSuite() { g_comm.reset(); }
+  static void SetUpTestSuite() {
+    g_comm = meridian::comm::make_communicator(runtime(), meridian::comm::Backend::MPI);
+    if (on_gpu()) g_nccl = meridian::comm::make_communicator(runtime(), meridian::comm::Backend::NCCL);
+  }
+  static void TearDownTestSuite() {
+    g_nccl.reset();
+    g_comm.reset();
+  }
 };
 
 struct MlpImpl : torch::nn::Module {
@@ -64,16 +76,20 @@ double max_relative_error(const std::vector<torch::Tensor>& a, const std::vector
 // largest relative parameter difference.
 template <typename Model>
 double train_and_compare(std::function<Model()> make, at::IntArrayRef x_shape, const std::string& optimizer_name,
-                         int micro_steps, parallel::DdpOptions options = {}) {
+                         int micro_steps, parallel::DdpOptions options = {}, Communicator* communicator = nullptr,
+                         c10::Device device = c10::kCPU) {
+  Communicator& c = communicator ? *communicator : comm();
   const int n = runtime().size(), r = runtime().rank();
   const int64_t b = 4;
   torch::manual_seed(7);
   Model distributed = make();
+  distributed->to(device);
   torch::manual_seed(7);
   Model reference = make();
+  reference->to(device);
   options.first_bucket_mb = 0.0002;  // several buckets even for small models (~210 bytes)
   options.bucket_mb = 0.0002;
-  parallel::DistributedDataParallel ddp(runtime(), comm(), distributed.ptr(), options);
+  parallel::DistributedDataParallel ddp(runtime(), c, distributed.ptr(), options);
   if (!options.bf16_communication) EXPECT_GT(ddp.bucket_count(), 1);  // bf16 halves the bytes: one bucket
   const auto make_opt = [&](Model& m) -> std::unique_ptr<torch::optim::Optimizer> {
     if (optimizer_name == "sgd") return std::make_unique<torch::optim::SGD>(m->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -81,7 +97,8 @@ double train_and_compare(std::function<Model()> make, at::IntArrayRef x_shape, c
   };
   auto opt = make_opt(distributed), ref_opt = make_opt(reference);
   for (int64_t step = 0; step < 3; ++step) {
-    auto [x, y] = global_batch(n * b * micro_steps, x_shape, step);
+    auto [x_cpu, y_cpu] = global_batch(n * b * micro_steps, x_shape, step);
+    const auto x = x_cpu.to(device), y = y_cpu.to(device);
     opt->zero_grad();
     for (int m = 0; m < micro_steps; ++m) {
       ddp.set_sync(m == micro_steps - 1);
@@ -95,7 +112,10 @@ double train_and_compare(std::function<Model()> make, at::IntArrayRef x_shape, c
     torch::mse_loss(reference->forward(x), y).backward();  // mean over the global batch
     ref_opt->step();
   }
-  return max_relative_error(distributed->parameters(), reference->parameters());
+  std::vector<torch::Tensor> got, want;
+  for (auto& t : distributed->parameters()) got.push_back(t.cpu());
+  for (auto& t : reference->parameters()) want.push_back(t.cpu());
+  return max_relative_error(got, want);
 }
 
 }  // namespace
@@ -111,6 +131,13 @@ TEST_F(Ddp, MlpAdamWMatchesOneProcessOnTheWholeBatch) {
 TEST_F(Ddp, ConvNetMatchesOneProcessOnTheWholeBatch) {
   EXPECT_LT(train_and_compare<Conv>([] { return Conv(); }, {3, 6, 6}, "sgd", 1), 1e-5);
   EXPECT_LT(train_and_compare<Conv>([] { return Conv(); }, {3, 6, 6}, "adamw", 1), 1e-5);
+}
+
+TEST_F(Ddp, NcclOnGpuMatchesOneProcessOnTheWholeBatch) {
+  if (!on_gpu()) GTEST_SKIP() << "needs MERIDIAN_TEST_DEVICE=cuda (a GPU machine): the NCCL path is not tested here";
+  const c10::Device gpu = runtime().device();
+  EXPECT_LT(train_and_compare<Mlp>([] { return Mlp(); }, {8}, "sgd", 1, {}, g_nccl.get(), gpu), 1e-5);
+  EXPECT_LT(train_and_compare<Conv>([] { return Conv(); }, {3, 6, 6}, "adamw", 2, {}, g_nccl.get(), gpu), 1e-5);
 }
 
 TEST_F(Ddp, GradientAccumulationMatches) {
