@@ -40,14 +40,20 @@ struct Result {
 // Mean over `steps` timed steps (after `warmup`): step time, time finish() waited for communication
 // (exposed), and finish()'s whole duration. ddp == nullptr: no communication at all.
 Result run(Mlp& model, parallel::DistributedDataParallel* ddp, int64_t batch, int warmup, int steps,
-           core::Trace* trace, const std::string& label) {
+           core::Trace* trace, const std::string& label, const c10::Device& device) {
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(1e-3));
   const int64_t width = model->layers.front()->options.in_features();
-  const auto x = torch::randn({batch, width}), y = torch::randn({batch, width});
+  const auto options = torch::TensorOptions().device(device);
+  const auto x = torch::randn({batch, width}, options), y = torch::randn({batch, width}, options);
+  // GPU work is asynchronous: time whole steps, with the device drained at their edges.
+  const auto sync = [&] {
+    if (device.is_cuda()) x.sum().item<float>();
+  };
   Result r;
   for (int s = 0; s < warmup + steps; ++s) {
     const bool timed = s >= warmup;
     core::Trace* t = timed ? trace : nullptr;
+    sync();
     const auto t0 = Clock::now();
     opt.zero_grad();
     torch::Tensor loss;
@@ -68,6 +74,7 @@ Result run(Mlp& model, parallel::DistributedDataParallel* ddp, int64_t batch, in
     {
       core::Trace::Scope scope(t, label + " optimizer", "compute");
       opt.step();
+      sync();
     }
     if (timed) {
       r.step_s += std::chrono::duration<double>(Clock::now() - t0).count() / steps;
@@ -108,11 +115,13 @@ Command bench_ddp_command() {
 
     torch::manual_seed(0);
     Mlp model(width, depth);
+    const c10::Device device = communicator->backend() == comm::Backend::NCCL ? rt.device() : c10::Device(c10::kCPU);
+    model->to(device);
     int64_t n_params = 0;
     for (const auto& t : model->parameters()) n_params += t.numel();
     const double grad_mb = n_params * 4.0 / 1e6;
 
-    const Result alone = run(model, nullptr, batch, warmup, steps, nullptr, "local");
+    const Result alone = run(model, nullptr, batch, warmup, steps, nullptr, "local", device);
     parallel::DdpOptions on;
     on.bucket_mb = p["bucket-mb"].as<double>();
     on.first_bucket_mb = std::min(on.first_bucket_mb, on.bucket_mb);
@@ -120,7 +129,7 @@ Command bench_ddp_command() {
     Result overlapped, after;
     {
       parallel::DistributedDataParallel ddp(rt, *communicator, model.ptr(), on);
-      overlapped = run(model, &ddp, batch, warmup, steps, trace.get(), "ddp");
+      overlapped = run(model, &ddp, batch, warmup, steps, trace.get(), "ddp", device);
       if (rt.rank() == 0)
         std::printf("# %lld parameters (%d x Linear(%lld, %lld)), gradient %.1f MB, %lld buckets, %d ranks, batch %lld per rank, %s\n",
                     (long long)n_params, depth, (long long)width, (long long)width, grad_mb, (long long)ddp.bucket_count(),
@@ -130,13 +139,13 @@ Command bench_ddp_command() {
       parallel::DdpOptions off = on;
       off.overlap = false;
       parallel::DistributedDataParallel ddp(rt, *communicator, model.ptr(), off);
-      after = run(model, &ddp, batch, warmup, steps, nullptr, "ddp-no-overlap");
+      after = run(model, &ddp, batch, warmup, steps, nullptr, "ddp-no-overlap", device);
     }
     // The slowest rank sets the pace.
     const auto slowest = [&](double v) {
-      auto t = torch::full({1}, v, torch::kDouble);
+      auto t = torch::full({1}, v, torch::TensorOptions().dtype(torch::kDouble).device(device));
       communicator->allreduce(t, comm::ReduceOp::Max);
-      return t.item<double>();
+      return t.cpu().item<double>();
     };
     const double t_alone = slowest(alone.step_s), t_on = slowest(overlapped.step_s), t_off = slowest(after.step_s);
     const double exposed_on = slowest(overlapped.exposed_s), finish_off = slowest(after.finish_s);
