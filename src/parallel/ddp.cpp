@@ -1,6 +1,9 @@
 #include "meridian/parallel/ddp.h"
 
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <chrono>
 #include <sstream>
@@ -55,6 +58,14 @@ struct DistributedDataParallel::Impl {
   core::Trace* trace = nullptr;
   double last_wait = 0;
   std::vector<unsigned> hook_ids;
+  // Gradients as views into the bucket buffers (float32 communication): autograd accumulates
+  // straight into the bucket, a post-accumulation hook marks it ready, and the average is computed in
+  // place, so no copy in and no copy out. The accumulators are kept alive here (a parameter holds
+  // only a weak reference) and their hooks find us through `alive`, cleared when we go away.
+  bool views = false;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<uintptr_t> post_hook_keys;
+  std::shared_ptr<Impl*> alive;
 
   Impl(const comm::Runtime& r, comm::Communicator& c, std::shared_ptr<torch::nn::Module> m, const DdpOptions& opts)
       : rt(r), comm(c), module(std::move(m)), o(opts) {}
@@ -117,7 +128,40 @@ struct DistributedDataParallel::Impl {
     for (auto& b : buckets) b.pending = b.slots.size();
   }
 
-  // Called by autograd when a parameter's gradient for this backward is computed.
+  // The slot's part of its bucket as a tensor of the parameter's shape sharing the bucket's storage.
+  // Not an autograd view (set_ rather than view()), because LibTorch's Optimizer::zero_grad calls
+  // detach_() on gradients, which views refuse.
+  at::Tensor view_of(const Slot& s) {
+    const at::Tensor& buffer = buckets[s.bucket].buffer;
+    std::vector<int64_t> strides(s.param.dim(), 1);
+    for (int64_t d = s.param.dim() - 2; d >= 0; --d) strides[d] = strides[d + 1] * s.param.size(d + 1);
+    at::NoGradGuard no_grad;
+    at::Tensor t = at::empty({0}, buffer.options());
+    t.set_(buffer.storage(), buffer.storage_offset() + s.offset, s.param.sizes(), strides);
+    return t;
+  }
+
+  // Makes the parameter's .grad the bucket view again, keeping its value (after zero_grad set it to
+  // none, autograd made a fresh tensor: one copy brings it back).
+  void adopt_grad(Slot& s) {
+    at::NoGradGuard no_grad;
+    at::Tensor view = view_of(s);
+    const at::Tensor& grad = s.param.grad();
+    if (grad.defined() && grad.data_ptr() == view.data_ptr()) return;
+    if (grad.defined()) view.copy_(grad);
+    else view.zero_();
+    s.param.mutable_grad() = view;
+  }
+
+  // View mode: called after autograd accumulated this step's gradient into the parameter's .grad.
+  void on_accumulated(size_t i) {
+    if (!sync || slots[i].ready) return;
+    adopt_grad(slots[i]);
+    mark_ready(i);
+  }
+
+  // Copy mode (bf16 communication): called by autograd with the parameter's gradient before it is
+  // accumulated into .grad.
   void on_grad(size_t i, const at::Tensor& grad) {
     if (!sync) return;
     Slot& s = slots[i];
@@ -157,10 +201,14 @@ struct DistributedDataParallel::Impl {
       for (size_t i = 0; i < slots.size(); ++i) {
         if (slots[i].ready) continue;
         unused.push_back(slots[i].name);
-        auto dst = buckets[slots[i].bucket].buffer.narrow(0, slots[i].offset, slots[i].numel);
-        const at::Tensor& g = slots[i].param.grad();
-        if (g.defined()) dst.copy_(g.reshape({-1}));
-        else dst.zero_();
+        if (views) {
+          adopt_grad(slots[i]);
+        } else {
+          auto dst = buckets[slots[i].bucket].buffer.narrow(0, slots[i].offset, slots[i].numel);
+          const at::Tensor& g = slots[i].param.grad();
+          if (g.defined()) dst.copy_(g.reshape({-1}));
+          else dst.zero_();
+        }
         mark_ready(i);
       }
     }
@@ -188,6 +236,10 @@ struct DistributedDataParallel::Impl {
     // Only now, after the wait, the average.
     at::NoGradGuard no_grad;
     const double scale = 1.0 / rt.size();
+    if (views) {
+      for (auto& b : buckets) b.buffer.mul_(scale);  // in place: every .grad is a view of it
+      return;
+    }
     for (auto& s : slots) {
       const auto sum = buckets[s.bucket].buffer.narrow(0, s.offset, s.numel).view(s.param.sizes());
       at::Tensor& grad = s.param.mutable_grad();
@@ -235,15 +287,37 @@ DistributedDataParallel::DistributedDataParallel(const comm::Runtime& runtime, c
     }
   }
   m.build_buckets();
+  m.views = !options.bf16_communication;
+  m.alive = std::make_shared<Impl*>(impl_.get());
   for (size_t i = 0; i < m.slots.size(); ++i) {
-    Impl* self = impl_.get();
-    m.hook_ids.push_back(m.slots[i].param.register_hook([self, i](const at::Tensor& grad) { self->on_grad(i, grad); }));
+    if (m.views) {
+      m.adopt_grad(m.slots[i]);
+      auto accumulator = torch::autograd::impl::grad_accumulator(m.slots[i].param);
+      std::weak_ptr<Impl*> alive = m.alive;
+      m.post_hook_keys.push_back(accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [alive, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+            if (auto self = alive.lock()) (*self)->on_accumulated(i);
+            return outputs;
+          })));
+      m.accumulators.push_back(std::move(accumulator));
+    } else {
+      Impl* self = impl_.get();
+      m.hook_ids.push_back(m.slots[i].param.register_hook([self, i](const at::Tensor& grad) { self->on_grad(i, grad); }));
+    }
   }
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
+  impl_->alive.reset();  // hooks that outlive us find nothing
+  for (size_t i = 0; i < impl_->accumulators.size(); ++i) impl_->accumulators[i]->del_post_hook(impl_->post_hook_keys[i]);
   for (size_t i = 0; i < impl_->slots.size() && i < impl_->hook_ids.size(); ++i)
     impl_->slots[i].param.remove_hook(impl_->hook_ids[i]);
+  if (impl_->views) {
+    // Leave each parameter a gradient of its own, not a view into our buffers.
+    at::NoGradGuard no_grad;
+    for (auto& s : impl_->slots)
+      if (s.param.grad().defined()) s.param.mutable_grad() = s.param.grad().clone();
+  }
   for (auto& b : impl_->buckets)
     if (b.work) b.work->wait();  // never leave a collective in flight with its buffer freed
 }

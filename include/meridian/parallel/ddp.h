@@ -14,9 +14,12 @@
 // first difference per rank in a UserError on every rank instead of a hang).
 // Buckets: parameters in reverse registration order (about the order their gradients become ready
 // in backward), `bucket_mb` each (the first one `first_bucket_mb`, so communication starts early),
-// flat buffers reused every step. A hook on each parameter copies its gradient into its bucket;
-// a full bucket is all-reduced at once, asynchronously, while backward goes on. finish() launches
-// what is left, waits for everything, and only then divides by the world size.
+// flat buffers reused every step. Each parameter's .grad is a view into its bucket, so autograd
+// accumulates straight into the buffer; a hook after accumulation marks it ready, and a full bucket
+// is all-reduced at once, asynchronously, while backward goes on. finish() launches what is left,
+// waits for everything, and only then divides by the world size, in place. (zero_grad that sets
+// gradients to none costs one copy per parameter the next step; zeroing in place costs nothing.
+// With bf16 communication gradients are copied into bfloat16 buckets instead.)
 // Not thread-safe; one backward at a time.
 #pragma once
 
