@@ -1,0 +1,105 @@
+// The SigLIP model and its distributed sigmoid loss against single-process references.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "meridian/comm/communicator.h"
+#include "meridian/core/config.h"
+#include "meridian/models/siglip.h"
+#include "mpi_test_main.h"
+
+using meridian::test::runtime;
+namespace models = meridian::models;
+
+namespace {
+std::unique_ptr<meridian::comm::Communicator> g_comm;
+
+class Siglip : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { g_comm = meridian::comm::make_communicator(runtime(), meridian::comm::Backend::MPI); }
+  static void TearDownTestSuite() { g_comm.reset(); }
+};
+
+// The loss written out pair by pair, on one process: -(1 / (N b)) sum over all pairs.
+torch::Tensor reference_loss(const torch::Tensor& images, const torch::Tensor& texts, const torch::Tensor& scale,
+                             const torch::Tensor& bias) {
+  const int64_t n = images.size(0);
+  torch::Tensor total = torch::zeros({}, images.options());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      const double z = i == j ? 1.0 : -1.0;
+      total = total - torch::log_sigmoid(z * ((images[i] * texts[j]).sum() * scale.exp() + bias)).squeeze();
+    }
+  return total / double(n);
+}
+}  // namespace
+
+TEST_F(Siglip, DistributedLossAndGradientsEqualTheWholeBatchOnOneProcess) {
+  const int n = runtime().size(), r = runtime().rank();
+  const int64_t b = 3, e = 6;
+  torch::manual_seed(5);
+  const auto all_images = torch::nn::functional::normalize(torch::randn({n * b, e}, torch::kDouble),
+                                                           torch::nn::functional::NormalizeFuncOptions().dim(1));
+  const auto all_texts = torch::nn::functional::normalize(torch::randn({n * b, e}, torch::kDouble),
+                                                          torch::nn::functional::NormalizeFuncOptions().dim(1));
+  auto scale = torch::full({1}, std::log(10.0), torch::kDouble).set_requires_grad(true);
+  auto bias = torch::full({1}, -2.0, torch::kDouble).set_requires_grad(true);
+  auto images = all_images.narrow(0, r * b, b).clone().set_requires_grad(true);
+  auto texts = all_texts.narrow(0, r * b, b).clone().set_requires_grad(true);
+  const auto loss = models::siglip_loss(images, texts, scale, bias, g_comm.get());
+  loss.backward();
+  auto mean = loss.detach().reshape({1}).clone();
+  g_comm->allreduce(mean, meridian::comm::ReduceOp::Avg);
+  // Scale and bias gradients are summed over ranks here (DDP would average them: / N).
+  auto scale_grad = scale.grad().clone(), bias_grad = bias.grad().clone();
+  g_comm->allreduce(scale_grad);
+  g_comm->allreduce(bias_grad);
+
+  auto ref_images = all_images.clone().set_requires_grad(true), ref_texts = all_texts.clone().set_requires_grad(true);
+  auto ref_scale = torch::full({1}, std::log(10.0), torch::kDouble).set_requires_grad(true);
+  auto ref_bias = torch::full({1}, -2.0, torch::kDouble).set_requires_grad(true);
+  const auto ref = reference_loss(ref_images, ref_texts, ref_scale, ref_bias);
+  ref.backward();
+  EXPECT_NEAR(mean.item<double>(), ref.item<double>(), 1e-12);
+  // Gradients of sum_r loss_r = N x the whole-batch loss.
+  EXPECT_TRUE(torch::allclose(images.grad(), n * ref_images.grad().narrow(0, r * b, b), 1e-10, 1e-12));
+  EXPECT_TRUE(torch::allclose(texts.grad(), n * ref_texts.grad().narrow(0, r * b, b), 1e-10, 1e-12));
+  EXPECT_NEAR(scale_grad.item<double>(), n * ref_scale.grad().item<double>(), 1e-10);
+  EXPECT_NEAR(bias_grad.item<double>(), n * ref_bias.grad().item<double>(), 1e-10);
+}
+
+TEST_F(Siglip, TinyPresetShapesParametersAndFlops) {
+  const auto config = models::SiglipConfig::from_config(meridian::Config::load_file(MERIDIAN_SOURCE_DIR "/jobs/configs/siglip-tiny.yaml"));
+  torch::manual_seed(0);
+  models::Siglip model(config);
+  // Closed form: per block 12 w^2 + 13 w (qkv, proj, mlp x4, two layer norms); towers, embeddings, heads.
+  const int64_t w = 192, blocks = 4 * (12 * w * w + 13 * w);
+  const int64_t vision = 3 * 16 * 16 * w + w + 64 * w + blocks + 2 * w + w * 192;
+  const int64_t text = 8000 * w + 32 * w + blocks + 2 * w + w * 192;
+  EXPECT_EQ(models::parameter_count(*model), vision + text + 2);
+  const auto images = model->encode_images(torch::randn({2, 3, 128, 128}));
+  const auto texts = model->encode_text(torch::randint(4, 8000, {2, 32}), torch::tensor({5, 32}));
+  EXPECT_EQ(images.sizes(), (at::IntArrayRef{2, 192}));
+  EXPECT_EQ(texts.sizes(), (at::IntArrayRef{2, 192}));
+  EXPECT_TRUE(torch::allclose(images.norm(2, 1), torch::ones({2}), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(texts.norm(2, 1), torch::ones({2}), 1e-5, 1e-5));
+  // Padding after the eos does not change the embedding.
+  auto tokens = torch::randint(4, 8000, {1, 32});
+  auto changed = tokens.clone();
+  changed.narrow(1, 10, 22).fill_(7);
+  EXPECT_TRUE(torch::allclose(model->encode_text(tokens, torch::tensor({10})), model->encode_text(changed, torch::tensor({10})),
+                              1e-5, 1e-6));
+  // 2 x multiply-adds of the matmuls: about 0.26 GFLOP in the image tower (64 patches) and 0.12 in
+  // the text tower (32 tokens); attention scores included.
+  EXPECT_GT(config.flops_per_sample(), 3.5e8);
+  EXPECT_LT(config.flops_per_sample(), 4.0e8);
+}
+
+TEST_F(Siglip, ConfigErrorsNameTheField) {
+  const auto bad = meridian::Config::parse("model:\n  image_size: 100\n  patch: 16\n", "bad.yaml");
+  try {
+    models::SiglipConfig::from_config(bad);
+    FAIL() << "no error";
+  } catch (const meridian::ConfigError& e) {
+    EXPECT_STREQ(e.what(), "bad.yaml: field 'model.patch': must divide model.image_size (100)");
+  }
+}
