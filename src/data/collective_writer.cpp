@@ -26,6 +26,14 @@ CollectiveWriter::CollectiveWriter(const comm::Runtime& runtime, const std::stri
 
 CollectiveWriter::~CollectiveWriter() {
   const auto locked = h5::lock();
+  if (s_->file.valid() && std::uncaught_exceptions() > 0) {
+    // Unwinding, possibly on this rank alone: the collective closes could wait forever for ranks
+    // that are elsewhere. Leave the handles; the job is ending (abort_job) or the file is removed.
+    for (auto& [name, dset] : s_->datasets) dset.release();
+    s_->xfer.reset();
+    s_->file.release();
+    return;
+  }
   s_->datasets.clear();
   s_->xfer.reset();
   s_->file.reset();

@@ -46,6 +46,9 @@ class Id {
     if (id_ >= 0 && closer_) closer_(id_);
     id_ = H5I_INVALID_HID;
   }
+  // Forgets the id without closing it (closing a parallel file is collective: a rank unwinding
+  // alone must not attempt it).
+  void release() { id_ = H5I_INVALID_HID; }
 
  private:
   hid_t id_ = H5I_INVALID_HID;

@@ -166,7 +166,17 @@ struct Loader::Impl {
       }
       position += sampler->global_batch();
       b.next_position = position;
-      if (!(o.augment ? raw.push(std::move(b)) : ready.push(assemble(b)))) return;
+      if (o.augment) {
+        if (!raw.push(std::move(b))) return;
+        continue;
+      }
+      Batch batch;
+      try {
+        batch = assemble(b);
+      } catch (...) {
+        return fail(std::current_exception());
+      }
+      if (!ready.push(std::move(batch))) return;
     }
   }
 
@@ -216,12 +226,17 @@ struct Loader::Impl {
     RawBatch rb;
     while (raw.pop(rb)) {
       if (rb.error) return fail(rb.error);
-      Batch b = assemble(rb);
-      std::vector<at::Tensor> out;
-      const int64_t* rows = b.rows.data_ptr<int64_t>();
-      for (int64_t i = 0; i < b.rows.size(0); ++i)
-        out.push_back(augment_image(b.images[i], size, mix(o.seed ^ mix(uint64_t(rb.epoch) + 0x9e37ull)) ^ uint64_t(rows[i])));
-      b.images = at::stack(out);
+      Batch b;
+      try {
+        b = assemble(rb);
+        std::vector<at::Tensor> out;
+        const int64_t* rows = b.rows.data_ptr<int64_t>();
+        for (int64_t i = 0; i < b.rows.size(0); ++i)
+          out.push_back(augment_image(b.images[i], size, mix(o.seed ^ mix(uint64_t(rb.epoch) + 0x9e37ull)) ^ uint64_t(rows[i])));
+        b.images = at::stack(out);
+      } catch (...) {
+        return fail(std::current_exception());
+      }
       if (!ready.push(std::move(b))) return;
     }
   }
@@ -232,6 +247,11 @@ struct Loader::Impl {
 Loader::Loader(const comm::Runtime& rt, const LoaderOptions& options) : impl_(std::make_unique<Impl>(options)) {
   if (options.batch_size < 1) throw UserError("--batch: must be at least 1");
   if (options.prefetch < 1) throw UserError("--prefetch: must be at least 1");
+  if (options.epoch < 0 || options.position < 0)
+    throw UserError("loader: epoch and position must be >= 0 (got " + std::to_string(options.epoch) + ", " +
+                    std::to_string(options.position) + ")");
+  if (options.augment && (options.crop_size < 0 || options.crop_size > 8192))
+    throw UserError("loader: crop size must be between 0 (stored size) and 8192");
   // Open on every rank; agree on success before comparing, so one rank's error is everyone's.
   std::string error, fingerprint;
   try {
@@ -270,9 +290,11 @@ Loader::~Loader() {
 Batch Loader::next() {
   const auto t0 = std::chrono::steady_clock::now();
   Batch b;
-  const bool got = impl_->ready.pop(b);
-  if (impl_->error) std::rethrow_exception(impl_->error);
-  MERIDIAN_CHECK(got, "loader stopped");
+  if (!impl_->ready.pop(b)) {
+    // Closed: `error` was set before close() (the channel's mutex orders the two).
+    if (impl_->error) std::rethrow_exception(impl_->error);
+    MERIDIAN_CHECK(false, "loader stopped");
+  }
   b.wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return b;
 }

@@ -263,13 +263,21 @@ void read_index(const std::string& file, const std::function<void(Entry&&)>& vis
       const auto get = [&](const char* name) { return col.count(name) ? f[col[name]] : std::string(); };
       if (get("image").empty()) throw DataError(file, "line " + std::to_string(lineno), "empty 'image'");
       // Rows of one image are consecutive; a new image starts a new entry.
-      if (!pending.image.empty() && pending.image != get("image")) visit(std::move(pending)), pending = Entry{};
+      if (!pending.image.empty() && pending.image != get("image")) {
+        if (pending.captions.empty())
+          throw DataError(file, "line " + std::to_string(lineno - 1), "no caption for '" + pending.image + "'");
+        visit(std::move(pending)), pending = Entry{};
+      }
       pending.image = get("image");
       pending.cls = get("class");
       pending.split = get("split");
       if (!get("caption").empty()) pending.captions.push_back(get("caption"));
     }
-    if (!pending.image.empty()) visit(std::move(pending));
+    if (!pending.image.empty()) {
+      if (pending.captions.empty())
+        throw DataError(file, "line " + std::to_string(lineno), "no caption for '" + pending.image + "'");
+      visit(std::move(pending));
+    }
     return;
   }
   while (std::getline(in, line)) {
@@ -399,10 +407,25 @@ struct RoundRows {
   int64_t rows() const { return int64_t(box_counts.size()); }
 };
 
+// Every rank read the inputs itself: they must have seen the same ones (a node-local path or a
+// directory still being filled would give ranks different files and a corrupt output).
+void check_same_inputs(const comm::Runtime& rt, int64_t count, const std::vector<std::string>& class_names) {
+  std::string mine = std::to_string(count);
+  for (const auto& c : class_names) mine += "|" + c;
+  const auto all = rt.allgather(mine);
+  const auto hosts = rt.allgather(rt.host());
+  for (int r = 1; r < rt.size(); ++r)
+    if (all[r] != all[0])
+      throw UserError("prep: rank " + std::to_string(r) + " on " + hosts[r] + " sees different inputs than rank 0 on " +
+                      hosts[0] + " (" + all[r].substr(0, all[r].find('|')) + " vs " + all[0].substr(0, all[0].find('|')) +
+                      " entries, or other classes): are the input paths the same files on every node?");
+}
+
 PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job) {
   const auto start = Clock::now();
   const bool text = job.kind == "image_text";
   check_output(rt, o);
+  check_same_inputs(rt, job.count, job.class_names);
   if (job.count == 0) throw UserError("prep: no input entries" + (job.split.empty() ? "" : " with split '" + job.split + "'"));
 
   std::unique_ptr<Tokenizer> tok;
@@ -437,12 +460,20 @@ PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job)
       const int64_t first = round * per_round + int64_t(rt.rank()) * o.block;
       const int64_t last = std::min(job.count, first + o.block);
       bool strict_failure = false;
-      for (int64_t i = first; i < last; ++i) {
+      std::string fatal;
+      for (int64_t i = first; i < last && fatal.empty(); ++i) {
         Decoded d;
         try {
           d = job.decode(i);
         } catch (const SkipImage& s) {
           skipped.push_back(s.reason);
+          strict_failure = strict_failure || job.strict;
+          continue;
+        } catch (const UserError& e) {  // bad input found while decoding: fatal, agreed below
+          fatal = e.what();
+          continue;
+        } catch (const std::exception& e) {  // anything else about this input: skipped and reported
+          skipped.push_back("entry " + std::to_string(i) + ": " + e.what());
           strict_failure = strict_failure || job.strict;
           continue;
         }
@@ -463,8 +494,10 @@ PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job)
         r.box_counts.push_back(int64_t(d.boxes.size()));
         r.strings.push_back({d.name, caps});
       }
-      const std::string strict_error = agree_error(rt, strict_failure ? "--strict: " + skipped.back() : "");
-      if (!strict_error.empty()) throw UserError(strict_error);
+      // Every rank learns of any rank's failure in this round before anyone throws, so the writer's
+      // collective calls stay matched.
+      const std::string error = agree_error(rt, !fatal.empty() ? fatal : strict_failure ? "--strict: " + skipped.back() : "");
+      if (!error.empty()) throw UserError(error);
 
       const int64_t mine = r.rows();
       const int64_t offset = base + rt.exclusive_prefix_sum(mine);
@@ -525,7 +558,7 @@ PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job)
       finisher->create_strings("/names", {hsize_t(base)});
       if (text) finisher->create_strings("/captions", {hsize_t(base), hsize_t(K)});
     }
-    rt.stream_to_root(records.dump(), [&](int, const std::string& data) {
+    rt.stream_to_root(records.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), [&](int, const std::string& data) {
       const auto j = nlohmann::json::parse(data);
       size_t i = 0;
       while (i < j.size()) {  // runs of consecutive rows: one write each
@@ -543,7 +576,7 @@ PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job)
       }
     });
     nlohmann::json skipped_json = skipped;
-    rt.stream_to_root(skipped_json.dump(), [&](int, const std::string& data) {
+    rt.stream_to_root(skipped_json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), [&](int, const std::string& data) {
       for (const auto& s : nlohmann::json::parse(data)) all_skipped.push_back(s.get<std::string>());
     });
     if (rt.rank() == 0) {
@@ -613,9 +646,14 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
   return run_job(rt, o, job);
 }
 
-PrepReport prep_synthetic_image_text(const comm::Runtime& rt, const PrepSyntheticOptions& o) {
+static void check_synthetic(const PrepSyntheticOptions& o) {
   check_options(o);
   if (o.count < 1) throw UserError("--count: must be at least 1");
+  if (o.size < 32) throw UserError("--size: synthetic scenes need at least 32 pixels, got " + std::to_string(o.size));
+}
+
+PrepReport prep_synthetic_image_text(const comm::Runtime& rt, const PrepSyntheticOptions& o) {
+  check_synthetic(o);
   Job job;
   job.count = o.count;
   job.class_names = synthetic_scene_classes();
@@ -666,8 +704,8 @@ void read_yolo(const std::string& file, int width, int height, std::vector<std::
     std::istringstream ss(line);
     double c = -1, cx, cy, w, h;
     std::string rest;
-    if (!(ss >> c >> cx >> cy >> w >> h) || (ss >> rest) || c < 0 || c != std::floor(c) || w < 0 || h < 0)
-      throw SkipImage{file + ": line " + std::to_string(lineno) + ": expected 'class cx cy w h' (class an integer >= 0, sizes >= 0)"};
+    if (!(ss >> c >> cx >> cy >> w >> h) || (ss >> rest) || c < 0 || c > 100000 || c != std::floor(c) || w < 0 || h < 0)
+      throw SkipImage{file + ": line " + std::to_string(lineno) + ": expected 'class cx cy w h' (class an integer 0..100000, sizes >= 0)"};
     boxes.push_back({float((cx - w / 2) * width), float((cy - h / 2) * height), float((cx + w / 2) * width),
                      float((cy + h / 2) * height)});
     classes.push_back(int32_t(c));
@@ -780,8 +818,7 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& o
 }
 
 PrepReport prep_synthetic_detection(const comm::Runtime& rt, const PrepSyntheticOptions& o) {
-  check_options(o);
-  if (o.count < 1) throw UserError("--count: must be at least 1");
+  check_synthetic(o);
   Job job;
   job.kind = "detection";
   job.count = o.count;
@@ -826,6 +863,7 @@ struct TextJob {
 PrepReport run_text_job(const comm::Runtime& rt, const PrepCommon& o, const TextJob& tj) {
   const auto start = Clock::now();
   check_output(rt, o);
+  check_same_inputs(rt, tj.count, {});
   if (tj.count == 0) throw UserError("prep: no input records" + (tj.split.empty() ? "" : " with split '" + tj.split + "'"));
   Job for_tokenizer;
   for_tokenizer.tokenizer_corpus = tj.tokenizer_corpus;
@@ -844,14 +882,21 @@ PrepReport run_text_job(const comm::Runtime& rt, const PrepCommon& o, const Text
       std::vector<uint8_t> mask;
       std::vector<int64_t> starts;
       const int64_t first = round * per_round + int64_t(rt.rank()) * o.block;
-      for (int64_t i = first; i < std::min(tj.count, first + o.block); ++i) {
-        const TextRecord r = tj.record(i);
-        starts.push_back(int64_t(tokens.size()));
-        if (tok.bos_id() >= 0) tokens.push_back(tok.bos_id()), mask.push_back(0);
-        for (int32_t id : tok.ids(r.prompt)) tokens.push_back(id), mask.push_back(0);
-        for (int32_t id : tok.ids(r.response)) tokens.push_back(id), mask.push_back(1);
-        if (tok.eos_id() >= 0) tokens.push_back(tok.eos_id()), mask.push_back(1);
+      std::string failure;
+      try {
+        for (int64_t i = first; i < std::min(tj.count, first + o.block); ++i) {
+          const TextRecord r = tj.record(i);
+          starts.push_back(int64_t(tokens.size()));
+          if (tok.bos_id() >= 0) tokens.push_back(tok.bos_id()), mask.push_back(0);
+          for (int32_t id : tok.ids(r.prompt)) tokens.push_back(id), mask.push_back(0);
+          for (int32_t id : tok.ids(r.response)) tokens.push_back(id), mask.push_back(1);
+          if (tok.eos_id() >= 0) tokens.push_back(tok.eos_id()), mask.push_back(1);
+        }
+      } catch (const std::exception& e) {
+        failure = std::string("prep text: ") + e.what();
       }
+      failure = agree_error(rt, failure);  // every rank throws together, or none
+      if (!failure.empty()) throw UserError(failure);
       const int64_t mine = int64_t(starts.size()), my_tokens = int64_t(tokens.size());
       const int64_t offset = base + rt.exclusive_prefix_sum(mine);
       const int64_t tok_offset = tok_base + rt.exclusive_prefix_sum(my_tokens);

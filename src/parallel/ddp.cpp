@@ -71,8 +71,10 @@ struct DistributedDataParallel::Impl {
       : rt(r), comm(c), module(std::move(m)), o(opts) {}
 
   void check_same_model() {
-    std::string text;
-    for (const auto& s : slots) text += describe(s.name, s.param) + "\n";
+    std::string text;  // every parameter, trainable or frozen, and every buffer
+    for (const auto& item : module->named_parameters(true))
+      text += describe(item.key(), item.value()) + (item.value().requires_grad() ? "\n" : " frozen\n");
+    for (const auto& item : module->named_buffers(true)) text += describe(item.key(), item.value()) + " buffer\n";
     const auto hashes = rt.allgather(std::to_string(fnv1a(text)));
     bool same = true;
     for (const auto& h : hashes) same = same && h == hashes[0];
@@ -155,7 +157,10 @@ struct DistributedDataParallel::Impl {
 
   // View mode: called after autograd accumulated this step's gradient into the parameter's .grad.
   void on_accumulated(size_t i) {
-    if (!sync || slots[i].ready) return;
+    if (!sync) return;
+    if (slots[i].ready)
+      throw UserError("DistributedDataParallel: parameter '" + slots[i].name + "' received a second gradient before "
+                      "finish() (two backward passes in one synchronised step; use set_sync(false) for all but the last)");
     adopt_grad(slots[i]);
     mark_ready(i);
   }
@@ -165,7 +170,9 @@ struct DistributedDataParallel::Impl {
   void on_grad(size_t i, const at::Tensor& grad) {
     if (!sync) return;
     Slot& s = slots[i];
-    if (s.ready) return;  // defensive: one gradient per parameter per step
+    if (s.ready)
+      throw UserError("DistributedDataParallel: parameter '" + s.name + "' received a second gradient before finish() "
+                      "(two backward passes in one synchronised step; use set_sync(false) for all but the last)");
     at::NoGradGuard no_grad;
     const at::Tensor& accumulated = s.param.grad();  // micro-steps without sync accumulate here
     at::Tensor total = accumulated.defined() ? accumulated + grad : grad;
@@ -193,6 +200,10 @@ struct DistributedDataParallel::Impl {
 
   void finish() {
     if (!sync) return;
+    bool any = false;
+    for (const auto& s : slots) any = any || s.ready;
+    if (!any)  // decided locally, but every rank runs the same program
+      throw UserError("DistributedDataParallel::finish() without a backward pass since the last finish()");
     // Parameters without a gradient this step: their share is their accumulated gradient or zero,
     // so the collectives still match across ranks.
     std::vector<std::string> unused;
@@ -276,15 +287,18 @@ DistributedDataParallel::DistributedDataParallel(const comm::Runtime& runtime, c
   if (m.slots.empty()) throw UserError("DistributedDataParallel: the module has no trainable parameters");
   m.check_same_model();
   {
+    // Every parameter (frozen ones too: rank 0's pretrained backbone must reach everyone) and
+    // every buffer; through a contiguous copy where needed.
     at::NoGradGuard no_grad;
-    for (auto& s : m.slots) {
-      at::Tensor data = s.param.data();
-      comm.broadcast(data, 0);
-    }
-    for (auto& buffer : m.module->buffers(/*recurse=*/true)) {
-      at::Tensor data = buffer.data();
-      if (data.is_contiguous()) comm.broadcast(data, 0);
-    }
+    const auto broadcast = [&](const at::Tensor& t) {
+      at::Tensor data = t.data();
+      if (data.is_contiguous()) return comm.broadcast(data, 0);
+      at::Tensor copy = data.contiguous();
+      comm.broadcast(copy, 0);
+      data.copy_(copy);
+    };
+    for (const auto& p : m.module->parameters(true)) broadcast(p);
+    for (const auto& b : m.module->buffers(true)) broadcast(b);
   }
   m.build_buckets();
   m.views = !options.bf16_communication;
@@ -312,14 +326,17 @@ DistributedDataParallel::~DistributedDataParallel() {
   for (size_t i = 0; i < impl_->accumulators.size(); ++i) impl_->accumulators[i]->del_post_hook(impl_->post_hook_keys[i]);
   for (size_t i = 0; i < impl_->slots.size() && i < impl_->hook_ids.size(); ++i)
     impl_->slots[i].param.remove_hook(impl_->hook_ids[i]);
+  // In-flight reductions keep their buffers alive (the Work holds them); wait for them unless we are
+  // unwinding an error, where peers may never join (the job is ending).
+  if (std::uncaught_exceptions() == 0)
+    for (auto& b : impl_->buckets)
+      if (b.work) b.work->wait();
   if (impl_->views) {
-    // Leave each parameter a gradient of its own, not a view into our buffers.
+    // Leave each parameter a gradient of its own, not a part of our buffers.
     at::NoGradGuard no_grad;
     for (auto& s : impl_->slots)
       if (s.param.grad().defined()) s.param.mutable_grad() = s.param.grad().clone();
   }
-  for (auto& b : impl_->buckets)
-    if (b.work) b.work->wait();  // never leave a collective in flight with its buffer freed
 }
 
 void DistributedDataParallel::set_sync(bool sync) { impl_->sync = sync; }

@@ -223,6 +223,7 @@ TEST(Prep, BadInputsAreReportedWithFileAndLine) {
     std::ofstream(dir + "/img/a.png") << "not an image";
     std::ofstream(dir + "/broken.jsonl") << "{\"image\": \"img/a.png\", \"captions\": [\"x\"]}\n{\"image\": 3}\n";
     std::ofstream(dir + "/bad.csv") << "image,caption\nimg/a.png,\"unterminated\n";
+    std::ofstream(dir + "/empty.csv") << "image,caption\nimg/a.png,\nimg/b.png,a caption\n";
     std::ofstream(dir + "/ok.jsonl") << "{\"image\": \"img/a.png\", \"captions\": [\"a broken image\"]}\n"
                                      << "{\"image\": \"img/missing.png\", \"captions\": [\"gone\"]}\n";
   }
@@ -237,6 +238,13 @@ TEST(Prep, BadInputsAreReportedWithFileAndLine) {
             dir + "/broken.jsonl: line 2: expected an object with a string field 'image'");
   o.captions_file = dir + "/bad.csv";
   EXPECT_EQ(message_of([&] { data::prep_image_text(runtime(), o); }), dir + "/bad.csv: line 2: unterminated quoted field");
+  o.captions_file = dir + "/empty.csv";
+  EXPECT_EQ(message_of([&] { data::prep_image_text(runtime(), o); }), dir + "/empty.csv: line 2: no caption for 'img/a.png'");
+  data::PrepSyntheticOptions tiny;
+  tiny.out = dir + "/tiny.h5";
+  tiny.size = 16;
+  EXPECT_EQ(message_of([&] { data::prep_synthetic_detection(runtime(), tiny); }),
+            "--size: synthetic scenes need at least 32 pixels, got 16");
   // Unreadable and missing images: skipped and listed; with --strict, fatal. Either way no file.
   o.captions_file = dir + "/ok.jsonl";
   o.strict = true;

@@ -189,6 +189,28 @@ TEST_F(Ddp, DifferentModelsAcrossRanksFailOnEveryRankWithoutHanging) {
   }
 }
 
+TEST_F(Ddp, MisuseIsAnErrorNotSilentCorruption) {
+  torch::manual_seed(4);
+  Mlp model;
+  parallel::DistributedDataParallel ddp(runtime(), comm(), model.ptr());
+  std::string message;
+  try {
+    ddp.finish();
+  } catch (const meridian::UserError& e) {
+    message = e.what();
+  }
+  EXPECT_EQ(message, "DistributedDataParallel::finish() without a backward pass since the last finish()");
+  auto [x, y] = global_batch(4, {8}, 1);
+  torch::mse_loss(model->forward(x), y).backward();
+  message.clear();
+  try {
+    torch::mse_loss(model->forward(x), y).backward();  // a second backward in the same synchronised step
+  } catch (const std::exception& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("received a second gradient before finish()"), std::string::npos) << message;
+}
+
 TEST_F(Ddp, ClippingGivesTheSameNormOnEveryRank) {
   torch::manual_seed(3);
   Mlp model;

@@ -20,7 +20,10 @@
 // waits for everything, and only then divides by the world size, in place. (zero_grad that sets
 // gradients to none costs one copy per parameter the next step; zeroing in place costs nothing.
 // With bf16 communication gradients are copied into bfloat16 buckets instead.)
-// Not thread-safe; one backward at a time.
+// Not thread-safe; one backward at a time. Collectives that run inside backward on the same
+// communicator (all_gather_with_grad's reduce-scatter) interleave with the bucket reductions in an
+// order that depends on the graph: give them their own communicator unless every rank's graph is
+// identical. After an exception between backward and finish(), rebuild the object.
 #pragma once
 
 #include <torch/nn/module.h>
