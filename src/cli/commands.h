@@ -30,5 +30,6 @@ Command prep_detection_command();
 Command prep_text_command();
 Command prep_synthetic_command();
 Command inspect_command();
+Command train_command();
 
 }  // namespace meridian::cli
