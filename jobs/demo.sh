@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Demo until training lands: `meridian info`, `bench comm`, then a synthetic dataset made by all
-# ranks (prep synthetic), validated (inspect) and read back through the loader (bench io).
+# ranks (prep synthetic), validated (inspect), read back through the loader (bench io) and used to
+# train the tiny SigLIP preset for a few steps.
 # Nothing is downloaded. Writes to ${DEMO_DIR:-/tmp/meridian-demo}.
 # Usage: jobs/demo.sh [ranks (default 2)] [build dir (default build)]
 #   HOSTFILE=hosts jobs/demo.sh 8     runs across the hosts of an Open MPI hostfile
@@ -25,3 +26,5 @@ mpirun "${args[@]}" "$bin" prep synthetic --count 512 --seed 1 --size 128 --out 
   --vocab-size 500 --context-length 32
 "$bin" inspect "$dir/synthetic.h5" --samples 2
 mpirun "${args[@]}" "$bin" bench io "$dir/synthetic.h5" --batch 16 --steps 20
+mpirun "${args[@]}" "$bin" train --config "$root/jobs/configs/siglip-tiny.yaml" --data "$dir/synthetic.h5" \
+  --set train.steps=20 --set train.batch=16 --set train.log_every=5
