@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Demo until training lands: `meridian info`, `bench comm`, then a synthetic dataset made by all
+# Demo: `meridian info`, `bench comm`, then a synthetic dataset made by all
 # ranks (prep synthetic), validated (inspect), read back through the loader (bench io) and used to
 # train the tiny SigLIP preset for a few steps.
 # Nothing is downloaded. Writes to ${DEMO_DIR:-/tmp/meridian-demo}.
