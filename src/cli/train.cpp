@@ -33,9 +33,14 @@ Command train_command() {
     if (o.data.empty()) throw UserError("train: --data is required");
     o.run_dir = p["run-dir"].as<std::string>();
     const auto r = train::train_siglip(rt, o);
-    if (rt.rank() == 0)
+    if (rt.rank() == 0) {
       std::printf("train: %zu steps, loss %.4f -> %.4f, %.1f samples/s over %d ranks, %.2fM parameters\n", r.losses.size(),
                   r.losses.front(), r.losses.back(), r.samples_per_s, rt.size(), r.parameters / 1e6);
+      if (r.evaluated)
+        std::printf("eval: i2t R@1 %.1f R@5 %.1f R@10 %.1f  t2i R@1 %.1f R@5 %.1f R@10 %.1f  zero-shot %.1f%%\n",
+                    r.eval.image_to_text[0], r.eval.image_to_text[1], r.eval.image_to_text[2], r.eval.text_to_image[0],
+                    r.eval.text_to_image[1], r.eval.text_to_image[2], r.eval.zero_shot_top1);
+    }
     return 0;
   };
   return c;

@@ -34,7 +34,17 @@ struct TrainSettings {
   int64_t log_every = 10;
   uint64_t seed = 0;
   bool augment = false;
+  std::string eval_data;     // image_text dataset evaluated after training (empty: none)
   static TrainSettings from_config(const Config& config);
+};
+
+// Retrieval over a whole dataset (every image against every caption) and zero-shot
+// classification with the prompt "a satellite photo of a <class>." (classes from the file).
+struct EvalResult {
+  int64_t images = 0, captions = 0;
+  double image_to_text[3] = {0, 0, 0};  // recall@1, @5, @10 in %: an image's own caption among the top k
+  double text_to_image[3] = {0, 0, 0};  // recall@1, @5, @10 in %: a caption's image among the top k
+  double zero_shot_top1 = -1;           // % of labelled images; -1 without classes
 };
 
 struct TrainReport {
@@ -42,6 +52,8 @@ struct TrainReport {
   double samples_per_s = 0;     // global, over the steps after the first
   int64_t parameters = 0;
   double flops_per_sample = 0;
+  bool evaluated = false;
+  EvalResult eval;              // when train.eval_data is set: after the last step
 };
 
 TrainReport train_siglip(const comm::Runtime& runtime, const TrainOptions& options);
