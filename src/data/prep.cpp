@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "collective_writer.h"
+#include "meridian/data/format.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/hash.h"
@@ -343,8 +344,19 @@ Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o, const J
   std::string bytes, error;
   if (rt.rank() == 0) {
     try {
-      bytes = o.tokenizer.empty() ? Tokenizer::train(job.tokenizer_corpus(), o.vocab_size, keep_whitespace).model_bytes()
-                                  : Tokenizer::from_file(o.tokenizer).model_bytes();
+      if (o.tokenizer.empty()) {
+        bytes = Tokenizer::train(job.tokenizer_corpus(), o.vocab_size, keep_whitespace).model_bytes();
+      } else if (fs::path(o.tokenizer).extension() == ".h5") {
+        // Another dataset's tokenizer (e.g. the train split's, for the test split).
+        const auto info = validate_dataset(o.tokenizer);
+        if (info.kind == "detection") throw DataError(o.tokenizer, "--tokenizer", "a detection dataset has no tokenizer");
+        const auto locked = h5::lock();
+        h5::Id file = h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(o.tokenizer.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)));
+        h5::Id model = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file, "/tokenizer/model", H5P_DEFAULT)));
+        bytes = h5::read_bytes(model);
+      } else {
+        bytes = Tokenizer::from_file(o.tokenizer).model_bytes();
+      }
     } catch (const UserError& e) {
       error = e.what();
     }

@@ -21,7 +21,7 @@ struct PrepCommon {
   int size = 256;             // images are resized (shorter side) and center-cropped to size x size
   int captions_per_image = 5; // K: extra captions are dropped, missing ones repeat the ones given
   int context_length = 64;    // L tokens per caption (eos included)
-  std::string tokenizer;      // a SentencePiece .model; empty: train one on the captions
+  std::string tokenizer;      // a SentencePiece .model, or a dataset .h5 to take it from; empty: train one
   int vocab_size = 8000;      // upper bound for a trained tokenizer
   int block = 32;             // images per rank per collective write
 };
