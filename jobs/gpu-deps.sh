@@ -4,7 +4,8 @@
 # yaml-cpp or gtest dev packages, no network).
 #
 # .gpudeps/ (git-ignored, so it must be carried explicitly) holds Debian 12 .deb files, fetched with
-# `apt-get download` on a Debian 12 machine; .gpudeps/MANIFEST.txt lists them with versions and sha256:
+# `apt-get download` on a Debian 12 machine (jobs/gpu-deps-fetch.sh, from jobs/gpu-deps.manifest);
+# .gpudeps/MANIFEST.txt lists them with versions and sha256:
 #   .gpudeps/*.deb                 Open MPI 4.1.4 (openmpi-bin, libopenmpi3, libopenmpi-dev, openmpi-common)
 #                                  and its libraries (pmix, hwloc, libevent, libfabric, ucx, psm, munge,
 #                                  pciaccess), spdlog + fmt, yaml-cpp, cxxopts, nlohmann-json, googletest
