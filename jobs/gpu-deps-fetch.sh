@@ -17,5 +17,7 @@ while read -r group package version arch _; do
   esac
   (cd "$dir" && apt-get download -q "$package=$version" >/dev/null) || echo "gpu-deps-fetch: could not download $package=$version" >&2
 done < jobs/gpu-deps.manifest
+# Epochs make apt name files like libspdlog1.10_1%3a1.10.0...: plain characters travel more safely.
+for f in .gpudeps/*%3a* .gpudeps/prefer-system/*%3a*; do [[ -e $f ]] && mv "$f" "${f//%3a/_}"; done
 cp jobs/gpu-deps.manifest .gpudeps/MANIFEST.txt
 du -sh .gpudeps
