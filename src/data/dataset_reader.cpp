@@ -7,6 +7,7 @@
 #include "h5.h"
 #include "meridian/comm/mpi_interop.h"
 #include "meridian/core/error.h"
+#include "meridian/core/hash.h"
 #include "meridian/data/tokenizer.h"
 
 namespace meridian::data {
@@ -120,9 +121,7 @@ std::string DatasetReader::fingerprint() {
                      std::to_string(info_.count) + "|" + std::to_string(info_.height) + "x" + std::to_string(info_.width);
   std::vector<uint8_t> first(image_bytes());
   read_union(h_->images, {0}, H5T_NATIVE_UINT8, first.data(), false);
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (char c : text) h = (h ^ uint8_t(c)) * 1099511628211ull;
-  for (uint8_t b : first) h = (h ^ b) * 1099511628211ull;
+  const uint64_t h = fnv1a(first.data(), first.size(), fnv1a(text.data(), text.size()));
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", (unsigned long long)h);
   return buf;

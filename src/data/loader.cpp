@@ -18,9 +18,6 @@ namespace meridian::data {
 
 namespace {
 
-uint64_t mix(uint64_t x) { return splitmix64(x); }
-double unit(uint64_t& state) { return next_unit(state); }
-
 // A bounded FIFO handing items between threads; close() wakes everyone.
 template <typename T>
 class Channel {
@@ -70,19 +67,19 @@ struct RawBatch {
 
 at::Tensor augment_image(const at::Tensor& image, int size, uint64_t key) {
   const int64_t h = image.size(0), w = image.size(1);
-  uint64_t s = mix(key);
+  uint64_t s = splitmix64(key);
   int64_t ch = h, cw = w, top = 0, left = 0;
   for (int attempt = 0; attempt < 10; ++attempt) {  // as torchvision's RandomResizedCrop
-    const double area = h * w * (0.5 + 0.5 * unit(s));
-    const double ratio = std::exp(std::log(3.0 / 4) + (std::log(4.0 / 3) - std::log(3.0 / 4)) * unit(s));
+    const double area = h * w * (0.5 + 0.5 * next_unit(s));
+    const double ratio = std::exp(std::log(3.0 / 4) + (std::log(4.0 / 3) - std::log(3.0 / 4)) * next_unit(s));
     const int64_t tw = std::lround(std::sqrt(area * ratio)), th = std::lround(std::sqrt(area / ratio));
     if (tw > 0 && th > 0 && tw <= w && th <= h) {
       ch = th, cw = tw;
-      top = int64_t(unit(s) * (h - th + 1)), left = int64_t(unit(s) * (w - tw + 1));
+      top = int64_t(next_unit(s) * (h - th + 1)), left = int64_t(next_unit(s) * (w - tw + 1));
       break;
     }
   }
-  const bool flip = unit(s) < 0.5;
+  const bool flip = next_unit(s) < 0.5;
   auto crop = image.slice(0, top, top + ch).slice(1, left, left + cw).permute({2, 0, 1}).unsqueeze(0).to(at::kFloat);
   namespace F = torch::nn::functional;
   auto out = F::interpolate(crop, F::InterpolateFuncOptions()
@@ -206,7 +203,7 @@ struct Loader::Impl {
       const int64_t r = rb.repeat[i];
       rows_out[i] = rb.rows[r];
       labels_out[i] = labels_in[r];
-      const int64_t k = int64_t(mix(o.seed ^ mix(uint64_t(rb.epoch) * 0x1000193ull + uint64_t(rows_out[i]))) % uint64_t(K));
+      const int64_t k = int64_t(splitmix64(o.seed ^ splitmix64(uint64_t(rb.epoch) * 0x1000193ull + uint64_t(rows_out[i]))) % uint64_t(K));
       std::copy_n(tokens_in + (r * K + k) * L, L, tokens_out + i * L);
       lengths_out[i] = lengths_in[r * K + k];
     }
@@ -232,7 +229,7 @@ struct Loader::Impl {
         std::vector<at::Tensor> out;
         const int64_t* rows = b.rows.data_ptr<int64_t>();
         for (int64_t i = 0; i < b.rows.size(0); ++i)
-          out.push_back(augment_image(b.images[i], size, mix(o.seed ^ mix(uint64_t(rb.epoch) + 0x9e37ull)) ^ uint64_t(rows[i])));
+          out.push_back(augment_image(b.images[i], size, splitmix64(o.seed ^ splitmix64(uint64_t(rb.epoch) + 0x9e37ull)) ^ uint64_t(rows[i])));
         b.images = at::stack(out);
       } catch (...) {
         return fail(std::current_exception());

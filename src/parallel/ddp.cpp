@@ -10,6 +10,7 @@
 
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
+#include "meridian/core/hash.h"
 #include "meridian/core/trace.h"
 
 namespace meridian::parallel {
@@ -23,11 +24,6 @@ std::string describe(const std::string& name, const at::Tensor& p) {
   return os.str();
 }
 
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (char c : s) h = (h ^ uint8_t(c)) * 1099511628211ull;
-  return h;
-}
 }  // namespace
 
 struct DistributedDataParallel::Impl {
@@ -75,7 +71,7 @@ struct DistributedDataParallel::Impl {
     for (const auto& item : module->named_parameters(true))
       text += describe(item.key(), item.value()) + (item.value().requires_grad() ? "\n" : " frozen\n");
     for (const auto& item : module->named_buffers(true)) text += describe(item.key(), item.value()) + " buffer\n";
-    const auto hashes = rt.allgather(std::to_string(fnv1a(text)));
+    const auto hashes = rt.allgather(std::to_string(fnv1a(text.data(), text.size())));
     bool same = true;
     for (const auto& h : hashes) same = same && h == hashes[0];
     if (same) return;

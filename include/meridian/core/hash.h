@@ -3,6 +3,7 @@
 // randomness from it so that a seed reproduces a run exactly.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace meridian {
@@ -12,6 +13,14 @@ inline uint64_t splitmix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
+}
+
+// FNV-1a over bytes, continuing from `h`: a content fingerprint that is the same on every machine.
+inline constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+inline uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = kFnvOffset) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
 }
 
 // Uniform in [0, 1) from a state advanced by splitmix64.
