@@ -46,9 +46,10 @@ Command bench_io_command() {
     // Random batches through the loader.
     double random_s = 0, wait_s = 0;
     int64_t bytes_per_sample = 0;
+    data::DatasetInfo info;  // as the loader validated it
     {
       data::Loader loader(rt, lo);
-      const auto& info = loader.info();
+      info = loader.info();
       bytes_per_sample = info.height * info.width * info.channels + info.captions_per_sample * (info.context_length + 1) * 4 + 4;
       loader.next();  // first batch: thread start-up, not timed
       rt.barrier();
@@ -62,10 +63,9 @@ Command bench_io_command() {
     // Sequential: the same number of samples per rank as contiguous rows (each rank its own range).
     double seq_s = 0;
     {
-      data::DatasetReader reader(lo.path, lo.driver);
+      data::DatasetReader reader(info, lo.driver);
       const int64_t n = reader.info().count;
       const int64_t per_rank = std::min<int64_t>(steps * lo.batch_size, n / rt.size());
-      const auto& info = reader.info();
       std::vector<uint8_t> images(reader.image_bytes() * lo.batch_size);
       std::vector<int32_t> tokens(lo.batch_size * info.captions_per_sample * info.context_length),
           lengths(lo.batch_size * info.captions_per_sample), labels(lo.batch_size);

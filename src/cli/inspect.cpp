@@ -30,7 +30,7 @@ Command inspect_command() {
     std::printf("  created by   %s\n", info.created_by.c_str());
     std::printf("  split        %s\n", info.split.empty() ? "(all)" : info.split.c_str());
     if (info.kind == "text") {
-      const data::DatasetSummary summary = data::summarize(path, p["samples"].as<int>());
+      const data::DatasetSummary summary = data::summarize(info, p["samples"].as<int>());
       std::printf("  documents    %lld\n", (long long)info.count);
       std::printf("  tokens       %lld (%.1f per document), %.1f%% with loss (responses)\n", (long long)info.token_count,
                   double(info.token_count) / std::max<int64_t>(1, info.count), 100 * summary.supervised_fraction);
@@ -54,7 +54,7 @@ Command inspect_command() {
       std::printf("  tokenizer    sentencepiece, vocab %lld, pad %lld, eos %lld\n", (long long)info.vocab_size,
                   (long long)info.pad_id, (long long)info.eos_id);
     }
-    const data::DatasetSummary summary = data::summarize(path, p["samples"].as<int>());
+    const data::DatasetSummary summary = data::summarize(info, p["samples"].as<int>());
     std::printf("  classes      %zu%s\n", info.class_names.size(), detection ? " (boxes per class)" : "");
     for (size_t k = 0; k < info.class_names.size(); ++k)
       std::printf("    %-20s %lld\n", info.class_names[k].c_str(), (long long)summary.class_counts.at(k));

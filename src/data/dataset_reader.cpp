@@ -23,9 +23,12 @@ struct DatasetReader::Handles {
 };
 
 DatasetReader::DatasetReader(const std::string& path, IoDriver driver)
-    : driver_(driver), h_(std::make_unique<Handles>()) {
+    : DatasetReader(validate_dataset(path), driver) {}
+
+DatasetReader::DatasetReader(const DatasetInfo& info, IoDriver driver)
+    : info_(info), driver_(driver), h_(std::make_unique<Handles>()) {
   const auto locked = h5::lock();
-  info_ = validate_dataset(path);
+  const std::string& path = info_.path;
   if (info_.kind != "image_text")
     throw DataError(path, "attribute 'kind'", "this reader (the image-text loader) reads 'image_text' files, not '" +
                                                   info_.kind + "'");
@@ -165,8 +168,8 @@ std::vector<T> read_range(hid_t file, const char* name, hid_t mem_type, int64_t 
 }
 }  // namespace
 
-RowBoxes read_boxes(const std::string& path, int64_t row) {
-  const auto info = validate_dataset(path);
+RowBoxes read_boxes(const DatasetInfo& info, int64_t row) {
+  const std::string& path = info.path;
   if (info.kind != "detection") throw DataError(path, "attribute 'kind'", "expected a detection dataset");
   if (row < 0 || row >= info.count) throw std::out_of_range("read_boxes: row out of range");
   const auto locked = h5::lock();
@@ -180,8 +183,8 @@ RowBoxes read_boxes(const std::string& path, int64_t row) {
   return r;
 }
 
-DatasetSummary summarize(const std::string& path, int examples) {
-  const auto info = validate_dataset(path);
+DatasetSummary summarize(const DatasetInfo& info, int examples) {
+  const std::string& path = info.path;
   if (info.kind == "text") {
     const auto locked = h5::lock();
     h5::Id file = open_read_only(path);
@@ -221,7 +224,7 @@ DatasetSummary summarize(const std::string& path, int examples) {
     for (int64_t i = 0; i < info.count; ++i) s.unlabelled += off[i + 1] == off[i];
     return s;
   }
-  DatasetReader reader(path, IoDriver::POSIX);
+  DatasetReader reader(info, IoDriver::POSIX);
   DatasetSummary s;
   s.class_counts.assign(info.class_names.size(), 0);
   std::vector<int32_t> labels;

@@ -323,7 +323,7 @@ TEST(Detection, SyntheticBoxesArriveExactlyPerRow) {
   EXPECT_EQ(info.class_names, data::synthetic_object_classes());
   for (int64_t row = runtime().rank(); row < o.count; row += runtime().size()) {
     const auto scene = data::make_synthetic_scene(3, row, 64, 1);
-    const auto got = data::read_boxes(o.out, row);
+    const auto got = data::read_boxes(info, row);
     EXPECT_EQ(got.boxes, scene.boxes) << "row " << row;
     EXPECT_EQ(got.classes, std::vector<int32_t>(scene.box_classes.begin(), scene.box_classes.end())) << "row " << row;
   }
@@ -367,11 +367,12 @@ TEST(Detection, YoloAndCocoGiveTheSameLetterboxedBoxes) {
     ASSERT_EQ(yolo.skipped.size(), 1u);
     EXPECT_NE(yolo.skipped[0].find("c.txt: line 1: expected 'class cx cy w h'"), std::string::npos) << yolo.skipped[0];
   }
-  const auto a = data::read_boxes(o.out, 0);
+  const auto yolo_info = data::validate_dataset(o.out);
+  const auto a = data::read_boxes(yolo_info, 0);
   EXPECT_EQ(a.boxes, (std::vector<std::array<float, 4>>{{12, 12, 20, 20}}));
   EXPECT_EQ(a.classes, (std::vector<int32_t>{0}));
-  EXPECT_TRUE(data::read_boxes(o.out, 1).boxes.empty());
-  EXPECT_EQ(data::validate_dataset(o.out).class_names, (std::vector<std::string>{"car", "boat"}));
+  EXPECT_TRUE(data::read_boxes(yolo_info, 1).boxes.empty());
+  EXPECT_EQ(yolo_info.class_names, (std::vector<std::string>{"car", "boat"}));
 
   o.labels_dir.clear();
   o.class_names_file.clear();
@@ -380,11 +381,12 @@ TEST(Detection, YoloAndCocoGiveTheSameLetterboxedBoxes) {
   const auto coco = data::prep_detection(runtime(), o);
   EXPECT_EQ(coco.written, 2);
   EXPECT_EQ(coco.boxes, 2);  // the crowd region is not an instance
-  EXPECT_EQ(data::validate_dataset(o.out).class_names, (std::vector<std::string>{"car", "boat"}));  // sorted by id
-  EXPECT_EQ(data::read_boxes(o.out, 0).boxes, a.boxes);
-  EXPECT_EQ(data::read_boxes(o.out, 0).classes, (std::vector<int32_t>{0}));
-  EXPECT_EQ(data::read_boxes(o.out, 1).boxes, (std::vector<std::array<float, 4>>{{0, 0, 32, 32}}));
-  EXPECT_EQ(data::read_boxes(o.out, 1).classes, (std::vector<int32_t>{1}));
+  const auto coco_info = data::validate_dataset(o.out);
+  EXPECT_EQ(coco_info.class_names, (std::vector<std::string>{"car", "boat"}));  // sorted by id
+  EXPECT_EQ(data::read_boxes(coco_info, 0).boxes, a.boxes);
+  EXPECT_EQ(data::read_boxes(coco_info, 0).classes, (std::vector<int32_t>{0}));
+  EXPECT_EQ(data::read_boxes(coco_info, 1).boxes, (std::vector<std::array<float, 4>>{{0, 0, 32, 32}}));
+  EXPECT_EQ(data::read_boxes(coco_info, 1).classes, (std::vector<int32_t>{1}));
   EXPECT_EQ(message_of([&] {
               data::PrepDetectionOptions both = o;
               both.labels_dir = dir + "/labels";
@@ -416,7 +418,7 @@ TEST(Text, InstructionAndPlainRecordsBecomeTokensWithLossMasks) {
   EXPECT_EQ(info.count, 3);
   EXPECT_EQ(info.token_count, report.tokens);
   // Rebuild the expected stream with the stored tokenizer: bos, prompt (no loss), response + eos (loss).
-  const auto summary = data::summarize(o.out, 3);
+  const auto summary = data::summarize(info, 3);
   ASSERT_EQ(summary.examples.size(), 3u);
   EXPECT_NE(summary.examples[0].caption.find("### Instruction:\nName the colour of grass.\n\n### Response:\n"),
             std::string::npos) << summary.examples[0].caption;

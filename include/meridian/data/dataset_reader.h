@@ -22,6 +22,8 @@ class DatasetReader {
   // Validates the file (validate_dataset: DataError on any mismatch) and opens it read-only.
   // Reads `image_text` files (DataError for another kind). MPIO needs MPI initialised.
   DatasetReader(const std::string& path, IoDriver driver);
+  // The same for a file validate_dataset has already checked (`info` from it): no second check.
+  DatasetReader(const DatasetInfo& info, IoDriver driver);
   ~DatasetReader();
   DatasetReader(const DatasetReader&) = delete;
   DatasetReader& operator=(const DatasetReader&) = delete;
@@ -50,13 +52,15 @@ class DatasetReader {
 };
 
 // The boxes of one row of a `detection` file (serial): x_min, y_min, x_max, y_max in stored pixels.
+// `info` from validate_dataset (validated once, not per row).
 struct RowBoxes {
   std::vector<std::array<float, 4>> boxes;
   std::vector<int32_t> classes;
 };
-RowBoxes read_boxes(const std::string& path, int64_t row);
+RowBoxes read_boxes(const DatasetInfo& info, int64_t row);
 
-// For `inspect`: class histogram and a few decoded captions (serial), for either kind.
+// For `inspect`: class histogram and a few decoded captions (serial), for any kind; `info` from
+// validate_dataset.
 struct DatasetSummary {
   std::vector<int64_t> class_counts;  // per class_names entry: images (image_text) or boxes (detection)
   int64_t unlabelled = 0;             // image_text: images without a class; detection: images without boxes
@@ -66,6 +70,6 @@ struct DatasetSummary {
   };
   std::vector<Example> examples;
 };
-DatasetSummary summarize(const std::string& path, int examples);
+DatasetSummary summarize(const DatasetInfo& info, int examples);
 
 }  // namespace meridian::data
