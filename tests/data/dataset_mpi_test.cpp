@@ -52,16 +52,22 @@ class Cleanup : public ::testing::Environment {
 constexpr int64_t kCount = 37;  // not a multiple of any block x ranks
 constexpr uint64_t kSeed = 11;
 
+// The small image-text fixture's options: 32 px scenes, 3 captions of 24 tokens.
+data::PrepSyntheticOptions small_synthetic(const std::string& name, int64_t count, uint64_t seed) {
+  data::PrepSyntheticOptions o;
+  o.out = shared_dir() + "/" + name;
+  o.count = count;
+  o.seed = seed;
+  o.size = 32;
+  o.captions_per_image = 3;
+  o.context_length = 24;
+  o.vocab_size = 200;
+  return o;
+}
+
 const std::string& synthetic_file() {
   static std::string path = [] {
-    data::PrepSyntheticOptions o;
-    o.out = shared_dir() + "/synthetic.h5";
-    o.count = kCount;
-    o.seed = kSeed;
-    o.size = 32;
-    o.captions_per_image = 3;
-    o.context_length = 24;
-    o.vocab_size = 200;
+    data::PrepSyntheticOptions o = small_synthetic("synthetic.h5", kCount, kSeed);
     o.block = 4;
     const auto report = data::prep_synthetic_image_text(runtime(), o);
     EXPECT_EQ(report.written, kCount);
@@ -175,14 +181,7 @@ TEST(Loader, ResumesFromEpochAndPosition) {
 TEST(Loader, RanksThatSeeDifferentFilesAreToldWhichAndWhere) {
   // The classic multi-node failure: the data path names a different file on one node. Here rank 0
   // reads one synthetic file, the others another; every rank must get the error naming the rank.
-  data::PrepSyntheticOptions other;
-  other.out = shared_dir() + "/other.h5";
-  other.count = 12;
-  other.seed = 99;
-  other.size = 32;
-  other.captions_per_image = 3;
-  other.context_length = 24;
-  other.vocab_size = 200;
+  const data::PrepSyntheticOptions other = small_synthetic("other.h5", 12, 99);
   data::prep_synthetic_image_text(runtime(), other);
   data::LoaderOptions o;
   o.path = runtime().rank() == 0 ? synthetic_file() : other.out;
