@@ -340,12 +340,15 @@ std::string agree_error(const comm::Runtime& rt, const std::string& mine) {
 // Rank r owns the blocks b with b % size == r (blocks of `block` indices).
 bool owns(int64_t index, int block, int rank, int size) { return (index / block) % size == rank; }
 
-Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o, const Job& job, bool keep_whitespace = false) {
+// The tokenizer every rank uses: given (a .model, or another dataset's), or trained on rank 0 from
+// `corpus()` (called on rank 0 only); the model bytes are broadcast.
+Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o,
+                           const std::function<std::vector<std::string>()>& corpus, bool keep_whitespace) {
   std::string bytes, error;
   if (rt.rank() == 0) {
     try {
       if (o.tokenizer.empty()) {
-        bytes = Tokenizer::train(job.tokenizer_corpus(), o.vocab_size, keep_whitespace).model_bytes();
+        bytes = Tokenizer::train(corpus(), o.vocab_size, keep_whitespace).model_bytes();
       } else if (fs::path(o.tokenizer).extension() == ".h5") {
         // Another dataset's tokenizer (e.g. the train split's, for the test split).
         const auto info = validate_dataset(o.tokenizer);
@@ -441,7 +444,7 @@ PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job)
   if (job.count == 0) throw UserError("prep: no input entries" + (job.split.empty() ? "" : " with split '" + job.split + "'"));
 
   std::unique_ptr<Tokenizer> tok;
-  if (text) tok = std::make_unique<Tokenizer>(shared_tokenizer(rt, o, job));
+  if (text) tok = std::make_unique<Tokenizer>(shared_tokenizer(rt, o, job.tokenizer_corpus, /*keep_whitespace=*/false));
   const int K = o.captions_per_image, L = o.context_length, S = o.size;
   const std::string tmp = o.out + ".tmp";
   // Any failure below leaves no output: the temporary file is removed (failures are agreed across
@@ -877,9 +880,7 @@ PrepReport run_text_job(const comm::Runtime& rt, const PrepCommon& o, const Text
   check_output(rt, o);
   check_same_inputs(rt, tj.count, {});
   if (tj.count == 0) throw UserError("prep: no input records" + (tj.split.empty() ? "" : " with split '" + tj.split + "'"));
-  Job for_tokenizer;
-  for_tokenizer.tokenizer_corpus = tj.tokenizer_corpus;
-  const Tokenizer tok = shared_tokenizer(rt, o, for_tokenizer, /*keep_whitespace=*/true);
+  const Tokenizer tok = shared_tokenizer(rt, o, tj.tokenizer_corpus, /*keep_whitespace=*/true);
   const std::string tmp = o.out + ".tmp";
   int64_t base = 0, tok_base = 0;
   leaving_nothing_on_failure(rt, tmp, [&] {
