@@ -19,11 +19,6 @@ void Trace::span(const std::string& name, const std::string& category, Clock::ti
   events_.push_back({name, category, lane, us(start), std::max<int64_t>(0, us(end) - us(start))});
 }
 
-size_t Trace::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return events_.size();
-}
-
 std::string Trace::events_json() const {
   nlohmann::json events = nlohmann::json::array();
   std::map<std::string, int> lanes;

@@ -48,7 +48,6 @@ struct DistributedDataParallel::Impl {
   DdpOptions o;
   std::vector<Slot> slots;
   std::vector<Bucket> buckets;
-  std::vector<std::string> summary;
   size_t next_launch = 0;
   bool sync = true;
   core::Trace* trace = nullptr;
@@ -109,9 +108,6 @@ struct DistributedDataParallel::Impl {
       int64_t numel = 0;
       for (size_t i : current.slots) slots[i].bucket = int64_t(buckets.size()), slots[i].offset = numel, numel += slots[i].numel;
       current.buffer = at::zeros({numel}, slots[current.slots[0]].param.options().dtype(dtype));
-      std::ostringstream os;
-      os << "bucket " << buckets.size() << ": " << current.slots.size() << " tensors, " << numel * elem / 1048576.0 << " MB";
-      summary.push_back(os.str());
       buckets.push_back(std::move(current));
       current = Bucket{};
       bytes = 0;
@@ -339,7 +335,6 @@ void DistributedDataParallel::set_sync(bool sync) { impl_->sync = sync; }
 void DistributedDataParallel::finish() { impl_->finish(); }
 void DistributedDataParallel::set_trace(core::Trace* trace) { impl_->trace = trace; }
 int64_t DistributedDataParallel::bucket_count() const { return int64_t(impl_->buckets.size()); }
-const std::vector<std::string>& DistributedDataParallel::bucket_summary() const { return impl_->summary; }
 double DistributedDataParallel::last_wait_s() const { return impl_->last_wait; }
 
 double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm) {

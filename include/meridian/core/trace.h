@@ -23,7 +23,6 @@ class Trace {
   // Writes {"traceEvents": [...]} with the events of several ranks (each from events_json()) to
   // `path`; throws UserError naming the file if it cannot.
   static void write(const std::string& path, const std::vector<std::string>& events_of_ranks);
-  size_t size() const;
 
   // Records a span from construction to destruction.
   class Scope {

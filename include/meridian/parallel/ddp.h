@@ -73,7 +73,6 @@ class DistributedDataParallel {
   void set_trace(core::Trace* trace);
 
   int64_t bucket_count() const;
-  const std::vector<std::string>& bucket_summary() const;  // "bucket 0: 3 tensors, 1.0 MB" ...
   double last_wait_s() const;  // time finish() waited for communication in the last step
 
  private:
