@@ -35,8 +35,13 @@ if(MERIDIAN_BUILD_TESTS)
   meridian_require(GTest "libgtest-dev")
 endif()
 
+# TensorBoard event files (train area): the wire format is written by hand, so no protoc.
+find_package(Protobuf QUIET)
+meridian_require(Protobuf "libprotobuf-dev")
+
 # The data area (datasets, image decoding, tokenizers). MERIDIAN_WITH_DATA=OFF builds core + comm
 # only, for checking a node's communication stack where these libraries are not installed.
+
 if(MERIDIAN_WITH_DATA)
   # Parallel HDF5: Debian installs the MPI build next to the serial one; point FindHDF5 at it.
   if(NOT HDF5_C_COMPILER_EXECUTABLE AND EXISTS /usr/bin/h5pcc)

@@ -17,6 +17,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev
   nlohmann-json3-dev libyaml-cpp-dev
   libsentencepiece-dev sentencepiece
+  libprotobuf-dev                    # TensorBoard event files (wire format written by hand)
 )
 
 if [[ ! -r /etc/os-release ]] || ! grep -qiE '^(ID|ID_LIKE)=.*debian' /etc/os-release; then

@@ -31,5 +31,6 @@ Command prep_text_command();
 Command prep_synthetic_command();
 Command inspect_command();
 Command train_command();
+Command bench_train_command();
 
 }  // namespace meridian::cli

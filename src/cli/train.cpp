@@ -1,45 +1,143 @@
-// `meridian train`: SigLIP training on an image-text dataset (first cut: no checkpoints yet).
+// `meridian train` and `meridian bench train`: a task (tasks::make_task) trained by train::Trainer
+// from a YAML config with --set overrides.
+#include <ATen/ATen.h>
+
+#include <chrono>
 #include <cstdio>
+#include <ctime>
 
 #include "commands.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
-#include "meridian/train/siglip_trainer.h"
+#include "meridian/tasks/registry.h"
+#include "meridian/train/trainer.h"
 
 namespace meridian::cli {
+
+namespace {
+
+void add_config_options(cxxopts::Options& o) {
+  o.add_options()
+      ("config", "YAML with model:, task:, data:, train: and optim: sections (jobs/configs/*.yaml)", cxxopts::value<std::string>()->default_value(""))
+      ("data", "Training dataset (.h5, from meridian prep); overrides data.train", cxxopts::value<std::string>()->default_value(""))
+      ("set", "Override a config value, key=value (repeatable), e.g. --set optim.lr=3e-4", cxxopts::value<std::vector<std::string>>());
+}
+
+std::string yaml_quoted(const std::string& text) {
+  std::string q = "'";
+  for (char ch : text) q += ch == '\'' ? std::string("''") : std::string(1, ch);
+  return q + "'";
+}
+
+// The config file with --data and every --set applied (in order), as the run will use it.
+Config resolved_config(const cxxopts::ParseResult& p, const std::string& command) {
+  const std::string path = p["config"].as<std::string>();
+  if (path.empty()) throw UserError(command + ": --config is required (e.g. jobs/configs/siglip-tiny.yaml)");
+  Config config = Config::load_file(path);
+  if (!p["data"].as<std::string>().empty()) config.set("data.train", yaml_quoted(p["data"].as<std::string>()));
+  if (p.count("set"))
+    for (const auto& kv : p["set"].as<std::vector<std::string>>()) {
+      const auto eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) throw UserError("--set: expected key=value, got '" + kv + "'");
+      config.set(kv.substr(0, eq), kv.substr(eq + 1));
+    }
+  if (config.get<std::string>("data.train", "").empty())
+    throw UserError(command + ": no training data: give --data or data.train in " + path);
+  return config;
+}
+
+// runs/<date>-<time> chosen by rank 0 (every rank must use the same directory).
+std::string default_run_dir(const comm::Runtime& rt) {
+  char name[64] = {0};
+  if (rt.rank() == 0) {
+    const std::time_t now = std::time(nullptr);
+    std::strftime(name, sizeof name, "runs/%Y%m%d-%H%M%S", std::localtime(&now));
+  }
+  rt.broadcast_bytes(name, sizeof name, 0);
+  return name;
+}
+
+train::TrainSummary train_with(comm::Runtime& rt, const Config& config, const std::string& run_dir) {
+  const auto settings = train::TrainerSettings::from_config(config);
+  train::seed(settings.seed);
+  auto task = tasks::make_task(rt, config, config.get<std::string>("data.train"));
+  train::Trainer trainer(rt, *task, settings, {config, run_dir});
+  return trainer.run();
+}
+
+std::string metrics_text(const train::Metrics& m) {
+  std::string s;
+  for (const auto& [name, value] : m) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s %.2f", s.empty() ? "" : "  ", name.c_str(), value);
+    s += buf;
+  }
+  return s;
+}
+
+// Float32 rate of a 1024 x 1024 x 1024 matmul on this rank's device and threads (FLOP/s), run by
+// every rank at once as in training.
+double matmul_rate(const comm::Runtime& rt) {
+  const auto options = at::TensorOptions().device(rt.device()).dtype(at::kFloat);
+  const auto a = at::randn({1024, 1024}, options), b = at::randn({1024, 1024}, options);
+  at::Tensor c = at::matmul(a, b);
+  const int iters = 10;
+  rt.barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) c = at::matmul(a, b);
+  c.sum().item<double>();  // waits on CUDA
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return 2.0 * 1024 * 1024 * 1024 * iters / s;
+}
+
+}  // namespace
 
 Command train_command() {
   Command c;
   c.name = "train";
-  c.summary = "Train a SigLIP image-text model data-parallel (run under mpirun)";
-  c.add_options = [](cxxopts::Options& o) {
-    o.add_options()
-        ("config", "YAML with model: and train: sections (jobs/configs/siglip-*.yaml)", cxxopts::value<std::string>()->default_value(""))
-        ("data", "Image-text dataset (.h5, from meridian prep)", cxxopts::value<std::string>()->default_value(""))
-        ("set", "Override a config value, key=value (repeatable), e.g. --set train.steps=50", cxxopts::value<std::vector<std::string>>());
-  };
+  c.summary = "Train a model data-parallel from a YAML config (run under mpirun or srun)";
+  c.add_options = add_config_options;
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
-    train::TrainOptions o;
-    const std::string config = p["config"].as<std::string>();
-    if (config.empty()) throw UserError("train: --config is required (e.g. jobs/configs/siglip-tiny.yaml)");
-    o.config = Config::load_file(config);
-    if (p.count("set"))
-      for (const auto& kv : p["set"].as<std::vector<std::string>>()) {
-        const auto eq = kv.find('=');
-        if (eq == std::string::npos) throw UserError("--set: expected key=value, got '" + kv + "'");
-        o.config.set(kv.substr(0, eq), kv.substr(eq + 1));
-      }
-    o.data = p["data"].as<std::string>();
-    if (o.data.empty()) throw UserError("train: --data is required");
-    o.run_dir = p["run-dir"].as<std::string>();
-    const auto r = train::train_siglip(rt, o);
+    const Config config = resolved_config(p, "train");
+    std::string run_dir = p["run-dir"].as<std::string>();
+    if (run_dir.empty()) run_dir = default_run_dir(rt);
+    const auto r = train_with(rt, config, run_dir);
     if (rt.rank() == 0) {
-      std::printf("train: %zu steps, loss %.4f -> %.4f, %.1f samples/s over %d ranks, %.2fM parameters\n", r.losses.size(),
-                  r.losses.front(), r.losses.back(), r.samples_per_s, rt.size(), r.parameters / 1e6);
-      if (r.evaluated)
-        std::printf("eval: i2t R@1 %.1f R@5 %.1f R@10 %.1f  t2i R@1 %.1f R@5 %.1f R@10 %.1f  zero-shot %.1f%%\n",
-                    r.eval.image_to_text[0], r.eval.image_to_text[1], r.eval.image_to_text[2], r.eval.text_to_image[0],
-                    r.eval.text_to_image[1], r.eval.text_to_image[2], r.eval.zero_shot_top1);
+      std::printf("train: %zu steps, loss %.4f -> %.4f, %.1f samples/s over %d ranks, %lld bad steps, %.2fM parameters, "
+                  "run directory %s\n",
+                  r.losses.size(), r.losses.front(), r.losses.back(), r.samples_per_s, rt.size(), (long long)r.bad_steps,
+                  r.parameters / 1e6, run_dir.c_str());
+      if (!r.first_eval.empty()) std::printf("eval before: %s\n", metrics_text(r.first_eval).c_str());
+      if (!r.last_eval.empty()) std::printf("eval after: %s\n", metrics_text(r.last_eval).c_str());
+    }
+    return 0;
+  };
+  return c;
+}
+
+Command bench_train_command() {
+  Command c;
+  c.name = "bench train";
+  c.summary = "Training speed: samples/s, step-time breakdown, model FLOP/s vs a 1024^3 matmul";
+  c.add_options = add_config_options;
+  c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
+    Config config = resolved_config(p, "bench train");
+    config.set("data.eval", "''");  // speed only
+    const double matmul = matmul_rate(rt);
+    const double matmul_sum = double(rt.sum(int64_t(matmul)));
+    const auto r = train_with(rt, config, p["run-dir"].as<std::string>());
+    if (rt.rank() == 0) {
+      const auto& m = r.mean_times;
+      auto pct = [&](double v) { return 100.0 * v / m.total; };
+      std::printf("bench train: %d ranks, %.1f samples/s (%.1f per rank), step %.1f ms: data %.1f (%.0f%%), forward %.1f "
+                  "(%.0f%%), backward %.1f (%.0f%%), exposed comm %.1f (%.0f%%), optimizer %.1f (%.0f%%)\n",
+                  rt.size(), r.samples_per_s, r.samples_per_s / rt.size(), 1e3 * m.total, 1e3 * m.data, pct(m.data),
+                  1e3 * m.forward, pct(m.forward), 1e3 * m.backward, pct(m.backward), 1e3 * m.comm, pct(m.comm),
+                  1e3 * m.optimizer, pct(m.optimizer));
+      std::printf("bench train: slowest rank step %.1f ms; model %.2f GFLOP/s (3 x forward FLOPs x samples/s) = %.1f%% of "
+                  "the 1024^3 float matmul rate (%.2f GFLOP/s per rank, %.2f over ranks)\n",
+                  1e3 * r.max_times.total, r.model_flops_per_s / 1e9, 100.0 * r.model_flops_per_s / matmul_sum,
+                  matmul / 1e9, matmul_sum / 1e9);
     }
     return 0;
   };

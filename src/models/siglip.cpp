@@ -131,4 +131,16 @@ at::Tensor siglip_loss(const at::Tensor& image_embeddings, const at::Tensor& tex
   return -at::log_sigmoid(labels * logits).sum() / double(b);
 }
 
+at::Tensor clip_loss(const at::Tensor& image_embeddings, const at::Tensor& text_embeddings, const at::Tensor& scale,
+                     comm::Communicator* comm) {
+  const int64_t b = image_embeddings.size(0);
+  const at::Tensor all_texts = comm ? parallel::all_gather_with_grad(*comm, text_embeddings) : text_embeddings;
+  const at::Tensor all_images = comm ? parallel::all_gather_with_grad(*comm, image_embeddings) : image_embeddings;
+  const int64_t first = comm ? int64_t(comm->rank()) * b : 0;
+  const auto targets = at::arange(first, first + b, image_embeddings.options().dtype(at::kLong));
+  const auto image_to_text = at::matmul(image_embeddings, all_texts.t()) * scale.exp();  // [b, N b]
+  const auto text_to_image = at::matmul(text_embeddings, all_images.t()) * scale.exp();
+  return 0.5 * (at::cross_entropy_loss(image_to_text, targets) + at::cross_entropy_loss(text_to_image, targets));
+}
+
 }  // namespace meridian::models

@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <chrono>
+#include <cmath>
 #include <sstream>
 
 #include "meridian/comm/runtime.h"
@@ -339,11 +340,12 @@ double DistributedDataParallel::last_wait_s() const { return impl_->last_wait; }
 
 double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm) {
   at::NoGradGuard no_grad;
-  double sum = 0;
+  std::vector<at::Tensor> squares;  // one read of the result for all parameters (one sync on CUDA)
   for (const auto& p : parameters)
-    if (p.grad().defined()) sum += p.grad().to(at::kDouble).pow(2).sum().item<double>();
-  const double norm = std::sqrt(sum);
-  if (norm > max_norm && norm > 0)
+    if (p.grad().defined()) squares.push_back(p.grad().to(at::kDouble).pow(2).sum());
+  if (squares.empty()) return 0;
+  const double norm = std::sqrt(at::stack(squares).sum().item<double>());
+  if (norm > max_norm && norm > 0 && std::isfinite(norm))
     for (const auto& p : parameters)
       if (p.grad().defined()) p.grad().mul_(max_norm / (norm + 1e-6));
   return norm;

@@ -67,6 +67,46 @@ TEST_F(Siglip, DistributedLossAndGradientsEqualTheWholeBatchOnOneProcess) {
   EXPECT_NEAR(bias_grad.item<double>(), n * ref_bias.grad().item<double>(), 1e-10);
 }
 
+// CLIP's loss written out row by row: -log(exp(t s_ii) / sum_j exp(t s_ij)) averaged over images,
+// the same over texts, and the two averaged.
+torch::Tensor reference_clip_loss(const torch::Tensor& images, const torch::Tensor& texts, const torch::Tensor& scale) {
+  const int64_t n = images.size(0);
+  torch::Tensor total = torch::zeros({}, images.options());
+  for (int64_t i = 0; i < n; ++i) {
+    const auto by_image = (images[i].unsqueeze(0) * texts).sum(1) * scale.exp();  // [n]
+    const auto by_text = (texts[i].unsqueeze(0) * images).sum(1) * scale.exp();
+    total = total - (by_image[i] - by_image.exp().sum().log()) - (by_text[i] - by_text.exp().sum().log());
+  }
+  return total / double(2 * n);
+}
+
+TEST_F(Siglip, DistributedClipLossAndGradientsEqualTheWholeBatchOnOneProcess) {
+  const int n = runtime().size(), r = runtime().rank();
+  const int64_t b = 4, e = 5;
+  torch::manual_seed(6);
+  namespace F = torch::nn::functional;
+  const auto all_images = F::normalize(torch::randn({n * b, e}, torch::kDouble), F::NormalizeFuncOptions().dim(1));
+  const auto all_texts = F::normalize(torch::randn({n * b, e}, torch::kDouble), F::NormalizeFuncOptions().dim(1));
+  auto scale = torch::full({1}, std::log(10.0), torch::kDouble).set_requires_grad(true);
+  auto images = all_images.narrow(0, r * b, b).clone().set_requires_grad(true);
+  auto texts = all_texts.narrow(0, r * b, b).clone().set_requires_grad(true);
+  const auto loss = models::clip_loss(images, texts, scale, g_comm.get());
+  loss.backward();
+  auto mean = loss.detach().reshape({1}).clone();
+  g_comm->allreduce(mean, meridian::comm::ReduceOp::Avg);
+  auto scale_grad = scale.grad().clone();
+  g_comm->allreduce(scale_grad);
+
+  auto ref_images = all_images.clone().set_requires_grad(true), ref_texts = all_texts.clone().set_requires_grad(true);
+  auto ref_scale = torch::full({1}, std::log(10.0), torch::kDouble).set_requires_grad(true);
+  const auto ref = reference_clip_loss(ref_images, ref_texts, ref_scale);
+  ref.backward();
+  EXPECT_NEAR(mean.item<double>(), ref.item<double>(), 1e-12);
+  EXPECT_TRUE(torch::allclose(images.grad(), n * ref_images.grad().narrow(0, r * b, b), 1e-10, 1e-12));
+  EXPECT_TRUE(torch::allclose(texts.grad(), n * ref_texts.grad().narrow(0, r * b, b), 1e-10, 1e-12));
+  EXPECT_NEAR(scale_grad.item<double>(), n * ref_scale.grad().item<double>(), 1e-10);
+}
+
 TEST_F(Siglip, TinyPresetShapesParametersAndFlops) {
   const auto config = models::SiglipConfig::from_config(meridian::Config::load_file(MERIDIAN_SOURCE_DIR "/jobs/configs/siglip-tiny.yaml"));
   torch::manual_seed(0);

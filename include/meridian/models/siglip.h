@@ -88,4 +88,12 @@ int64_t parameter_count(torch::nn::Module& module);
 at::Tensor siglip_loss(const at::Tensor& image_embeddings, const at::Tensor& text_embeddings, const at::Tensor& scale,
                        const at::Tensor& bias, comm::Communicator* comm);
 
+// CLIP's softmax loss over the global batch, the other option: the mean of the image->text and
+// text->image cross-entropies with logits exp(scale) x_i . y_j, each rank's b rows against every
+// rank's columns (both sides gathered with all_gather_with_grad), the right column of row i being
+// global index rank * b + i. Rows are averaged locally, so the mean over ranks is the
+// single-process loss on the whole batch. Collective (two gathers); comm == nullptr: one process.
+at::Tensor clip_loss(const at::Tensor& image_embeddings, const at::Tensor& text_embeddings, const at::Tensor& scale,
+                     comm::Communicator* comm);
+
 }  // namespace meridian::models

@@ -80,8 +80,9 @@ class DistributedDataParallel {
   std::unique_ptr<Impl> impl_;
 };
 
-// Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before.
-// With gradients already reduced (after finish) every rank computes the same value.
+// Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before
+// (NaN or infinity leave the gradients as they are: the caller skips such a step). With gradients
+// already reduced (after finish) every rank computes the same value.
 double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm);
 
 // Allgather with a matching backward, for losses over the whole global batch (contrastive, SigLIP):

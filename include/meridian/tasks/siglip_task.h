@@ -1,0 +1,72 @@
+// SigLIP (or CLIP) image-text training as a train::Task, and its evaluation: retrieval recall@K
+// both ways and zero-shot classification over an image-text dataset.
+//
+// Config (besides `model:`, models::SiglipConfig):
+//   train.batch        samples per rank per micro-step (32)
+//   task.loss          sigmoid (SigLIP, default) | softmax (CLIP)
+//   task.prompts       zero-shot templates, "{}" = the class name ("_" read as " "); class
+//                      embeddings are the normalised mean over templates
+//   data.augment       random resized crop + flip (false)
+//   data.eval          image_text dataset for Task::evaluate (none: no evaluation)
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meridian/core/config.h"
+#include "meridian/models/siglip.h"
+#include "meridian/train/task.h"
+
+namespace meridian::comm {
+class Runtime;
+class Communicator;
+}  // namespace meridian::comm
+
+namespace meridian::tasks {
+
+// Retrieval over a whole dataset (every image against every caption) and zero-shot
+// classification (classes from the file's class_names, labels from /labels).
+struct SiglipEval {
+  int64_t images = 0, captions = 0;
+  double image_to_text[3] = {0, 0, 0};  // recall@1, @5, @10 in %: an image's own caption among its top k
+  double text_to_image[3] = {0, 0, 0};  // recall@1, @5, @10 in %: a caption's image among its top k
+  double zero_shot_top1 = -1;           // % of labelled images; -1 without classes or labels
+  train::Metrics metrics() const;       // i2t_r1 ... t2i_r10, zero_shot (when known)
+};
+
+// Collective: each rank embeds a contiguous share of the rows; embeddings are gathered on `comm`
+// (a communicator on the model's device) so every rank returns the same result.
+SiglipEval evaluate_siglip(const comm::Runtime& runtime, comm::Communicator& comm, models::Siglip& model,
+                           const std::string& path, const std::vector<std::string>& prompts);
+
+std::vector<std::string> default_prompts();
+
+class SiglipTask : public train::Task {
+ public:
+  // Collective: opens the training data (data::Loader checks every rank sees the same file), builds
+  // the model on the runtime's device (model.vocab_size raised to the tokenizer's if smaller).
+  SiglipTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data);
+  ~SiglipTask() override;
+
+  std::string name() const override;
+  std::shared_ptr<torch::nn::Module> model() override;
+  int64_t batch_size() const override;
+  double flops_per_sample() const override;
+  void next_batch() override;
+  at::Tensor forward() override;
+  bool decays(const std::string& name, const at::Tensor& parameter) const override;
+  train::Metrics evaluate() override;
+  train::Metrics step_metrics() override;
+
+  models::Siglip& siglip();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// uint8 [B, S, S, 3] -> float [B, 3, size, size] in [-1, 1] (bilinear resize when S != size).
+at::Tensor image_input(const at::Tensor& images, int64_t size);
+
+}  // namespace meridian::tasks

@@ -1,0 +1,55 @@
+// What a workload gives the generic training loop (train::Trainer): a model, its data, how one
+// batch becomes a loss, and how the model is evaluated. SigLIP is tasks::SiglipTask; detection and
+// language models plug in the same way.
+//
+// The Trainer owns everything around the task: devices, the data-parallel engine, the optimizer,
+// the learning-rate schedule, mixed precision, the NaN/Inf guard, logging, metrics files,
+// evaluation cadence and checkpoint hooks. A task never calls backward() or steps an optimizer.
+//
+// Threading and collectives: the Trainer calls every method from one thread, on every rank, in the
+// same order. Methods marked collective may run collectives on the task's own communicators (never
+// on the Trainer's gradient communicator, whose order is set by backward).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace meridian::train {
+
+// Named values in a fixed order (printed, written to metrics.csv and TensorBoard in that order).
+using Metrics = std::vector<std::pair<std::string, double>>;
+
+class Task {
+ public:
+  virtual ~Task() = default;
+
+  virtual std::string name() const = 0;
+  // The module whose parameters are trained (float32, on the runtime's device).
+  virtual std::shared_ptr<torch::nn::Module> model() = 0;
+  // Samples this rank consumes per forward (its micro-batch).
+  virtual int64_t batch_size() const = 0;
+  // Forward FLOPs of one sample (2 x multiply-adds); the Trainer reports model FLOP/s from it.
+  virtual double flops_per_sample() const = 0;
+  // Not collective. Blocks until this rank's next batch is ready and moves it to the device; the
+  // Trainer counts the time as data wait.
+  virtual void next_batch() = 0;
+  // Collective when the loss spans ranks. Forward on the current batch: a scalar float32 loss whose
+  // mean over ranks is the objective (so averaged gradients are the objective's gradients).
+  // Runs under autocast when the Trainer's precision asks for it.
+  virtual at::Tensor forward() = 0;
+  // Whether AdamW's weight decay applies to a parameter (by its name in model()->named_parameters()).
+  // Default: matrices and convolution kernels decay; biases, norms and scalars do not.
+  virtual bool decays(const std::string& name, const at::Tensor& parameter) const { return parameter.dim() >= 2; }
+  // Collective. Evaluates the model (in eval mode, without gradients); every rank returns the same
+  // metrics. Empty when the task has nothing to evaluate (e.g. no evaluation data configured).
+  virtual Metrics evaluate() { return {}; }
+  // Values worth logging next to the loss (e.g. the SigLIP temperature); not collective.
+  virtual Metrics step_metrics() { return {}; }
+};
+
+}  // namespace meridian::train

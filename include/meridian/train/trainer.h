@@ -1,0 +1,123 @@
+// The generic data-parallel training loop: any train::Task, on every rank.
+//
+//   auto settings = train::TrainerSettings::from_config(config);   // train: and optim: sections
+//   train::seed(settings.seed);                                     // before the task builds its model
+//   tasks::SiglipTask task(runtime, config, data_path);
+//   train::Trainer trainer(runtime, task, settings, {config, run_dir});   // collective
+//   auto summary = trainer.run();                                   // collective
+//
+// One optimizer step: `accumulate` micro-steps (next_batch, forward under autocast when
+// precision is bf16, backward; gradients reduced by DistributedDataParallel during the last
+// backward only), then clip by global norm, then AdamW (no weight decay where Task::decays says
+// so) at the learning rate of a linear warmup followed by a cosine decay to min_lr.
+// NaN/Inf guard: when the loss on any rank or the gradient norm is not finite, every rank skips the
+// update (gradients dropped, step counted as bad); `max_bad_steps` bad steps in a row stop the job
+// with a TrainingError on every rank.
+// Timing per step (host clock; on CUDA these are launch times except where the loop synchronises):
+// data wait, forward, backward, exposed communication (DDP's finish() plus the loss reduction),
+// optimizer (clip + step).
+// Output, rank 0 only: a progress bar on a terminal (periodic lines otherwise, every log_every
+// steps), and in the run directory config.yaml (the resolved config), metrics.csv (step,
+// wall_time, name, value: one row per value) and TensorBoard event files under tensorboard/.
+#pragma once
+
+#include <torch/optim/adamw.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meridian/core/config.h"
+#include "meridian/core/error.h"
+#include "meridian/train/task.h"
+
+namespace meridian::comm {
+class Runtime;
+}
+
+namespace meridian::train {
+
+// A training run that cannot go on (e.g. too many non-finite steps in a row); exit code 1.
+class TrainingError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
+enum class Precision { Float32, BFloat16 };
+
+// The `train:` and `optim:` sections, with defaults; ConfigError names the file and the field.
+struct TrainerSettings {
+  // train:
+  int64_t steps = 100;          // optimizer steps
+  int64_t accumulate = 1;       // micro-batches per optimizer step (gradient accumulation)
+  uint64_t seed = 0;
+  Precision precision = Precision::Float32;  // precision: float32 | bf16 (autocast in forward)
+  int64_t log_every = 10;
+  int64_t eval_every = 0;       // 0: evaluate only after the last step
+  bool eval_at_start = false;   // also evaluate before the first step (the untrained baseline)
+  int64_t max_bad_steps = 5;    // non-finite steps in a row before the job stops
+  // optim:
+  double lr = 5e-4, min_lr = 1e-5, weight_decay = 1e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double clip = 1.0;            // max global gradient norm; 0: no clipping (the norm is still checked)
+  int64_t warmup = 10;          // steps of linear warmup
+
+  static TrainerSettings from_config(const Config& config);
+};
+
+// Learning rate of optimizer step `step` (0-based): lr * (step + 1) / warmup during warmup, then
+// cosine from lr down to min_lr at the last step.
+double learning_rate(const TrainerSettings& settings, int64_t step);
+
+// Seeds torch's generators (CPU and CUDA) on this rank; every rank passes the same seed so models
+// start identical (DDP checks and broadcasts anyway).
+void seed(uint64_t seed);
+
+// Seconds per optimizer step spent in each phase (summed over micro-steps).
+struct StepTimes {
+  double data = 0, forward = 0, backward = 0, comm = 0, optimizer = 0, total = 0;
+};
+
+struct TrainSummary {
+  std::vector<double> losses;   // per step, mean over ranks (NaN for bad steps)
+  int64_t bad_steps = 0;
+  double samples_per_s = 0;     // global, over the steps after the first (warm-up) step
+  StepTimes mean_times;         // per step, mean over steps after the first and over ranks
+  StepTimes max_times;          // the slowest rank's mean per phase
+  double model_flops_per_s = 0; // 3 x forward FLOPs (forward + backward) x samples/s, global
+  int64_t parameters = 0;
+  Metrics first_eval, last_eval;  // eval_at_start's and the last evaluation's (empty if none)
+};
+
+struct TrainerOptions {
+  Config config;            // the resolved config (saved as <run_dir>/config.yaml)
+  std::string run_dir;      // empty: no files written
+};
+
+class Trainer {
+ public:
+  // Collective: builds the data-parallel engine over task.model() (parameters broadcast from
+  // rank 0), the optimizer with its parameter groups, and rank 0's output files.
+  Trainer(const comm::Runtime& runtime, Task& task, const TrainerSettings& settings, const TrainerOptions& options);
+  ~Trainer();
+
+  // Collective: runs the remaining steps and the evaluations. Throws TrainingError on every rank
+  // when the NaN/Inf guard gives up.
+  TrainSummary run();
+
+  // Called on every rank after each completed optimizer step, with the number of steps done
+  // (checkpoint hooks; may be collective since every rank calls it at the same step).
+  using StepHook = std::function<void(Trainer& trainer, int64_t steps_done)>;
+  void add_step_hook(StepHook hook);
+
+  int64_t step() const;                     // optimizer steps done (bad ones included)
+  torch::optim::AdamW& optimizer();
+  Task& task();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace meridian::train

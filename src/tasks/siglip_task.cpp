@@ -1,0 +1,230 @@
+#include "meridian/tasks/siglip_task.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/nn/functional/normalization.h>
+#include <torch/nn/functional/upsampling.h>
+
+#include <algorithm>
+
+#include "meridian/comm/communicator.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/core/error.h"
+#include "meridian/data/dataset_reader.h"
+#include "meridian/data/loader.h"
+#include "meridian/data/tokenizer.h"
+
+namespace meridian::tasks {
+
+namespace {
+// Host -> device: through pinned memory, without waiting (the copy overlaps the CPU's next work).
+at::Tensor to_device(const at::Tensor& t, const c10::Device& device) {
+  if (device.is_cpu()) return t;
+  return t.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+at::Tensor normalized(const at::Tensor& x) {
+  return torch::nn::functional::normalize(x, torch::nn::functional::NormalizeFuncOptions().dim(-1));
+}
+}  // namespace
+
+at::Tensor image_input(const at::Tensor& images, int64_t size) {
+  auto x = images.permute({0, 3, 1, 2}).to(at::kFloat).div_(127.5).sub_(1.0);
+  if (x.size(2) == size && x.size(3) == size) return x.contiguous();
+  namespace F = torch::nn::functional;
+  return F::interpolate(x, F::InterpolateFuncOptions().size(std::vector<int64_t>{size, size}).mode(torch::kBilinear).align_corners(false));
+}
+
+std::vector<std::string> default_prompts() {
+  return {"a satellite photo of a {}.", "an aerial image of {}.", "an aerial photograph of a {} area.",
+          "a remote sensing image of {}."};
+}
+
+train::Metrics SiglipEval::metrics() const {
+  train::Metrics m{{"i2t_r1", image_to_text[0]}, {"i2t_r5", image_to_text[1]}, {"i2t_r10", image_to_text[2]},
+                   {"t2i_r1", text_to_image[0]}, {"t2i_r5", text_to_image[1]}, {"t2i_r10", text_to_image[2]}};
+  if (zero_shot_top1 >= 0) m.emplace_back("zero_shot", zero_shot_top1);
+  return m;
+}
+
+SiglipEval evaluate_siglip(const comm::Runtime& rt, comm::Communicator& comm, models::Siglip& model, const std::string& path,
+                           const std::vector<std::string>& prompts) {
+  at::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  const auto device = rt.device();
+  data::DatasetReader reader(path, data::IoDriver::POSIX);
+  const auto& info = reader.info();
+  if (info.kind != "image_text")
+    throw DataError(path, "kind", "evaluation needs an image_text dataset");
+  const int64_t context = std::min<int64_t>(model->config().context_length, info.context_length);
+  const int64_t n = info.count, K = info.captions_per_sample, L = info.context_length, E = model->config().embed;
+  const int64_t share = (n + rt.size() - 1) / rt.size(), first = std::min(n, rt.rank() * share),
+                last = std::min(n, first + share);
+  const auto f32 = at::TensorOptions().device(device).dtype(at::kFloat);
+  at::Tensor img = at::zeros({share, E}, f32), txt = at::zeros({share * K, E}, f32);
+  at::Tensor labels = at::full({share}, -1, f32.dtype(at::kInt));
+  const int64_t chunk = 64;
+  for (int64_t a = first; a < last; a += chunk) {
+    const int64_t m = std::min(chunk, last - a);
+    std::vector<int64_t> rows(m);
+    for (int64_t i = 0; i < m; ++i) rows[i] = a + i;
+    auto images = at::empty({m, info.height, info.width, 3}, at::kByte);
+    auto tokens = at::empty({m, K, L}, at::kInt);
+    auto lengths = at::empty({m, K}, at::kInt);
+    auto lab = at::empty({m}, at::kInt);
+    reader.read_rows(rows, images.data_ptr<uint8_t>(), tokens.data_ptr<int32_t>(), lengths.data_ptr<int32_t>(),
+                     lab.data_ptr<int32_t>());
+    img.narrow(0, a - first, m).copy_(model->encode_images(image_input(to_device(images, device), model->config().image_size)));
+    txt.narrow(0, (a - first) * K, m * K)
+        .copy_(model->encode_text(to_device(tokens.reshape({m * K, L}).narrow(1, 0, context).to(at::kLong), device),
+                                  to_device(lengths.reshape({m * K}).clamp_max(context).to(at::kLong), device)));
+    labels.narrow(0, a - first, m).copy_(lab);
+  }
+  auto all_img = at::empty({share * rt.size(), E}, f32), all_txt = at::empty({share * K * rt.size(), E}, f32);
+  auto all_labels = at::empty({share * rt.size()}, f32.dtype(at::kInt));
+  comm.allgather(img, all_img);
+  comm.allgather(txt, all_txt);
+  comm.allgather(labels, all_labels);
+  // Drop the padding rows (each rank's share beyond n).
+  std::vector<int64_t> keep, keep_txt;
+  for (int r = 0; r < rt.size(); ++r)
+    for (int64_t i = 0; i < share && r * share + i < n; ++i) keep.push_back(r * share + i);
+  for (int64_t i : keep)
+    for (int64_t k = 0; k < K; ++k) keep_txt.push_back(i * K + k);
+  const auto idx = at::tensor(keep, at::kLong).to(device);
+  all_img = all_img.index_select(0, idx);
+  all_txt = all_txt.index_select(0, at::tensor(keep_txt, at::kLong).to(device));
+  all_labels = all_labels.index_select(0, idx);
+
+  SiglipEval r;
+  r.images = n;
+  r.captions = n * K;
+  const auto sim = at::matmul(all_img, all_txt.t());  // [n, n K]
+  const auto owner = at::arange(n * K, f32.dtype(at::kLong)).div(K, "floor");
+  const auto image_ids = at::arange(n, f32.dtype(at::kLong));
+  const int ks[3] = {1, 5, 10};
+  for (int q = 0; q < 3; ++q) {
+    const int64_t k = std::min<int64_t>(ks[q], n * K);
+    const auto top = std::get<1>(sim.topk(k, 1));  // [n, k] caption indices
+    const auto hit = (owner.index_select(0, top.reshape({-1})).view({n, k}) == image_ids.unsqueeze(1)).any(1);
+    r.image_to_text[q] = 100.0 * hit.to(at::kDouble).mean().item<double>();
+    const int64_t k2 = std::min<int64_t>(ks[q], n);
+    const auto top2 = std::get<1>(sim.t().topk(k2, 1));  // [n K, k2] image indices
+    r.text_to_image[q] = 100.0 * (top2 == owner.unsqueeze(1)).any(1).to(at::kDouble).mean().item<double>();
+  }
+  const auto labelled = all_labels >= 0;
+  if (!info.class_names.empty() && !prompts.empty() && labelled.any().item<bool>()) {
+    const auto tok = reader.tokenizer();
+    const int64_t C = int64_t(info.class_names.size()), P = int64_t(prompts.size());
+    auto tokens = at::empty({C * P, context}, at::kInt);
+    auto lengths = at::empty({C * P}, at::kLong);
+    for (int64_t c = 0; c < C; ++c) {
+      std::string name = info.class_names[size_t(c)];
+      std::replace(name.begin(), name.end(), '_', ' ');
+      for (int64_t p = 0; p < P; ++p) {
+        std::string text = prompts[size_t(p)];
+        const auto at = text.find("{}");
+        if (at != std::string::npos) text.replace(at, 2, name);
+        lengths[c * P + p] = tok.encode(text, int(context), tokens[c * P + p].data_ptr<int32_t>());
+      }
+    }
+    const auto per_prompt = model->encode_text(to_device(tokens.to(at::kLong), device), to_device(lengths, device));
+    const auto classes = normalized(per_prompt.view({C, P, E}).mean(1));
+    const auto predicted = std::get<1>(at::matmul(all_img, classes.t()).max(1)).to(at::kInt);
+    r.zero_shot_top1 = 100.0 * (predicted == all_labels).masked_select(labelled).to(at::kDouble).mean().item<double>();
+  }
+  if (was_training) model->train();
+  return r;
+}
+
+struct SiglipTask::Impl {
+  const comm::Runtime& rt;
+  models::SiglipConfig mc;
+  bool softmax = false;
+  std::vector<std::string> prompts;
+  std::string eval_data;
+  int64_t batch = 32, context = 0;
+  std::unique_ptr<data::Loader> loader;
+  std::unique_ptr<comm::Communicator> loss_comm;  // the gathers inside forward/backward: their own
+  models::Siglip model{nullptr};
+  at::Tensor images, tokens, lengths;  // the current batch, on the device
+
+  Impl(const comm::Runtime& runtime, const Config& c, const std::string& train_data) : rt(runtime) {
+    mc = models::SiglipConfig::from_config(c);
+    batch = c.get<int64_t>("train.batch", batch);
+    if (batch < 1) throw ConfigError(c.origin(), "train.batch", "must be at least 1");
+    const std::string loss = c.get<std::string>("task.loss", "sigmoid");
+    if (loss != "sigmoid" && loss != "softmax")
+      throw ConfigError(c.origin(), "task.loss", "expected sigmoid or softmax, got '" + loss + "'");
+    softmax = loss == "softmax";
+    prompts = c.get<std::vector<std::string>>("task.prompts", default_prompts());
+    eval_data = c.get<std::string>("data.eval", "");
+    if (train_data.empty()) throw ConfigError(c.origin(), "data.train", "missing: give --data or data.train");
+
+    data::LoaderOptions lo;
+    lo.path = train_data;
+    lo.batch_size = batch;
+    lo.seed = uint64_t(c.get<int64_t>("train.seed", 0));
+    lo.augment = c.get<bool>("data.augment", false);
+    loader = std::make_unique<data::Loader>(rt, lo);
+    const auto& info = loader->info();
+    if (info.kind != "image_text")
+      throw DataError(train_data, "kind", "the siglip task trains on an image_text dataset");
+    if (info.vocab_size > mc.vocab_size) {
+      if (rt.rank() == 0)
+        spdlog::info("model.vocab_size {} raised to the dataset tokenizer's {}", mc.vocab_size, info.vocab_size);
+      mc.vocab_size = info.vocab_size;
+    }
+    mc.pad_id = info.pad_id;
+    context = std::min<int64_t>(mc.context_length, info.context_length);
+    model = models::Siglip(mc);
+    model->to(rt.device());
+    if (softmax) model->logit_bias().set_requires_grad(false);  // CLIP's loss has no bias term
+    loss_comm = comm::make_communicator(rt, comm::default_backend(rt));
+  }
+};
+
+SiglipTask::SiglipTask(const comm::Runtime& rt, const Config& config, const std::string& train_data)
+    : impl_(std::make_unique<Impl>(rt, config, train_data)) {}
+SiglipTask::~SiglipTask() = default;
+
+std::string SiglipTask::name() const { return impl_->softmax ? "clip" : "siglip"; }
+std::shared_ptr<torch::nn::Module> SiglipTask::model() { return impl_->model.ptr(); }
+int64_t SiglipTask::batch_size() const { return impl_->batch; }
+double SiglipTask::flops_per_sample() const { return impl_->mc.flops_per_sample(); }
+models::Siglip& SiglipTask::siglip() { return impl_->model; }
+
+void SiglipTask::next_batch() {
+  auto& m = *impl_;
+  const data::Batch b = m.loader->next();
+  const auto device = m.rt.device();
+  m.images = image_input(to_device(b.images, device), m.mc.image_size);
+  m.tokens = to_device(b.tokens.narrow(1, 0, m.context).to(at::kLong), device);
+  m.lengths = to_device(b.lengths.clamp_max(m.context).to(at::kLong), device);
+}
+
+at::Tensor SiglipTask::forward() {
+  auto& m = *impl_;
+  // The loss in float32 also under autocast (logits of a few thousand pairs, exp of the scale).
+  const auto images = m.model->encode_images(m.images).to(at::kFloat);
+  const auto texts = m.model->encode_text(m.tokens, m.lengths).to(at::kFloat);
+  if (m.softmax) return models::clip_loss(images, texts, m.model->logit_scale(), m.loss_comm.get());
+  return models::siglip_loss(images, texts, m.model->logit_scale(), m.model->logit_bias(), m.loss_comm.get());
+}
+
+bool SiglipTask::decays(const std::string& name, const at::Tensor& p) const {
+  // Matrices and kernels decay; biases, norms, temperature and bias do not. Position embeddings
+  // are matrices by shape but, as in CLIP/SigLIP recipes, are not decayed either.
+  return p.dim() >= 2 && name.find("_pos") == std::string::npos;
+}
+
+train::Metrics SiglipTask::evaluate() {
+  if (impl_->eval_data.empty()) return {};
+  return evaluate_siglip(impl_->rt, *impl_->loss_comm, impl_->model, impl_->eval_data, impl_->prompts).metrics();
+}
+
+train::Metrics SiglipTask::step_metrics() {
+  return {{"temperature", impl_->model->logit_scale().exp().item<double>()}, {"bias", impl_->model->logit_bias().item<double>()}};
+}
+
+}  // namespace meridian::tasks

@@ -1,0 +1,383 @@
+#include "meridian/train/trainer.h"
+
+#include <ATen/autocast_mode.h>
+#include <spdlog/spdlog.h>
+#include <torch/utils.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "meridian/comm/communicator.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/parallel/ddp.h"
+#include "run_files.h"
+
+namespace meridian::train {
+
+TrainerSettings TrainerSettings::from_config(const Config& c) {
+  TrainerSettings s;
+  const std::string& file = c.origin();
+  s.steps = c.get<int64_t>("train.steps", s.steps);
+  s.accumulate = c.get<int64_t>("train.accumulate", s.accumulate);
+  s.seed = uint64_t(c.get<int64_t>("train.seed", 0));
+  const std::string precision = c.get<std::string>("train.precision", "float32");
+  if (precision == "float32") s.precision = Precision::Float32;
+  else if (precision == "bf16") s.precision = Precision::BFloat16;
+  else throw ConfigError(file, "train.precision", "expected float32 or bf16, got '" + precision + "'");
+  s.log_every = c.get<int64_t>("train.log_every", s.log_every);
+  s.eval_every = c.get<int64_t>("train.eval_every", s.eval_every);
+  s.eval_at_start = c.get<bool>("train.eval_at_start", s.eval_at_start);
+  s.max_bad_steps = c.get<int64_t>("train.max_bad_steps", s.max_bad_steps);
+  s.lr = c.get<double>("optim.lr", s.lr);
+  s.min_lr = c.get<double>("optim.min_lr", std::min(s.min_lr, s.lr));
+  s.weight_decay = c.get<double>("optim.weight_decay", s.weight_decay);
+  s.beta1 = c.get<double>("optim.beta1", s.beta1);
+  s.beta2 = c.get<double>("optim.beta2", s.beta2);
+  s.eps = c.get<double>("optim.eps", s.eps);
+  s.clip = c.get<double>("optim.clip", s.clip);
+  s.warmup = c.get<int64_t>("optim.warmup", s.warmup);
+  if (s.steps < 1) throw ConfigError(file, "train.steps", "must be at least 1");
+  if (s.accumulate < 1) throw ConfigError(file, "train.accumulate", "must be at least 1");
+  if (s.log_every < 1) throw ConfigError(file, "train.log_every", "must be at least 1");
+  if (s.eval_every < 0) throw ConfigError(file, "train.eval_every", "must be >= 0 (0: after the last step)");
+  if (s.max_bad_steps < 1) throw ConfigError(file, "train.max_bad_steps", "must be at least 1");
+  if (!(s.lr > 0)) throw ConfigError(file, "optim.lr", "must be > 0");
+  if (!(s.min_lr >= 0 && s.min_lr <= s.lr)) throw ConfigError(file, "optim.min_lr", "must be within [0, optim.lr]");
+  if (!(s.weight_decay >= 0)) throw ConfigError(file, "optim.weight_decay", "must be >= 0");
+  if (!(s.beta1 >= 0 && s.beta1 < 1)) throw ConfigError(file, "optim.beta1", "must be within [0, 1)");
+  if (!(s.beta2 >= 0 && s.beta2 < 1)) throw ConfigError(file, "optim.beta2", "must be within [0, 1)");
+  if (!(s.eps > 0)) throw ConfigError(file, "optim.eps", "must be > 0");
+  if (!(s.clip >= 0)) throw ConfigError(file, "optim.clip", "must be >= 0 (0: no clipping)");
+  if (s.warmup < 0) throw ConfigError(file, "optim.warmup", "must be >= 0");
+  return s;
+}
+
+double learning_rate(const TrainerSettings& s, int64_t step) {
+  if (step < s.warmup) return s.lr * double(step + 1) / double(s.warmup);
+  const int64_t decay_steps = s.steps - s.warmup - 1;
+  const double progress = decay_steps > 0 ? std::min(1.0, double(step - s.warmup) / double(decay_steps)) : 1.0;
+  return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1 + std::cos(M_PI * progress));
+}
+
+void seed(uint64_t value) { torch::manual_seed(value); }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Autocast to bfloat16 on the model's device while alive; the cache of casted weights is cleared
+// at the end (it would otherwise hold the pre-update weights into the next step).
+class Autocast {
+ public:
+  Autocast(c10::DeviceType device, bool enabled) : device_(device), enabled_(enabled) {
+    if (!enabled_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_dtype(device_, at::kBFloat16);
+    at::autocast::set_autocast_enabled(device_, true);
+#else
+    if (device_ == c10::kCUDA) {
+      at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+      at::autocast::set_enabled(true);
+    } else {
+      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+      at::autocast::set_cpu_enabled(true);
+    }
+#endif
+  }
+  ~Autocast() {
+    if (!enabled_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(device_, false);
+#else
+    if (device_ == c10::kCUDA) at::autocast::set_enabled(false);
+    else at::autocast::set_cpu_enabled(false);
+#endif
+    at::autocast::clear_cache();
+  }
+
+ private:
+  c10::DeviceType device_;
+  bool enabled_;
+};
+
+// Tells whether this CPU computes bfloat16 natively (else autocast still works, only slowly).
+bool cpu_has_bf16() {
+  std::FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (!f) return false;
+  char line[8192];
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, f))
+    found = std::string(line).rfind("flags", 0) == 0 &&
+            (std::string(line).find(" avx512_bf16") != std::string::npos || std::string(line).find(" amx_bf16") != std::string::npos);
+  std::fclose(f);
+  return found;
+}
+
+std::string duration_text(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = int64_t(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", long(s / 3600), long(s / 60 % 60));
+  else std::snprintf(buf, sizeof buf, "%ldm%02lds", long(s / 60), long(s % 60));
+  return buf;
+}
+
+StepTimes& operator+=(StepTimes& a, const StepTimes& b) {
+  a.data += b.data, a.forward += b.forward, a.backward += b.backward, a.comm += b.comm, a.optimizer += b.optimizer,
+      a.total += b.total;
+  return a;
+}
+
+}  // namespace
+
+struct Trainer::Impl {
+  const comm::Runtime& rt;
+  Task& task;
+  TrainerSettings s;
+  TrainerOptions o;
+  std::shared_ptr<torch::nn::Module> model;
+  std::vector<at::Tensor> parameters;
+  std::unique_ptr<comm::Communicator> grad_comm, control;  // control: losses, flags, timings (CPU, MPI)
+  std::unique_ptr<parallel::DistributedDataParallel> ddp;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<RunFiles> files;  // rank 0 with a run directory
+  std::vector<StepHook> hooks;
+  int64_t step = 0, bad_in_a_row = 0, bad_total = 0;
+  bool bar = false;  // rank 0 on a terminal: progress bar
+
+  Impl(const comm::Runtime& runtime, Task& t, const TrainerSettings& settings, const TrainerOptions& options)
+      : rt(runtime), task(t), s(settings), o(options), model(t.model()) {
+    parameters = model->parameters();
+    grad_comm = comm::make_communicator(rt, comm::default_backend(rt));
+    control = comm::make_communicator(rt, comm::Backend::MPI);
+    ddp = std::make_unique<parallel::DistributedDataParallel>(rt, *grad_comm, model);
+
+    // AdamW with two groups: decayed and not (Task::decays; biases, norms, temperature, bias).
+    std::vector<at::Tensor> decayed, plain;
+    for (const auto& item : model->named_parameters())
+      (task.decays(item.key(), item.value()) ? decayed : plain).push_back(item.value());
+    auto options_for = [&](double wd) {
+      return std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(wd));
+    };
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(decayed, options_for(s.weight_decay));
+    groups.emplace_back(plain, options_for(0.0));
+    optimizer = std::make_unique<torch::optim::AdamW>(std::move(groups), *options_for(s.weight_decay));
+
+    if (rt.rank() == 0) {
+      spdlog::info("resolved config ({}):\n{}", o.config.origin(), o.config.dump());
+      if (!o.run_dir.empty()) files = std::make_unique<RunFiles>(o.run_dir, o.config.dump());
+      bar = isatty(fileno(stdout));
+      int64_t decayed_count = 0, plain_count = 0;
+      for (const auto& p : decayed) decayed_count += p.numel();
+      for (const auto& p : plain) plain_count += p.numel();
+      spdlog::info("{}: {:.2f}M parameters ({} tensors with weight decay {}, {} without: {} values), {:.3f} GFLOP per "
+                   "sample forward; {} ranks x batch {} x accumulate {} = {} samples per step; {} steps; {}",
+                   task.name(), (decayed_count + plain_count) / 1e6, decayed.size(), s.weight_decay, plain.size(),
+                   plain_count, task.flops_per_sample() / 1e9, rt.size(), task.batch_size(), s.accumulate,
+                   global_batch(), s.steps, s.precision == Precision::BFloat16 ? "bf16 autocast" : "float32");
+      if (s.precision == Precision::BFloat16 && rt.device().is_cpu() && !cpu_has_bf16())
+        spdlog::warn("train.precision bf16: this CPU has no native bfloat16 (avx512_bf16/amx_bf16); expect it to be slow");
+    }
+  }
+
+  int64_t global_batch() const { return task.batch_size() * s.accumulate * rt.size(); }
+
+  void zero_grads() {
+    at::NoGradGuard no_grad;
+    for (auto& p : parameters)
+      if (p.grad().defined()) p.mutable_grad().zero_();
+  }
+
+  // One optimizer step; returns the mean loss over ranks (NaN when the step was skipped).
+  double train_step(StepTimes& t, double& grad_norm) {
+    const auto start = Clock::now();
+    at::Tensor loss_sum = at::zeros({}, at::kDouble);
+    for (int64_t micro = 0; micro < s.accumulate; ++micro) {
+      ddp->set_sync(micro + 1 == s.accumulate);
+      auto t0 = Clock::now();
+      task.next_batch();
+      t.data += since(t0);
+      t0 = Clock::now();
+      at::Tensor loss;
+      {
+        Autocast autocast(rt.device().type(), s.precision == Precision::BFloat16);
+        loss = task.forward();
+      }
+      if (s.accumulate > 1) loss = loss / double(s.accumulate);
+      t.forward += since(t0);
+      t0 = Clock::now();
+      loss.backward();
+      loss_sum += loss.detach().to(at::kCPU, at::kDouble);
+      t.backward += since(t0);
+    }
+    auto t0 = Clock::now();
+    ddp->finish();
+    // Every rank learns whether any rank's loss was not finite, and the mean loss.
+    const double local = loss_sum.item<double>();
+    auto agreed = at::tensor({std::isfinite(local) ? local : 0.0, std::isfinite(local) ? 0.0 : 1.0}, at::kDouble);
+    control->allreduce(agreed, comm::ReduceOp::Sum);
+    t.comm += since(t0);
+    t0 = Clock::now();
+    grad_norm = parallel::clip_grad_norm(parameters, s.clip > 0 ? s.clip : std::numeric_limits<double>::infinity());
+    const bool bad = agreed[1].item<double>() > 0 || !std::isfinite(grad_norm);
+    if (bad) {
+      ++bad_total;
+      ++bad_in_a_row;
+      if (rt.rank() == 0)
+        spdlog::warn("step {}: non-finite {} ({} bad step(s) in a row, {} in all): update skipped on every rank", step,
+                     agreed[1].item<double>() > 0 ? "loss on " + std::to_string(int(agreed[1].item<double>())) + " rank(s)"
+                                                  : "gradient norm (" + std::to_string(grad_norm) + ")",
+                     bad_in_a_row, bad_total);
+      if (bad_in_a_row >= s.max_bad_steps)
+        throw TrainingError("training stopped at step " + std::to_string(step) + ": " + std::to_string(bad_in_a_row) +
+                            " steps in a row had a non-finite loss or gradient norm (train.max_bad_steps = " +
+                            std::to_string(s.max_bad_steps) +
+                            "); lower optim.lr, keep optim.clip on, use precision float32, or check the data");
+    } else {
+      bad_in_a_row = 0;
+      const double lr = learning_rate(s, step);
+      for (auto& group : optimizer->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+      optimizer->step();
+    }
+    zero_grads();
+    t.optimizer += since(t0);
+    t.total += since(start);
+    ++step;
+    return bad ? std::nan("") : agreed[0].item<double>() / rt.size();
+  }
+
+  Metrics evaluate() {
+    const auto t0 = Clock::now();
+    model->eval();
+    Metrics m;
+    {
+      at::NoGradGuard no_grad;
+      Autocast autocast(rt.device().type(), s.precision == Precision::BFloat16);
+      m = task.evaluate();
+    }
+    model->train();
+    if (rt.rank() == 0 && !m.empty()) {
+      std::string line;
+      for (const auto& [name, value] : m) line += fmt::format("  {} {:.4g}", name, value);
+      clear_bar();
+      spdlog::info("eval at step {} ({:.1f} s):{}", step, since(t0), line);
+      if (files) files->write(step, "eval", m);
+    }
+    return m;
+  }
+
+  void clear_bar() {
+    if (bar) std::fputs("\r\033[K", stdout);
+  }
+
+  void show_bar(double loss, double samples_per_s, double eta_s) {
+    const int width = 24, filled = int(width * double(step) / double(s.steps));
+    std::printf("\r\033[K%s [%s%s] %ld/%ld  loss %.4f  %.1f samples/s  ETA %s", task.name().c_str(),
+                std::string(filled, '=').c_str(), std::string(width - filled, ' ').c_str(), long(step), long(s.steps),
+                loss, samples_per_s, duration_text(eta_s).c_str());
+    std::fflush(stdout);
+  }
+
+  TrainSummary run() {
+    TrainSummary summary;
+    for (const auto& p : parameters) summary.parameters += p.numel();
+    if (s.eval_at_start && step == 0) summary.first_eval = evaluate();
+    StepTimes measured, interval;      // measured: every step after the first; interval: since the last log line
+    int64_t measured_steps = 0, interval_steps = 0;
+    auto interval_start = Clock::now(), last_bar = Clock::now() - std::chrono::seconds(1);
+    double grad_norm = 0;
+    const int64_t first = step;
+    while (step < s.steps) {
+      StepTimes t;
+      const double loss = train_step(t, grad_norm);
+      summary.losses.push_back(loss);
+      if (step > first + 1) measured += t, ++measured_steps;  // the first step warms up (allocations, caches)
+      interval += t, ++interval_steps;
+      for (auto& hook : hooks) hook(*o_trainer, step);
+      const bool last = step == s.steps;
+      if (s.eval_every > 0 && step % s.eval_every == 0 && !last) summary.last_eval = evaluate();
+      if (rt.rank() != 0) continue;
+      const double elapsed = since(interval_start);
+      const double samples_per_s = double(interval_steps * global_batch()) / std::max(elapsed, 1e-9);
+      if (bar && (since(last_bar) > 0.25 || last)) {
+        show_bar(loss, samples_per_s, double(s.steps - step) * elapsed / double(interval_steps));
+        last_bar = Clock::now();
+      }
+      if ((step - 1) % s.log_every == 0 || last) {
+        const double n = double(interval_steps);
+        Metrics m{{"loss", loss},
+                  {"lr", learning_rate(s, step - 1)},
+                  {"grad_norm", grad_norm},
+                  {"samples_per_s", samples_per_s},
+                  {"samples_per_s_per_rank", samples_per_s / rt.size()},
+                  {"data_s", interval.data / n},
+                  {"forward_s", interval.forward / n},
+                  {"backward_s", interval.backward / n},
+                  {"comm_s", interval.comm / n},
+                  {"optimizer_s", interval.optimizer / n},
+                  {"step_s", interval.total / n},
+                  {"bad_steps", double(bad_total)}};
+        for (const auto& kv : task.step_metrics()) m.push_back(kv);
+        if (files) files->write(step, "train", m);
+        if (!bar || last) {
+          clear_bar();
+          spdlog::info("step {:>6}/{}  loss {:.4f}  lr {:.2e}  |g| {:.3g}  {:.1f} samples/s  step {:.0f} ms (data {:.0f}, "
+                       "fwd {:.0f}, bwd {:.0f}, comm {:.0f}, opt {:.0f}){}",
+                       step, s.steps, loss, learning_rate(s, step - 1), grad_norm, samples_per_s, 1e3 * interval.total / n,
+                       1e3 * interval.data / n, 1e3 * interval.forward / n, 1e3 * interval.backward / n,
+                       1e3 * interval.comm / n, 1e3 * interval.optimizer / n,
+                       bad_total ? fmt::format("  bad steps {}", bad_total) : "");
+        }
+        interval = StepTimes{};
+        interval_steps = 0;
+        interval_start = Clock::now();
+      }
+    }
+    summary.bad_steps = bad_total;
+    summarise_times(summary, measured, measured_steps);
+    summary.last_eval = evaluate();
+    return summary;
+  }
+
+  // Mean over measured steps and ranks, and the slowest rank's mean, per phase.
+  void summarise_times(TrainSummary& summary, const StepTimes& t, int64_t steps) {
+    const double n = double(std::max<int64_t>(steps, 1));
+    auto mean = at::tensor({t.data / n, t.forward / n, t.backward / n, t.comm / n, t.optimizer / n, t.total / n}, at::kDouble);
+    auto slowest = mean.clone();
+    control->allreduce(mean, comm::ReduceOp::Avg);
+    control->allreduce(slowest, comm::ReduceOp::Max);
+    auto unpack = [](const at::Tensor& v) {
+      auto a = v.accessor<double, 1>();
+      return StepTimes{a[0], a[1], a[2], a[3], a[4], a[5]};
+    };
+    summary.mean_times = unpack(mean);
+    summary.max_times = unpack(slowest);
+    if (steps > 0 && summary.mean_times.total > 0) {
+      summary.samples_per_s = double(global_batch()) / summary.max_times.total;
+      summary.model_flops_per_s = 3 * task.flops_per_sample() * summary.samples_per_s;
+    }
+  }
+
+  Trainer* o_trainer = nullptr;  // the owner, passed to hooks
+};
+
+Trainer::Trainer(const comm::Runtime& runtime, Task& task, const TrainerSettings& settings, const TrainerOptions& options)
+    : impl_(std::make_unique<Impl>(runtime, task, settings, options)) {
+  impl_->o_trainer = this;
+}
+Trainer::~Trainer() = default;
+TrainSummary Trainer::run() { return impl_->run(); }
+void Trainer::add_step_hook(StepHook hook) { impl_->hooks.push_back(std::move(hook)); }
+int64_t Trainer::step() const { return impl_->step; }
+torch::optim::AdamW& Trainer::optimizer() { return *impl_->optimizer; }
+Task& Trainer::task() { return impl_->task; }
+
+}  // namespace meridian::train

@@ -1,0 +1,251 @@
+// The generic Trainer with a toy task (linear regression on closed-form data): schedule, settings
+// errors, the NaN/Inf guard, gradient accumulation, parameter groups, bf16 autocast and the run
+// files (config.yaml, metrics.csv, TensorBoard events read back).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unistd.h>
+
+#include "meridian/comm/runtime.h"
+#include "meridian/train/tensorboard.h"
+#include "meridian/train/trainer.h"
+#include "mpi_test_main.h"
+
+using meridian::test::runtime;
+namespace train = meridian::train;
+
+namespace {
+
+// y = x . (1, -2, 3, 0.5) + 0.25 on inputs that depend only on the global sample index, so a run's
+// data is the same for any batch split. Rank r reads samples r * 1e6 + its running count.
+class LinearTask : public train::Task {
+ public:
+  explicit LinearTask(int64_t batch) : batch_(batch), model_(torch::nn::Linear(4, 1)) {}
+  std::string name() const override { return "linear"; }
+  std::shared_ptr<torch::nn::Module> model() override { return model_.ptr(); }
+  int64_t batch_size() const override { return batch_; }
+  double flops_per_sample() const override { return 8; }
+  void next_batch() override {
+    const auto ids = torch::arange(next_, next_ + batch_, torch::kDouble) + 1e6 * runtime().rank();
+    next_ += batch_;
+    x_ = torch::stack({torch::sin(ids), torch::cos(0.7 * ids), torch::sin(1.3 * ids + 1), torch::cos(ids / 3)}, 1).to(torch::kFloat);
+    y_ = torch::matmul(x_, torch::tensor({1.0f, -2.0f, 3.0f, 0.5f})).unsqueeze(1) + 0.25;
+  }
+  at::Tensor forward() override {
+    auto loss = torch::mse_loss(model_(x_), y_);
+    const bool poison = nan_from_ >= 0 && forwards_ >= nan_from_ && forwards_ < nan_until_ &&
+                        (nan_rank_ < 0 || nan_rank_ == runtime().rank());
+    ++forwards_;
+    return poison ? loss * std::nan("") : loss;
+  }
+  train::Metrics evaluate() override {
+    ++evaluations_;
+    return {{"weight0", model_->weight[0][0].item<double>()}};
+  }
+  // Forward calls [from, until) on `rank` (-1: all ranks) return NaN.
+  void poison(int64_t from, int64_t until, int rank) { nan_from_ = from, nan_until_ = until, nan_rank_ = rank; }
+  torch::nn::Linear& linear() { return model_; }
+  int evaluations_ = 0;
+
+ private:
+  int64_t batch_, next_ = 0, forwards_ = 0, nan_from_ = -1, nan_until_ = -1;
+  int nan_rank_ = -1;
+  torch::nn::Linear model_;
+  torch::Tensor x_, y_;
+};
+
+train::TrainerSettings settings(const std::string& yaml) {
+  return train::TrainerSettings::from_config(meridian::Config::parse(yaml, "test.yaml"));
+}
+
+// Every parameter flattened into one tensor (copied).
+torch::Tensor flat(torch::nn::Module& m) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& p : m.parameters()) parts.push_back(p.detach().reshape({-1}).clone());
+  return torch::cat(parts);
+}
+
+std::string shared_temp_dir(const std::string& name) {
+  char path[256] = {0};
+  if (runtime().rank() == 0) {
+    std::snprintf(path, sizeof path, "%s/meridian_%s_%d", std::filesystem::temp_directory_path().c_str(), name.c_str(), getpid());
+    std::filesystem::remove_all(path);
+  }
+  runtime().broadcast_bytes(path, sizeof path, 0);
+  return path;
+}
+
+}  // namespace
+
+TEST(Schedule, WarmupThenCosineToMinLr) {
+  const auto s = settings("optim: {lr: 1.0, min_lr: 0.1, warmup: 4}\ntrain: {steps: 14}\n");
+  EXPECT_DOUBLE_EQ(train::learning_rate(s, 0), 0.25);
+  EXPECT_DOUBLE_EQ(train::learning_rate(s, 2), 0.75);
+  EXPECT_DOUBLE_EQ(train::learning_rate(s, 4), 1.0);    // the peak right after warmup
+  EXPECT_NEAR(train::learning_rate(s, 8), 0.1 + 0.45 * (1 + std::cos(M_PI * 4 / 9)), 1e-15);
+  EXPECT_DOUBLE_EQ(train::learning_rate(s, 13), 0.1);   // the last step reaches min_lr
+  const auto no_warmup = settings("optim: {lr: 2.0, min_lr: 0, warmup: 0}\ntrain: {steps: 3}\n");
+  EXPECT_DOUBLE_EQ(train::learning_rate(no_warmup, 0), 2.0);
+  EXPECT_NEAR(train::learning_rate(no_warmup, 1), 1.0, 1e-15);
+  EXPECT_NEAR(train::learning_rate(no_warmup, 2), 0.0, 1e-15);
+}
+
+TEST(Settings, ErrorsNameTheFileAndField) {
+  auto message = [](const std::string& yaml) {
+    try {
+      settings(yaml);
+    } catch (const meridian::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("train: {precision: fp8}"), "test.yaml: field 'train.precision': expected float32 or bf16, got 'fp8'");
+  EXPECT_EQ(message("train: {accumulate: 0}"), "test.yaml: field 'train.accumulate': must be at least 1");
+  EXPECT_EQ(message("optim: {lr: 1e-3, min_lr: 1e-2}"), "test.yaml: field 'optim.min_lr': must be within [0, optim.lr]");
+  EXPECT_EQ(message("optim: {clip: -1}"), "test.yaml: field 'optim.clip': must be >= 0 (0: no clipping)");
+  EXPECT_EQ(message("train: {max_bad_steps: x}"),
+            "test.yaml: field 'train.max_bad_steps': expected an integer, got 'x' (line 1)");
+}
+
+TEST(Trainer, LossFallsAndParameterGroupsSplitDecay) {
+  train::seed(1);
+  LinearTask task(8);
+  train::Trainer trainer(runtime(), task, settings("train: {steps: 150, log_every: 1000}\noptim: {lr: 0.1, warmup: 5}\n"), {});
+  // The weight matrix decays, the bias does not.
+  const auto& groups = trainer.optimizer().param_groups();
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].params().size(), 1u);
+  EXPECT_EQ(groups[0].params()[0].dim(), 2);
+  EXPECT_DOUBLE_EQ(static_cast<const torch::optim::AdamWOptions&>(groups[0].options()).weight_decay(), 1e-4);
+  EXPECT_EQ(groups[1].params()[0].dim(), 1);
+  EXPECT_DOUBLE_EQ(static_cast<const torch::optim::AdamWOptions&>(groups[1].options()).weight_decay(), 0.0);
+  const auto summary = trainer.run();
+  ASSERT_EQ(summary.losses.size(), 150u);
+  EXPECT_LT(summary.losses.back(), 0.05 * summary.losses.front());
+  EXPECT_EQ(summary.bad_steps, 0);
+  EXPECT_EQ(trainer.step(), 150);
+  EXPECT_EQ(task.evaluations_, 1);  // after the last step only
+  EXPECT_GT(summary.samples_per_s, 0);
+  EXPECT_EQ(summary.parameters, 5);
+}
+
+TEST(Trainer, NonFiniteStepIsSkippedOnEveryRank) {
+  train::seed(2);
+  LinearTask task(4);
+  // Only the last rank's loss is NaN, at step 3; the update must be skipped everywhere.
+  task.poison(3, 4, runtime().size() - 1);
+  train::Trainer trainer(runtime(), task, settings("train: {steps: 6, log_every: 1}\noptim: {lr: 0.01, warmup: 0}\n"), {});
+  std::vector<torch::Tensor> after;  // parameters after each step
+  trainer.add_step_hook([&](train::Trainer&, int64_t done) {
+    EXPECT_EQ(done, int64_t(after.size()) + 1);
+    after.push_back(flat(*task.model()));
+  });
+  const auto summary = trainer.run();
+  ASSERT_EQ(after.size(), 6u);
+  EXPECT_EQ(summary.bad_steps, 1);
+  EXPECT_TRUE(std::isnan(summary.losses[3]));
+  EXPECT_TRUE(std::isfinite(summary.losses[4]));
+  EXPECT_TRUE(torch::equal(after[3], after[2]));   // the skipped step changed nothing
+  EXPECT_FALSE(torch::equal(after[4], after[3]));  // the next one trained again
+  EXPECT_TRUE(torch::isfinite(after[5]).all().item<bool>());
+  for (const auto& p : task.model()->parameters()) EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>());
+}
+
+TEST(Trainer, TooManyBadStepsInARowStopTheJobOnEveryRank) {
+  train::seed(3);
+  LinearTask task(4);
+  task.poison(2, 1000, 0);  // rank 0 only: the others must stop too
+  train::Trainer trainer(runtime(), task, settings("train: {steps: 20, max_bad_steps: 3}\n"), {});
+  try {
+    trainer.run();
+    FAIL() << "no error";
+  } catch (const train::TrainingError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("training stopped at step 4: 3 steps in a row had a non-finite loss or gradient norm "
+                                          "(train.max_bad_steps = 3)", 0), 0u)
+        << e.what();
+  }
+  EXPECT_EQ(trainer.step(), 4);
+}
+
+TEST(Trainer, AccumulationEqualsTheBiggerBatch) {
+  auto run = [](int64_t batch, int64_t accumulate) {
+    train::seed(4);
+    LinearTask task(batch);
+    train::Trainer trainer(runtime(), task,
+                           settings("train: {steps: 5, log_every: 100, accumulate: " + std::to_string(accumulate) +
+                                    "}\noptim: {lr: 0.01, warmup: 2}\n"),
+                           {});
+    trainer.run();
+    return flat(*task.model());
+  };
+  const auto big = run(8, 1), accumulated = run(4, 2), other = run(8, 2);
+  EXPECT_TRUE(torch::allclose(big, accumulated, 1e-5, 1e-6)) << big << accumulated;
+  EXPECT_FALSE(torch::allclose(big, other, 1e-5, 1e-6));  // different data: the comparison can fail
+}
+
+TEST(Trainer, Bf16AutocastTrains) {
+  train::seed(5);
+  LinearTask task(8);
+  train::Trainer trainer(runtime(), task, settings("train: {steps: 150, precision: bf16, log_every: 1000}\noptim: {lr: 0.1, warmup: 5}\n"), {});
+  const auto summary = trainer.run();
+  EXPECT_LT(summary.losses.back(), 0.1 * summary.losses.front());
+  // Autocast is off again outside the trainer's forward: a float matmul stays float.
+  EXPECT_EQ(torch::matmul(torch::ones({2, 2}), torch::ones({2, 2})).scalar_type(), torch::kFloat);
+}
+
+TEST(Trainer, RunFilesHoldTheConfigMetricsAndTensorboardEvents) {
+  const std::string dir = shared_temp_dir("trainer_files");
+  const auto config = meridian::Config::parse("train: {steps: 7, log_every: 3, eval_every: 4, eval_at_start: true}\n", "run.yaml");
+  train::seed(6);
+  LinearTask task(4);
+  train::Trainer trainer(runtime(), task, train::TrainerSettings::from_config(config), {config, dir});
+  const auto summary = trainer.run();
+  EXPECT_EQ(task.evaluations_, 3);  // before, at step 4, after 7
+  ASSERT_EQ(summary.first_eval.size(), 1u);
+  ASSERT_EQ(summary.last_eval.size(), 1u);
+  if (runtime().rank() == 0) {
+    std::ifstream saved(dir + "/config.yaml");
+    std::stringstream text;
+    text << saved.rdbuf();
+    EXPECT_EQ(meridian::Config::parse(text.str(), "saved").get<int>("train.eval_every"), 4);
+    // metrics.csv: train rows at steps 1, 4, 7 (every 3 and the last), eval rows at 0, 4, 7.
+    std::ifstream csv(dir + "/metrics.csv");
+    std::string line;
+    std::getline(csv, line);
+    EXPECT_EQ(line, "step,wall_time,name,value");
+    std::set<int64_t> loss_steps, eval_steps;
+    std::map<int64_t, double> csv_loss;
+    while (std::getline(csv, line)) {
+      std::stringstream row(line);
+      std::string step, wall, name, value;
+      std::getline(row, step, ',');
+      std::getline(row, wall, ',');
+      std::getline(row, name, ',');
+      std::getline(row, value, ',');
+      if (name == "train/loss") loss_steps.insert(std::stoll(step)), csv_loss[std::stoll(step)] = std::stod(value);
+      if (name == "eval/weight0") eval_steps.insert(std::stoll(step));
+    }
+    EXPECT_EQ(loss_steps, (std::set<int64_t>{1, 4, 7}));
+    EXPECT_EQ(eval_steps, (std::set<int64_t>{0, 4, 7}));
+    EXPECT_NEAR(csv_loss[7], summary.losses[6], 1e-6 * summary.losses[6]);
+    // The TensorBoard file parses back with the same values (as floats).
+    std::vector<std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(dir + "/tensorboard")) files.push_back(e.path());
+    ASSERT_EQ(files.size(), 1u);
+    int losses = 0;
+    for (const auto& e : train::read_scalar_events(files[0]))
+      if (e.tag == "train/loss") {
+        ++losses;
+        EXPECT_FLOAT_EQ(e.value, float(summary.losses[size_t(e.step - 1)]));
+      }
+    EXPECT_EQ(losses, 3);
+  }
+  runtime().barrier();
+  if (runtime().rank() == 0) std::filesystem::remove_all(dir);
+}
