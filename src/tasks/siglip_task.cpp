@@ -199,8 +199,12 @@ void SiglipTask::next_batch() {
   const data::Batch b = m.loader->next();
   const auto device = m.rt.device();
   m.images = image_input(to_device(b.images, device), m.mc.image_size);
-  m.tokens = to_device(b.tokens.narrow(1, 0, m.context).to(at::kLong), device);
-  m.lengths = to_device(b.lengths.clamp_max(m.context).to(at::kLong), device);
+  // Only as many positions as the batch's longest caption: the padding beyond it is masked and
+  // never pooled, so the embeddings are the same, and the text tower does less work.
+  const auto lengths = b.lengths.clamp(1, m.context);
+  const int64_t used = lengths.max().item<int64_t>();
+  m.tokens = to_device(b.tokens.narrow(1, 0, used).to(at::kLong), device);
+  m.lengths = to_device(lengths.to(at::kLong), device);
 }
 
 at::Tensor SiglipTask::forward() {

@@ -128,6 +128,10 @@ TEST_F(Siglip, TinyPresetShapesParametersAndFlops) {
   changed.narrow(1, 10, 22).fill_(7);
   EXPECT_TRUE(torch::allclose(model->encode_text(tokens, torch::tensor({10})), model->encode_text(changed, torch::tensor({10})),
                               1e-5, 1e-6));
+  // ... and neither does cutting the padding off (the trainer trims batches to their longest caption).
+  const auto lengths = torch::tensor({10, 7});
+  const auto two = torch::randint(4, 8000, {2, 32});
+  EXPECT_TRUE(torch::allclose(model->encode_text(two, lengths), model->encode_text(two.narrow(1, 0, 10), lengths), 1e-5, 1e-6));
   // 2 x multiply-adds of the matmuls: about 0.26 GFLOP in the image tower (64 patches) and 0.12 in
   // the text tower (32 tokens); attention scores included.
   EXPECT_GT(config.flops_per_sample(), 3.5e8);

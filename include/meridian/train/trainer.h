@@ -16,8 +16,8 @@
 // Timing per step (host clock; on CUDA these are launch times except where the loop synchronises):
 // data wait, forward, backward, exposed communication (DDP's finish() plus the loss reduction),
 // optimizer (clip + step).
-// Output, rank 0 only: a progress bar on a terminal (periodic lines otherwise, every log_every
-// steps), and in the run directory config.yaml (the resolved config), metrics.csv (step,
+// Output, rank 0 only: a progress bar on a terminal (see Progress; periodic lines otherwise,
+// every log_every steps), and in the run directory config.yaml (the resolved config), metrics.csv (step,
 // wall_time, name, value: one row per value) and TensorBoard event files under tensorboard/.
 #pragma once
 
@@ -46,6 +46,10 @@ class TrainingError : public UserError {
 };
 
 enum class Precision { Float32, BFloat16 };
+// Rank 0's progress display: a bar redrawn in place, or a line every log_every steps. auto: the bar
+// when stdout is a terminal, except under Open MPI (which gives ranks a pseudo-terminal even when
+// mpirun's output goes to a file).
+enum class Progress { Auto, Bar, Lines };
 
 // The `train:` and `optim:` sections, with defaults; ConfigError names the file and the field.
 struct TrainerSettings {
@@ -58,6 +62,7 @@ struct TrainerSettings {
   int64_t eval_every = 0;       // 0: evaluate only after the last step
   bool eval_at_start = false;   // also evaluate before the first step (the untrained baseline)
   int64_t max_bad_steps = 5;    // non-finite steps in a row before the job stops
+  Progress progress = Progress::Auto;  // progress: auto | bar | lines
   // optim:
   double lr = 5e-4, min_lr = 1e-5, weight_decay = 1e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double clip = 1.0;            // max global gradient norm; 0: no clipping (the norm is still checked)

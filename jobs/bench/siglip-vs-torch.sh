@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The SigLIP tiny speed goal, measured back to back in one run: meridian (`bench train`, 2 ranks
+# under mpirun, one core and one thread each, batch 32 per rank, float32) against the PyTorch DDP
+# (gloo) reference of the same model (jobs/bench/torch-ddp-reference.sh, ranks pinned the same
+# way), then both again with bf16 autocast. Prints each tool's samples/s and the ratios.
+# Usage: jobs/bench/siglip-vs-torch.sh [steps (default 30)] [build dir (default build)]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+steps=${1:-30}
+bin=${2:-$root/build}/meridian
+[[ -x $bin ]] || { echo "siglip-vs-torch.sh: $bin not found; build first" >&2; exit 2; }
+[[ $(id -u) -eq 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+dir=${BENCH_DIR:-/tmp/meridian-bench-train}
+mkdir -p "$dir"
+data=$dir/synthetic-128.h5
+[[ -f $data ]] || mpirun -np 2 "$bin" prep synthetic --count 2048 --size 128 --vocab-size 8000 --context-length 32 \
+  --out "$data" --log-level warn
+samples() { grep -oE "$1" | grep -oE '[0-9.]+ samples/s' | grep -oE '^[0-9.]+' | head -1; }
+declare -A rate
+for precision in float32 bf16; do
+  out=$(mpirun -np 2 --bind-to core "$bin" bench train --config "$root/jobs/configs/siglip-tiny.yaml" --data "$data" \
+        --threads 1 --set train.steps=$((steps + 1)) --set train.batch=32 --set train.precision=$precision \
+        --set train.log_every=1000 --log-level warn)
+  echo "$out"
+  rate[meridian_$precision]=$(samples 'bench train: 2 ranks, [0-9.]+ samples/s' <<<"$out")
+  flag=(); [[ $precision == bf16 ]] && flag=(--bf16)
+  out=$(bash "$root/jobs/bench/torch-ddp-reference.sh" --steps "$steps" --batch 32 --threads 1 "${flag[@]}")
+  echo "$out" | tail -1
+  rate[torch_$precision]=$(grep -oE 'torch_ddp samples/s [0-9.]+' <<<"$out" | grep -oE '[0-9.]+$')
+done
+for precision in float32 bf16; do
+  m=${rate[meridian_$precision]} t=${rate[torch_$precision]}
+  echo "siglip tiny $precision: meridian $m samples/s, PyTorch DDP $t samples/s, ratio $(python3 -c "print(f'{$m / $t:.2f}')")"
+done
