@@ -39,7 +39,7 @@ class Runtime;
 
 namespace meridian::train {
 
-// A training run that cannot go on (e.g. too many non-finite steps in a row); exit code 1.
+// A training run that cannot go on (e.g. too many non-finite steps in a row); a UserError (exit 2).
 class TrainingError : public UserError {
  public:
   using UserError::UserError;
