@@ -8,7 +8,8 @@
 # .gpudeps/MANIFEST.txt lists them with versions and sha256:
 #   .gpudeps/*.deb                 Open MPI 4.1.4 (openmpi-bin, libopenmpi3, libopenmpi-dev, openmpi-common)
 #                                  and its libraries (pmix, hwloc, libevent, libfabric, ucx, psm, munge,
-#                                  pciaccess), spdlog + fmt, yaml-cpp, cxxopts, nlohmann-json, googletest
+#                                  pciaccess), spdlog + fmt, yaml-cpp, cxxopts, nlohmann-json, googletest,
+#                                  protobuf (TensorBoard files of the train area)
 #   .gpudeps/prefer-system/*.deb   libraries a host usually has (udev, uuid, atomic, numa, rdma-core, libnl):
 #                                  used only for the sonames the host's ld.so cache lacks
 #   .gpudeps/glibc-pre-2.36/*.deb  Debian 11 libevent, used instead of Debian 12's on hosts with glibc < 2.36

@@ -1,4 +1,5 @@
-// The generic Trainer with a toy task (linear regression on closed-form data): schedule, settings
+// The generic Trainer with a toy task (on the runtime's device: MERIDIAN_TEST_DEVICE=cuda runs it on
+// a GPU with the NCCL backend, jobs/gpu-check.sh) (linear regression on closed-form data): schedule, settings
 // errors, the NaN/Inf guard, gradient accumulation, parameter groups, bf16 autocast and the run
 // files (config.yaml, metrics.csv, TensorBoard events read back).
 #include <gtest/gtest.h>
@@ -26,7 +27,7 @@ namespace {
 // data is the same for any batch split. Rank r reads samples r * 1e6 + its running count.
 class LinearTask : public train::Task {
  public:
-  explicit LinearTask(int64_t batch) : batch_(batch), model_(torch::nn::Linear(4, 1)) {}
+  explicit LinearTask(int64_t batch) : batch_(batch), model_(torch::nn::Linear(4, 1)) { model_->to(runtime().device()); }
   std::string name() const override { return "linear"; }
   std::shared_ptr<torch::nn::Module> model() override { return model_.ptr(); }
   int64_t batch_size() const override { return batch_; }
@@ -35,7 +36,8 @@ class LinearTask : public train::Task {
     const auto ids = torch::arange(next_, next_ + batch_, torch::kDouble) + 1e6 * runtime().rank();
     next_ += batch_;
     x_ = torch::stack({torch::sin(ids), torch::cos(0.7 * ids), torch::sin(1.3 * ids + 1), torch::cos(ids / 3)}, 1).to(torch::kFloat);
-    y_ = torch::matmul(x_, torch::tensor({1.0f, -2.0f, 3.0f, 0.5f})).unsqueeze(1) + 0.25;
+    y_ = (torch::matmul(x_, torch::tensor({1.0f, -2.0f, 3.0f, 0.5f})).unsqueeze(1) + 0.25).to(runtime().device());
+    x_ = x_.to(runtime().device());
   }
   at::Tensor forward() override {
     auto loss = torch::mse_loss(model_(x_), y_);
