@@ -1,3 +1,4 @@
+#include <chrono>
 #include "meridian/core/log.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
@@ -52,6 +53,7 @@ void init(int rank, const Options& options) {
   logger->set_level(level);
   logger->flush_on(spdlog::level::warn);
   spdlog::set_default_logger(logger);
+  spdlog::flush_every(std::chrono::seconds(5));  // rank logs stay current in long runs
   g_initialized = true;
 }
 

@@ -161,7 +161,7 @@ struct Trainer::Impl {
   std::vector<at::Tensor> parameters;
   std::unique_ptr<comm::Communicator> grad_comm, control;  // control: losses, flags, timings (CPU, MPI)
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
-  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<AdamW> optimizer;
   std::unique_ptr<RunFiles> files;  // rank 0 with a run directory
   std::vector<StepHook> hooks;
   int64_t step = 0, bad_in_a_row = 0, bad_total = 0;
@@ -176,17 +176,15 @@ struct Trainer::Impl {
     ddp = std::make_unique<parallel::DistributedDataParallel>(rt, *grad_comm, model);
 
     // AdamW with two groups: decayed and not (Task::decays; biases, norms, temperature, bias).
-    std::vector<at::Tensor> decayed, plain;
-    for (const auto& item : model->named_parameters())
-      (task.decays(item.key(), item.value()) ? decayed : plain).push_back(item.value());
-    auto options_for = [&](double wd) {
-      return std::make_unique<torch::optim::AdamWOptions>(
-          torch::optim::AdamWOptions(s.lr).betas({s.beta1, s.beta2}).eps(s.eps).weight_decay(wd));
-    };
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(decayed, options_for(s.weight_decay));
-    groups.emplace_back(plain, options_for(0.0));
-    optimizer = std::make_unique<torch::optim::AdamW>(std::move(groups), *options_for(s.weight_decay));
+    ParamGroup decaying{{}, s.weight_decay, {}}, constant{{}, 0.0, {}};
+    for (const auto& item : model->named_parameters()) {
+      auto& group = task.decays(item.key(), item.value()) ? decaying : constant;
+      group.params.push_back(item.value());
+      group.names.push_back(item.key());
+    }
+    const auto& decayed = decaying.params;
+    const auto& plain = constant.params;
+    optimizer = std::make_unique<AdamW>(std::vector<ParamGroup>{decaying, constant}, AdamWOptions{s.lr, s.beta1, s.beta2, s.eps});
 
     if (rt.rank() == 0) {
       spdlog::info("resolved config ({}):\n{}", o.config.origin(), o.config.dump());
@@ -263,8 +261,7 @@ struct Trainer::Impl {
                             "); lower optim.lr, keep optim.clip on, use precision float32, or check the data");
     } else {
       bad_in_a_row = 0;
-      const double lr = learning_rate(s, step);
-      for (auto& group : optimizer->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+      optimizer->set_lr(learning_rate(s, step));
       optimizer->step();
     }
     zero_grads();
@@ -397,7 +394,7 @@ Trainer::~Trainer() = default;
 TrainSummary Trainer::run() { return impl_->run(); }
 void Trainer::add_step_hook(StepHook hook) { impl_->hooks.push_back(std::move(hook)); }
 int64_t Trainer::step() const { return impl_->step; }
-torch::optim::AdamW& Trainer::optimizer() { return *impl_->optimizer; }
+AdamW& Trainer::optimizer() { return *impl_->optimizer; }
 Task& Trainer::task() { return impl_->task; }
 
 }  // namespace meridian::train

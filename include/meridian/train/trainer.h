@@ -21,8 +21,6 @@
 // wall_time, name, value: one row per value) and TensorBoard event files under tensorboard/.
 #pragma once
 
-#include <torch/optim/adamw.h>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -31,6 +29,7 @@
 
 #include "meridian/core/config.h"
 #include "meridian/core/error.h"
+#include "meridian/train/adamw.h"
 #include "meridian/train/task.h"
 
 namespace meridian::comm {
@@ -117,7 +116,7 @@ class Trainer {
   void add_step_hook(StepHook hook);
 
   int64_t step() const;                     // optimizer steps done (bad ones included)
-  torch::optim::AdamW& optimizer();
+  AdamW& optimizer();
   Task& task();
 
  private:

@@ -1,0 +1,57 @@
+// AdamW (decoupled weight decay), written here so its state is plain tensors that checkpoints can
+// save and restore by parameter name and that sharded optimizers can split. Numerically the same
+// as torch::optim::AdamW / torch.optim.AdamW with amsgrad off: the same operations in the same
+// order (tests/train/adamw_test.cpp compares them bit for bit).
+//
+// Not collective, not thread-safe. Parameters without a gradient are left alone (their step count
+// does not advance), as in PyTorch.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meridian::train {
+
+struct AdamWOptions {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+
+// Parameters sharing a weight decay.
+struct ParamGroup {
+  std::vector<at::Tensor> params;
+  double weight_decay = 0;
+  std::vector<std::string> names;  // optional, parallel to params (checkpoints store state by name)
+};
+
+class AdamW {
+ public:
+  // State of one parameter: moments (undefined until its first step) and its step count.
+  struct State {
+    at::Tensor exp_avg, exp_avg_sq;
+    int64_t step = 0;
+  };
+
+  AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options);
+
+  void set_lr(double lr) { options_.lr = lr; }
+  double lr() const { return options_.lr; }
+  const AdamWOptions& options() const { return options_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+
+  // One update of every parameter that has a gradient.
+  void step();
+
+  // Per parameter, in group order then parameter order (the flat index of groups()[g].params[i]).
+  std::vector<State>& state() { return state_; }
+  const std::vector<State>& state() const { return state_; }
+
+ private:
+  std::vector<ParamGroup> groups_;
+  AdamWOptions options_;
+  std::vector<State> state_;
+};
+
+}  // namespace meridian::train
