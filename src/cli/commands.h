@@ -32,5 +32,6 @@ Command prep_synthetic_command();
 Command inspect_command();
 Command train_command();
 Command bench_train_command();
+Command eval_command();
 
 }  // namespace meridian::cli

@@ -7,6 +7,9 @@
 #include <ctime>
 
 #include "commands.h"
+#include <spdlog/spdlog.h>
+
+#include "meridian/ckpt/checkpoint.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/tasks/registry.h"
@@ -20,7 +23,8 @@ void add_config_options(cxxopts::Options& o) {
   o.add_options()
       ("config", "YAML with model:, task:, data:, train: and optim: sections (jobs/configs/*.yaml)", cxxopts::value<std::string>()->default_value(""))
       ("data", "Training dataset (.h5, from meridian prep); overrides data.train", cxxopts::value<std::string>()->default_value(""))
-      ("set", "Override a config value, key=value (repeatable), e.g. --set optim.lr=3e-4", cxxopts::value<std::vector<std::string>>());
+      ("set", "Override a config value, key=value (repeatable), e.g. --set optim.lr=3e-4", cxxopts::value<std::vector<std::string>>())
+      ("resume", "auto (the newest valid checkpoint in the run's checkpoint directory, else from scratch) or a checkpoint file", cxxopts::value<std::string>()->default_value(""));
 }
 
 std::string yaml_quoted(const std::string& text) {
@@ -57,11 +61,37 @@ std::string default_run_dir(const comm::Runtime& rt) {
   return name;
 }
 
-train::TrainSummary train_with(comm::Runtime& rt, const Config& config, const std::string& run_dir) {
+// Builds the task and trainer (resuming when asked), checkpoints as configured, and trains.
+train::TrainSummary train_with(comm::Runtime& rt, Config config, const std::string& run_dir, const std::string& resume) {
+  const auto ckpt_settings = ckpt::CheckpointSettings::from_config(config, run_dir);
+  const auto point = ckpt::choose_resume_point(rt, resume, ckpt_settings.dir);
+  train::DataPosition start;
+  if (point) {
+    for (const auto& d : ckpt::compare_configs(Config::parse(point->config_yaml, point->path), config, point->path))
+      if (rt.rank() == 0) spdlog::info("resume: config differs from the checkpoint's: {}", d);
+    // Elastic: the same global batch on another number of ranks.
+    if (point->world_size != rt.size()) {
+      if (point->global_batch % rt.size() != 0)
+        throw UserError(point->path + ": global batch " + std::to_string(point->global_batch) + " (written by " +
+                        std::to_string(point->world_size) + " ranks) does not divide over " + std::to_string(rt.size()) + " ranks");
+      const int64_t accumulate = config.get<int64_t>("train.accumulate", 1);
+      const int64_t per_rank = point->global_batch / rt.size();
+      if (per_rank % accumulate != 0)
+        throw UserError(point->path + ": per-rank batch " + std::to_string(per_rank) + " does not divide by train.accumulate");
+      config.set("train.batch", std::to_string(per_rank / accumulate));
+      if (rt.rank() == 0)
+        spdlog::info("resume: {} ranks -> {}: train.batch {} per rank keeps the global batch {}", point->world_size, rt.size(),
+                     per_rank / accumulate, point->global_batch);
+    }
+    start = {point->epoch, point->position};
+  }
   const auto settings = train::TrainerSettings::from_config(config);
   train::seed(settings.seed);
-  auto task = tasks::make_task(rt, config, config.get<std::string>("data.train"));
+  auto task = tasks::make_task(rt, config, config.get<std::string>("data.train"), start);
   train::Trainer trainer(rt, *task, settings, {config, run_dir});
+  if (point) ckpt::restore(rt, trainer, *point);
+  ckpt::Checkpointer checkpointer(rt, trainer, config, ckpt_settings);
+  train::install_stop_signals();
   return trainer.run();
 }
 
@@ -101,11 +131,12 @@ Command train_command() {
     const Config config = resolved_config(p, "train");
     std::string run_dir = p["run-dir"].as<std::string>();
     if (run_dir.empty()) run_dir = default_run_dir(rt);
-    const auto r = train_with(rt, config, run_dir);
-    if (rt.rank() == 0) {
-      std::printf("train: %zu steps, loss %.4f -> %.4f, %.1f samples/s over %d ranks, %lld bad steps, %.2fM parameters, "
+    const auto r = train_with(rt, config, run_dir, p["resume"].as<std::string>());
+    if (r.signalled) return kExitStopped;
+    if (rt.rank() == 0 && !r.losses.empty()) {
+      std::printf("train: %s%zu steps, loss %.4f -> %.4f, %.1f samples/s over %d ranks, %lld bad steps, %.2fM parameters, "
                   "run directory %s\n",
-                  r.losses.size(), r.losses.front(), r.losses.back(), r.samples_per_s, rt.size(), (long long)r.bad_steps,
+                  r.stopped ? "stopped after " : "", r.losses.size(), r.losses.front(), r.losses.back(), r.samples_per_s, rt.size(), (long long)r.bad_steps,
                   r.parameters / 1e6, run_dir.c_str());
       if (!r.first_eval.empty()) std::printf("eval before: %s\n", metrics_text(r.first_eval).c_str());
       if (!r.last_eval.empty()) std::printf("eval after: %s\n", metrics_text(r.last_eval).c_str());
@@ -125,7 +156,8 @@ Command bench_train_command() {
     config.set("data.eval", "''");  // speed only
     const double matmul = matmul_rate(rt);
     const double matmul_sum = double(rt.sum(int64_t(matmul)));
-    const auto r = train_with(rt, config, p["run-dir"].as<std::string>());
+    config.set("checkpoint.at_end", "false");
+    const auto r = train_with(rt, config, p["run-dir"].as<std::string>(), "");
     if (rt.rank() == 0) {
       const auto& m = r.mean_times;
       auto pct = [&](double v) { return 100.0 * v / m.total; };

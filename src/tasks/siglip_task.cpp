@@ -149,7 +149,10 @@ struct SiglipTask::Impl {
   models::Siglip model{nullptr};
   at::Tensor images, tokens, lengths;  // the current batch, on the device
 
-  Impl(const comm::Runtime& runtime, const Config& c, const std::string& train_data) : rt(runtime) {
+  train::DataPosition position;  // after the last batch handed out
+
+  Impl(const comm::Runtime& runtime, const Config& c, const std::string& train_data, train::DataPosition start)
+      : rt(runtime), position(start) {
     mc = models::SiglipConfig::from_config(c);
     batch = c.get<int64_t>("train.batch", batch);
     if (batch < 1) throw ConfigError(c.origin(), "train.batch", "must be at least 1");
@@ -166,6 +169,8 @@ struct SiglipTask::Impl {
     lo.batch_size = batch;
     lo.seed = uint64_t(c.get<int64_t>("train.seed", 0));
     lo.augment = c.get<bool>("data.augment", false);
+    lo.epoch = start.epoch;
+    lo.position = start.position;
     loader = std::make_unique<data::Loader>(rt, lo);
     const auto& info = loader->info();
     if (info.kind != "image_text")
@@ -184,8 +189,9 @@ struct SiglipTask::Impl {
   }
 };
 
-SiglipTask::SiglipTask(const comm::Runtime& rt, const Config& config, const std::string& train_data)
-    : impl_(std::make_unique<Impl>(rt, config, train_data)) {}
+SiglipTask::SiglipTask(const comm::Runtime& rt, const Config& config, const std::string& train_data,
+                       train::DataPosition start)
+    : impl_(std::make_unique<Impl>(rt, config, train_data, start)) {}
 SiglipTask::~SiglipTask() = default;
 
 std::string SiglipTask::name() const { return impl_->softmax ? "clip" : "siglip"; }
@@ -197,6 +203,7 @@ models::Siglip& SiglipTask::siglip() { return impl_->model; }
 void SiglipTask::next_batch() {
   auto& m = *impl_;
   const data::Batch b = m.loader->next();
+  m.position = {b.epoch, b.next_position};
   const auto device = m.rt.device();
   m.images = image_input(to_device(b.images, device), m.mc.image_size);
   // Only as many positions as the batch's longest caption: the padding beyond it is masked and
@@ -226,6 +233,8 @@ train::Metrics SiglipTask::evaluate() {
   if (impl_->eval_data.empty()) return {};
   return evaluate_siglip(impl_->rt, *impl_->loss_comm, impl_->model, impl_->eval_data, impl_->prompts).metrics();
 }
+
+train::DataPosition SiglipTask::data_position() const { return impl_->position; }
 
 train::Metrics SiglipTask::step_metrics() {
   return {{"temperature", impl_->model->logit_scale().exp().item<double>()}, {"bias", impl_->model->logit_bias().item<double>()}};

@@ -5,6 +5,7 @@
 #include <torch/utils.h>
 #include <torch/version.h>
 #include <malloc.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +36,8 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   s.eval_every = c.get<int64_t>("train.eval_every", s.eval_every);
   s.eval_at_start = c.get<bool>("train.eval_at_start", s.eval_at_start);
   s.max_bad_steps = c.get<int64_t>("train.max_bad_steps", s.max_bad_steps);
+  s.stop_at = c.get<int64_t>("train.stop_at", s.stop_at);
+  if (s.stop_at < 0) throw ConfigError(file, "train.stop_at", "must be >= 0 (0: run to train.steps)");
   const std::string progress = c.get<std::string>("train.progress", "auto");
   if (progress == "auto") s.progress = Progress::Auto;
   else if (progress == "bar") s.progress = Progress::Bar;
@@ -72,6 +75,21 @@ double learning_rate(const TrainerSettings& s, int64_t step) {
 }
 
 void seed(uint64_t value) { torch::manual_seed(value); }
+
+namespace {
+volatile std::sig_atomic_t g_stop = 0;
+extern "C" void on_stop_signal(int) { g_stop = 1; }
+}  // namespace
+
+void install_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+}
+
+bool stop_requested() { return g_stop != 0; }
 
 namespace {
 
@@ -165,6 +183,7 @@ struct Trainer::Impl {
   std::unique_ptr<RunFiles> files;  // rank 0 with a run directory
   std::vector<StepHook> hooks;
   int64_t step = 0, bad_in_a_row = 0, bad_total = 0;
+  bool stopping = false, signalled = false;  // agreed this step: the run ends here (stop_at, or a signal on some rank)
   bool bar = false;  // rank 0 on a terminal: progress bar
 
   Impl(const comm::Runtime& runtime, Task& t, const TrainerSettings& settings, const TrainerOptions& options)
@@ -240,9 +259,12 @@ struct Trainer::Impl {
     ddp->finish();
     // Every rank learns whether any rank's loss was not finite, and the mean loss.
     const double local = loss_sum.item<double>();
-    auto agreed = at::tensor({std::isfinite(local) ? local : 0.0, std::isfinite(local) ? 0.0 : 1.0}, at::kDouble);
+    auto agreed = at::tensor({std::isfinite(local) ? local : 0.0, std::isfinite(local) ? 0.0 : 1.0, stop_requested() ? 1.0 : 0.0},
+                             at::kDouble);
     control->allreduce(agreed, comm::ReduceOp::Sum);
     t.comm += since(t0);
+    signalled = agreed[2].item<double>() > 0;
+    stopping = signalled || (s.stop_at > 0 && step + 1 == s.stop_at && s.stop_at < s.steps);
     t0 = Clock::now();
     grad_norm = parallel::clip_grad_norm(parameters, s.clip > 0 ? s.clip : std::numeric_limits<double>::infinity());
     const bool bad = agreed[1].item<double>() > 0 || !std::isfinite(grad_norm);
@@ -312,16 +334,8 @@ struct Trainer::Impl {
     auto interval_start = Clock::now(), last_bar = Clock::now() - std::chrono::seconds(1);
     double grad_norm = 0;
     const int64_t first = step;
-    while (step < s.steps) {
-      StepTimes t;
-      const double loss = train_step(t, grad_norm);
-      summary.losses.push_back(loss);
-      if (step > first + 1) measured += t, ++measured_steps;  // the first step warms up (allocations, caches)
-      interval += t, ++interval_steps;
-      for (auto& hook : hooks) hook(*o_trainer, step);
-      const bool last = step == s.steps;
-      if (s.eval_every > 0 && step % s.eval_every == 0 && !last) summary.last_eval = evaluate();
-      if (rt.rank() != 0) continue;
+    // Rank 0: the bar, and every log_every steps (and the last) a line, metrics.csv and TensorBoard.
+    auto report = [&](double loss, bool last) {
       const double elapsed = since(interval_start);
       const double samples_per_s = double(interval_steps * global_batch()) / std::max(elapsed, 1e-9);
       if (bar && (since(last_bar) > 0.25 || last)) {
@@ -357,6 +371,28 @@ struct Trainer::Impl {
         interval_steps = 0;
         interval_start = Clock::now();
       }
+    };
+    while (step < s.steps) {
+      StepTimes t;
+      const double loss = train_step(t, grad_norm);
+      summary.losses.push_back(loss);
+      if (step > first + 1) measured += t, ++measured_steps;  // the first step warms up (allocations, caches)
+      interval += t, ++interval_steps;
+      const bool last = step == s.steps;
+      for (auto& hook : hooks) hook(*o_trainer, StepEvent{step, last, stopping});
+      if (s.eval_every > 0 && step % s.eval_every == 0 && !last) summary.last_eval = evaluate();
+      if (rt.rank() == 0) report(loss, last || stopping);
+      if (stopping) break;
+    }
+    if (stopping) {
+      if (rt.rank() == 0) {
+        if (signalled) spdlog::warn("stopped at step {} on request (SIGTERM/SIGUSR1)", step);
+        else spdlog::info("stopped at step {} (train.stop_at)", step);
+      }
+      summary.stopped = true;
+      summary.signalled = signalled;
+      summary.bad_steps = bad_total;
+      return summary;
     }
     summary.bad_steps = bad_total;
     summarise_times(summary, measured, measured_steps);
@@ -394,6 +430,13 @@ Trainer::~Trainer() = default;
 TrainSummary Trainer::run() { return impl_->run(); }
 void Trainer::add_step_hook(StepHook hook) { impl_->hooks.push_back(std::move(hook)); }
 int64_t Trainer::step() const { return impl_->step; }
+TrainerState Trainer::state() const { return {impl_->step, impl_->bad_total, impl_->bad_in_a_row}; }
+void Trainer::set_state(const TrainerState& state) {
+  impl_->step = state.step;
+  impl_->bad_total = state.bad_steps;
+  impl_->bad_in_a_row = state.bad_in_a_row;
+}
+int64_t Trainer::global_batch() const { return impl_->global_batch(); }
 AdamW& Trainer::optimizer() { return *impl_->optimizer; }
 Task& Trainer::task() { return impl_->task; }
 

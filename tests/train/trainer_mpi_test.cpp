@@ -145,8 +145,9 @@ TEST(Trainer, NonFiniteStepIsSkippedOnEveryRank) {
   task.poison(3, 4, runtime().size() - 1);
   train::Trainer trainer(runtime(), task, settings("train: {steps: 6, log_every: 1}\noptim: {lr: 0.01, warmup: 0}\n"), {});
   std::vector<torch::Tensor> after;  // parameters after each step
-  trainer.add_step_hook([&](train::Trainer&, int64_t done) {
-    EXPECT_EQ(done, int64_t(after.size()) + 1);
+  trainer.add_step_hook([&](train::Trainer&, const train::StepEvent& e) {
+    EXPECT_EQ(e.steps_done, int64_t(after.size()) + 1);
+    EXPECT_EQ(e.last, e.steps_done == 6);
     after.push_back(flat(*task.model()));
   });
   const auto summary = trainer.run();

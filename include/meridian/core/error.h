@@ -18,6 +18,7 @@ namespace meridian {
 constexpr int kExitOk = 0;
 constexpr int kExitUserError = 2;   // bad input; message printed
 constexpr int kExitFatal = 3;       // failed or hung collective, library failure: job aborted
+constexpr int kExitStopped = 4;     // training stopped on SIGTERM/SIGUSR1 after writing a checkpoint
 
 class UserError : public std::runtime_error {
  public:

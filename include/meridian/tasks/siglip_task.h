@@ -46,7 +46,9 @@ class SiglipTask : public train::Task {
  public:
   // Collective: opens the training data (data::Loader checks every rank sees the same file), builds
   // the model on the runtime's device (model.vocab_size raised to the tokenizer's if smaller).
-  SiglipTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data);
+  // `start`: where the data resumes (from a checkpoint).
+  SiglipTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data,
+             train::DataPosition start = {});
   ~SiglipTask() override;
 
   std::string name() const override;
@@ -58,6 +60,7 @@ class SiglipTask : public train::Task {
   bool decays(const std::string& name, const at::Tensor& parameter) const override;
   train::Metrics evaluate() override;
   train::Metrics step_metrics() override;
+  train::DataPosition data_position() const override;
 
   models::Siglip& siglip();
 

@@ -21,6 +21,12 @@
 
 namespace meridian::train {
 
+// Where the training data stands: global samples consumed in `epoch` (data::DistributedSampler's
+// position), as checkpoints store it.
+struct DataPosition {
+  int64_t epoch = 0, position = 0;
+};
+
 // Named values in a fixed order (printed, written to metrics.csv and TensorBoard in that order).
 using Metrics = std::vector<std::pair<std::string, double>>;
 
@@ -48,6 +54,8 @@ class Task {
   // Collective. Evaluates the model (in eval mode, without gradients); every rank returns the same
   // metrics. Empty when the task has nothing to evaluate (e.g. no evaluation data configured).
   virtual Metrics evaluate() { return {}; }
+  // After the batches consumed so far (checkpoints save it; the task is built at it on resume).
+  virtual DataPosition data_position() const { return {}; }
   // Values worth logging next to the loss (e.g. the SigLIP temperature); not collective.
   virtual Metrics step_metrics() { return {}; }
 };

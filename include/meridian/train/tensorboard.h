@@ -21,10 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "meridian/core/crc32c.h"
+
 namespace meridian::train {
 
-// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78): crc32c("123456789", 9) == 0xE3069283.
-uint32_t crc32c(const void* data, size_t n);
+using meridian::crc32c;  // core/crc32c.h
 // The TFRecord checksum: the CRC rotated right by 15 bits plus 0xa282ead8.
 uint32_t masked_crc32c(const void* data, size_t n);
 

@@ -61,6 +61,7 @@ struct TrainerSettings {
   int64_t eval_every = 0;       // 0: evaluate only after the last step
   bool eval_at_start = false;   // also evaluate before the first step (the untrained baseline)
   int64_t max_bad_steps = 5;    // non-finite steps in a row before the job stops
+  int64_t stop_at = 0;          // end this run after this step (hooks see stopping: a checkpoint), 0: no
   Progress progress = Progress::Auto;  // progress: auto | bar | lines
   // optim:
   double lr = 5e-4, min_lr = 1e-5, weight_decay = 1e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
@@ -83,6 +84,24 @@ struct StepTimes {
   double data = 0, forward = 0, backward = 0, comm = 0, optimizer = 0, total = 0;
 };
 
+// The counters a checkpoint saves.
+struct TrainerState {
+  int64_t step = 0;           // optimizer steps done (bad ones included)
+  int64_t bad_steps = 0, bad_in_a_row = 0;
+};
+
+// After each optimizer step, to every hook on every rank (all ranks agree on every field).
+struct StepEvent {
+  int64_t steps_done = 0;
+  bool last = false;          // the last step of the run
+  bool stopping = false;      // the run ends here early (train.stop_at, or SIGTERM/SIGUSR1 on some rank): run() returns after the hooks
+};
+
+// Installs handlers for SIGTERM and SIGUSR1 that ask running Trainers to stop after the current
+// step (Slurm sends one before the time limit with --signal). Idempotent.
+void install_stop_signals();
+bool stop_requested();
+
 struct TrainSummary {
   std::vector<double> losses;   // per step, mean over ranks (NaN for bad steps)
   int64_t bad_steps = 0;
@@ -92,6 +111,8 @@ struct TrainSummary {
   double model_flops_per_s = 0; // 3 x forward FLOPs (forward + backward) x samples/s, global
   int64_t parameters = 0;
   Metrics first_eval, last_eval;  // eval_at_start's and the last evaluation's (empty if none)
+  bool stopped = false;           // ended early (train.stop_at or a signal; the hooks saw stopping = true)
+  bool signalled = false;         // ... because of SIGTERM/SIGUSR1
 };
 
 struct TrainerOptions {
@@ -110,12 +131,15 @@ class Trainer {
   // when the NaN/Inf guard gives up.
   TrainSummary run();
 
-  // Called on every rank after each completed optimizer step, with the number of steps done
-  // (checkpoint hooks; may be collective since every rank calls it at the same step).
-  using StepHook = std::function<void(Trainer& trainer, int64_t steps_done)>;
+  // Called on every rank after each completed optimizer step (checkpoint hooks; may be collective
+  // since every rank calls it at the same step with the same event).
+  using StepHook = std::function<void(Trainer& trainer, const StepEvent& event)>;
   void add_step_hook(StepHook hook);
 
   int64_t step() const;                     // optimizer steps done (bad ones included)
+  TrainerState state() const;
+  void set_state(const TrainerState& state);  // on resume, before run()
+  int64_t global_batch() const;             // samples per optimizer step over all ranks
   AdamW& optimizer();
   Task& task();
 

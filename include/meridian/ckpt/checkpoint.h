@@ -1,0 +1,96 @@
+// Checkpoints of a training run: when to save, what a checkpoint holds, atomic files, retention,
+// and resuming (exactly on the same world size, elastically on another).
+//
+//   <run>/checkpoints/step_<8 digits>.h5   one per save (ckpt::Writer: collective MPI-IO)
+//   <run>/checkpoints/latest               the newest complete checkpoint's file name
+//
+// A save writes step_N.h5.tmp, closes it (collective), then rank 0 renames it to step_N.h5 and
+// replaces `latest` (written to latest.tmp and renamed): a crash at any moment leaves the previous
+// checkpoint usable. A failed write (full disk, unwritable directory) is a SystemError on every
+// rank; the .tmp file is removed and the previous checkpoint kept.
+//
+// Contents: model/<parameter or buffer name>, optim/<parameter name>/{exp_avg, exp_avg_sq, step},
+// ranks/<r>/torch_rng, and root attributes step, epoch, position (global samples consumed in the
+// epoch), samples_seen, bad_steps, bad_in_a_row, global_batch, config (YAML), created_by, time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "meridian/core/config.h"
+
+namespace meridian::comm {
+class Runtime;
+}
+namespace meridian::train {
+class Trainer;
+}
+namespace torch::nn {
+class Module;
+}
+
+namespace meridian::ckpt {
+
+// The `checkpoint:` section; ConfigError names the field.
+struct CheckpointSettings {
+  std::string dir;            // default <run_dir>/checkpoints
+  int64_t every_steps = 0;    // 0: not by steps
+  double every_minutes = 0;   // 0: not by time
+  int64_t keep_last = 3;      // checkpoints kept (older ones deleted), >= 1
+  int64_t keep_every = 0;     // also keep every checkpoint whose step is a multiple of this (0: none)
+  bool at_end = true;         // save after the last step
+  static CheckpointSettings from_config(const Config& config, const std::string& run_dir);
+};
+
+// What resuming needs before the task and trainer exist (the loader starts at epoch/position).
+struct ResumePoint {
+  std::string path;
+  int64_t step = 0, epoch = 0, position = 0, global_batch = 0, world_size = 0;
+  std::string config_yaml;
+};
+
+// Not collective. The newest checkpoint in `dir` that opens and whose checksums verify; each
+// rejected newer one is described in `rejected`. nullopt when there is none.
+std::optional<ResumePoint> find_resumable(const std::string& dir, std::vector<std::string>* rejected);
+// Not collective: the resume point of one file (DataError if it is not a valid checkpoint).
+ResumePoint read_resume_point(const std::string& path, bool verify);
+
+// Collective: `resume` is "" (fresh start), "auto" (newest valid checkpoint in settings.dir, or a
+// fresh start when there is none) or a path. Rank 0 chooses and verifies, every rank gets the same
+// answer. Logs what was rejected and why.
+std::optional<ResumePoint> choose_resume_point(const comm::Runtime& runtime, const std::string& resume,
+                                               const std::string& dir);
+
+// Compares a checkpoint's config with the current one: a difference under model: (or task.name /
+// task.loss) is a UserError listing them; other differences are returned, for the log.
+std::vector<std::string> compare_configs(const Config& saved, const Config& current, const std::string& path);
+
+// Collective: writes the trainer's state as checkpoint step_<step>.h5 in settings.dir, atomically,
+// then applies retention. Returns the final path.
+std::string save(const comm::Runtime& runtime, train::Trainer& trainer, const Config& config,
+                 const CheckpointSettings& settings);
+
+// Collective: loads parameters, buffers, optimizer state, counters and (same world size) this
+// rank's RNG state into a trainer built from the same config. DataError if a tensor is missing or
+// has another shape.
+void restore(const comm::Runtime& runtime, train::Trainer& trainer, const ResumePoint& point);
+
+// Not collective: copies the checkpoint's model/<name> tensors into a module's parameters and
+// buffers (by name, in place). DataError naming the dataset if one is missing or has another shape.
+void load_module(const std::string& path, torch::nn::Module& module);
+
+// Saves every `every_steps` steps / `every_minutes` minutes, after the last step (at_end), and when
+// the trainer stops on a signal (SIGTERM/SIGUSR1): registers a step hook on the trainer.
+class Checkpointer {
+ public:
+  Checkpointer(const comm::Runtime& runtime, train::Trainer& trainer, const Config& config, CheckpointSettings settings);
+  const std::string& last_saved() const { return last_; }
+
+ private:
+  std::string last_;
+};
+
+}  // namespace meridian::ckpt

@@ -1,0 +1,86 @@
+// The checkpoint file: one HDF5 file written collectively through MPI-IO (docs/formats.md,
+// "Checkpoint format v1").
+//
+//   /                          attributes: format = "meridian-checkpoint", format_version = 1, plus
+//                              whatever the caller adds (step, world_size, config, ...)
+//   /<name>                    a replicated tensor (identical on every rank), in its shape and dtype
+//                              (bfloat16/float16 stored as uint16 with attribute dtype); attributes
+//                              dtype, crc32c (uint32 per block of rows), block_rows
+//   /ranks/<r>/<name>          rank r's own tensor (RNG states), same attributes
+//
+// Writing: rows of a replicated tensor are split into blocks of about 4 MiB and the blocks into
+// contiguous shares, one per rank, so every rank writes (and checksums) its share and the write
+// bandwidth adds up; every rank takes part in every collective call, with an empty selection when
+// it has nothing to write. Reading is not collective: any process (or h5py) reads any dataset.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace meridian::comm {
+class Runtime;
+}
+
+namespace meridian::ckpt {
+
+class Writer {
+ public:
+  // Collective: creates (truncates) `path` with the MPI-IO driver. SystemError naming the path
+  // when it cannot be created.
+  Writer(const comm::Runtime& runtime, const std::string& path);
+  ~Writer();  // closes if close() was not called (not collective when unwinding: handles dropped)
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+
+  // Collective: every rank passes the same name and a tensor of the same shape and dtype (its
+  // values are taken from each rank's own copy of its share of rows).
+  void replicated(const std::string& name, const at::Tensor& tensor);
+  // Collective: each rank passes its own tensor (any shape); stored as ranks/<r>/<name>.
+  void per_rank(const std::string& name, const at::Tensor& mine);
+  // Collective: root attributes, the same value on every rank (rank 0's is used).
+  void attribute(const std::string& name, int64_t value);
+  void attribute(const std::string& name, const std::string& value);
+  // Collective: writes the checksum attributes and closes the file; throws SystemError (same on
+  // every rank) if any rank's write failed.
+  void close();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Not collective: whether `path` is an HDF5 file with format = "meridian-checkpoint".
+bool is_checkpoint(const std::string& path);
+
+class Reader {
+ public:
+  // Not collective. DataError naming the file when it is not a readable checkpoint.
+  explicit Reader(const std::string& path);
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
+  const std::string& path() const;
+  // Replicated tensor names (sorted), without ranks/.
+  std::vector<std::string> names() const;
+  bool has(const std::string& name) const;
+  // The whole tensor, checked against its checksums (DataError naming file, dataset and block).
+  at::Tensor read(const std::string& name) const;
+  int world_size_written() const;  // how many ranks/<r> groups there are
+  std::optional<int64_t> int_attribute(const std::string& name) const;
+  std::optional<std::string> string_attribute(const std::string& name) const;
+  // Reads every dataset and checks every checksum; DataError on the first mismatch.
+  void verify() const;
+  int64_t bytes() const;  // size of all datasets
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace meridian::ckpt

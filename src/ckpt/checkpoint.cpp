@@ -1,0 +1,301 @@
+#include "meridian/ckpt/checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <spdlog/spdlog.h>
+#include <torch/nn/module.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "meridian/ckpt/file.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/core/error.h"
+#include "meridian/core/version.h"
+#include "meridian/train/trainer.h"
+
+namespace meridian::ckpt {
+
+namespace fs = std::filesystem;
+
+CheckpointSettings CheckpointSettings::from_config(const Config& c, const std::string& run_dir) {
+  CheckpointSettings s;
+  s.dir = c.get<std::string>("checkpoint.dir", run_dir.empty() ? "" : run_dir + "/checkpoints");
+  s.every_steps = c.get<int64_t>("checkpoint.every_steps", s.every_steps);
+  s.every_minutes = c.get<double>("checkpoint.every_minutes", s.every_minutes);
+  s.keep_last = c.get<int64_t>("checkpoint.keep_last", s.keep_last);
+  s.keep_every = c.get<int64_t>("checkpoint.keep_every", s.keep_every);
+  s.at_end = c.get<bool>("checkpoint.at_end", s.at_end);
+  if (s.every_steps < 0) throw ConfigError(c.origin(), "checkpoint.every_steps", "must be >= 0 (0: not by steps)");
+  if (s.every_minutes < 0) throw ConfigError(c.origin(), "checkpoint.every_minutes", "must be >= 0 (0: not by time)");
+  if (s.keep_last < 1) throw ConfigError(c.origin(), "checkpoint.keep_last", "must be at least 1");
+  if (s.keep_every < 0) throw ConfigError(c.origin(), "checkpoint.keep_every", "must be >= 0");
+  return s;
+}
+
+namespace {
+
+std::string step_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld.h5", (long long)step);
+  return name;
+}
+
+// Checkpoint files in `dir`, newest (highest step) first.
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) return out;
+  static const std::regex pattern(R"(step_(\d{8,})\.h5)");
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, m, pattern)) out.emplace_back(std::stoll(m[1].str()), e.path().string());
+  }
+  std::sort(out.rbegin(), out.rend());
+  return out;
+}
+
+void write_text_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << text;
+    if (!f.flush()) throw SystemError(tmp + ": cannot write");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw SystemError("cannot rename " + tmp + " to " + path + ": " + ec.message());
+}
+
+std::string now_text() {
+  const std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+at::Generator cpu_generator() { return at::detail::getDefaultCPUGenerator(); }
+
+}  // namespace
+
+ResumePoint read_resume_point(const std::string& path, bool verify) {
+  Reader r(path);
+  if (verify) r.verify();
+  ResumePoint p;
+  p.path = path;
+  auto need = [&](const char* name) {
+    const auto v = r.int_attribute(name);
+    if (!v) throw DataError(path, std::string("attribute '") + name + "'", "missing");
+    return *v;
+  };
+  p.step = need("step");
+  p.epoch = need("epoch");
+  p.position = need("position");
+  p.global_batch = need("global_batch");
+  p.world_size = need("world_size");
+  p.config_yaml = r.string_attribute("config").value_or("");
+  return p;
+}
+
+std::optional<ResumePoint> find_resumable(const std::string& dir, std::vector<std::string>* rejected) {
+  for (const auto& [step, path] : list_checkpoints(dir)) {
+    try {
+      return read_resume_point(path, /*verify=*/true);
+    } catch (const std::exception& e) {
+      if (rejected) rejected->push_back(path + ": " + e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ResumePoint> choose_resume_point(const comm::Runtime& rt, const std::string& resume, const std::string& dir) {
+  if (resume.empty()) return std::nullopt;
+  std::string chosen, error;
+  if (rt.rank() == 0) {
+    try {
+      if (resume == "auto") {
+        std::vector<std::string> rejected;
+        const auto point = find_resumable(dir, &rejected);
+        for (const auto& r : rejected) spdlog::warn("resume: skipping {}", r);
+        if (point) chosen = point->path;
+        else spdlog::info("resume auto: no checkpoint in '{}'; starting from scratch", dir);
+      } else {
+        chosen = read_resume_point(resume, /*verify=*/true).path;
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  const auto errors = rt.allgather(error);
+  if (!errors[0].empty()) throw UserError("--resume " + resume + ": " + errors[0]);
+  chosen = rt.allgather(chosen)[0];
+  if (chosen.empty()) return std::nullopt;
+  return read_resume_point(chosen, /*verify=*/false);  // every rank reads the header (rank 0 verified)
+}
+
+std::vector<std::string> compare_configs(const Config& saved, const Config& current, const std::string& path) {
+  std::vector<std::string> keys = saved.leaf_keys();
+  for (const auto& k : current.leaf_keys())
+    if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  std::vector<std::string> fatal, harmless;
+  for (const auto& k : keys) {
+    const std::string a = saved.get<std::string>(k, "<unset>"), b = current.get<std::string>(k, "<unset>");
+    if (a == b) continue;
+    const std::string line = k + ": " + a + " -> " + b;
+    const bool matters = k.rfind("model.", 0) == 0 || k == "task.name" || k == "task.loss";
+    (matters ? fatal : harmless).push_back(line);
+  }
+  if (!fatal.empty()) {
+    std::string msg = path + ": the checkpoint was trained with another model; differences:";
+    for (const auto& f : fatal) msg += "\n  " + f;
+    throw UserError(msg);
+  }
+  return harmless;
+}
+
+std::string save(const comm::Runtime& rt, train::Trainer& trainer, const Config& config, const CheckpointSettings& s) {
+  if (s.dir.empty()) throw UserError("checkpoint: no directory (give --run-dir or checkpoint.dir)");
+  const auto t0 = std::chrono::steady_clock::now();
+  const train::TrainerState state = trainer.state();
+  const std::string final_path = s.dir + "/" + step_name(state.step), tmp = final_path + ".tmp";
+  std::string error;
+  if (rt.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(s.dir, ec);
+    if (ec) error = "cannot create the checkpoint directory '" + s.dir + "': " + ec.message();
+  }
+  const auto errors = rt.allgather(error);
+  if (!errors[0].empty()) throw SystemError(errors[0]);
+  try {
+    Writer w(rt, tmp);
+    auto& model = *trainer.task().model();
+    for (const auto& item : model.named_parameters()) w.replicated("model/" + item.key(), item.value());
+    for (const auto& item : model.named_buffers()) w.replicated("model/" + item.key(), item.value());
+    const auto& groups = trainer.optimizer().groups();
+    const auto& opt_state = trainer.optimizer().state();
+    size_t index = 0;
+    for (const auto& g : groups)
+      for (size_t i = 0; i < g.params.size(); ++i, ++index) {
+        const auto& st = opt_state[index];
+        const std::string base = "optim/" + g.names.at(i);
+        if (st.exp_avg.defined()) {
+          w.replicated(base + "/exp_avg", st.exp_avg);
+          w.replicated(base + "/exp_avg_sq", st.exp_avg_sq);
+        }
+        w.replicated(base + "/step", at::tensor({st.step}, at::kLong));
+      }
+    w.per_rank("torch_rng", cpu_generator().get_state());
+    const auto position = trainer.task().data_position();
+    w.attribute("step", state.step);
+    w.attribute("epoch", position.epoch);
+    w.attribute("position", position.position);
+    w.attribute("samples_seen", state.step * trainer.global_batch());
+    w.attribute("bad_steps", state.bad_steps);
+    w.attribute("bad_in_a_row", state.bad_in_a_row);
+    w.attribute("global_batch", trainer.global_batch());
+    w.attribute("config", config.dump());
+    w.attribute("created_by", created_by());
+    w.attribute("time", now_text());
+    w.close();
+  } catch (...) {
+    if (rt.rank() == 0) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+    }
+    throw;
+  }
+  rt.barrier();
+  if (rt.rank() == 0) {
+    try {
+      std::error_code ec;
+      fs::rename(tmp, final_path, ec);
+      if (ec) throw SystemError("cannot rename " + tmp + ": " + ec.message());
+      write_text_atomically(s.dir + "/latest", step_name(state.step) + "\n");
+      // Retention: the newest keep_last, plus multiples of keep_every.
+      const auto all = list_checkpoints(s.dir);
+      for (size_t i = size_t(s.keep_last); i < all.size(); ++i)
+        if (!(s.keep_every > 0 && all[i].first % s.keep_every == 0)) fs::remove(all[i].second, ec);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  const auto after = rt.allgather(error);
+  if (!after[0].empty()) throw SystemError(after[0]);
+  if (rt.rank() == 0)
+    spdlog::info("checkpoint {} written in {:.2f} s", final_path,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return final_path;
+}
+
+namespace {
+// Copies dataset `name` into `target` (same shape), in place.
+void load_tensor(const Reader& r, const std::string& name, at::Tensor target) {
+  at::NoGradGuard no_grad;
+  const at::Tensor t = r.read(name);
+  if (t.sizes() != target.sizes())
+    throw DataError(r.path(), "dataset '" + name + "'",
+                    "shape " + c10::str(t.sizes()) + " does not match the model's " + c10::str(target.sizes()));
+  target.copy_(t);
+}
+
+void load_module(const Reader& r, torch::nn::Module& module) {
+  for (const auto& item : module.named_parameters()) load_tensor(r, "model/" + item.key(), item.value());
+  for (const auto& item : module.named_buffers()) load_tensor(r, "model/" + item.key(), item.value());
+}
+}  // namespace
+
+void load_module(const std::string& path, torch::nn::Module& module) { load_module(Reader(path), module); }
+
+void restore(const comm::Runtime& rt, train::Trainer& trainer, const ResumePoint& point) {
+  Reader r(point.path);
+  at::NoGradGuard no_grad;
+  auto load_into = [&](const std::string& name, at::Tensor target) { load_tensor(r, name, std::move(target)); };
+  load_module(r, *trainer.task().model());
+  const auto& groups = trainer.optimizer().groups();
+  auto& opt_state = trainer.optimizer().state();
+  size_t index = 0;
+  for (const auto& g : groups)
+    for (size_t i = 0; i < g.params.size(); ++i, ++index) {
+      const std::string base = "optim/" + g.names.at(i);
+      auto& st = opt_state[index];
+      st.step = r.read(base + "/step").item<int64_t>();
+      if (r.has(base + "/exp_avg")) {
+        st.exp_avg = at::zeros_like(g.params[i]);
+        st.exp_avg_sq = at::zeros_like(g.params[i]);
+        load_into(base + "/exp_avg", st.exp_avg);
+        load_into(base + "/exp_avg_sq", st.exp_avg_sq);
+      }
+    }
+  const std::string rng = "ranks/" + std::to_string(rt.rank() % std::max<int64_t>(1, point.world_size)) + "/torch_rng";
+  if (r.has(rng)) cpu_generator().set_state(r.read(rng));
+  train::TrainerState state;
+  state.step = point.step;
+  state.bad_steps = r.int_attribute("bad_steps").value_or(0);
+  state.bad_in_a_row = r.int_attribute("bad_in_a_row").value_or(0);
+  trainer.set_state(state);
+  rt.barrier();
+  if (rt.rank() == 0)
+    spdlog::info("resumed from {}: step {}, epoch {}, global position {} (written by {} ranks, global batch {})", point.path,
+                 point.step, point.epoch, point.position, point.world_size, point.global_batch);
+}
+
+Checkpointer::Checkpointer(const comm::Runtime& rt, train::Trainer& trainer, const Config& config, CheckpointSettings s) {
+  auto last_time = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+  trainer.add_step_hook([&rt, config, s, last_time, this](train::Trainer& t, const train::StepEvent& e) {
+    bool due = e.stopping || (e.last && s.at_end) || (s.every_steps > 0 && e.steps_done % s.every_steps == 0);
+    if (s.every_minutes > 0) {
+      // Rank 0's clock decides, so every rank saves at the same step.
+      const bool late = std::chrono::steady_clock::now() - *last_time >= std::chrono::duration<double>(60 * s.every_minutes);
+      due = rt.max(int64_t(rt.rank() == 0 && late)) > 0 || due;
+    }
+    if (!due || s.dir.empty()) return;
+    last_ = save(rt, t, config, s);
+    *last_time = std::chrono::steady_clock::now();
+  });
+}
+
+}  // namespace meridian::ckpt

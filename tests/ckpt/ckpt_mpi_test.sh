@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Usage: ckpt_mpi_test.sh MPIRUN MERIDIAN — checkpoints and resume end to end on a small SigLIP:
+#  1. exact: 12 steps straight == 6 steps (train.stop_at) + resume + 6 steps, bit for bit (model and
+#     optimizer state compared with h5diff), on 2 ranks;
+#  2. `meridian inspect` lists a checkpoint and verifies it; a corrupted newest checkpoint is
+#     reported by inspect and skipped by --resume auto, which takes the previous one;
+#  3. elastic: a 2-rank checkpoint resumes on 4 ranks with the same global batch, and back on 2;
+#  4. SIGUSR1 mid-run: a checkpoint at the step it stopped, exit code 4;
+#  5. `meridian eval` on a checkpoint; an unwritable checkpoint directory is a clear error.
+set -u
+mpirun=$1 meridian=$2
+fail() { echo "FAIL: $*"; exit 1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+command -v h5diff >/dev/null || fail "h5diff missing (hdf5-tools)"
+"$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --count 128 --size 32 --vocab-size 300 --context-length 16 \
+  --out "$tmp/data.h5" --log-level warn >/dev/null || fail "prep exited $?"
+cat >"$tmp/small.yaml" <<'YAML'
+model:
+  image_size: 32
+  patch: 8
+  vision: {width: 32, depth: 1, heads: 2, mlp_ratio: 2}
+  context_length: 16
+  vocab_size: 300
+  text: {width: 32, depth: 1, heads: 2, mlp_ratio: 2}
+  embed: 32
+train: {batch: 8, steps: 12, log_every: 4}
+optim: {lr: 2.0e-3, warmup: 3}
+data: {augment: true}
+checkpoint: {every_steps: 3, keep_last: 2}
+YAML
+train() { local np=$1; shift; "$mpirun" --oversubscribe -np "$np" "$meridian" train --config "$tmp/small.yaml" --data "$tmp/data.h5" "$@"; }
+
+# 1. Exact resume.
+train 2 --run-dir "$tmp/a" >"$tmp/a.out" 2>&1 || { cat "$tmp/a.out"; fail "straight run exited $?"; }
+train 2 --run-dir "$tmp/b" --set train.stop_at=6 >"$tmp/b1.out" 2>&1 || { cat "$tmp/b1.out"; fail "run to step 6 exited $?"; }
+grep -q "stopped at step 6" "$tmp/b1.out" || { cat "$tmp/b1.out"; fail "no stop at step 6"; }
+[[ -f $tmp/b/checkpoints/step_00000006.h5 && ! -e $tmp/b/checkpoints/step_00000012.h5 ]] || fail "no checkpoint at step 6"
+[[ $(cat "$tmp/b/checkpoints/latest") == step_00000006.h5 ]] || fail "latest does not name step 6"
+train 2 --run-dir "$tmp/b" --resume auto >"$tmp/b2.out" 2>&1 || { cat "$tmp/b2.out"; fail "resumed run exited $?"; }
+grep -q "resumed from .*step_00000006.h5: step 6" "$tmp/b2.out" || { cat "$tmp/b2.out"; fail "did not resume from step 6"; }
+ls "$tmp/a/checkpoints"
+[[ $(ls "$tmp/a/checkpoints" | grep -c '\.h5$') == 2 ]] || fail "retention: expected the last 2 checkpoints"
+for group in /model /optim; do
+  h5diff -r "$tmp/a/checkpoints/step_00000012.h5" "$tmp/b/checkpoints/step_00000012.h5" $group $group >"$tmp/diff" \
+    || { head -20 "$tmp/diff"; fail "$group differs between the straight and the resumed run"; }
+done
+echo "exact resume: model and optimizer state identical"
+
+# 2. Inspect, corruption, fallback.
+"$meridian" inspect "$tmp/b/checkpoints/step_00000012.h5" >"$tmp/i" 2>&1 || { cat "$tmp/i"; fail "inspect exited $?"; }
+grep -q "step 12, written by 2 ranks" "$tmp/i" && grep -q "all checksums verified" "$tmp/i" || { cat "$tmp/i"; fail "inspect output"; }
+cp -r "$tmp/b" "$tmp/c"
+python3 - "$tmp/c/checkpoints/step_00000012.h5" <<'PY'
+import os, sys
+path = sys.argv[1]
+size = os.path.getsize(path)
+with open(path, "r+b") as f:  # flip bytes well inside the data (past the superblock and headers)
+    f.seek(size // 2)
+    chunk = f.read(64)
+    f.seek(size // 2)
+    f.write(bytes(b ^ 0xFF for b in chunk))
+PY
+"$meridian" inspect "$tmp/c/checkpoints/step_00000012.h5" >"$tmp/i" 2>&1 && fail "inspect accepted a corrupted checkpoint"
+grep -qE "checksum mismatch|corrupt|cannot" "$tmp/i" || { cat "$tmp/i"; fail "no clear message for the corrupted checkpoint"; }
+train 2 --run-dir "$tmp/c" --resume auto --set train.steps=14 >"$tmp/c.out" 2>&1 || { cat "$tmp/c.out"; fail "fallback resume exited $?"; }
+grep -q "resume: skipping .*step_00000012.h5" "$tmp/c.out" && grep -q "resumed from .*step_00000009.h5: step 9" "$tmp/c.out" \
+  || { cat "$tmp/c.out"; fail "resume auto did not fall back to step 9"; }
+
+# 3. Elastic: 2 -> 4 ranks (global batch 16 = 4 x 4), then 4 -> 2.
+train 4 --run-dir "$tmp/e" --resume "$tmp/a/checkpoints/step_00000009.h5" --set train.steps=15 >"$tmp/e.out" 2>&1 \
+  || { cat "$tmp/e.out"; fail "2 -> 4 resume exited $?"; }
+grep -q "resume: 2 ranks -> 4: train.batch 4 per rank keeps the global batch 16" "$tmp/e.out" || { cat "$tmp/e.out"; fail "2 -> 4 batch"; }
+grep -q "resumed from .*: step 9, epoch 1, global position 16" "$tmp/e.out" || { grep resumed "$tmp/e.out"; fail "2 -> 4 position"; }
+"$meridian" inspect "$tmp/e/checkpoints/step_00000015.h5" | grep -q "step 15, written by 4 ranks" || fail "4-rank checkpoint"
+train 2 --run-dir "$tmp/f" --resume "$tmp/e/checkpoints/step_00000015.h5" --set train.steps=18 >"$tmp/f.out" 2>&1 \
+  || { cat "$tmp/f.out"; fail "4 -> 2 resume exited $?"; }
+grep -q "resume: 4 ranks -> 2: train.batch 8 per rank keeps the global batch 16" "$tmp/f.out" || { cat "$tmp/f.out"; fail "4 -> 2 batch"; }
+grep -q "train: 3 steps" "$tmp/f.out" || { cat "$tmp/f.out"; fail "4 -> 2 did not run steps 16..18"; }
+
+# 4. SIGUSR1: checkpoint at the current step, exit code 4.
+# (mpirun itself in the background: it forwards SIGUSR1 to the ranks.)
+"$mpirun" --oversubscribe -np 2 "$meridian" train --config "$tmp/small.yaml" --data "$tmp/data.h5" --run-dir "$tmp/g" \
+  --set train.steps=100000 --set checkpoint.every_steps=0 >"$tmp/g.out" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do grep -q "step  *1/" "$tmp/g.out" 2>/dev/null && break; sleep 0.2; done
+kill -USR1 $pid
+wait $pid; rc=$?
+[[ $rc == 4 ]] || { cat "$tmp/g.out"; fail "SIGUSR1: exit code $rc, expected 4"; }
+latest=$(cat "$tmp/g/checkpoints/latest") || fail "SIGUSR1: no checkpoint"
+"$meridian" inspect "$tmp/g/checkpoints/$latest" >/dev/null || fail "SIGUSR1 checkpoint does not verify"
+echo "SIGUSR1: stopped with $latest"
+
+# 5. eval, and an unwritable checkpoint directory.
+"$mpirun" --oversubscribe -np 2 "$meridian" eval --checkpoint "$tmp/a/checkpoints/step_00000012.h5" --data "$tmp/data.h5" \
+  >"$tmp/v" 2>&1 || { cat "$tmp/v"; fail "eval exited $?"; }
+grep -qE "^eval: i2t_r1 [0-9.]+  i2t_r5 [0-9.]+  i2t_r10 [0-9.]+  t2i_r1 [0-9.]+  t2i_r5 [0-9.]+  t2i_r10 [0-9.]+  zero_shot [0-9.]+" "$tmp/v" \
+  || { cat "$tmp/v"; fail "eval output"; }
+touch "$tmp/not-a-dir"
+train 2 --run-dir "$tmp/h" --set checkpoint.dir="$tmp/not-a-dir/ckpt" >"$tmp/h.out" 2>&1 && fail "an unwritable checkpoint directory was accepted"
+grep -q "cannot create the checkpoint directory '$tmp/not-a-dir/ckpt'" "$tmp/h.out" || { cat "$tmp/h.out"; fail "no clear message"; }
+echo PASS
