@@ -1,6 +1,10 @@
 #include "meridian/ckpt/file.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -286,6 +290,17 @@ void Writer::close() {
     m.file.release();
     m.closed = true;
     MERIDIAN_H5_CHECK(H5Fclose(f));
+  });
+  // Durable before the caller renames it into place: every rank flushes what its node's page cache
+  // holds of the file (on NFS each client's own writes).
+  m.agreed("fsync", [&] {
+    const int fd = ::open(m.path.c_str(), O_RDONLY);
+    if (fd < 0 || ::fsync(fd) != 0) {
+      const int err = errno;
+      if (fd >= 0) ::close(fd);
+      throw SystemError(std::string("fsync failed: ") + std::strerror(err));
+    }
+    ::close(fd);
   });
 }
 

@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+namespace meridian {
+class Config;
+}
+
 namespace meridian::comm {
 class Runtime;
 }
@@ -33,5 +37,9 @@ Command inspect_command();
 Command train_command();
 Command bench_train_command();
 Command eval_command();
+Command bench_ckpt_command();
+
+// Applies every `--set key=value` of a parse result to `config`, in order; UserError on a malformed one.
+void apply_overrides(const cxxopts::ParseResult& parsed, Config& config);
 
 }  // namespace meridian::cli

@@ -35,12 +35,7 @@ Command eval_command() {
       step = reader.int_attribute("step").value_or(0);
       vocab = reader.read("model/token_embed.weight").size(0);  // raised to the tokenizer's in training
     }
-    if (p.count("set"))
-      for (const auto& kv : p["set"].as<std::vector<std::string>>()) {
-        const auto eq = kv.find('=');
-        if (eq == std::string::npos || eq == 0) throw UserError("--set: expected key=value, got '" + kv + "'");
-        config.set(kv.substr(0, eq), kv.substr(eq + 1));
-      }
+    apply_overrides(p, config);
     if (config.get<std::string>("task.name", "siglip") != "siglip")
       throw UserError(path + ": eval supports the siglip task (this checkpoint is " + config.get<std::string>("task.name") + ")");
     const data::DatasetInfo info = data::validate_dataset(data_path);

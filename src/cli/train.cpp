@@ -39,12 +39,7 @@ Config resolved_config(const cxxopts::ParseResult& p, const std::string& command
   if (path.empty()) throw UserError(command + ": --config is required (e.g. jobs/configs/siglip-tiny.yaml)");
   Config config = Config::load_file(path);
   if (!p["data"].as<std::string>().empty()) config.set("data.train", yaml_quoted(p["data"].as<std::string>()));
-  if (p.count("set"))
-    for (const auto& kv : p["set"].as<std::vector<std::string>>()) {
-      const auto eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0) throw UserError("--set: expected key=value, got '" + kv + "'");
-      config.set(kv.substr(0, eq), kv.substr(eq + 1));
-    }
+  apply_overrides(p, config);
   if (config.get<std::string>("data.train", "").empty())
     throw UserError(command + ": no training data: give --data or data.train in " + path);
   return config;
@@ -121,6 +116,15 @@ double matmul_rate(const comm::Runtime& rt) {
 }
 
 }  // namespace
+
+void apply_overrides(const cxxopts::ParseResult& p, Config& config) {
+  if (!p.count("set")) return;
+  for (const auto& kv : p["set"].as<std::vector<std::string>>()) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) throw UserError("--set: expected key=value, got '" + kv + "'");
+    config.set(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+}
 
 Command train_command() {
   Command c;

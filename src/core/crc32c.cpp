@@ -15,13 +15,36 @@ constexpr std::array<uint32_t, 256> make_crc32c_table() {
   return table;
 }
 constexpr auto kCrc32cTable = make_crc32c_table();
+
+uint32_t crc32c_table(const uint8_t* p, size_t n, uint32_t crc) {
+  for (size_t i = 0; i < n; ++i) crc = kCrc32cTable[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+  return crc;
+}
+
+#if defined(__x86_64__)
+// SSE4.2's crc32 instruction computes the same polynomial 8 bytes at a time (checkpoints checksum
+// gigabytes: the table runs at about 0.4 GB/s here, this at several GB/s).
+__attribute__((target("sse4.2"))) uint32_t crc32c_sse42(const uint8_t* p, size_t n, uint32_t crc) {
+  uint64_t c = crc;
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t word;
+    __builtin_memcpy(&word, p, 8);
+    c = __builtin_ia32_crc32di(c, word);
+  }
+  crc = uint32_t(c);
+  for (; n > 0; --n, ++p) crc = __builtin_ia32_crc32qi(crc, *p);
+  return crc;
+}
+#endif
 }  // namespace
 
 uint32_t crc32c(const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
-  uint32_t crc = 0xFFFFFFFFu;
-  for (size_t i = 0; i < n; ++i) crc = kCrc32cTable[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return ~crc;
+#if defined(__x86_64__)
+  static const bool sse42 = __builtin_cpu_supports("sse4.2");
+  if (sse42) return ~crc32c_sse42(p, n, 0xFFFFFFFFu);
+#endif
+  return ~crc32c_table(p, n, 0xFFFFFFFFu);
 }
 
 }  // namespace meridian

@@ -10,24 +10,12 @@
 set -u
 mpirun=$1 meridian=$2
 fail() { echo "FAIL: $*"; exit 1; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+tmp=$(mktemp -d); pid=
+trap '[[ -n $pid ]] && kill $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 command -v h5diff >/dev/null || fail "h5diff missing (hdf5-tools)"
-"$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --count 128 --size 32 --vocab-size 300 --context-length 16 \
-  --out "$tmp/data.h5" --log-level warn >/dev/null || fail "prep exited $?"
-cat >"$tmp/small.yaml" <<'YAML'
-model:
-  image_size: 32
-  patch: 8
-  vision: {width: 32, depth: 1, heads: 2, mlp_ratio: 2}
-  context_length: 16
-  vocab_size: 300
-  text: {width: 32, depth: 1, heads: 2, mlp_ratio: 2}
-  embed: 32
-train: {batch: 8, steps: 12, log_every: 4}
-optim: {lr: 2.0e-3, warmup: 3}
-data: {augment: true}
-checkpoint: {every_steps: 3, keep_last: 2}
-YAML
+source "$(dirname "$0")/fixture.sh"
+make_fixture "train: {batch: 8, steps: 12, log_every: 4}
+checkpoint: {every_steps: 3, keep_last: 2}"
 train() { local np=$1; shift; "$mpirun" --oversubscribe -np "$np" "$meridian" train --config "$tmp/small.yaml" --data "$tmp/data.h5" "$@"; }
 
 # 1. Exact resume.
@@ -84,7 +72,7 @@ grep -q "train: 3 steps" "$tmp/f.out" || { cat "$tmp/f.out"; fail "4 -> 2 did no
 pid=$!
 for _ in $(seq 1 100); do grep -q "step  *1/" "$tmp/g.out" 2>/dev/null && break; sleep 0.2; done
 kill -USR1 $pid
-wait $pid; rc=$?
+wait $pid; rc=$?; pid=
 [[ $rc == 4 ]] || { cat "$tmp/g.out"; fail "SIGUSR1: exit code $rc, expected 4"; }
 latest=$(cat "$tmp/g/checkpoints/latest") || fail "SIGUSR1: no checkpoint"
 "$meridian" inspect "$tmp/g/checkpoints/$latest" >/dev/null || fail "SIGUSR1 checkpoint does not verify"

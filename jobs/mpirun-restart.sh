@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs an mpirun training command and, when it fails (a rank died, a node rebooted, the watchdog
+# ended a hung job), runs it again with `--resume auto` so it continues from the newest complete
+# checkpoint, up to --max-restarts times, pausing between tries. Each attempt is logged with its
+# start time, exit code and duration. Exit code 4 (stopped on SIGTERM/SIGUSR1 after a checkpoint)
+# and 2 (bad input: the same command would fail again) are not retried.
+#
+# Usage: jobs/mpirun-restart.sh [--max-restarts N (3)] [--pause SECONDS (10)] [--log FILE] -- \
+#            mpirun -np 8 --hostfile hosts build/meridian train --config ... --run-dir runs/x
+# The command must name a --run-dir (where checkpoints are) so that a restart finds them.
+set -uo pipefail
+max_restarts=3 pause=10 log=
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --max-restarts) max_restarts=$2; shift 2 ;;
+    --pause) pause=$2; shift 2 ;;
+    --log) log=$2; shift 2 ;;
+    --) shift; break ;;
+    -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "mpirun-restart.sh: unknown option '$1' (the command goes after --)" >&2; exit 2 ;;
+  esac
+done
+[[ $# -gt 0 ]] || { echo "mpirun-restart.sh: no command (give it after --)" >&2; exit 2; }
+[[ $max_restarts =~ ^[0-9]+$ ]] || { echo "mpirun-restart.sh: --max-restarts must be a number, got '$max_restarts'" >&2; exit 2; }
+[[ $pause =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "mpirun-restart.sh: --pause must be seconds, got '$pause'" >&2; exit 2; }
+grep -q -- "--run-dir" <<<"$*" || { echo "mpirun-restart.sh: the command needs --run-dir (restarts resume from its checkpoints)" >&2; exit 2; }
+say() { local line="[mpirun-restart $(date -u +%FT%TZ)] $*"; echo "$line" >&2; [[ -n $log ]] && echo "$line" >>"$log"; return 0; }
+
+cmd=("$@")
+attempt=0
+while true; do
+  attempt=$((attempt + 1))
+  run=("${cmd[@]}")
+  if (( attempt > 1 )); then  # the command's own --resume (if any) gives way to auto
+    run=()
+    for ((i = 0; i < ${#cmd[@]}; i++)); do
+      if [[ ${cmd[i]} == --resume ]]; then ((i++)); continue; fi
+      [[ ${cmd[i]} == --resume=* ]] && continue
+      run+=("${cmd[i]}")
+    done
+    run+=(--resume auto)
+  fi
+  say "attempt $attempt: ${run[*]}"
+  start=$(date +%s)
+  "${run[@]}"
+  rc=$?
+  say "attempt $attempt: exit code $rc after $(( $(date +%s) - start )) s"
+  case $rc in
+    0) exit 0 ;;
+    2) say "bad input: not retrying"; exit 2 ;;
+    4) say "stopped on a signal after a checkpoint: not retrying (resubmit to continue)"; exit 4 ;;
+  esac
+  if (( attempt > max_restarts )); then
+    say "giving up after $max_restarts restart(s)"
+    exit "$rc"
+  fi
+  sleep "$pause"
+done
