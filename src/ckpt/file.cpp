@@ -133,13 +133,15 @@ struct Writer::Impl {
     const auto errors = rt.allgather(error);
     for (size_t r = 0; r < errors.size(); ++r)
       if (!errors[r].empty())
-        throw SystemError(path + ": checkpoint write failed (" + what + ") on rank " + std::to_string(r) + ": " + errors[r]);
+        throw SystemError(path + ": checkpoint write failed (" + what + ") on rank " + std::to_string(r) +
+                          " (disk full, quota, or directory not writable?): " + errors[r]);
   }
 
   void create_and_write(const std::string& name, const std::vector<hsize_t>& dims, const TypeInfo& type,
                         int64_t first_row, int64_t row_count, const void* data) {
     agreed("dataset " + name, [&] {
       const auto locked = h5::lock();
+      h5::QuietErrors quiet;  // the failure is reported once, by agreed(), not as HDF5's stack dump
       h5::Id space = create_space(dims);
       h5::Id dcpl = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
       MERIDIAN_H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
@@ -263,6 +265,7 @@ void Writer::close() {
   const std::string root_attrs = m.rt.allgather(attrs)[0];
   m.agreed("attributes", [&] {
     const auto locked = h5::lock();
+    h5::QuietErrors quiet;
     for (size_t i = 0; i < m.pending.size(); ++i) {
       h5::Id dset = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(m.file, m.pending[i].name.c_str(), H5P_DEFAULT)));
       h5::write_attr(dset, "dtype", m.pending[i].dtype);
@@ -284,6 +287,7 @@ void Writer::close() {
   });
   m.agreed("close", [&] {
     const auto locked = h5::lock();
+    h5::QuietErrors quiet;
     m.xfer.reset();
     m.lcpl.reset();
     const hid_t f = m.file.get();

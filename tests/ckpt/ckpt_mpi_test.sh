@@ -86,4 +86,22 @@ grep -qE "^eval: i2t_r1 [0-9.]+  i2t_r5 [0-9.]+  i2t_r10 [0-9.]+  t2i_r1 [0-9.]+
 touch "$tmp/not-a-dir"
 train 2 --run-dir "$tmp/h" --set checkpoint.dir="$tmp/not-a-dir/ckpt" >"$tmp/h.out" 2>&1 && fail "an unwritable checkpoint directory was accepted"
 grep -q "cannot create the checkpoint directory '$tmp/not-a-dir/ckpt'" "$tmp/h.out" || { cat "$tmp/h.out"; fail "no clear message"; }
+
+# 6. A full disk during a save (a tmpfs that holds one checkpoint, not two; needs root to mount):
+#    a clear error on every rank, no .tmp left, the previous checkpoint intact.
+size=$(stat -c %s "$tmp/a/checkpoints/step_00000012.h5")
+mkdir -p "$tmp/full"
+if mount -t tmpfs -o size=$(( size * 3 / 2 / 4096 * 4096 + 4096 )) tmpfs "$tmp/full" 2>/dev/null; then
+  train 2 --run-dir "$tmp/full" --set checkpoint.every_steps=3 >"$tmp/full.out" 2>&1; rc=$?
+  ls -la "$tmp/full/checkpoints" >"$tmp/full.ls" 2>&1
+  "$meridian" inspect "$tmp/full/checkpoints/step_00000003.h5" >"$tmp/full.inspect" 2>&1; inspected=$?
+  umount "$tmp/full"
+  [[ $rc != 0 ]] || { cat "$tmp/full.out"; fail "a full disk during a save was not an error"; }
+  grep -q "checkpoint write failed" "$tmp/full.out" || { cat "$tmp/full.out"; fail "no clear message for a full disk"; }
+  grep -q "\.tmp" "$tmp/full.ls" && { cat "$tmp/full.ls"; fail "a .tmp checkpoint was left behind"; }
+  [[ $inspected == 0 ]] || { cat "$tmp/full.ls" "$tmp/full.inspect"; fail "the previous checkpoint does not verify"; }
+  echo "full disk: clear error, step 3 kept"
+else
+  echo "full disk: skipped (cannot mount a tmpfs here)"
+fi
 echo PASS
