@@ -24,6 +24,7 @@ void add_config_options(cxxopts::Options& o) {
       ("config", "YAML with model:, task:, data:, train: and optim: sections (jobs/configs/*.yaml)", cxxopts::value<std::string>()->default_value(""))
       ("data", "Training dataset (.h5, from meridian prep); overrides data.train", cxxopts::value<std::string>()->default_value(""))
       ("set", "Override a config value, key=value (repeatable), e.g. --set optim.lr=3e-4", cxxopts::value<std::vector<std::string>>())
+      ("health-every", "Steps between health reports (health.jsonl; stragglers, memory growth, data stalls); 0: off; default train.health_every or 100", cxxopts::value<int64_t>())
       ("resume", "auto (the newest valid checkpoint in the run's checkpoint directory, else from scratch) or a checkpoint file", cxxopts::value<std::string>()->default_value(""));
 }
 
@@ -40,6 +41,7 @@ Config resolved_config(const cxxopts::ParseResult& p, const std::string& command
   Config config = Config::load_file(path);
   if (!p["data"].as<std::string>().empty()) config.set("data.train", yaml_quoted(p["data"].as<std::string>()));
   apply_overrides(p, config);
+  if (p.count("health-every")) config.set("train.health_every", std::to_string(p["health-every"].as<int64_t>()));
   if (config.get<std::string>("data.train", "").empty())
     throw UserError(command + ": no training data: give --data or data.train in " + path);
   return config;

@@ -18,6 +18,7 @@
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/parallel/ddp.h"
+#include "health.h"
 #include "run_files.h"
 
 namespace meridian::train {
@@ -37,6 +38,8 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   s.eval_at_start = c.get<bool>("train.eval_at_start", s.eval_at_start);
   s.max_bad_steps = c.get<int64_t>("train.max_bad_steps", s.max_bad_steps);
   s.stop_at = c.get<int64_t>("train.stop_at", s.stop_at);
+  s.health_every = c.get<int64_t>("train.health_every", s.health_every);
+  if (s.health_every < 0) throw ConfigError(file, "train.health_every", "must be >= 0 (0: no health reports)");
   if (s.stop_at < 0) throw ConfigError(file, "train.stop_at", "must be >= 0 (0: run to train.steps)");
   const std::string progress = c.get<std::string>("train.progress", "auto");
   if (progress == "auto") s.progress = Progress::Auto;
@@ -181,6 +184,7 @@ struct Trainer::Impl {
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
   std::unique_ptr<AdamW> optimizer;
   std::unique_ptr<RunFiles> files;  // rank 0 with a run directory
+  std::unique_ptr<HealthMonitor> health;  // every rank, when train.health_every > 0
   std::vector<StepHook> hooks;
   int64_t step = 0, bad_in_a_row = 0, bad_total = 0;
   bool stopping = false, signalled = false;  // agreed this step: the run ends here (stop_at, or a signal on some rank)
@@ -205,6 +209,7 @@ struct Trainer::Impl {
     const auto& plain = constant.params;
     optimizer = std::make_unique<AdamW>(std::vector<ParamGroup>{decaying, constant}, AdamWOptions{s.lr, s.beta1, s.beta2, s.eps});
 
+    if (s.health_every > 0) health = std::make_unique<HealthMonitor>(rt, *control, o.run_dir);
     if (rt.rank() == 0) {
       spdlog::info("resolved config ({}):\n{}", o.config.origin(), o.config.dump());
       if (!o.run_dir.empty()) files = std::make_unique<RunFiles>(o.run_dir, o.config.dump());
@@ -378,6 +383,11 @@ struct Trainer::Impl {
       summary.losses.push_back(loss);
       if (step > first + 1) measured += t, ++measured_steps;  // the first step warms up (allocations, caches)
       interval += t, ++interval_steps;
+      if (health) {
+        health->record(t);
+        if (step % s.health_every == 0)
+          for (auto& w : health->report(step)) summary.health_warnings.push_back(std::move(w));
+      }
       const bool last = step == s.steps;
       for (auto& hook : hooks) hook(*o_trainer, StepEvent{step, last, stopping});
       if (s.eval_every > 0 && step % s.eval_every == 0 && !last) summary.last_eval = evaluate();

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <unistd.h>
 
 #include "meridian/comm/runtime.h"
@@ -44,6 +45,8 @@ class LinearTask : public train::Task {
     const bool poison = nan_from_ >= 0 && forwards_ >= nan_from_ && forwards_ < nan_until_ &&
                         (nan_rank_ < 0 || nan_rank_ == runtime().rank());
     ++forwards_;
+    if (slow_ms_ > 0 && runtime().rank() == runtime().size() - 1)
+      std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms_));
     return poison ? loss * std::nan("") : loss;
   }
   train::Metrics evaluate() override {
@@ -52,12 +55,12 @@ class LinearTask : public train::Task {
   }
   // Forward calls [from, until) on `rank` (-1: all ranks) return NaN.
   void poison(int64_t from, int64_t until, int rank) { nan_from_ = from, nan_until_ = until, nan_rank_ = rank; }
-  torch::nn::Linear& linear() { return model_; }
+  void slow_last_rank(int ms) { slow_ms_ = ms; }  // an injected straggler
   int evaluations_ = 0;
 
  private:
   int64_t batch_, next_ = 0, forwards_ = 0, nan_from_ = -1, nan_until_ = -1;
-  int nan_rank_ = -1;
+  int nan_rank_ = -1, slow_ms_ = 0;
   torch::nn::Linear model_;
   torch::Tensor x_, y_;
 };
@@ -249,6 +252,41 @@ TEST(Trainer, RunFilesHoldTheConfigMetricsAndTensorboardEvents) {
         EXPECT_FLOAT_EQ(e.value, float(summary.losses[size_t(e.step - 1)]));
       }
     EXPECT_EQ(losses, 3);
+  }
+  runtime().barrier();
+  if (runtime().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(Trainer, HealthMonitorFlagsAnInjectedStraggler) {
+  if (runtime().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const std::string dir = shared_temp_dir("trainer_health");
+  train::seed(7);
+  LinearTask task(4);
+  task.slow_last_rank(15);
+  const auto config = meridian::Config::parse("train: {steps: 12, health_every: 4, log_every: 100}\n", "health.yaml");
+  train::Trainer trainer(runtime(), task, train::TrainerSettings::from_config(config), {config, dir});
+  const auto summary = trainer.run();
+  if (runtime().rank() == 0) {
+    const std::string slow = "straggler: rank " + std::to_string(runtime().size() - 1) + " on ";
+    int flagged = 0;
+    for (const auto& w : summary.health_warnings) {
+      EXPECT_EQ(w.find("straggler: rank 0 "), std::string::npos) << w;
+      flagged += w.rfind(slow, 0) == 0;
+    }
+    EXPECT_EQ(flagged, 3) << "one straggler warning per report (steps 4, 8, 12)";
+    // health.jsonl: one line per report with every rank's figures.
+    std::ifstream file(dir + "/health.jsonl");
+    std::string line;
+    int lines = 0;
+    while (std::getline(file, line)) {
+      ++lines;
+      EXPECT_NE(line.find("\"rss_mb\""), std::string::npos);
+      EXPECT_NE(line.find("\"probe_us\""), std::string::npos);
+      EXPECT_NE(line.find(slow), std::string::npos);
+    }
+    EXPECT_EQ(lines, 3);
+  } else {
+    EXPECT_TRUE(summary.health_warnings.empty());
   }
   runtime().barrier();
   if (runtime().rank() == 0) std::filesystem::remove_all(dir);

@@ -16,6 +16,9 @@
 // Timing per step (host clock; on CUDA these are launch times except where the loop synchronises):
 // data wait, forward, backward, exposed communication (DDP's finish() plus the loss reduction),
 // optimizer (clip + step).
+// Health (train.health_every): every rank's step time, data wait, exposed communication, memory
+// and a latency probe gathered on rank 0 into <run_dir>/health.jsonl, with warnings for stragglers,
+// growing memory and data stalls (src/train/health.h).
 // Output, rank 0 only: a progress bar on a terminal (see Progress; periodic lines otherwise,
 // every log_every steps), and in the run directory config.yaml (the resolved config), metrics.csv (step,
 // wall_time, name, value: one row per value) and TensorBoard event files under tensorboard/.
@@ -62,6 +65,8 @@ struct TrainerSettings {
   bool eval_at_start = false;   // also evaluate before the first step (the untrained baseline)
   int64_t max_bad_steps = 5;    // non-finite steps in a row before the job stops
   int64_t stop_at = 0;          // end this run after this step (hooks see stopping: a checkpoint), 0: no
+  int64_t health_every = 100;   // steps between health reports (<run_dir>/health.jsonl, straggler / memory /
+                                // data-wait warnings); 0: none
   Progress progress = Progress::Auto;  // progress: auto | bar | lines
   // optim:
   double lr = 5e-4, min_lr = 1e-5, weight_decay = 1e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
@@ -113,6 +118,7 @@ struct TrainSummary {
   Metrics first_eval, last_eval;  // eval_at_start's and the last evaluation's (empty if none)
   bool stopped = false;           // ended early (train.stop_at or a signal; the hooks saw stopping = true)
   bool signalled = false;         // ... because of SIGTERM/SIGUSR1
+  std::vector<std::string> health_warnings;  // rank 0: what the health monitor warned about
 };
 
 struct TrainerOptions {

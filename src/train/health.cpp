@@ -1,0 +1,166 @@
+#include "health.h"
+
+#include <ATen/ATen.h>
+#include <dlfcn.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "meridian/comm/communicator.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/core/error.h"
+#include "meridian/train/trainer.h"
+
+namespace meridian::train {
+
+namespace {
+
+double resident_mb() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  long pages = 0, resident = 0;
+  const int n = std::fscanf(f, "%ld %ld", &pages, &resident);
+  std::fclose(f);
+  return n == 2 ? double(resident) * double(sysconf(_SC_PAGESIZE)) / 1e6 : 0;
+}
+
+// NVML, loaded at run time when the driver provides it (no link dependency; absent on CPU nodes).
+struct Nvml {
+  using Init = int (*)();
+  using Handle = int (*)(unsigned, void**);
+  struct Memory { unsigned long long total, free, used; };
+  struct Utilization { unsigned gpu, memory; };
+  using MemoryInfo = int (*)(void*, Memory*);
+  using Util = int (*)(void*, Utilization*);
+  using Temperature = int (*)(void*, int, unsigned*);
+  Handle handle = nullptr;
+  MemoryInfo memory = nullptr;
+  Util utilization = nullptr;
+  Temperature temperature = nullptr;
+  bool ok = false;
+
+  Nvml() {
+    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return;
+    auto init = reinterpret_cast<Init>(dlsym(lib, "nvmlInit_v2"));
+    handle = reinterpret_cast<Handle>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
+    memory = reinterpret_cast<MemoryInfo>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
+    utilization = reinterpret_cast<Util>(dlsym(lib, "nvmlDeviceGetUtilizationRates"));
+    temperature = reinterpret_cast<Temperature>(dlsym(lib, "nvmlDeviceGetTemperature"));
+    ok = init && handle && memory && utilization && temperature && init() == 0;
+  }
+
+  // GPU `index`'s memory use, utilisation and temperature; null when unavailable.
+  nlohmann::json stats(int index) const {
+    void* device = nullptr;
+    Memory m{};
+    Utilization u{};
+    unsigned celsius = 0;
+    if (!ok || handle(unsigned(index), &device) != 0 || memory(device, &m) != 0 || utilization(device, &u) != 0 ||
+        temperature(device, 0 /* NVML_TEMPERATURE_GPU */, &celsius) != 0)
+      return nullptr;
+    return {{"memory_used_mb", double(m.used) / 1e6}, {"memory_total_mb", double(m.total) / 1e6},
+            {"utilization_pct", u.gpu}, {"temperature_c", celsius}};
+  }
+};
+
+const Nvml& nvml() {
+  static const Nvml instance;
+  return instance;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+}  // namespace
+
+HealthMonitor::HealthMonitor(const comm::Runtime& runtime, comm::Communicator& control, const std::string& run_dir)
+    : rt_(runtime), control_(control) {
+  if (rt_.rank() == 0 && !run_dir.empty()) {
+    std::filesystem::create_directories(run_dir);
+    path_ = run_dir + "/health.jsonl";
+    file_.open(path_, std::ios::app);
+    if (!file_) throw SystemError("cannot open '" + path_ + "' for writing");
+  }
+}
+
+HealthMonitor::~HealthMonitor() = default;
+
+void HealthMonitor::record(const StepTimes& t) {
+  step_ += t.total;
+  data_ += t.data;
+  comm_ += t.comm;
+  ++steps_;
+}
+
+std::vector<std::string> HealthMonitor::report(int64_t step) {
+  const double n = double(std::max<int64_t>(steps_, 1));
+  // Latency of a one-value allreduce (the best of 5: the network, not a busy moment).
+  double probe = 1e30;
+  auto one = at::zeros({1}, at::kFloat);
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    control_.allreduce(one);
+    probe = std::min(probe, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  nlohmann::json mine{{"rank", rt_.rank()},
+                      {"host", rt_.host()},
+                      {"step_s", step_ / n},
+                      {"data_s", data_ / n},
+                      {"comm_s", comm_ / n},
+                      {"compute_s", (step_ - data_ - comm_) / n},
+                      {"rss_mb", resident_mb()},
+                      {"probe_us", 1e6 * probe},
+                      {"gpu", rt_.device().is_cuda() ? nvml().stats(rt_.device().index()) : nlohmann::json(nullptr)}};
+  step_ = data_ = comm_ = 0;
+  steps_ = 0;
+  const auto all = rt_.gather_to_root(mine.dump());
+  std::vector<std::string> warnings;
+  if (rt_.rank() != 0) return warnings;
+
+  std::vector<nlohmann::json> ranks;
+  std::vector<double> compute;
+  for (const auto& text : all) {
+    ranks.push_back(nlohmann::json::parse(text));
+    compute.push_back(ranks.back()["compute_s"].get<double>());
+  }
+  const double typical = median(compute);
+  for (const auto& r : ranks) {
+    const int rank = r["rank"].get<int>();
+    const std::string who = "rank " + std::to_string(rank) + " on " + r["host"].get<std::string>();
+    const double c = r["compute_s"].get<double>(), s = r["step_s"].get<double>(), d = r["data_s"].get<double>();
+    if (ranks.size() > 1 && typical > 0 && c > 1.3 * typical)
+      warnings.push_back(fmt::format("straggler: {} computes {:.0f} ms per step, {:.1f}x the median rank's {:.0f} ms "
+                                     "(every other rank waits for it)",
+                                     who, 1e3 * c, c / typical, 1e3 * typical));
+    if (s > 0 && d > 0.2 * s)
+      warnings.push_back(fmt::format("data wait: {} waits {:.0f} ms of its {:.0f} ms step for data ({:.0f} %): the loader "
+                                     "cannot keep up (storage, decoding, augmentation)",
+                                     who, 1e3 * d, 1e3 * s, 100 * d / s));
+    auto& history = rss_history_[rank];
+    history.push_back(r["rss_mb"].get<double>());
+    if (history.size() > 6) history.erase(history.begin());
+    bool growing = history.size() == 6;
+    for (size_t i = 1; growing && i < history.size(); ++i) growing = history[i] > history[i - 1];
+    if (growing && history.back() > 1.1 * history.front())
+      warnings.push_back(fmt::format("memory: {} resident memory grew in each of the last 5 reports, {:.0f} -> {:.0f} MB",
+                                     who, history.front(), history.back()));
+  }
+  for (const auto& w : warnings) spdlog::warn("health at step {}: {}", step, w);
+  if (file_.is_open()) {
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    file_ << nlohmann::json{{"step", step}, {"time", now}, {"ranks", ranks}, {"warnings", warnings}}.dump() << "\n";
+    file_.flush();
+  }
+  return warnings;
+}
+
+}  // namespace meridian::train

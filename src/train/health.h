@@ -1,0 +1,51 @@
+// Private to train/: the health monitor of a running job (train.health_every, default 100 steps).
+//
+// Every rank accumulates its own step times; every `every` steps all ranks send rank 0 their means
+// (step, data wait, exposed communication, the compute left over), resident memory, GPU memory /
+// utilisation / temperature when NVML is there, and the latency of a small allreduce probe. Rank 0
+// appends one JSON line to <run_dir>/health.jsonl and warns, naming host and rank, when
+//   * a rank is a straggler: its compute time (step minus data wait minus exposed communication:
+//     in data-parallel lockstep every rank's step takes as long as the slowest, the others wait
+//     in communication) is over 1.3x the median rank's;
+//   * a rank's resident memory grew in each of the last 5 reports, by more than 10 % in all;
+//   * data wait exceeds 20 % of a rank's step (the loader cannot keep up).
+// report() is collective (a gather and the probe); call it at the same steps on every rank.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace meridian::comm {
+class Runtime;
+class Communicator;
+}  // namespace meridian::comm
+
+namespace meridian::train {
+
+struct StepTimes;
+
+class HealthMonitor {
+ public:
+  // `run_dir` empty: warnings only, no health.jsonl.
+  HealthMonitor(const comm::Runtime& runtime, comm::Communicator& control, const std::string& run_dir);
+  ~HealthMonitor();
+
+  void record(const StepTimes& t);  // not collective
+  // Collective. Returns the warnings (rank 0; empty elsewhere), also logged.
+  std::vector<std::string> report(int64_t step);
+
+ private:
+  const comm::Runtime& rt_;
+  comm::Communicator& control_;
+  std::ofstream file_;
+  std::string path_;
+  double step_ = 0, data_ = 0, comm_ = 0;
+  int64_t steps_ = 0;
+  std::map<int, std::vector<double>> rss_history_;  // rank 0: resident MB per report, per rank
+};
+
+}  // namespace meridian::train
