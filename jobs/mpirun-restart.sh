@@ -42,8 +42,18 @@ while true; do
   fi
   say "attempt $attempt: ${run[*]}"
   start=$(date +%s)
-  "${run[@]}"
-  rc=$?
+  # In the background, so that SIGTERM/SIGUSR1 sent to this script (Slurm's --signal=B:USR1) reach
+  # mpirun, which passes them to the ranks: they checkpoint and exit with code 4.
+  "${run[@]}" &
+  child=$!
+  trap 'kill -USR1 $child 2>/dev/null' USR1
+  trap 'kill -TERM $child 2>/dev/null' TERM
+  while true; do
+    wait $child
+    rc=$?
+    kill -0 $child 2>/dev/null || break  # wait returned for a trapped signal: the child still runs
+  done
+  trap - USR1 TERM
   say "attempt $attempt: exit code $rc after $(( $(date +%s) - start )) s"
   case $rc in
     0) exit 0 ;;

@@ -102,7 +102,16 @@ ResumePoint read_resume_point(const std::string& path, bool verify) {
 }
 
 std::optional<ResumePoint> find_resumable(const std::string& dir, std::vector<std::string>* rejected) {
-  for (const auto& [step, path] : list_checkpoints(dir)) {
+  // The one `latest` names first (the newest this run wrote), then every other by step, newest first.
+  auto candidates = list_checkpoints(dir);
+  std::ifstream latest_file(dir + "/latest");
+  std::string latest;
+  if (latest_file >> latest) {
+    const std::string path = dir + "/" + latest;
+    const auto it = std::find_if(candidates.begin(), candidates.end(), [&](const auto& c) { return c.second == path; });
+    if (it != candidates.end()) std::rotate(candidates.begin(), it, it + 1);
+  }
+  for (const auto& [step, path] : candidates) {
     try {
       return read_resume_point(path, /*verify=*/true);
     } catch (const std::exception& e) {
@@ -130,6 +139,17 @@ std::optional<ResumePoint> choose_resume_point(const comm::Runtime& rt, const st
       error = e.what();
     }
   }
+  // Checkpoints of this run newer than the one resumed from belong to an abandoned branch (or are
+  // corrupt): moved aside, so that neither retention nor a later --resume auto picks them.
+  if (rt.rank() == 0 && !chosen.empty() && error.empty()) {
+    const int64_t from = read_resume_point(chosen, /*verify=*/false).step;
+    for (const auto& [step, path] : list_checkpoints(dir))
+      if (step > from) {
+        std::error_code ec;
+        fs::rename(path, path + ".abandoned", ec);
+        spdlog::warn("resume: {} is newer than the checkpoint resumed from: renamed to {}.abandoned", path, path);
+      }
+  }
   const auto errors = rt.allgather(error);
   if (!errors[0].empty()) throw UserError("--resume " + resume + ": " + errors[0]);
   chosen = rt.allgather(chosen)[0];
@@ -143,14 +163,15 @@ std::vector<std::string> compare_configs(const Config& saved, const Config& curr
     if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
   std::vector<std::string> fatal, harmless;
   for (const auto& k : keys) {
-    const std::string a = saved.get<std::string>(k, "<unset>"), b = current.get<std::string>(k, "<unset>");
+    std::string a = saved.text(k), b = current.text(k);
     if (a == b) continue;
-    const std::string line = k + ": " + a + " -> " + b;
-    const bool matters = k.rfind("model.", 0) == 0 || k == "task.name" || k == "task.loss";
+    const std::string line = k + ": " + (a.empty() ? "<unset>" : a) + " -> " + (b.empty() ? "<unset>" : b);
+    // The model's shape and the loss define what the tensors mean; the seed defines the data order.
+    const bool matters = k.rfind("model.", 0) == 0 || k == "task.name" || k == "task.loss" || k == "train.seed";
     (matters ? fatal : harmless).push_back(line);
   }
   if (!fatal.empty()) {
-    std::string msg = path + ": the checkpoint was trained with another model; differences:";
+    std::string msg = path + ": the checkpoint was trained with another model, loss or seed; differences:";
     for (const auto& f : fatal) msg += "\n  " + f;
     throw UserError(msg);
   }
@@ -193,7 +214,7 @@ std::string save(const comm::Runtime& rt, train::Trainer& trainer, const Config&
     w.attribute("step", state.step);
     w.attribute("epoch", position.epoch);
     w.attribute("position", position.position);
-    w.attribute("samples_seen", state.step * trainer.global_batch());
+    w.attribute("samples_seen", state.samples_seen);
     w.attribute("bad_steps", state.bad_steps);
     w.attribute("bad_in_a_row", state.bad_in_a_row);
     w.attribute("global_batch", trainer.global_batch());
@@ -218,7 +239,8 @@ std::string save(const comm::Runtime& rt, train::Trainer& trainer, const Config&
       // Retention: the newest keep_last, plus multiples of keep_every.
       const auto all = list_checkpoints(s.dir);
       for (size_t i = size_t(s.keep_last); i < all.size(); ++i)
-        if (!(s.keep_every > 0 && all[i].first % s.keep_every == 0)) fs::remove(all[i].second, ec);
+        if (all[i].second != final_path && !(s.keep_every > 0 && all[i].first % s.keep_every == 0))
+          fs::remove(all[i].second, ec);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -274,6 +296,7 @@ void restore(const comm::Runtime& rt, train::Trainer& trainer, const ResumePoint
   if (r.has(rng)) cpu_generator().set_state(r.read(rng));
   train::TrainerState state;
   state.step = point.step;
+  state.samples_seen = r.int_attribute("samples_seen").value_or(point.step * point.global_batch);
   state.bad_steps = r.int_attribute("bad_steps").value_or(0);
   state.bad_in_a_row = r.int_attribute("bad_in_a_row").value_or(0);
   trainer.set_state(state);

@@ -120,6 +120,8 @@ struct Writer::Impl {
   std::map<std::string, std::string> string_attrs;
   bool closed = false;
 
+  void create();  // collective: the file and the property lists
+
   // Runs `body` on every rank; if it throws on any rank, every rank throws SystemError (so no rank
   // waits in a collective the others have left).
   template <typename F>
@@ -161,12 +163,24 @@ struct Writer::Impl {
 Writer::Writer(const comm::Runtime& runtime, const std::string& path) : impl_(std::make_unique<Impl>(runtime, path)) {
   auto& m = *impl_;
   m.comm = comm::duplicate_world(runtime);
+  try {
+    m.create();
+  } catch (...) {
+    comm::free_comm(m.comm);
+    throw;
+  }
+}
+
+void Writer::Impl::create() {
+  auto& m = *this;
   m.agreed("create", [&] {
     const auto locked = h5::lock();
     h5::QuietErrors quiet;
     h5::Id fapl = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
     MERIDIAN_H5_CHECK(H5Pset_fapl_mpio(fapl, m.comm, MPI_INFO_NULL));
-    const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    // HDF5 1.8+ object format: attributes over 64 KiB (a long config) are stored densely.
+    MERIDIAN_H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST));
+    const hid_t f = H5Fcreate(m.path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (f < 0) throw SystemError("cannot create the file (directory missing or not writable?)");
     m.file = h5::file_id(f);
     m.xfer = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
@@ -191,19 +205,21 @@ Writer::~Writer() {
 
 void Writer::replicated(const std::string& name, const at::Tensor& tensor) {
   auto& m = *impl_;
-  const at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
-  const TypeInfo type = type_info(t.scalar_type());
-  const int64_t rows = rows_of(t), block_rows = block_rows_for(t);
+  const at::Tensor whole = tensor.detach();
+  const TypeInfo type = type_info(whole.scalar_type());
+  const int64_t rows = rows_of(whole), block_rows = block_rows_for(whole);
   const int64_t blocks = (rows + block_rows - 1) / block_rows;
   const int64_t b0 = blocks * m.rt.rank() / m.rt.size(), b1 = blocks * (m.rt.rank() + 1) / m.rt.size();
   const int64_t first = b0 * block_rows, last = std::min(rows, b1 * block_rows);
-  const int64_t row_bytes = rows > 0 ? int64_t(t.nbytes()) / rows : 0;
-  const auto* base = static_cast<const uint8_t*>(t.data_ptr()) + first * row_bytes;
-  m.create_and_write(name, shape_of(t), type, first, last - first, base);
+  // Only this rank's rows come to the host.
+  const at::Tensor mine =
+      (whole.dim() == 0 ? whole.reshape({1}) : whole).narrow(0, first, std::max<int64_t>(0, last - first)).to(at::kCPU).contiguous();
+  const int64_t row_bytes = last > first ? int64_t(mine.nbytes()) / (last - first) : 0;
+  m.create_and_write(name, shape_of(whole), type, first, last - first, mine.data_ptr());
   Impl::Pending p{name, type.name, block_rows, {}};
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t a = b * block_rows, e = std::min(rows, a + block_rows);
-    p.crcs.push_back(crc32c(static_cast<const uint8_t*>(t.data_ptr()) + a * row_bytes, size_t((e - a) * row_bytes)));
+    p.crcs.push_back(crc32c(static_cast<const uint8_t*>(mine.data_ptr()) + (a - first) * row_bytes, size_t((e - a) * row_bytes)));
   }
   m.pending.push_back(std::move(p));
 }
@@ -339,14 +355,19 @@ Reader::Reader(const std::string& path) : impl_(std::make_unique<Impl>()) {
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) throw DataError(path, "file", "cannot open as HDF5 (missing, truncated or not a checkpoint)");
   m.file = h5::file_id(f);
-  if (h5::read_attr_string(m.file, "format").value_or("") != "meridian-checkpoint")
-    throw DataError(path, "attribute 'format'", "not a meridian checkpoint");
-  const auto version = h5::read_attr_int(m.file, "format_version");
-  if (version != 1)
-    throw DataError(path, "attribute 'format_version'",
-                    "unsupported (" + (version ? std::to_string(*version) : std::string("missing")) + "; this build reads 1)");
-  if (H5Ovisit(m.file, H5_INDEX_NAME, H5_ITER_INC, collect, &m.names) < 0)
-    throw DataError(path, "file", "cannot list its datasets (corrupt?)");
+  try {
+    if (h5::read_attr_string(m.file, "format").value_or("") != "meridian-checkpoint")
+      throw DataError(path, "attribute 'format'", "not a meridian checkpoint");
+    const auto version = h5::read_attr_int(m.file, "format_version");
+    if (version != 1)
+      throw DataError(path, "attribute 'format_version'",
+                      "unsupported (" + (version ? std::to_string(*version) : std::string("missing")) + "; this build reads 1)");
+    if (H5Ovisit(m.file, H5_INDEX_NAME, H5_ITER_INC, collect, &m.names) < 0)
+      throw DataError(path, "file", "cannot list its datasets (corrupt?)");
+  } catch (...) {
+    m.file.reset();  // closed here, under the HDF5 lock
+    throw;
+  }
   std::sort(m.names.begin(), m.names.end());
 }
 

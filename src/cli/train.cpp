@@ -60,25 +60,25 @@ std::string default_run_dir(const comm::Runtime& rt) {
 
 // Builds the task and trainer (resuming when asked), checkpoints as configured, and trains.
 train::TrainSummary train_with(comm::Runtime& rt, Config config, const std::string& run_dir, const std::string& resume) {
+  train::install_stop_signals();  // from the start: a signal while the data opens still ends with a checkpoint
   const auto ckpt_settings = ckpt::CheckpointSettings::from_config(config, run_dir);
   const auto point = ckpt::choose_resume_point(rt, resume, ckpt_settings.dir);
   train::DataPosition start;
   if (point) {
     for (const auto& d : ckpt::compare_configs(Config::parse(point->config_yaml, point->path), config, point->path))
       if (rt.rank() == 0) spdlog::info("resume: config differs from the checkpoint's: {}", d);
-    // Elastic: the same global batch on another number of ranks.
-    if (point->world_size != rt.size()) {
-      if (point->global_batch % rt.size() != 0)
-        throw UserError(point->path + ": global batch " + std::to_string(point->global_batch) + " (written by " +
-                        std::to_string(point->world_size) + " ranks) does not divide over " + std::to_string(rt.size()) + " ranks");
-      const int64_t accumulate = config.get<int64_t>("train.accumulate", 1);
-      const int64_t per_rank = point->global_batch / rt.size();
-      if (per_rank % accumulate != 0)
-        throw UserError(point->path + ": per-rank batch " + std::to_string(per_rank) + " does not divide by train.accumulate");
-      config.set("train.batch", std::to_string(per_rank / accumulate));
+    // The checkpoint's global batch, on any number of ranks (elastic): train.batch follows.
+    const int64_t accumulate = config.get<int64_t>("train.accumulate", 1);
+    const int64_t global = config.get<int64_t>("train.batch", 32) * accumulate * rt.size();
+    if (global != point->global_batch) {
+      if (point->global_batch % (int64_t(rt.size()) * accumulate) != 0)
+        throw UserError(point->path + ": its global batch " + std::to_string(point->global_batch) + " does not divide into " +
+                        std::to_string(rt.size()) + " ranks x train.accumulate " + std::to_string(accumulate));
+      const int64_t per_rank = point->global_batch / (int64_t(rt.size()) * accumulate);
+      config.set("train.batch", std::to_string(per_rank));
       if (rt.rank() == 0)
         spdlog::info("resume: {} ranks -> {}: train.batch {} per rank keeps the global batch {}", point->world_size, rt.size(),
-                     per_rank / accumulate, point->global_batch);
+                     per_rank, point->global_batch);
     }
     start = {point->epoch, point->position};
   }
@@ -88,7 +88,6 @@ train::TrainSummary train_with(comm::Runtime& rt, Config config, const std::stri
   train::Trainer trainer(rt, *task, settings, {config, run_dir});
   if (point) ckpt::restore(rt, trainer, *point);
   ckpt::Checkpointer checkpointer(rt, trainer, config, ckpt_settings);
-  train::install_stop_signals();
   return trainer.run();
 }
 
@@ -162,7 +161,9 @@ Command bench_train_command() {
     config.set("data.eval", "''");  // speed only
     const double matmul = matmul_rate(rt);
     const double matmul_sum = double(rt.sum(int64_t(matmul)));
-    config.set("checkpoint.at_end", "false");
+    config.set("checkpoint.at_end", "false");  // speed only: no checkpoints
+    config.set("checkpoint.every_steps", "0");
+    config.set("checkpoint.every_minutes", "0");
     const auto r = train_with(rt, config, p["run-dir"].as<std::string>(), "");
     if (rt.rank() == 0) {
       const auto& m = r.mean_times;

@@ -87,6 +87,14 @@ std::vector<std::string> Config::leaf_keys() const {
   return out;
 }
 
+std::string Config::text(const std::string& key) const {
+  const YAML::Node node = lookup(key);
+  if (!node.IsDefined() || node.IsNull()) return "";
+  YAML::Emitter emitter;
+  emitter << YAML::Flow << node;
+  return emitter.c_str();
+}
+
 std::string Config::dump() const {
   YAML::Emitter emitter;
   emitter << root_;

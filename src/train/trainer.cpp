@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -80,19 +81,22 @@ double learning_rate(const TrainerSettings& s, int64_t step) {
 void seed(uint64_t value) { torch::manual_seed(value); }
 
 namespace {
-volatile std::sig_atomic_t g_stop = 0;
-extern "C" void on_stop_signal(int) { g_stop = 1; }
+// Set from a signal handler on whichever thread receives the signal (lock-free: signal-safe).
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+extern "C" void on_stop_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
 }  // namespace
 
 void install_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;  // system calls in flight (file reads, sleeps) resume instead of failing
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGUSR1, &sa, nullptr);
 }
 
-bool stop_requested() { return g_stop != 0; }
+bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -186,7 +190,7 @@ struct Trainer::Impl {
   std::unique_ptr<RunFiles> files;  // rank 0 with a run directory
   std::unique_ptr<HealthMonitor> health;  // every rank, when train.health_every > 0
   std::vector<StepHook> hooks;
-  int64_t step = 0, bad_in_a_row = 0, bad_total = 0;
+  int64_t step = 0, bad_in_a_row = 0, bad_total = 0, samples_seen = 0;
   bool stopping = false, signalled = false;  // agreed this step: the run ends here (stop_at, or a signal on some rank)
   bool bar = false;  // rank 0 on a terminal: progress bar
 
@@ -268,7 +272,8 @@ struct Trainer::Impl {
                              at::kDouble);
     control->allreduce(agreed, comm::ReduceOp::Sum);
     t.comm += since(t0);
-    signalled = agreed[2].item<double>() > 0;
+    // A signal during the last step just lets the run finish (its at_end checkpoint and evaluation).
+    signalled = agreed[2].item<double>() > 0 && step + 1 < s.steps;
     stopping = signalled || (s.stop_at > 0 && step + 1 == s.stop_at && s.stop_at < s.steps);
     t0 = Clock::now();
     grad_norm = parallel::clip_grad_norm(parameters, s.clip > 0 ? s.clip : std::numeric_limits<double>::infinity());
@@ -295,6 +300,7 @@ struct Trainer::Impl {
     t.optimizer += since(t0);
     t.total += since(start);
     ++step;
+    samples_seen += global_batch();
     return bad ? std::nan("") : agreed[0].item<double>() / rt.size();
   }
 
@@ -303,8 +309,7 @@ struct Trainer::Impl {
     model->eval();
     Metrics m;
     {
-      at::NoGradGuard no_grad;
-      Autocast autocast(rt.device().type(), s.precision == Precision::BFloat16);
+      at::NoGradGuard no_grad;  // float32 even with precision bf16: the same numbers as `meridian eval`
       m = task.evaluate();
     }
     model->train();
@@ -333,6 +338,11 @@ struct Trainer::Impl {
   TrainSummary run() {
     TrainSummary summary;
     for (const auto& p : parameters) summary.parameters += p.numel();
+    if (s.stop_at > 0 && step >= s.stop_at && s.stop_at < s.steps) {
+      if (rt.rank() == 0) spdlog::info("train.stop_at {} already reached (resumed at step {}): nothing to do", s.stop_at, step);
+      summary.stopped = true;
+      return summary;
+    }
     if (s.eval_at_start && step == 0) summary.first_eval = evaluate();
     StepTimes measured, interval;      // measured: every step after the first; interval: since the last log line
     int64_t measured_steps = 0, interval_steps = 0;
@@ -440,9 +450,10 @@ Trainer::~Trainer() = default;
 TrainSummary Trainer::run() { return impl_->run(); }
 void Trainer::add_step_hook(StepHook hook) { impl_->hooks.push_back(std::move(hook)); }
 int64_t Trainer::step() const { return impl_->step; }
-TrainerState Trainer::state() const { return {impl_->step, impl_->bad_total, impl_->bad_in_a_row}; }
+TrainerState Trainer::state() const { return {impl_->step, impl_->bad_total, impl_->bad_in_a_row, impl_->samples_seen}; }
 void Trainer::set_state(const TrainerState& state) {
   impl_->step = state.step;
+  impl_->samples_seen = state.samples_seen;
   impl_->bad_total = state.bad_steps;
   impl_->bad_in_a_row = state.bad_in_a_row;
 }

@@ -62,8 +62,19 @@ grep -q "resumed from .*: step 9, epoch 1, global position 16" "$tmp/e.out" || {
 "$meridian" inspect "$tmp/e/checkpoints/step_00000015.h5" | grep -q "step 15, written by 4 ranks" || fail "4-rank checkpoint"
 train 2 --run-dir "$tmp/f" --resume "$tmp/e/checkpoints/step_00000015.h5" --set train.steps=18 >"$tmp/f.out" 2>&1 \
   || { cat "$tmp/f.out"; fail "4 -> 2 resume exited $?"; }
-grep -q "resume: 4 ranks -> 2: train.batch 8 per rank keeps the global batch 16" "$tmp/f.out" || { cat "$tmp/f.out"; fail "4 -> 2 batch"; }
+grep -q "2 ranks x batch 8 x accumulate 1 = 16 samples per step" "$tmp/f.out" || { cat "$tmp/f.out"; fail "4 -> 2 batch"; }
 grep -q "train: 3 steps" "$tmp/f.out" || { cat "$tmp/f.out"; fail "4 -> 2 did not run steps 16..18"; }
+# The same command again on 4 ranks after the elastic resume (a restart): train.batch 8 from the
+# config would make the global batch 32; it must stay 16.
+train 4 --run-dir "$tmp/e" --resume auto --set train.steps=16 >"$tmp/e2.out" 2>&1 || { cat "$tmp/e2.out"; fail "4 -> 4 restart exited $?"; }
+grep -q "train.batch 4 per rank keeps the global batch 16" "$tmp/e2.out" || { cat "$tmp/e2.out"; fail "4 -> 4: the global batch changed"; }
+
+# An explicit resume from an older checkpoint: the newer ones are moved aside (an abandoned branch).
+train 2 --run-dir "$tmp/b" --resume "$tmp/b/checkpoints/step_00000009.h5" --set train.stop_at=10 >"$tmp/b3.out" 2>&1 \
+  || { cat "$tmp/b3.out"; fail "resume from step 9 exited $?"; }
+[[ -f $tmp/b/checkpoints/step_00000012.h5.abandoned && -f $tmp/b/checkpoints/step_00000010.h5 ]] \
+  || { ls "$tmp/b/checkpoints"; fail "step 12 was not moved aside"; }
+[[ $(cat "$tmp/b/checkpoints/latest") == step_00000010.h5 ]] || fail "latest does not name step 10"
 
 # 4. SIGUSR1: checkpoint at the current step, exit code 4.
 # (mpirun itself in the background: it forwards SIGUSR1 to the ranks.)
@@ -92,7 +103,9 @@ grep -q "cannot create the checkpoint directory '$tmp/not-a-dir/ckpt'" "$tmp/h.o
 size=$(stat -c %s "$tmp/a/checkpoints/step_00000012.h5")
 mkdir -p "$tmp/full"
 if mount -t tmpfs -o size=$(( size * 3 / 2 / 4096 * 4096 + 4096 )) tmpfs "$tmp/full" 2>/dev/null; then
-  train 2 --run-dir "$tmp/full" --set checkpoint.every_steps=3 >"$tmp/full.out" 2>&1; rc=$?
+  # Only the checkpoints on the small file system (the logs and metrics elsewhere).
+  train 2 --run-dir "$tmp/fullrun" --set checkpoint.dir="$tmp/full/checkpoints" --set checkpoint.every_steps=3 \
+    >"$tmp/full.out" 2>&1; rc=$?
   ls -la "$tmp/full/checkpoints" >"$tmp/full.ls" 2>&1
   "$meridian" inspect "$tmp/full/checkpoints/step_00000003.h5" >"$tmp/full.inspect" 2>&1; inspected=$?
   umount "$tmp/full"

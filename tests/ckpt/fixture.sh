@@ -12,6 +12,7 @@ model:
   vocab_size: 300
   text: {width: 32, depth: 1, heads: 2, mlp_ratio: 2}
   embed: 32
+task: {prompts: ["a photo of {}.", "an aerial image of {}."]}
 $1
 optim: {lr: 2.0e-3, warmup: 3}
 data: {augment: true}

@@ -48,6 +48,9 @@ class Config {
   std::vector<std::string> leaf_keys() const;
 
   std::string dump() const;  // YAML text
+  // The value at `key` as one line of YAML (scalars as written, sequences and maps in flow style);
+  // "" when missing. For comparing configs value by value.
+  std::string text(const std::string& key) const;
   const std::string& origin() const { return origin_; }
 
  private:

@@ -1,7 +1,8 @@
 // AdamW (decoupled weight decay), written here so its state is plain tensors that checkpoints can
-// save and restore by parameter name and that sharded optimizers can split. Numerically the same
-// as torch::optim::AdamW / torch.optim.AdamW with amsgrad off: the same operations in the same
-// order (tests/train/adamw_test.cpp compares them bit for bit).
+// save and restore by parameter name and that sharded optimizers can split. Bit-identical to
+// LibTorch's C++ torch::optim::AdamW with amsgrad off (the same operations in the same order;
+// tests/train/adamw_test.cpp compares them); Python's torch.optim.AdamW (foreach/lerp kernels)
+// agrees to rounding only.
 //
 // Not collective, not thread-safe. Parameters without a gradient are left alone (their step count
 // does not advance), as in PyTorch.

@@ -64,7 +64,8 @@ struct TrainerSettings {
   int64_t eval_every = 0;       // 0: evaluate only after the last step
   bool eval_at_start = false;   // also evaluate before the first step (the untrained baseline)
   int64_t max_bad_steps = 5;    // non-finite steps in a row before the job stops
-  int64_t stop_at = 0;          // end this run after this step (hooks see stopping: a checkpoint), 0: no
+  int64_t stop_at = 0;          // end this run after this step (hooks see stopping: a checkpoint); a run
+                                // resumed at or past it does nothing; 0: no
   int64_t health_every = 100;   // steps between health reports (<run_dir>/health.jsonl, straggler / memory /
                                 // data-wait warnings); 0: none
   Progress progress = Progress::Auto;  // progress: auto | bar | lines
@@ -93,13 +94,15 @@ struct StepTimes {
 struct TrainerState {
   int64_t step = 0;           // optimizer steps done (bad ones included)
   int64_t bad_steps = 0, bad_in_a_row = 0;
+  int64_t samples_seen = 0;   // global samples consumed (sums over resumes with other global batches)
 };
 
 // After each optimizer step, to every hook on every rank (all ranks agree on every field).
 struct StepEvent {
   int64_t steps_done = 0;
   bool last = false;          // the last step of the run
-  bool stopping = false;      // the run ends here early (train.stop_at, or SIGTERM/SIGUSR1 on some rank): run() returns after the hooks
+  bool stopping = false;      // the run ends here early (train.stop_at, or SIGTERM/SIGUSR1 on some rank before
+                              // the last step): run() returns after the hooks
 };
 
 // Installs handlers for SIGTERM and SIGUSR1 that ask running Trainers to stop after the current
