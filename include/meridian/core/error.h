@@ -16,6 +16,7 @@ namespace meridian {
 
 // Process exit codes, identical on every rank.
 constexpr int kExitOk = 0;
+constexpr int kExitCheckFailed = 1; // a check found a problem (bench comm wrong elements, doctor FAIL)
 constexpr int kExitUserError = 2;   // bad input; message printed
 constexpr int kExitFatal = 3;       // failed or hung collective, library failure: job aborted
 constexpr int kExitStopped = 4;     // training stopped on SIGTERM/SIGUSR1 after writing a checkpoint
