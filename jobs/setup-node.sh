@@ -18,6 +18,7 @@ PACKAGES=(
   nlohmann-json3-dev libyaml-cpp-dev
   libsentencepiece-dev sentencepiece
   libprotobuf-dev                    # TensorBoard event files (wire format written by hand)
+  slurm-wlm munge                    # Slurm + its authentication: tests/cluster/slurm_test.sh runs a one-node cluster
 )
 
 if [[ ! -r /etc/os-release ]] || ! grep -qiE '^(ID|ID_LIKE)=.*debian' /etc/os-release; then

@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# Usage: slurm_test.sh MERIDIAN SOURCE_DIR — the real job scripts (jobs/slurm/*.sbatch) on a real
+# Slurm: a one-node cluster made of this host with munged, slurmctld and slurmd started here from a
+# generated configuration (its own ports, munge socket and key, spool and state directories under a
+# temporary directory, so an installed or running Slurm/munge is not touched). Then, with 2 tasks:
+#  1. prep.sbatch makes a held-out split (srun --mpi=pmix);
+#  2. train.sbatch trains a tiny SigLIP with LAUNCHER=srun (after `meridian doctor`, DOCTOR=1) and
+#     again with LAUNCHER=mpirun: exit 0, both ranks' logs and the final checkpoint in runs/<job id>;
+#  3. eval.sbatch evaluates the srun run's newest checkpoint on the held-out split;
+#  4. requeue: a long run gets SIGUSR1 on its batch shell (`scancel --signal=USR1 --batch`, what
+#     --signal=B:USR1@120 does before the time limit); meridian checkpoints and exits 4, the script
+#     runs `scontrol requeue`, and the job's second run, same id and run directory, logs "resumed
+#     from" that checkpoint and finishes (the test shortens train.steps in the config file before
+#     the signal, so the resumed run ends by itself).
+# Daemons and temporary files are removed however the test ends. Exit 77 (skipped) without
+# slurm-wlm/munge (jobs/setup-node.sh installs them) or when not root (slurmd must be root).
+set -u
+meridian=$(realpath "$1") src=$(realpath "$2")
+export PATH=$PATH:/usr/sbin:/sbin
+for tool in munged slurmctld slurmd sbatch srun scontrol scancel sinfo squeue; do
+  command -v $tool >/dev/null || { echo "SKIPPED: $tool not found (apt-get install slurm-wlm munge); this test did NOT run"; exit 77; }
+done
+[[ $(id -u) == 0 ]] || { echo "SKIPPED: slurmd needs root to start jobs; this test did NOT run"; exit 77; }
+command -v mpirun >/dev/null || { echo "FAIL: mpirun not found"; exit 1; }
+
+started=$(date +%s)
+say() { echo "[$(( $(date +%s) - started )) s] $*"; }
+tmp=$(mktemp -d /tmp/meridian-slurm.XXXXXX)
+pids=()  # daemons started here: munged, slurmctld, slurmd
+dump() {  # the daemons' and jobs' logs, when something went wrong
+  for f in "$tmp"/*.stderr "$tmp"/*.log "$tmp"/*.out; do [[ -f $f ]] && { echo "----- $f (last 40 lines)"; tail -40 "$f"; }; done
+}
+cleanup() {
+  trap - EXIT TERM INT
+  if [[ -n ${watchdog:-} ]]; then pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null; fi
+  [[ -n ${waiter:-} ]] && kill "$waiter" 2>/dev/null  # a `timeout sbatch --wait` still waiting
+  if [[ -n ${SLURM_CONF:-} && ${#pids[@]} -gt 1 ]]; then
+    timeout 10 scancel --quiet --full --signal=KILL --user=root 2>/dev/null
+    timeout 10 scancel --quiet --user=root 2>/dev/null
+  fi
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do  # slurmd, slurmctld, munged
+    kill "${pids[i]}" 2>/dev/null
+    for _ in $(seq 1 50); do kill -0 "${pids[i]}" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "${pids[i]}" 2>/dev/null
+  done
+  # job steps this slurmd started (slurmstepd and their tasks) that outlived it
+  for p in $(pgrep -f "slurmstepd|$tmp" 2>/dev/null); do
+    [[ $p != "$$" ]] && grep -qs "$tmp" "/proc/$p/cmdline" "/proc/$p/environ" && kill -9 "$p" 2>/dev/null
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; dump; exit 1; }
+trap 'fail "interrupted, or over the time limit of 360 s"' TERM INT
+# Never hang: the whole test ends, with its cleanup, inside ctest's 600 s: this timer (360 s) plus
+# the longest single command it may have to wait for (180 s, every one has a timeout). (The timer
+# holds no output descriptor, so nothing that reads this test's output waits for it.)
+( exec >/dev/null 2>&1 </dev/null; sleep 360; kill -TERM $$ ) &
+watchdog=$!
+
+# Nothing from an enclosing Slurm job or MPI launch may leak into ours.
+while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SRUN_|SALLOC_|PMIX_|PMI_|OMPI_COMM_WORLD)')
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# --- munge: own key and socket ----------------------------------------------------------------
+chmod 755 "$tmp"  # munged insists that everyone can reach its socket's directory
+mkdir -p "$tmp/munge" "$tmp/state" "$tmp/spool" && chmod 755 "$tmp/munge"
+key=$tmp/munge/munge.key
+if command -v mungekey >/dev/null; then mungekey --create --keyfile="$key" || fail "mungekey exited $?"
+else dd if=/dev/urandom of="$key" bs=1024 count=1 status=none; fi
+chmod 600 "$key"
+munged --foreground --force --socket="$tmp/munge/socket" --key-file="$key" --pid-file="$tmp/munge/pid" \
+  --seed-file="$tmp/munge/seed" --log-file="$tmp/munged.log" >"$tmp/munged.stderr" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 50); do [[ -S $tmp/munge/socket ]] && break; sleep 0.1; done
+munge -n -S "$tmp/munge/socket" | unmunge -S "$tmp/munge/socket" >/dev/null || fail "munged does not answer"
+
+# --- slurm.conf: this host as the only node, two free ports -------------------------------------
+host=$(hostname -s)
+read -r ctld_port slurmd_port < <(python3 -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+cpus=$(nproc); ((cpus < 2)) && cpus=2  # 2 tasks are needed; config_overrides lets slurmd accept it
+cat >"$tmp/slurm.conf" <<CONF
+ClusterName=meridiantest
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
+AuthType=auth/munge
+CredType=cred/munge
+# cred_expire: also how long a requeued job waits before it may start again (default 120 s)
+AuthInfo=socket=$tmp/munge/socket,cred_expire=10
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$tmp/state
+SlurmdSpoolDir=$tmp/spool
+SlurmctldPidFile=$tmp/slurmctld.pid
+SlurmdPidFile=$tmp/slurmd.pid
+SlurmctldLogFile=$tmp/slurmctld.log
+SlurmdLogFile=$tmp/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=none
+JobCompType=jobcomp/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+ReturnToService=2
+JobRequeue=1
+KillWait=10
+MinJobAge=600
+InactiveLimit=0
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=1000 State=UNKNOWN
+PartitionName=meridian Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+CONF
+export SLURM_CONF=$tmp/slurm.conf
+slurmctld -D -i -f "$SLURM_CONF" >"$tmp/slurmctld.stderr" 2>&1 &
+pids+=($!)
+slurmd -D -f "$SLURM_CONF" -N "$host" >"$tmp/slurmd.stderr" 2>&1 &
+pids+=($!)
+state="" deadline=$((SECONDS + 60))
+while ((SECONDS < deadline)); do
+  state=$(timeout 5 sinfo -h -N -n "$host" -o %T 2>/dev/null)
+  [[ $state == idle ]] && break
+  for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null || fail "a daemon (pid $p) exited during start-up"; done
+  sleep 0.5
+done
+[[ $state == idle ]] || fail "node $host is '$state', not idle, after 60 s"
+say "slurm up: node $host idle (slurmctld :$ctld_port, slurmd :$slurmd_port)"
+
+# --- data and config ------------------------------------------------------------------------------
+# shellcheck disable=SC2034  # fixture.sh uses it
+mpirun=mpirun
+# shellcheck source=tests/ckpt/fixture.sh
+source "$src/tests/ckpt/fixture.sh"
+make_fixture "train: {batch: 8, steps: 12, log_every: 4}
+checkpoint: {every_steps: 6, keep_last: 2}"
+cd "$tmp" || fail "cd $tmp"
+export MERIDIAN=$meridian  # the job scripts find lib.sh themselves (next to the submitted script)
+
+# submit NAME SBATCH [sbatch options] -- [script arguments]: runs the job to its end (sbatch --wait),
+# prints its output; sets JOB and JOB_RC.
+submit() {
+  local name=$1 script=$2; shift 2
+  local opts=() args=()
+  while [[ $# -gt 0 && $1 != -- ]]; do opts+=("$1"); shift; done
+  [[ ${1:-} == -- ]] && shift
+  args=("$@")
+  local t0
+  t0=$(date +%s)
+  # in the background: a signal to this test (the time limit) interrupts `wait`, not a foreground command
+  timeout 180 sbatch --parsable --wait --nodes=1 --ntasks=2 --time=10 --job-name="$name" --output="$tmp/$name.out" \
+    "${opts[@]}" "$src/jobs/slurm/$script" "${args[@]}" >"$tmp/$name.id" &
+  waiter=$!
+  wait $waiter
+  JOB_RC=$? waiter=""
+  JOB=$(cut -d';' -f1 "$tmp/$name.id")
+  say "$name: job ${JOB:-?} ($script ${opts[*]}) ended with $JOB_RC after $(( $(date +%s) - t0 )) s"
+  ((JOB_RC == 124)) && fail "$name: sbatch --wait still waiting after 180 s"
+  cat "$tmp/$name.out" 2>/dev/null
+}
+# check_train NAME: exit 0, both ranks ran, final checkpoint valid in runs/<job id>
+check_train() {
+  local name=$1 run=$tmp/runs/$JOB
+  ((JOB_RC == 0)) || fail "$name: job exited $JOB_RC"
+  grep -q "train: 12 steps, .* over 2 ranks" "$tmp/$name.out" || fail "$name: no summary of 12 steps over 2 ranks"
+  [[ -f $run/logs/rank_0.log && -f $run/logs/rank_1.log ]] || fail "$name: rank logs missing in $run/logs"
+  [[ $(cat "$run/checkpoints/latest" 2>/dev/null) == step_00000012.h5 ]] || fail "$name: latest checkpoint is not step 12"
+  "$meridian" inspect "$run/checkpoints/step_00000012.h5" >"$tmp/$name.inspect" 2>&1 || { cat "$tmp/$name.inspect"; fail "$name: checkpoint does not verify"; }
+  grep -q "written by 2 ranks" "$tmp/$name.inspect" || { cat "$tmp/$name.inspect"; fail "$name: checkpoint not written by 2 ranks"; }
+}
+
+# 1. prep.sbatch: a held-out split with the training data's tokenizer.
+submit prep prep.sbatch -- synthetic --count 64 --seed 7 --size 32 --context-length 16 --tokenizer "$tmp/data.h5" \
+  --out heldout.h5 --log-level warn
+((JOB_RC == 0)) || fail "prep: job exited $JOB_RC"
+"$meridian" inspect "$tmp/heldout.h5" >"$tmp/heldout.inspect" 2>&1 || { cat "$tmp/heldout.inspect"; fail "prep: dataset invalid"; }
+
+# 2. train.sbatch under srun --mpi=pmix and under mpirun.
+LAUNCHER=srun DOCTOR=1 submit train-srun train.sbatch -- --config "$tmp/small.yaml" --data "$tmp/data.h5"
+check_train train-srun
+grep -qE "^doctor: [0-9]+ OK, [0-9]+ WARN, 0 FAIL" "$tmp/train-srun.out" || fail "train-srun: no doctor report (DOCTOR=1) before training"
+srun_job=$JOB
+LAUNCHER=mpirun CONFIG=$tmp/small.yaml DATA=$tmp/data.h5 submit train-mpirun train.sbatch
+check_train train-mpirun
+grep -q "command: mpirun -np 2" "$tmp/train-mpirun.out" || fail "train-mpirun: not launched with mpirun"
+
+# 3. eval.sbatch on the srun run's newest checkpoint.
+submit eval eval.sbatch -- --run-dir "runs/$srun_job" --data "$tmp/heldout.h5"
+((JOB_RC == 0)) || fail "eval: job exited $JOB_RC"
+grep -qE "^eval: i2t_r1 [0-9.]+ .* zero_shot [0-9.]+" "$tmp/eval.out" || fail "eval: no metrics in the output"
+[[ -f $tmp/runs/$srun_job/eval-$JOB/logs/rank_1.log ]] || fail "eval: rank logs not in the run directory"
+
+# 4. Requeue: SIGUSR1 -> checkpoint, exit 4 -> scontrol requeue -> same job resumes.
+sed -i 's/^train: .*/train: {batch: 8, steps: 1000000, log_every: 20}/; s/^checkpoint: .*/checkpoint: {every_steps: 0}/' \
+  "$tmp/small.yaml"
+timeout 240 sbatch --parsable --wait --nodes=1 --ntasks=2 --time=10 --job-name=requeue --output="$tmp/requeue.out" \
+  "$src/jobs/slurm/train.sbatch" --config "$tmp/small.yaml" --data "$tmp/data.h5" >"$tmp/requeue.id" &
+waiter=$!
+for _ in $(seq 1 600); do grep -qE "step +[0-9]+/1000000" "$tmp/requeue.out" 2>/dev/null && break; sleep 0.1; done
+job=$(cut -d';' -f1 "$tmp/requeue.id")
+seen=$(grep -oE "step +[0-9]+/1000000" "$tmp/requeue.out" 2>/dev/null | tail -1 | grep -oE "[0-9]+" | head -1)
+[[ -n $seen && -n $job ]] || { kill $waiter 2>/dev/null; fail "requeue: job ${job:-?} did not start training within 60 s"; }
+# The resumed run reads the config again: make it end 500 steps (2 s here) after the step seen; the
+# signal stops the running one within a few steps.
+final=$((seen + 500))
+sed -i "s/steps: 1000000/steps: $final/" "$tmp/small.yaml"
+timeout 10 scancel --signal=USR1 --batch "$job" || fail "requeue: scancel --signal=USR1 --batch exited $?"
+say "requeue: job $job at step $seen, sent SIGUSR1 to its batch shell"
+wait $waiter
+rc=$? waiter=""
+say "requeue: job $job ended with $rc"
+cat "$tmp/requeue.out"
+((rc == 124)) && fail "requeue: sbatch --wait still waiting after 240 s"
+run=$tmp/runs/$job
+grep -q "stopped at step [0-9]* on request" "$tmp/requeue.out" || fail "requeue: meridian did not stop on the signal"
+stopped=$(grep -oE "stopped at step [0-9]+ on request" "$tmp/requeue.out" | head -1 | grep -oE "[0-9]+")
+grep -q "requeueing job $job" "$tmp/requeue.out" || fail "requeue: the script did not requeue after exit code 4"
+grep -q "job $job (requeue) restart 1" "$tmp/requeue.out" || fail "requeue: no second run (restart 1) of job $job"
+grep -q "resumed from $run/checkpoints/step_$(printf %08d "$stopped").h5: step $stopped" "$tmp/requeue.out" \
+  || fail "requeue: the second run did not resume from step $stopped in $run"
+((stopped < final)) || fail "requeue: stopped at $stopped, past the shortened run ($final); signal too late"
+grep -q "train: $((final - stopped)) steps, .* over 2 ranks" "$tmp/requeue.out" || fail "requeue: the resumed run did not finish"
+((rc == 0)) || fail "requeue: the job ended with $rc"
+[[ $(cat "$run/checkpoints/latest") == step_$(printf %08d $final).h5 ]] || fail "requeue: no final checkpoint"
+info=$(timeout 10 scontrol show job "$job")
+if ! grep -q "JobState=COMPLETED" <<<"$info" || ! grep -q "Restarts=1 " <<<"$info"; then
+  echo "$info"; fail "requeue: job $job not COMPLETED after 1 restart"
+fi
+say "requeue: stopped at step $stopped, requeued, resumed and finished at step $final (COMPLETED, Restarts=1)"
+echo "PASS ($(( $(date +%s) - started )) s)"
