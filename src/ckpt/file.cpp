@@ -12,6 +12,7 @@
 #include "h5.h"  // src/data/h5.h: the HDF5 RAII layer and its process-wide lock
 #include "meridian/comm/mpi_interop.h"
 #include "meridian/comm/runtime.h"
+#include "meridian/comm/watchdog.h"
 #include "meridian/core/crc32c.h"
 #include "meridian/core/error.h"
 
@@ -104,9 +105,19 @@ std::vector<uint32_t> read_u32_array_attr(hid_t obj, const std::string& name) {
 
 // ---------------------------------------------------------------------------------------------
 struct Writer::Impl {
-  Impl(const comm::Runtime& runtime, std::string file_path) : rt(runtime), path(std::move(file_path)) {}
+  Impl(const comm::Runtime& runtime, std::string file_path)
+      : rt(runtime),
+        path(std::move(file_path)),
+        watchdog(runtime.comm_timeout_s(), [this](const std::string& what, double elapsed) {
+          comm::abort_job(where() + " watchdog: " + what + " did not complete within " +
+                              std::to_string(rt.comm_timeout_s()) + " s (elapsed " + std::to_string(elapsed) +
+                              " s): a rank is stuck in file I/O (NFS?), hung or dead. Aborting the job.",
+                          kExitFatal);
+        }) {}
   const comm::Runtime& rt;
   std::string path;
+  // Every step below is collective file I/O: one stuck rank would hang every rank.
+  comm::Watchdog watchdog;
   MPI_Comm comm = MPI_COMM_NULL;
   h5::Id file, xfer, lcpl;
   // Per dataset, in creation order (the same on every rank): this rank's block checksums.
@@ -126,6 +137,7 @@ struct Writer::Impl {
   // waits in a collective the others have left).
   template <typename F>
   void agreed(const std::string& what, F&& body) {
+    const uint64_t op = watchdog.begin("checkpoint " + path + ": " + what);
     std::string error;
     try {
       body();
@@ -133,6 +145,7 @@ struct Writer::Impl {
       error = e.what();
     }
     const auto errors = rt.allgather(error);
+    watchdog.end(op);
     for (size_t r = 0; r < errors.size(); ++r)
       if (!errors[r].empty())
         throw SystemError(path + ": checkpoint write failed (" + what + ") on rank " + std::to_string(r) +
