@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     return kExitUserError;
   }
   if (parsed.count("help")) {
-    if (launcher_rank0()) std::cout << options.help({"", "common"});
+    if (launcher_rank0()) std::cout << options.help();  // every group: a command's own, shared ones (prep), common
     return kExitOk;
   }
 
