@@ -130,7 +130,13 @@ int main(int argc, char** argv) {
     return kExitUserError;
   }
   if (parsed.count("help")) {
-    if (launcher_rank0()) std::cout << options.help();  // every group: a command's own, shared ones (prep), common
+    if (launcher_rank0()) {
+      // Every group (a command's own, shared ones such as prep's, common) but "testing": test hooks.
+      std::vector<std::string> shown;
+      for (const auto& group : options.groups())
+        if (group != "testing") shown.push_back(group);
+      std::cout << options.help(shown);
+    }
     return kExitOk;
   }
 

@@ -1,0 +1,160 @@
+#include "meridian/models/llama.h"
+
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
+#include <limits>
+
+#include "meridian/core/config.h"
+#include "meridian/core/error.h"
+
+namespace meridian::models {
+
+LlamaConfig LlamaConfig::from_config(const Config& c) {
+  LlamaConfig s;
+  const std::string& f = c.origin();
+  s.vocab_size = c.get<int64_t>("model.vocab_size", s.vocab_size);
+  s.dim = c.get<int64_t>("model.dim", s.dim);
+  s.layers = c.get<int64_t>("model.layers", s.layers);
+  s.heads = c.get<int64_t>("model.heads", s.heads);
+  s.kv_heads = c.get<int64_t>("model.kv_heads", s.heads);
+  s.hidden = c.get<int64_t>("model.hidden", s.hidden);
+  s.max_seq_len = c.get<int64_t>("model.max_seq_len", s.max_seq_len);
+  s.rope_theta = c.get<double>("model.rope_theta", s.rope_theta);
+  s.norm_eps = c.get<double>("model.norm_eps", s.norm_eps);
+  s.tie_embeddings = c.get<bool>("model.tie_embeddings", s.tie_embeddings);
+  if (s.vocab_size < 2) throw ConfigError(f, "model.vocab_size", "must be at least 2");
+  if (s.layers < 1) throw ConfigError(f, "model.layers", "must be at least 1");
+  if (s.heads < 1 || s.dim < 1 || s.dim % s.heads != 0)
+    throw ConfigError(f, "model.heads", "must be positive and divide model.dim (" + std::to_string(s.dim) + ")");
+  if (s.head_dim() % 2 != 0) throw ConfigError(f, "model.heads", "the head size dim / heads must be even (rotary pairs)");
+  if (s.kv_heads < 1 || s.heads % s.kv_heads != 0)
+    throw ConfigError(f, "model.kv_heads", "must be positive and divide model.heads (" + std::to_string(s.heads) + ")");
+  if (s.hidden < 1) throw ConfigError(f, "model.hidden", "must be positive");
+  if (s.max_seq_len < 1) throw ConfigError(f, "model.max_seq_len", "must be positive");
+  if (!(s.rope_theta > 0)) throw ConfigError(f, "model.rope_theta", "must be positive");
+  if (!(s.norm_eps > 0)) throw ConfigError(f, "model.norm_eps", "must be positive");
+  return s;
+}
+
+int64_t LlamaConfig::parameter_count() const {
+  const int64_t d = head_dim();
+  const int64_t attention = dim * heads * d + 2 * dim * kv_heads * d + heads * d * dim;
+  const int64_t mlp = 3 * dim * hidden;
+  const int64_t block = attention + mlp + 2 * dim;  // two RMSNorm weights
+  return vocab_size * dim + layers * block + dim + (tie_embeddings ? 0 : vocab_size * dim);
+}
+
+double LlamaConfig::flops_per_token(int64_t seq) const {
+  const double d = double(head_dim());
+  const double projections = double(dim) * heads * d + 2.0 * dim * kv_heads * d + heads * d * dim;
+  const double attention = 2.0 * heads * d * double(seq);  // scores and weighted values, per token
+  const double mlp = 3.0 * dim * hidden;
+  return 2.0 * (layers * (projections + attention + mlp) + double(dim) * vocab_size);
+}
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) { weight_ = register_parameter("weight", at::ones({dim})); }
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  const auto x32 = x.to(at::kFloat);
+  const auto normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return normed.to(x.scalar_type()) * weight_;
+}
+
+std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t seq, int64_t head_dim, double theta, const at::TensorOptions& options) {
+  const auto f32 = options.dtype(at::kFloat);
+  const auto inv_freq = at::pow(theta, -at::arange(0, head_dim, 2, f32) / double(head_dim));  // [head_dim / 2]
+  const auto freqs = at::outer(at::arange(seq, f32), inv_freq);                                  // [seq, head_dim / 2]
+  const auto emb = at::cat({freqs, freqs}, -1);
+  return {emb.cos(), emb.sin()};
+}
+
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  const auto rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos.to(x.scalar_type()) + rotated * sin.to(x.scalar_type());
+}
+
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c)
+    : heads_(c.heads), kv_heads_(c.kv_heads), head_dim_(c.head_dim()) {
+  auto linear = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  q_proj_ = register_module("q_proj", linear(c.dim, c.heads * head_dim_));
+  k_proj_ = register_module("k_proj", linear(c.dim, c.kv_heads * head_dim_));
+  v_proj_ = register_module("v_proj", linear(c.dim, c.kv_heads * head_dim_));
+  o_proj_ = register_module("o_proj", linear(c.heads * head_dim_, c.dim));
+}
+
+at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t b = x.size(0), t = x.size(1);
+  auto q = apply_rotary(q_proj_(x).view({b, t, heads_, head_dim_}).transpose(1, 2), cos, sin);     // [B, H, T, d]
+  auto k = apply_rotary(k_proj_(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2), cos, sin);  // [B, KV, T, d]
+  auto v = v_proj_(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);
+  if (kv_heads_ != heads_) {  // each key/value head serves heads / kv_heads consecutive query heads
+    k = k.repeat_interleave(heads_ / kv_heads_, 1);
+    v = v.repeat_interleave(heads_ / kv_heads_, 1);
+  }
+  auto scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(head_dim_));  // [B, H, T, T]
+  const auto future = at::ones({t, t}, x.options().dtype(at::kBool)).triu(1);
+  scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
+  const auto attn = at::matmul(at::softmax(scores, -1, at::kFloat).to(v.scalar_type()), v);  // [B, H, T, d]
+  return o_proj_(attn.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
+}
+
+LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& c) {
+  auto linear = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  gate_proj_ = register_module("gate_proj", linear(c.dim, c.hidden));
+  up_proj_ = register_module("up_proj", linear(c.dim, c.hidden));
+  down_proj_ = register_module("down_proj", linear(c.hidden, c.dim));
+}
+
+at::Tensor LlamaMlpImpl::forward(const at::Tensor& x) {
+  return down_proj_(torch::nn::functional::silu(gate_proj_(x)) * up_proj_(x));
+}
+
+LlamaBlockImpl::LlamaBlockImpl(const LlamaConfig& c) {
+  self_attn_ = register_module("self_attn", LlamaAttention(c));
+  mlp_ = register_module("mlp", LlamaMlp(c));
+  input_layernorm_ = register_module("input_layernorm", RMSNorm(c.dim, c.norm_eps));
+  post_attention_layernorm_ = register_module("post_attention_layernorm", RMSNorm(c.dim, c.norm_eps));
+}
+
+at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const auto h = x + self_attn_(input_layernorm_(x), cos, sin);
+  return h + mlp_(post_attention_layernorm_(h));
+}
+
+LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c) : config_(c) {
+  embed_tokens_ = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.dim));
+  layers_ = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.layers; ++i) layers_->push_back(LlamaBlock(c));
+  norm_ = register_module("norm", RMSNorm(c.dim, c.norm_eps));
+  // Small initial weights (as HF's initializer_range 0.02) keep the first logits near uniform.
+  for (auto& p : parameters())
+    if (p.dim() == 2) torch::nn::init::normal_(p, 0.0, 0.02);
+}
+
+at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
+  const int64_t t = tokens.size(1);
+  if (t > config_.max_seq_len)
+    throw std::invalid_argument("llama: sequence of " + std::to_string(t) + " tokens exceeds model.max_seq_len " +
+                                std::to_string(config_.max_seq_len));
+  auto x = embed_tokens_(tokens);
+  const auto [cos, sin] = rotary_tables(t, config_.head_dim(), config_.rope_theta, x.options());
+  for (const auto& layer : *layers_) x = layer->as<LlamaBlock>()->forward(x, cos, sin);
+  return norm_(x);
+}
+
+LlamaImpl::LlamaImpl(const LlamaConfig& config) : config_(config) {
+  model_ = register_module("model", LlamaModel(config));
+  if (!config.tie_embeddings)
+    lm_head_ = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(config.dim, config.vocab_size).bias(false)));
+  if (lm_head_) torch::nn::init::normal_(lm_head_->weight, 0.0, 0.02);
+}
+
+at::Tensor LlamaImpl::forward(const at::Tensor& tokens) {
+  const auto h = model_(tokens);
+  return lm_head_ ? lm_head_(h) : at::matmul(h, model_->embed_tokens()->weight.t());
+}
+
+}  // namespace meridian::models

@@ -1,0 +1,111 @@
+// The Llama-style decoder against closed forms and references computed another way: parameter
+// counts (the 7b preset against Llama-2-7B's published 6,738,415,616), causality, grouped-query
+// attention against multi-head attention with repeated key/value weights, the rotary embedding's
+// relative-position property, and a safetensors round trip by name.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "meridian/core/config.h"
+#include "meridian/models/llama.h"
+#include "meridian/models/safetensors.h"
+
+namespace models = meridian::models;
+
+namespace {
+models::LlamaConfig preset(const std::string& name) {
+  return models::LlamaConfig::from_config(meridian::Config::load_file(MERIDIAN_SOURCE_DIR "/jobs/configs/" + name));
+}
+int64_t count(torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
+}
+}  // namespace
+
+TEST(Llama, ParameterCounts) {
+  EXPECT_EQ(preset("llama-7b.yaml").parameter_count(), 6738415616);  // Llama-2-7B
+  const auto tiny = preset("lm-tiny.yaml");
+  torch::manual_seed(0);
+  models::Llama model(tiny);
+  EXPECT_EQ(count(*model), tiny.parameter_count());
+  // By hand: embedding 512*64; per layer q 64*64, k and v 64*32 each (2 of 4 heads), o 64*64,
+  // MLP 3*64*172, norms 2*64; final norm 64; head tied.
+  EXPECT_EQ(tiny.parameter_count(), 512 * 64 + 2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 172 + 2 * 64) + 64);
+  // HF names, so safetensors checkpoints load by name.
+  const auto names = model->named_parameters().keys();
+  EXPECT_NE(std::find(names.begin(), names.end(), "model.layers.1.self_attn.k_proj.weight"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "model.layers.0.mlp.gate_proj.weight"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "model.norm.weight"), names.end());
+}
+
+TEST(Llama, Causal) {
+  torch::manual_seed(1);
+  models::Llama model(preset("lm-tiny.yaml"));
+  auto tokens = torch::randint(0, 512, {2, 12});
+  auto changed = tokens.clone();
+  changed.narrow(1, 7, 5).random_(0, 512);
+  const auto a = model->forward(tokens), b = model->forward(changed);
+  EXPECT_EQ(a.sizes(), (at::IntArrayRef{2, 12, 512}));
+  EXPECT_TRUE(torch::allclose(a.narrow(1, 0, 7), b.narrow(1, 0, 7), 1e-5, 1e-6));  // positions before the change
+  EXPECT_FALSE(torch::allclose(a.narrow(1, 7, 5), b.narrow(1, 7, 5), 1e-5, 1e-6));
+}
+
+TEST(Llama, GroupedQueryAttentionEqualsMultiHeadWithRepeatedKeyValueHeads) {
+  auto gqa_config = preset("lm-tiny.yaml");  // 4 query heads, 2 key/value heads
+  auto mha_config = gqa_config;
+  mha_config.kv_heads = 4;
+  torch::manual_seed(2);
+  models::Llama gqa(gqa_config), mha(mha_config);
+  torch::NoGradGuard no_grad;
+  const auto mha_params = mha->named_parameters();
+  const int64_t d = gqa_config.head_dim();
+  for (const auto& item : gqa->named_parameters()) {
+    auto target = mha_params[item.key()];
+    const bool kv = item.key().find("k_proj") != std::string::npos || item.key().find("v_proj") != std::string::npos;
+    if (kv)  // [KV*d, D] -> [H*d, D]: each key/value head repeated for its 2 query heads
+      target.copy_(item.value().view({gqa_config.kv_heads, d, -1}).repeat_interleave(2, 0).reshape(target.sizes()));
+    else
+      target.copy_(item.value());
+  }
+  const auto tokens = torch::randint(0, 512, {2, 9});
+  EXPECT_TRUE(torch::allclose(gqa->forward(tokens), mha->forward(tokens), 1e-5, 1e-6));
+}
+
+TEST(Llama, RotaryDotProductDependsOnlyOnTheOffset) {
+  const int64_t d = 16;
+  const auto [cos, sin] = models::rotary_tables(40, d, 10000, torch::TensorOptions());
+  torch::manual_seed(3);
+  const auto q = torch::randn({d}), k = torch::randn({d});
+  auto rotated = [&](const torch::Tensor& x, int64_t pos) {
+    return models::apply_rotary(x.view({1, d}), cos.narrow(0, pos, 1), sin.narrow(0, pos, 1)).view({d});
+  };
+  const double base = (rotated(q, 5) * rotated(k, 2)).sum().item<double>();
+  const double shifted = (rotated(q, 35) * rotated(k, 32)).sum().item<double>();
+  EXPECT_NEAR(base, shifted, 1e-4);
+  EXPECT_NEAR((rotated(q, 7) * rotated(q, 7)).sum().item<double>(), (q * q).sum().item<double>(), 1e-4);  // a rotation
+}
+
+TEST(Llama, SafetensorsRoundTripByName) {
+  torch::manual_seed(4);
+  const auto config = preset("lm-tiny.yaml");
+  models::Llama a(config), b(config);
+  const std::string path = (std::filesystem::temp_directory_path() / "meridian_llama_test.safetensors").string();
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& item : a->named_parameters()) tensors.emplace_back(item.key(), item.value());
+  models::save_safetensors(path, tensors);
+  models::load_into(*b, models::load_safetensors(path));
+  std::filesystem::remove(path);
+  const auto tokens = torch::randint(0, 512, {1, 10});
+  EXPECT_TRUE(torch::equal(a->forward(tokens), b->forward(tokens)));
+}
+
+TEST(Llama, ConfigErrorsNameTheField) {
+  try {
+    models::LlamaConfig::from_config(meridian::Config::parse("model: {dim: 64, heads: 4, kv_heads: 3}", "bad.yaml"));
+    FAIL() << "no error";
+  } catch (const meridian::ConfigError& e) {
+    EXPECT_STREQ(e.what(), "bad.yaml: field 'model.kv_heads': must be positive and divide model.heads (4)");
+  }
+}

@@ -1,0 +1,231 @@
+// ZeRO-1 (train::ShardedAdamW) against the unsharded train::AdamW: every rank trains the same small
+// model on its own batches; the reference recomputes every rank's batch locally and steps AdamW on
+// the gradient of the mean loss. Parameter count 81 (not a multiple of 2 or 4: the padding and
+// shards that split parameters are exercised). Runs on the runtime's device (NCCL on CUDA).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "meridian/comm/communicator.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/core/error.h"
+#include "meridian/train/adamw.h"
+#include "meridian/train/zero.h"
+#include "mpi_test_main.h"
+
+using meridian::test::runtime;
+namespace comm = meridian::comm;
+namespace train = meridian::train;
+
+namespace {
+
+std::unique_ptr<comm::Communicator> g_comm;
+comm::Communicator& communicator() { return *g_comm; }
+
+class Zero : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { g_comm = comm::make_communicator(runtime(), comm::default_backend(runtime())); }
+  static void TearDownTestSuite() { g_comm.reset(); }
+};
+
+// Linear(7,6) + LayerNorm(6) + Linear(6,3): 42 + 6 + 6 + 6 + 18 + 3 = 81 elements. With extras: a
+// parameter no rank ever uses and one only rank 0's loss uses, from step 2 on.
+struct Model {
+  explicit Model(bool extras) : extras(extras) {
+    torch::manual_seed(1234);
+    fc1 = torch::nn::Linear(7, 6);
+    norm = torch::nn::LayerNorm(torch::nn::LayerNormOptions({6}));
+    fc2 = torch::nn::Linear(6, 3);
+    unused = torch::randn({5});
+    rank0_only = torch::randn({4});
+    const auto device = runtime().device();
+    fc1->to(device);
+    norm->to(device);
+    fc2->to(device);
+    unused = unused.to(device).requires_grad_(true);
+    rank0_only = rank0_only.to(device).requires_grad_(true);
+  }
+
+  std::vector<train::ParamGroup> groups() {
+    train::ParamGroup decaying{{fc1->weight, fc2->weight}, 0.3, {}}, constant{{fc1->bias, norm->weight, norm->bias, fc2->bias}, 0.0, {}};
+    if (extras) {
+      decaying.params.push_back(unused);
+      constant.params.push_back(rank0_only);
+    }
+    return {decaying, constant};
+  }
+  std::vector<torch::Tensor> params() {
+    std::vector<torch::Tensor> all;
+    for (auto& g : groups())
+      for (auto& p : g.params) all.push_back(p);
+    return all;
+  }
+  void zero_grad() {
+    for (auto& p : params()) p.mutable_grad() = torch::Tensor();
+  }
+
+  // Rank q's loss at step t (its own batch).
+  torch::Tensor loss(int q, int t) {
+    torch::manual_seed(1000 + 100 * t + q);
+    const auto x = torch::randn({4, 7}).to(runtime().device());
+    const auto y = torch::randn({4, 3}).to(runtime().device());
+    auto l = torch::mse_loss(fc2(torch::tanh(norm(fc1(x)))), y);
+    if (extras && q == 0 && t >= 2) l = l + (rank0_only * x.mean(0).narrow(0, 0, 4)).sum();
+    return l;
+  }
+
+  torch::Tensor flat() {
+    std::vector<torch::Tensor> parts;
+    for (auto& p : params()) parts.push_back(p.detach().reshape({-1}).clone());
+    return torch::cat(parts);
+  }
+
+  bool extras;
+  torch::nn::Linear fc1{nullptr};
+  torch::nn::LayerNorm norm{nullptr};
+  torch::nn::Linear fc2{nullptr};
+  torch::Tensor unused, rank0_only;
+};
+
+double lr_at(int t) { return 0.05 / (1 + t); }
+
+// Trains `sharded` with ShardedAdamW and `reference` with AdamW on the mean loss, 5 steps with a
+// changing learning rate.
+void train_both(Model& sharded, Model& reference, train::ShardedAdamW& zero, train::AdamW& adamw) {
+  const int world = runtime().size(), rank = runtime().rank();
+  for (int t = 0; t < 5; ++t) {
+    sharded.zero_grad();
+    sharded.loss(rank, t).backward();
+    zero.set_lr(lr_at(t));
+    zero.step();
+
+    reference.zero_grad();
+    torch::Tensor total = reference.loss(0, t);
+    for (int q = 1; q < world; ++q) total = total + reference.loss(q, t);
+    (total / world).backward();
+    adamw.set_lr(lr_at(t));
+    adamw.step();
+  }
+}
+
+// Every rank's flat parameters equal (bitwise) to this rank's.
+void expect_identical_across_ranks(Model& model) {
+  const auto mine = model.flat().contiguous();
+  auto all = torch::empty({mine.numel() * runtime().size()}, mine.options());
+  communicator().allgather(mine, all);
+  for (int q = 0; q < runtime().size(); ++q)
+    EXPECT_TRUE(torch::equal(all.narrow(0, q * mine.numel(), mine.numel()), mine)) << "rank " << q << " differs";
+}
+
+TEST_F(Zero, MatchesUnshardedAdamW) {
+  Model sharded(false), reference(false);
+  ASSERT_TRUE(torch::equal(sharded.flat(), reference.flat()));
+  const train::AdamWOptions options{0.05, 0.9, 0.999, 1e-8};
+  train::ShardedAdamW zero(sharded.groups(), options, communicator());
+  train::AdamW adamw(reference.groups(), options);
+  ASSERT_EQ(zero.numel(), 81);
+  train_both(sharded, reference, zero, adamw);
+
+  const auto a = sharded.flat().cpu(), b = reference.flat().cpu();
+  const double max_diff = (a - b).abs().max().item<double>();
+  if (runtime().rank() == 0)
+    std::printf("[ zero ] %d ranks: max |sharded - reference| after 5 steps = %.3g (%s)\n", runtime().size(),
+                max_diff, torch::equal(a, b) ? "bit-identical" : "not bit-identical");
+  EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << "max difference " << max_diff;
+  EXPECT_GT((a - Model(false).flat().cpu()).abs().max().item<double>(), 1e-3);  // it did train
+  // A second reference, closer to the sharded path: AdamW on local gradients averaged with an
+  // allreduce (what DDP does). Its sum runs in the backend's allreduce order, so bitwise agreement is
+  // reported, not required.
+  Model averaged(false);
+  train::AdamW adamw_averaged(averaged.groups(), options);
+  for (int t = 0; t < 5; ++t) {
+    averaged.zero_grad();
+    averaged.loss(runtime().rank(), t).backward();
+    for (auto& p : averaged.params()) communicator().allreduce(p.mutable_grad(), meridian::comm::ReduceOp::Avg);
+    adamw_averaged.set_lr(lr_at(t));
+    adamw_averaged.step();
+  }
+  const auto c = averaged.flat().cpu();
+  if (runtime().rank() == 0)
+    std::printf("[ zero ] %d ranks: max |sharded - allreduce-averaged AdamW| = %.3g (%s)\n", runtime().size(),
+                (a - c).abs().max().item<double>(), torch::equal(a, c) ? "bit-identical" : "not bit-identical");
+  EXPECT_TRUE(torch::allclose(a, c, 1e-6, 1e-7));
+
+  for (auto s : zero.steps()) EXPECT_EQ(s, 5);
+  for (size_t i = 0; i < adamw.state().size(); ++i) EXPECT_EQ(adamw.state()[i].step, zero.steps()[i]);
+  expect_identical_across_ranks(sharded);
+
+  // The shard's moments are the matching slice of the reference's.
+  std::vector<torch::Tensor> m, v;
+  for (auto& s : adamw.state()) m.push_back(s.exp_avg.reshape({-1})), v.push_back(s.exp_avg_sq.reshape({-1}));
+  const int64_t begin = zero.shard_begin(), end = std::min<int64_t>(zero.shard_end(), zero.numel());
+  if (begin < end) {
+    EXPECT_TRUE(torch::allclose(zero.exp_avg_shard().narrow(0, 0, end - begin).cpu(),
+                                torch::cat(m).narrow(0, begin, end - begin).cpu(), 1e-5, 1e-8));
+    EXPECT_TRUE(torch::allclose(zero.exp_avg_sq_shard().narrow(0, 0, end - begin).cpu(),
+                                torch::cat(v).narrow(0, begin, end - begin).cpu(), 1e-5, 1e-10));
+  }
+  if (zero.shard_end() > end)  // padding
+    EXPECT_EQ(zero.exp_avg_shard().narrow(0, end - begin, zero.shard_end() - end).abs().sum().item<double>(), 0.0);
+}
+
+TEST_F(Zero, ParameterWithoutGradientIsUntouched) {
+  Model sharded(true), reference(true);
+  const auto unused_before = sharded.unused.detach().clone();
+  const train::AdamWOptions options{0.05, 0.9, 0.999, 1e-8};
+  train::ShardedAdamW zero(sharded.groups(), options, communicator());
+  train::AdamW adamw(reference.groups(), options);
+  ASSERT_EQ(zero.numel(), 81 + 5 + 4);
+  train_both(sharded, reference, zero, adamw);
+
+  // `unused` is the last of the decaying group: flat index 2; `rank0_only` the last of all: 7.
+  EXPECT_TRUE(torch::equal(sharded.unused.detach(), unused_before));  // not even decayed
+  EXPECT_EQ(zero.steps()[2], 0);
+  EXPECT_EQ(adamw.state()[2].step, 0);
+  // From step 2 on a gradient on rank 0 only: updated everywhere with g0 / W, its own step count
+  // (3, not the others' 5) in its bias corrections.
+  EXPECT_EQ(zero.steps()[7], 3);
+  EXPECT_EQ(adamw.state()[7].step, 3);
+  EXPECT_EQ(zero.steps()[0], 5);
+  EXPECT_TRUE(torch::allclose(sharded.flat().cpu(), reference.flat().cpu(), 1e-6, 1e-7))
+      << "max difference " << (sharded.flat() - reference.flat()).abs().max().item<double>();
+  expect_identical_across_ranks(sharded);
+}
+
+TEST_F(Zero, MemoryReportInClosedForm) {
+  Model model(false);
+  train::ShardedAdamW zero(model.groups(), {}, communicator());
+  const int64_t w = runtime().size(), n = 81, s = (n + w - 1) / w;
+  EXPECT_EQ(zero.world_size(), w);
+  EXPECT_EQ(zero.shard_numel(), s);
+  EXPECT_EQ(zero.padded_numel(), w * s);
+  EXPECT_EQ(zero.shard_begin(), runtime().rank() * s);
+  EXPECT_EQ(zero.shard_end(), (runtime().rank() + 1) * s);
+  EXPECT_EQ(zero.exp_avg_shard().numel(), s);
+  EXPECT_EQ(zero.exp_avg_sq_shard().numel(), s);
+  EXPECT_EQ(zero.offsets(), (std::vector<int64_t>{0, 42, 60, 66, 72, 78, 81}));
+  const auto r = zero.memory_report();
+  EXPECT_EQ(r.world_size, w);
+  EXPECT_EQ(r.numel, n);
+  EXPECT_EQ(r.shard_numel, s);
+  EXPECT_EQ(r.parameter_bytes, 4 * n);
+  EXPECT_EQ(r.gradient_bytes, 4 * n);
+  EXPECT_EQ(r.optimizer_bytes_unsharded, 8 * n);
+  EXPECT_EQ(r.optimizer_bytes_sharded, 8 * s);
+  EXPECT_EQ(r.buffer_bytes, 4 * (w * s + 2 * s));
+  EXPECT_EQ(r.total_unsharded(), 16 * n);
+  EXPECT_EQ(r.total_sharded(), 8 * n + 8 * s + 4 * (w * s + 2 * s));
+  EXPECT_NE(r.to_string().find("optimizer state"), std::string::npos);
+}
+
+TEST_F(Zero, RanksWithDifferentParametersFailEverywhere) {
+  if (runtime().size() == 1) GTEST_SKIP() << "needs two ranks";
+  Model model(true);
+  auto groups = model.groups();
+  if (runtime().rank() == 0) groups[1].params.pop_back();  // rank 0 lacks rank0_only
+  EXPECT_THROW(train::ShardedAdamW(groups, {}, communicator()), meridian::UserError);
+}
+
+}  // namespace
