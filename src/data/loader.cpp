@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "channel.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/hash.h"
@@ -17,43 +18,6 @@
 namespace meridian::data {
 
 namespace {
-
-// A bounded FIFO handing items between threads; close() wakes everyone.
-template <typename T>
-class Channel {
- public:
-  explicit Channel(size_t capacity) : capacity_(std::max<size_t>(1, capacity)) {}
-  bool push(T item) {
-    std::unique_lock<std::mutex> lock(mu_);
-    not_full_.wait(lock, [&] { return closed_ || q_.size() < capacity_; });
-    if (closed_) return false;
-    q_.push_back(std::move(item));
-    not_empty_.notify_one();
-    return true;
-  }
-  bool pop(T& item) {
-    std::unique_lock<std::mutex> lock(mu_);
-    not_empty_.wait(lock, [&] { return closed_ || !q_.empty(); });
-    if (q_.empty()) return false;
-    item = std::move(q_.front());
-    q_.pop_front();
-    not_full_.notify_one();
-    return true;
-  }
-  void close() {
-    std::lock_guard<std::mutex> lock(mu_);
-    closed_ = true;
-    not_empty_.notify_all();
-    not_full_.notify_all();
-  }
-
- private:
-  size_t capacity_;
-  std::mutex mu_;
-  std::condition_variable not_empty_, not_full_;
-  std::deque<T> q_;
-  bool closed_ = false;
-};
 
 struct RawBatch {
   int64_t epoch = 0, step = 0, next_position = 0;

@@ -18,15 +18,13 @@
 #include "meridian/data/synthetic.h"
 #include "meridian/data/tokenizer.h"
 #include "mpi_test_main.h"
+#include "data_test.h"
 
 namespace fs = std::filesystem;
 using meridian::test::runtime;
 namespace data = meridian::data;
 
-namespace {
-
-// A directory shared by all ranks (they run on one host), removed at exit.
-const std::string& shared_dir() {
+const std::string& meridian::test::shared_dir() {
   static std::string dir = [] {
     char buf[256] = {0};
     if (runtime().rank() == 0) {
@@ -39,15 +37,22 @@ const std::string& shared_dir() {
   return dir;
 }
 
+namespace {
 // Removes the shared directory after the last test, while MPI is still up.
 class Cleanup : public ::testing::Environment {
  public:
   void TearDown() override {
     runtime().barrier();
-    if (runtime().rank() == 0 && !shared_dir().empty()) fs::remove_all(shared_dir());
+    if (runtime().rank() == 0 && !meridian::test::shared_dir().empty()) fs::remove_all(meridian::test::shared_dir());
   }
 };
 ::testing::Environment* const kCleanup = ::testing::AddGlobalTestEnvironment(new Cleanup);
+}  // namespace
+
+namespace {
+
+using meridian::test::shared_dir;
+
 
 constexpr int64_t kCount = 37;  // not a multiple of any block x ranks
 constexpr uint64_t kSeed = 11;
@@ -77,14 +82,7 @@ const std::string& synthetic_file() {
   return path;
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const meridian::UserError& e) {
-    return e.what();
-  }
-  return "<no UserError>";
-}
+using meridian::test::message_of;
 
 }  // namespace
 

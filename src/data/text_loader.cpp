@@ -1,0 +1,214 @@
+#include "meridian/data/text_loader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+#include "h5.h"
+#include "channel.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/core/error.h"
+#include "meridian/core/hash.h"
+
+namespace meridian::data {
+
+TextLoaderOptions::Mode parse_text_mode(const std::string& name) {
+  if (name == "pack") return TextLoaderOptions::Pack;
+  if (name == "pad") return TextLoaderOptions::Pad;
+  throw UserError("--pack: unknown text mode '" + name + "' (expected pack or pad)");
+}
+
+struct TextLoader::Impl {
+  TextLoaderOptions o;
+  DatasetInfo info;
+  h5::Id file, tokens, mask;
+  std::vector<int64_t> offsets;  // /doc_offsets, [N + 1]
+  int64_t samples = 0;
+  std::unique_ptr<DistributedSampler> sampler;
+  Channel<TextBatch> ready;
+  std::thread io_thread;
+  std::exception_ptr error;
+  // Per-sample read buffers (I/O thread only).
+  std::vector<int32_t> tok_buf;
+  std::vector<uint8_t> mask_buf;
+
+  explicit Impl(const TextLoaderOptions& options) : o(options), ready(size_t(options.prefetch)) {}
+
+  ~Impl() {
+    const auto locked = h5::lock();
+    mask.reset();
+    tokens.reset();
+    file.reset();
+  }
+
+  void open() {
+    info = validate_dataset(o.path);
+    if (info.kind != "text")
+      throw DataError(
+          o.path, "attribute 'kind'",
+          "the text loader reads 'text' files (prep text / prep synthetic --kind text), not '" + info.kind + "'");
+    const auto locked = h5::lock();
+    file = h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(o.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)));
+    tokens = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file, "/tokens", H5P_DEFAULT)));
+    mask = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file, "/loss_mask", H5P_DEFAULT)));
+    h5::Id off = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file, "/doc_offsets", H5P_DEFAULT)));
+    offsets.resize(size_t(info.count + 1));
+    MERIDIAN_H5_CHECK(H5Dread(off, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, offsets.data()));
+  }
+
+  // Hash of the file size, root attributes and the first tokens: equal on ranks seeing the same file.
+  std::string fingerprint() {
+    std::string text = std::to_string(info.file_bytes) + "|" + info.kind + "|" + info.created_by + "|" +
+                       std::to_string(info.count) + "|" + std::to_string(info.token_count);
+    const int64_t n = std::min<int64_t>(info.token_count, 4096);
+    std::vector<int32_t> first(size_t(std::max<int64_t>(n, 1)));
+    std::vector<uint8_t> first_mask(first.size());
+    read(0, n, first.data(), first_mask.data());
+    uint64_t h = fnv1a(text.data(), text.size());
+    h = fnv1a(first.data(), size_t(n) * sizeof(int32_t), h);
+    h = fnv1a(first_mask.data(), size_t(n), h);
+    h = fnv1a(offsets.data(), offsets.size() * sizeof(int64_t), h);
+    char buf[17];
+    std::snprintf(buf, sizeof(buf), "%016llx", (unsigned long long)h);
+    return buf;
+  }
+
+  // Tokens and loss mask [start, start + count): one hyperslab read of each.
+  void read(int64_t start, int64_t count, int32_t* tok, uint8_t* msk) {
+    if (count <= 0) return;
+    const auto locked = h5::lock();
+    const hsize_t off[1] = {hsize_t(start)}, cnt[1] = {hsize_t(count)};
+    for (auto [dset, type, out] : {std::tuple<hid_t, hid_t, void*>{tokens, H5T_NATIVE_INT32, tok},
+                                   std::tuple<hid_t, hid_t, void*>{mask, H5T_NATIVE_UINT8, msk}}) {
+      h5::Id fspace = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(dset)));
+      MERIDIAN_H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, off, nullptr, cnt, nullptr));
+      h5::Id mspace = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(1, cnt, nullptr)));
+      MERIDIAN_H5_CHECK(H5Dread(dset, type, mspace, fspace, H5P_DEFAULT, out));
+    }
+  }
+
+  // Fills row `i` of tokens/targets [*, L] for sample `row`.
+  void fill(int64_t row, int64_t* tok_out, int64_t* tgt_out) {
+    const int64_t L = o.seq_len;
+    if (o.mode == TextLoaderOptions::Pack) {
+      const int64_t a = row * L;
+      read(a, L + 1, tok_buf.data(), mask_buf.data());
+      // The first document start after a: positions where a new document begins.
+      auto next = std::upper_bound(offsets.begin(), offsets.end() - 1, a);
+      for (int64_t t = 0; t < L; ++t) {
+        const int64_t p = a + t + 1;  // position of the target token
+        while (next != offsets.end() - 1 && *next < p) ++next;
+        const bool crosses = next != offsets.end() - 1 && *next == p;  // p starts a document
+        tok_out[t] = tok_buf[size_t(t)];
+        tgt_out[t] = !crosses && mask_buf[size_t(t + 1)] ? int64_t(tok_buf[size_t(t + 1)]) : kIgnoreIndex;
+      }
+    } else {
+      const int64_t s = offsets[size_t(row)];
+      const int64_t len = std::min(offsets[size_t(row) + 1] - s, L + 1);
+      read(s, len, tok_buf.data(), mask_buf.data());
+      for (int64_t t = 0; t < L; ++t) {
+        tok_out[t] = t < len ? int64_t(tok_buf[size_t(t)]) : int64_t(info.pad_id);
+        tgt_out[t] = t + 1 < len && mask_buf[size_t(t + 1)] ? int64_t(tok_buf[size_t(t + 1)]) : kIgnoreIndex;
+      }
+    }
+  }
+
+  void io_loop() {
+    int64_t epoch = o.epoch, position = o.position;
+    const int64_t B = o.batch_size, L = o.seq_len;
+    for (;;) {
+      if (position >= sampler->epoch_samples()) ++epoch, position = 0;
+      TextBatch b;
+      b.epoch = epoch;
+      b.step = position / sampler->global_batch();
+      try {
+        const auto rows = sampler->batch(epoch, position);
+        b.tokens = at::empty({B, L}, at::kLong);
+        b.targets = at::empty({B, L}, at::kLong);
+        b.rows = at::tensor(rows, at::kLong);
+        int64_t* tok = b.tokens.data_ptr<int64_t>();
+        int64_t* tgt = b.targets.data_ptr<int64_t>();
+        for (int64_t i = 0; i < B; ++i) fill(rows[size_t(i)], tok + i * L, tgt + i * L);
+      } catch (...) {
+        error = std::current_exception();  // published by close(): next() reads it after its pop fails
+        ready.close();
+        return;
+      }
+      position += sampler->global_batch();
+      b.next_position = position;
+      if (!ready.push(std::move(b))) return;
+    }
+  }
+};
+
+TextLoader::TextLoader(const comm::Runtime& rt, const TextLoaderOptions& options)
+    : impl_(std::make_unique<Impl>(options)) {
+  if (options.seq_len < 1) throw UserError("--seq-len: must be at least 1");
+  if (options.batch_size < 1) throw UserError("--batch: must be at least 1");
+  if (options.prefetch < 1) throw UserError("--prefetch: must be at least 1");
+  if (options.epoch < 0 || options.position < 0)
+    throw UserError("text loader: epoch and position must be >= 0 (got " + std::to_string(options.epoch) + ", " +
+                    std::to_string(options.position) + ")");
+  // Open on every rank; agree on success before comparing, so one rank's error is everyone's.
+  std::string error, fingerprint;
+  try {
+    impl_->open();
+    fingerprint = impl_->fingerprint();
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  const auto errors = rt.allgather(error);
+  if (!error.empty()) throw UserError(error);  // this rank's own problem first
+  for (int r = 0; r < rt.size(); ++r)
+    if (!errors[size_t(r)].empty())
+      throw UserError(r == rt.rank() ? errors[size_t(r)] : "rank " + std::to_string(r) + ": " + errors[size_t(r)]);
+  const auto prints = rt.allgather(fingerprint + " " + rt.host());
+  for (int r = 1; r < rt.size(); ++r)
+    if (prints[size_t(r)].substr(0, 16) != prints[0].substr(0, 16))
+      throw UserError(options.path + ": rank " + std::to_string(r) + " on " + prints[size_t(r)].substr(17) +
+                      " sees a different dataset than rank 0 on " + prints[0].substr(17) +
+                      " (size, attributes or content differ): is the data path the same file on every node?");
+  const auto& info = impl_->info;
+  const int64_t L = options.seq_len;
+  impl_->samples = options.mode == TextLoaderOptions::Pack ? (info.token_count - 1) / L : info.count;
+  if (impl_->samples < 1)
+    throw UserError(options.path + ": " + std::to_string(info.token_count) + " tokens give no sequence of --seq-len " +
+                    std::to_string(L) + " + 1");
+  impl_->sampler = std::make_unique<DistributedSampler>(impl_->samples, options.batch_size, rt.rank(), rt.size(),
+                                                        options.seed, options.drop_last);
+  if (impl_->sampler->steps_per_epoch() == 0)
+    throw UserError(options.path + ": " + std::to_string(impl_->samples) +
+                    (options.mode == TextLoaderOptions::Pack ? " windows" : " documents") +
+                    " are fewer than one global batch (" + std::to_string(impl_->sampler->global_batch()) +
+                    "); lower --batch or --seq-len, or pass drop_last = false");
+  impl_->tok_buf.resize(size_t(L + 1));
+  impl_->mask_buf.resize(size_t(L + 1));
+  impl_->io_thread = std::thread([this] { impl_->io_loop(); });
+}
+
+TextLoader::~TextLoader() {
+  impl_->ready.close();
+  if (impl_->io_thread.joinable()) impl_->io_thread.join();
+}
+
+TextBatch TextLoader::next() {
+  const auto t0 = std::chrono::steady_clock::now();
+  TextBatch b;
+  if (!impl_->ready.pop(b)) {
+    if (impl_->error) std::rethrow_exception(impl_->error);
+    MERIDIAN_CHECK(false, "text loader stopped");
+  }
+  b.wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return b;
+}
+
+const DatasetInfo& TextLoader::info() const { return impl_->info; }
+const DistributedSampler& TextLoader::sampler() const { return *impl_->sampler; }
+int64_t TextLoader::samples() const { return impl_->samples; }
+
+}  // namespace meridian::data
