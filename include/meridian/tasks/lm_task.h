@@ -1,0 +1,48 @@
+// Language-model fine-tuning (SFT) as a train::Task: a Llama-style decoder (models::Llama) on a
+// `text` dataset (data::TextLoader), next-token cross-entropy on the response tokens only.
+//
+// Config (besides `model:`, models::LlamaConfig):
+//   train.batch        sequences per rank per micro-step (8)
+//   data.seq_len       tokens per sequence (model.max_seq_len if unset)
+//   data.mode          pack (windows of the token stream, default) | pad (one document per sequence)
+//   data.eval          a text dataset whose loss and perplexity Task::evaluate reports (none: no evaluation)
+//   task.init          safetensors weights to start from (Hugging Face names), optional
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "meridian/core/config.h"
+#include "meridian/models/llama.h"
+#include "meridian/train/task.h"
+
+namespace meridian::comm {
+class Runtime;
+}
+
+namespace meridian::tasks {
+
+class LmTask : public train::Task {
+ public:
+  // Collective: opens the data (every rank the same file), builds the model on the runtime's device
+  // (model.vocab_size raised to the tokenizer's if smaller), loads task.init if given.
+  LmTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data, train::DataPosition start = {});
+  ~LmTask() override;
+
+  std::string name() const override { return "lm"; }
+  std::shared_ptr<torch::nn::Module> model() override;
+  int64_t batch_size() const override;
+  double flops_per_sample() const override;  // per sequence of seq_len tokens
+  void next_batch() override;
+  at::Tensor forward() override;             // mean cross-entropy over this rank's target tokens
+  bool decays(const std::string& name, const at::Tensor& parameter) const override;
+  train::Metrics evaluate() override;        // eval_loss, eval_perplexity (token-weighted over all ranks)
+  train::Metrics step_metrics() override;    // tokens with loss in the last batch (this rank), perplexity
+  train::DataPosition data_position() const override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace meridian::tasks

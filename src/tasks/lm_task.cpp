@@ -1,0 +1,137 @@
+#include "meridian/tasks/lm_task.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+#include "meridian/comm/communicator.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/core/error.h"
+#include "meridian/data/text_loader.h"
+#include "meridian/models/safetensors.h"
+
+namespace meridian::tasks {
+
+namespace {
+data::TextLoaderOptions loader_options(const Config& c, const std::string& path, int64_t seq_len, int64_t batch) {
+  data::TextLoaderOptions o;
+  o.path = path;
+  o.seq_len = seq_len;
+  o.batch_size = batch;
+  o.seed = uint64_t(c.get<int64_t>("train.seed", 0));
+  o.mode = data::parse_text_mode(c.get<std::string>("data.mode", "pack"));
+  return o;
+}
+
+// Sum of token losses and the number of tokens with a target (ignored targets excluded).
+std::pair<at::Tensor, int64_t> token_loss_sum(models::Llama& model, const at::Tensor& tokens, const at::Tensor& targets) {
+  const auto logits = model->forward(tokens).to(at::kFloat);
+  const auto flat_targets = targets.reshape({-1});
+  const auto sum = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), flat_targets, {}, at::Reduction::Sum,
+                                          data::kIgnoreIndex);
+  return {sum, (flat_targets != data::kIgnoreIndex).sum().item<int64_t>()};
+}
+}  // namespace
+
+struct LmTask::Impl {
+  const comm::Runtime& rt;
+  models::LlamaConfig mc;
+  int64_t batch = 8, seq_len = 0, last_tokens = 0;
+  double last_loss = 0;
+  std::string eval_data;
+  std::unique_ptr<data::TextLoader> loader;
+  models::Llama model{nullptr};
+  at::Tensor tokens, targets;
+  train::DataPosition position;
+
+  Impl(const comm::Runtime& runtime, const Config& c, const std::string& train_data, train::DataPosition start)
+      : rt(runtime), position(start) {
+    mc = models::LlamaConfig::from_config(c);
+    batch = c.get<int64_t>("train.batch", batch);
+    if (batch < 1) throw ConfigError(c.origin(), "train.batch", "must be at least 1");
+    seq_len = c.get<int64_t>("data.seq_len", mc.max_seq_len);
+    if (seq_len < 1 || seq_len > mc.max_seq_len)
+      throw ConfigError(c.origin(), "data.seq_len", "must be within [1, model.max_seq_len = " + std::to_string(mc.max_seq_len) + "]");
+    eval_data = c.get<std::string>("data.eval", "");
+    if (train_data.empty()) throw ConfigError(c.origin(), "data.train", "missing: give --data or data.train");
+    auto o = loader_options(c, train_data, seq_len, batch);
+    o.epoch = start.epoch;
+    o.position = start.position;
+    loader = std::make_unique<data::TextLoader>(rt, o);
+    if (loader->info().vocab_size > mc.vocab_size) {
+      if (rt.rank() == 0)
+        spdlog::info("model.vocab_size {} raised to the dataset tokenizer's {}", mc.vocab_size, loader->info().vocab_size);
+      mc.vocab_size = loader->info().vocab_size;
+    }
+    model = models::Llama(mc);
+    const std::string init = c.get<std::string>("task.init", "");
+    if (!init.empty()) models::load_into(*model, models::load_safetensors(init), nullptr, init);
+    model->to(rt.device());
+  }
+};
+
+LmTask::LmTask(const comm::Runtime& rt, const Config& config, const std::string& train_data, train::DataPosition start)
+    : impl_(std::make_unique<Impl>(rt, config, train_data, start)) {}
+LmTask::~LmTask() = default;
+
+std::shared_ptr<torch::nn::Module> LmTask::model() { return impl_->model.ptr(); }
+int64_t LmTask::batch_size() const { return impl_->batch; }
+double LmTask::flops_per_sample() const { return impl_->mc.flops_per_token(impl_->seq_len) * double(impl_->seq_len); }
+train::DataPosition LmTask::data_position() const { return impl_->position; }
+
+void LmTask::next_batch() {
+  auto& m = *impl_;
+  const data::TextBatch b = m.loader->next();
+  m.position = {b.epoch, b.next_position};
+  const auto device = m.rt.device();
+  m.tokens = device.is_cpu() ? b.tokens : b.tokens.pin_memory().to(device, /*non_blocking=*/true);
+  m.targets = device.is_cpu() ? b.targets : b.targets.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+at::Tensor LmTask::forward() {
+  auto& m = *impl_;
+  auto [sum, count] = token_loss_sum(m.model, m.tokens, m.targets);
+  m.last_tokens = count;
+  // The mean over this rank's tokens (ranks' means are averaged by the data-parallel engine; with
+  // packing every rank has about the same number of target tokens).
+  const auto loss = sum / double(std::max<int64_t>(count, 1));
+  m.last_loss = loss.item<double>();
+  return loss;
+}
+
+bool LmTask::decays(const std::string& name, const at::Tensor& p) const {
+  return p.dim() >= 2 && name.find("embed_tokens") == std::string::npos;  // not embeddings, norms
+}
+
+train::Metrics LmTask::evaluate() {
+  auto& m = *impl_;
+  if (m.eval_data.empty()) return {};
+  // One pass over the eval set: every rank its share of sequences (padding mode is not needed:
+  // pack windows, no drop of the tail beyond one global batch).
+  data::TextLoaderOptions o;
+  o.path = m.eval_data;
+  o.seq_len = m.seq_len;
+  o.batch_size = 1;
+  o.mode = data::TextLoaderOptions::Pack;
+  data::TextLoader eval(m.rt, o);
+  const int64_t per_rank = eval.sampler().steps_per_epoch();
+  double sum = 0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < per_rank; ++i) {
+    const auto b = eval.next();
+    auto [s, c] = token_loss_sum(m.model, b.tokens.to(m.rt.device()), b.targets.to(m.rt.device()));
+    sum += s.item<double>();
+    count += c;
+  }
+  auto totals = at::tensor({sum, double(count)}, at::kDouble);
+  auto comm = comm::make_communicator(m.rt, comm::Backend::MPI);
+  comm->allreduce(totals, comm::ReduceOp::Sum);
+  const double loss = totals[0].item<double>() / std::max(1.0, totals[1].item<double>());
+  return {{"eval_loss", loss}, {"eval_perplexity", std::exp(loss)}, {"eval_tokens", totals[1].item<double>()}};
+}
+
+train::Metrics LmTask::step_metrics() {
+  return {{"tokens_with_loss", double(impl_->last_tokens)}, {"perplexity", std::exp(impl_->last_loss)}};
+}
+
+}  // namespace meridian::tasks
