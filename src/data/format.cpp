@@ -165,4 +165,12 @@ DatasetInfo validate_dataset(const std::string& path) {
   return info;
 }
 
+Tokenizer dataset_tokenizer(const std::string& path) {
+  validate_dataset(path);
+  const auto locked = h5::lock();
+  h5::Id file = h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)));
+  h5::Id model = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file, "/tokenizer/model", H5P_DEFAULT)));
+  return Tokenizer::from_bytes(h5::read_bytes(model), path + ": /tokenizer/model");
+}
+
 }  // namespace meridian::data

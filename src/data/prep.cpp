@@ -850,15 +850,6 @@ PrepReport prep_synthetic_detection(const comm::Runtime& rt, const PrepSynthetic
   return run_job(rt, o, job);
 }
 
-namespace {
-
-// One document: tokens = [bos] + ids(prompt) + ids(response) + [eos]; the loss covers the response
-// and eos. Plain text has an empty prompt.
-struct TextRecord {
-  std::string prompt, response;
-};
-
-// The Alpaca template.
 std::string alpaca_prompt(const std::string& instruction, const std::string& input) {
   if (input.empty())
     return "Below is an instruction that describes a task. Write a response that appropriately completes the "
@@ -867,6 +858,15 @@ std::string alpaca_prompt(const std::string& instruction, const std::string& inp
          "response that appropriately completes the request.\n\n### Instruction:\n" + instruction +
          "\n\n### Input:\n" + input + "\n\n### Response:\n";
 }
+
+
+namespace {
+
+// One document: tokens = [bos] + ids(prompt) + ids(response) + [eos]; the loss covers the response
+// and eos. Plain text has an empty prompt.
+struct TextRecord {
+  std::string prompt, response;
+};
 
 struct TextJob {
   int64_t count = 0;

@@ -36,4 +36,13 @@ for group in /model /optim; do
   h5diff -r "$tmp/a/checkpoints/step_00000060.h5" "$tmp/b/checkpoints/step_00000060.h5" $group $group >"$tmp/diff" \
     || { head "$tmp/diff"; fail "$group differs between straight and resumed"; }
 done
+# generate: greedy is deterministic, top-p with a seed is reproducible, at most --max-new-tokens.
+ckpt="$tmp/a/checkpoints/step_00000060.h5"
+gen() { "$meridian" generate --checkpoint "$ckpt" --prompt "Compute the result." --input "12 + 7" --log-level warn "$@" | tail -1; }
+g1=$(gen --max-new-tokens 8) && g2=$(gen --max-new-tokens 8) || fail "generate exited $?"
+[[ $g1 == "$g2" && $g1 =~ ^generated\ \(([0-8])\ tokens,\ greedy\) ]] || fail "greedy generation: '$g1' vs '$g2'"
+s1=$(gen --max-new-tokens 8 --top-p 0.9 --seed 5) && s2=$(gen --max-new-tokens 8 --top-p 0.9 --seed 5) || fail "top-p exited"
+[[ $s1 == "$s2" && $s1 == *"top-p"* ]] || fail "top-p generation not reproducible: '$s1' vs '$s2'"
+"$meridian" generate --checkpoint "$tmp/none.h5" --prompt x >"$tmp/g" 2>&1 && fail "a missing checkpoint was accepted"
+grep -q "none.h5: file: cannot open" "$tmp/g" || { cat "$tmp/g"; fail "no clear message for a missing checkpoint"; }
 echo PASS

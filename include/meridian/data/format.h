@@ -33,4 +33,9 @@ struct DatasetInfo {
 // Throws DataError naming the file, the dataset or attribute, and what was expected.
 DatasetInfo validate_dataset(const std::string& path);
 
+class Tokenizer;
+// Not collective: the tokenizer stored in a dataset of any kind (validated first; DataError naming
+// the file otherwise). Include meridian/data/tokenizer.h to use the result.
+Tokenizer dataset_tokenizer(const std::string& path);
+
 }  // namespace meridian::data

@@ -74,6 +74,10 @@ PrepReport prep_synthetic_image_text(const comm::Runtime& runtime, const PrepSyn
 PrepReport prep_detection(const comm::Runtime& runtime, const PrepDetectionOptions& options);
 PrepReport prep_synthetic_detection(const comm::Runtime& runtime, const PrepSyntheticOptions& options);
 PrepReport prep_text(const comm::Runtime& runtime, const PrepTextOptions& options);
+
+// The Alpaca prompt template prep text uses for instruction records (`input` may be empty); the
+// response follows it. `meridian generate` prompts a fine-tuned model the same way.
+std::string alpaca_prompt(const std::string& instruction, const std::string& input);
 // Synthetic instruction records (arithmetic, word reversal, counting): learnable, deterministic per seed.
 PrepReport prep_synthetic_text(const comm::Runtime& runtime, const PrepSyntheticOptions& options);
 
