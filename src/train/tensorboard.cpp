@@ -170,9 +170,16 @@ EventWriter::EventWriter(const std::string& dir) {
   if (ec) throw SystemError(where() + " " + dir + ": cannot create the TensorBoard directory: " + ec.message());
   const std::string host = process_identity().host.empty() ? "localhost" : process_identity().host;
   const double wall_time = now_seconds();
-  path_ = (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(int64_t(wall_time)) + "." + host))
-              .string();
-  file_ = std::fopen(path_.c_str(), "wbx");  // x: never overwrite another writer's file
+  const std::string base =
+      (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(int64_t(wall_time)) + "." + host)).string();
+  // x: never overwrite another writer's file. A writer started in the same second (a run resumed
+  // at once in the same directory) takes the next free suffix: TensorBoard reads every
+  // events.out.tfevents.* file.
+  for (int k = 0; !file_ && k < 1000; ++k) {
+    path_ = k == 0 ? base : base + "." + std::to_string(k);
+    file_ = std::fopen(path_.c_str(), "wbx");
+    if (!file_ && errno != EEXIST) break;
+  }
   if (!file_) throw_io_error(path_, "cannot create the event file", errno);
   try {
     write_record(encode([&](CodedOutputStream& out) {

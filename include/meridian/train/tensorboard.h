@@ -8,8 +8,9 @@
 // format is written by hand with libprotobuf's low-level streams (no generated code).
 //
 // File name: <dir>/events.out.tfevents.<unix seconds>.<hostname>, as TensorFlow names them, so
-// `tensorboard --logdir <dir>` finds it. The file is created exclusively: a second writer started
-// in the same directory in the same second fails instead of overwriting the first one's file.
+// `tensorboard --logdir <dir>` finds it. The file is created exclusively, never overwriting
+// another: a second writer started in the same directory in the same second gets the suffix .1
+// (.2, ...).
 //
 // Not collective and not thread-safe: one process writes one file. In the trainer only rank 0
 // creates an EventWriter (the losses it logs are already averaged over ranks).
