@@ -14,6 +14,7 @@
 #include "meridian/ckpt/file.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
+#include "meridian/core/files.h"
 #include "meridian/core/version.h"
 #include "meridian/train/trainer.h"
 
@@ -57,18 +58,6 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   }
   std::sort(out.rbegin(), out.rend());
   return out;
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << text;
-    if (!f.flush()) throw SystemError(tmp + ": cannot write");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw SystemError("cannot rename " + tmp + " to " + path + ": " + ec.message());
 }
 
 std::string now_text() {
@@ -235,7 +224,7 @@ std::string save(const comm::Runtime& rt, train::Trainer& trainer, const Config&
       std::error_code ec;
       fs::rename(tmp, final_path, ec);
       if (ec) throw SystemError("cannot rename " + tmp + ": " + ec.message());
-      write_text_atomically(s.dir + "/latest", step_name(state.step) + "\n");
+      write_file_atomically(s.dir + "/latest", step_name(state.step) + "\n");
       // Retention: the newest keep_last, plus multiples of keep_every.
       const auto all = list_checkpoints(s.dir);
       for (size_t i = size_t(s.keep_last); i < all.size(); ++i)

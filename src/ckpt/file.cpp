@@ -447,6 +447,14 @@ void Reader::verify() const {
   for (const auto& n : impl_->names) read(n);
 }
 
+std::vector<int64_t> Reader::shape(const std::string& name) const {
+  if (!has(name)) throw DataError(impl_->path, "dataset '" + name + "'", "missing");
+  const auto locked = h5::lock();
+  h5::Id dset = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(impl_->file, name.c_str(), H5P_DEFAULT)));
+  const auto dims = h5::dims(dset);
+  return std::vector<int64_t>(dims.begin(), dims.end());
+}
+
 int64_t Reader::bytes() const {
   const auto locked = h5::lock();
   int64_t total = 0;

@@ -36,6 +36,7 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/comm/watchdog.h"
 #include "meridian/core/error.h"
+#include "meridian/core/stats.h"
 #include "meridian/core/hash.h"
 #include "meridian/core/units.h"
 #ifdef MERIDIAN_WITH_DATA
@@ -733,13 +734,6 @@ std::vector<std::pair<int, int>> choose_pairs(const std::vector<int>& reps) {
         pairs.push_back({std::min(a, b), std::max(a, b)});
     }
   return pairs;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 struct Measured {

@@ -33,7 +33,7 @@ Command eval_command() {
       ckpt::Reader reader(path);
       config = Config::parse(reader.string_attribute("config").value_or(""), path + " (config)");
       step = reader.int_attribute("step").value_or(0);
-      vocab = reader.read("model/token_embed.weight").size(0);  // raised to the tokenizer's in training
+      vocab = reader.shape("model/token_embed.weight").at(0);  // raised to the tokenizer's in training
     }
     apply_overrides(p, config);
     if (config.get<std::string>("task.name", "siglip") != "siglip")

@@ -70,7 +70,7 @@ Command generate_command() {
       if (config.get<std::string>("task.name", "siglip") != "lm")
         throw UserError(path + ": generate needs a checkpoint of an lm run (task.name is " +
                         config.get<std::string>("task.name", "siglip") + ")");
-      vocab = reader.read("model/model.embed_tokens.weight").size(0);  // raised to the tokenizer's in training
+      vocab = reader.shape("model/model.embed_tokens.weight").at(0);  // raised to the tokenizer's in training
     }
     std::string tokenizer_path = p["tokenizer"].as<std::string>();
     if (tokenizer_path.empty()) tokenizer_path = config.get<std::string>("data.train", "");

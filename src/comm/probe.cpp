@@ -13,6 +13,7 @@
 #include "meridian/build_config.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
+#include "meridian/core/stats.h"
 #include "mpi_check.h"
 
 #ifdef MERIDIAN_WITH_NCCL
@@ -42,12 +43,6 @@ void wait_quietly(MPI_Request& request) {
     if (done) return;
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 int64_t wall_ns() {
@@ -93,7 +88,7 @@ PairResult ping_pong(const Runtime& runtime, int a, int b, size_t bytes, int ite
       if (i >= kWarmup) round_trips.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
     if (me == a) {
-      const double one_way = median_of(round_trips) / 2;
+      const double one_way = median(round_trips) / 2;
       measured[0] = one_way * 1e6;
       measured[1] = one_way > 0 ? double(bytes) / one_way / 1e9 : 0;
     }

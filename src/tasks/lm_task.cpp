@@ -41,6 +41,7 @@ struct LmTask::Impl {
   std::string eval_data;
   std::unique_ptr<data::TextLoader> loader;
   models::Llama model{nullptr};
+  std::unique_ptr<comm::Communicator> eval_comm;  // created by the first evaluation (collective)
   at::Tensor tokens, targets;
   train::DataPosition position;
 
@@ -124,8 +125,8 @@ train::Metrics LmTask::evaluate() {
     count += c;
   }
   auto totals = at::tensor({sum, double(count)}, at::kDouble);
-  auto comm = comm::make_communicator(m.rt, comm::Backend::MPI);
-  comm->allreduce(totals, comm::ReduceOp::Sum);
+  if (!m.eval_comm) m.eval_comm = comm::make_communicator(m.rt, comm::Backend::MPI);
+  m.eval_comm->allreduce(totals, comm::ReduceOp::Sum);
   const double loss = totals[0].item<double>() / std::max(1.0, totals[1].item<double>());
   return {{"eval_loss", loss}, {"eval_perplexity", std::exp(loss)}, {"eval_tokens", totals[1].item<double>()}};
 }

@@ -14,6 +14,7 @@
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
+#include "meridian/core/stats.h"
 #include "meridian/train/trainer.h"
 
 namespace meridian::train {
@@ -72,12 +73,6 @@ struct Nvml {
 const Nvml& nvml() {
   static const Nvml instance;
   return instance;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 }  // namespace

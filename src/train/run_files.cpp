@@ -5,6 +5,7 @@
 #include <iomanip>
 
 #include "meridian/core/error.h"
+#include "meridian/core/files.h"
 #include "meridian/train/tensorboard.h"
 
 namespace meridian::train {
@@ -15,14 +16,7 @@ RunFiles::RunFiles(const std::string& run_dir, const std::string& config_yaml) :
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) throw SystemError("cannot create the run directory '" + dir_ + "': " + ec.message());
-  const std::string config_path = dir_ + "/config.yaml", tmp = config_path + ".tmp";
-  {
-    std::ofstream config(tmp, std::ios::trunc);
-    config << config_yaml << "\n";
-    if (!config.flush()) throw SystemError("cannot write '" + tmp + "'");
-  }
-  fs::rename(tmp, config_path, ec);
-  if (ec) throw SystemError("cannot rename '" + tmp + "' to '" + config_path + "': " + ec.message());
+  write_file_atomically(dir_ + "/config.yaml", config_yaml + "\n");
   const std::string csv = dir_ + "/metrics.csv";
   const bool fresh = !fs::exists(csv) || fs::file_size(csv) == 0;
   csv_.open(csv, std::ios::app);

@@ -77,6 +77,8 @@ class Reader {
   // Reads every dataset and checks every checksum; DataError on the first mismatch.
   void verify() const;
   int64_t bytes() const;  // size of all datasets
+  // A dataset's shape without reading it (DataError if missing).
+  std::vector<int64_t> shape(const std::string& name) const;
 
  private:
   struct Impl;
