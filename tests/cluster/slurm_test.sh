@@ -32,7 +32,8 @@ dump() {  # the daemons' and jobs' logs, when something went wrong
 }
 cleanup() {
   trap - EXIT TERM INT
-  if [[ -n ${watchdog:-} ]]; then pkill -P "$watchdog" 2>/dev/null; kill "$watchdog" 2>/dev/null; fi
+  # The timer first, then its sleep (the other order let the timer fire on the killed sleep).
+  if [[ -n ${watchdog:-} ]]; then kill "$watchdog" 2>/dev/null; pkill -P "$watchdog" 2>/dev/null; fi
   [[ -n ${waiter:-} ]] && kill "$waiter" 2>/dev/null  # a `timeout sbatch --wait` still waiting
   if [[ -n ${SLURM_CONF:-} && ${#pids[@]} -gt 1 ]]; then
     timeout 10 scancel --quiet --full --signal=KILL --user=root 2>/dev/null
@@ -55,7 +56,7 @@ trap 'fail "interrupted, or over the time limit of 360 s"' TERM INT
 # Never hang: the whole test ends, with its cleanup, inside ctest's 600 s: this timer (360 s) plus
 # the longest single command it may have to wait for (180 s, every one has a timeout). (The timer
 # holds no output descriptor, so nothing that reads this test's output waits for it.)
-( exec >/dev/null 2>&1 </dev/null; sleep 360; kill -TERM $$ ) &
+( exec >/dev/null 2>&1 </dev/null; sleep 360 && kill -TERM $$ ) &
 watchdog=$!
 
 # Nothing from an enclosing Slurm job or MPI launch may leak into ours.
