@@ -18,6 +18,7 @@ PACKAGES=(
   nlohmann-json3-dev libyaml-cpp-dev
   libsentencepiece-dev sentencepiece
   libprotobuf-dev                    # TensorBoard event files (wire format written by hand)
+  python3-h5py                       # tests read checkpoints as users do (docs/formats.md)
   slurm-wlm munge                    # Slurm + its authentication: tests/cluster/slurm_test.sh runs a one-node cluster
 )
 

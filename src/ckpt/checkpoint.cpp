@@ -167,6 +167,52 @@ std::vector<std::string> compare_configs(const Config& saved, const Config& curr
   return harmless;
 }
 
+namespace {
+
+// Parameter names in the optimizer's flat order (group order, then parameter order).
+std::vector<std::string> flat_names(const std::vector<train::ParamGroup>& groups) {
+  std::vector<std::string> names;
+  for (const auto& g : groups) names.insert(names.end(), g.names.begin(), g.names.end());
+  return names;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string text;
+  for (const auto& n : names) text += n + "\n";
+  return text;
+}
+
+// optim/<name>/step for every parameter; the moments as optim/<name>/{exp_avg, exp_avg_sq} (AdamW)
+// or, sharded, as optim/flat/{exp_avg, exp_avg_sq} in the flat order named by attribute optim_flat.
+void save_optimizer(Writer& w, train::Trainer& trainer) {
+  if (auto* zero = trainer.sharded_adamw()) {
+    const auto names = flat_names(zero->groups());
+    for (size_t i = 0; i < names.size(); ++i)
+      w.replicated("optim/" + names[i] + "/step", at::tensor({zero->steps()[i]}, at::kLong));
+    // This rank's shard without the padding; blocks of S elements, or kShardAlign when S is larger
+    // (S is then a multiple of it), so no block straddles two ranks.
+    const int64_t n = zero->numel(), begin = std::min(n, zero->shard_begin()), end = std::min(n, zero->shard_end());
+    const int64_t block = std::max<int64_t>(1, std::min(zero->shard_numel(), train::kShardAlign));
+    w.sharded("optim/flat/exp_avg", n, begin, zero->exp_avg_shard().narrow(0, 0, end - begin), block);
+    w.sharded("optim/flat/exp_avg_sq", n, begin, zero->exp_avg_sq_shard().narrow(0, 0, end - begin), block);
+    w.attribute("optim_flat", joined(names));
+    return;
+  }
+  auto& adamw = *trainer.adamw();
+  const auto names = flat_names(adamw.groups());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto& st = adamw.state()[i];
+    const std::string base = "optim/" + names[i];
+    if (st.exp_avg.defined()) {
+      w.replicated(base + "/exp_avg", st.exp_avg);
+      w.replicated(base + "/exp_avg_sq", st.exp_avg_sq);
+    }
+    w.replicated(base + "/step", at::tensor({st.step}, at::kLong));
+  }
+}
+
+}  // namespace
+
 std::string save(const comm::Runtime& rt, train::Trainer& trainer, const Config& config, const CheckpointSettings& s) {
   if (s.dir.empty()) throw UserError("checkpoint: no directory (give --run-dir or checkpoint.dir)");
   const auto t0 = std::chrono::steady_clock::now();
@@ -185,19 +231,7 @@ std::string save(const comm::Runtime& rt, train::Trainer& trainer, const Config&
     auto& model = *trainer.task().model();
     for (const auto& item : model.named_parameters()) w.replicated("model/" + item.key(), item.value());
     for (const auto& item : model.named_buffers()) w.replicated("model/" + item.key(), item.value());
-    const auto& groups = trainer.optimizer().groups();
-    const auto& opt_state = trainer.optimizer().state();
-    size_t index = 0;
-    for (const auto& g : groups)
-      for (size_t i = 0; i < g.params.size(); ++i, ++index) {
-        const auto& st = opt_state[index];
-        const std::string base = "optim/" + g.names.at(i);
-        if (st.exp_avg.defined()) {
-          w.replicated(base + "/exp_avg", st.exp_avg);
-          w.replicated(base + "/exp_avg_sq", st.exp_avg_sq);
-        }
-        w.replicated(base + "/step", at::tensor({st.step}, at::kLong));
-      }
+    save_optimizer(w, trainer);
     w.per_rank("torch_rng", cpu_generator().get_state());
     const auto position = trainer.task().data_position();
     w.attribute("step", state.step);
@@ -261,26 +295,75 @@ void load_module(const Reader& r, torch::nn::Module& module) {
 
 void load_module(const std::string& path, torch::nn::Module& module) { load_module(Reader(path), module); }
 
+namespace {
+
+// Loads the optimizer state whichever way it was saved (sharded or not, on any world size) into
+// whichever optimizer the trainer has: sharded state is read by flat ranges, per-parameter state
+// is cut into this rank's shard.
+void restore_optimizer(const Reader& r, train::Trainer& trainer) {
+  auto* zero = trainer.sharded_adamw();
+  const auto& groups = zero ? zero->groups() : trainer.adamw()->groups();
+  const auto names = flat_names(groups);
+  std::vector<at::Tensor> params;
+  for (const auto& g : groups) params.insert(params.end(), g.params.begin(), g.params.end());
+  const bool flat = r.has("optim/flat/exp_avg");
+  if (flat && r.string_attribute("optim_flat").value_or("") != joined(names))
+    throw DataError(r.path(), "attribute 'optim_flat'",
+                    "the sharded optimizer state lists other parameters, or in another order, than this model");
+  std::vector<int64_t> offsets{0};
+  for (const auto& p : params) offsets.push_back(offsets.back() + p.numel());
+  if (flat && r.shape("optim/flat/exp_avg") != std::vector<int64_t>{offsets.back()})
+    throw DataError(r.path(), "dataset 'optim/flat/exp_avg'",
+                    "shape " + c10::str(r.shape("optim/flat/exp_avg")) + ", expected [" + std::to_string(offsets.back()) + "]");
+  std::vector<int64_t> steps(names.size());
+  for (size_t i = 0; i < names.size(); ++i) steps[i] = r.read("optim/" + names[i] + "/step").item<int64_t>();
+
+  if (zero) {
+    zero->steps() = steps;
+    const int64_t n = zero->numel(), begin = std::min(n, zero->shard_begin()), end = std::min(n, zero->shard_end());
+    for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+      at::Tensor shard = std::string(moment) == "exp_avg" ? zero->exp_avg_shard() : zero->exp_avg_sq_shard();
+      shard.zero_();
+      if (flat) {
+        if (end > begin) shard.narrow(0, 0, end - begin).copy_(r.read_rows(std::string("optim/flat/") + moment, begin, end - begin));
+        continue;
+      }
+      for (size_t i = 0; i < names.size(); ++i) {  // per-parameter state: the part inside this shard
+        const int64_t lo = std::max(begin, offsets[i]), hi = std::min(end, offsets[i + 1]);
+        const std::string name = "optim/" + names[i] + "/" + moment;
+        if (lo >= hi || !r.has(name)) continue;
+        shard.narrow(0, lo - begin, hi - lo).copy_(r.read(name).reshape({-1}).narrow(0, lo - offsets[i], hi - lo));
+      }
+    }
+    return;
+  }
+  auto& state = trainer.adamw()->state();
+  const at::Tensor exp_avg_flat = flat ? r.read("optim/flat/exp_avg") : at::Tensor();
+  const at::Tensor exp_avg_sq_flat = flat ? r.read("optim/flat/exp_avg_sq") : at::Tensor();
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto& st = state[i];
+    st.step = steps[i];
+    st.exp_avg = st.exp_avg_sq = at::Tensor();
+    const std::string base = "optim/" + names[i];
+    if (flat && steps[i] > 0) {
+      st.exp_avg = exp_avg_flat.narrow(0, offsets[i], offsets[i + 1] - offsets[i]).view(params[i].sizes()).to(params[i].device()).clone();
+      st.exp_avg_sq = exp_avg_sq_flat.narrow(0, offsets[i], offsets[i + 1] - offsets[i]).view(params[i].sizes()).to(params[i].device()).clone();
+    } else if (!flat && r.has(base + "/exp_avg")) {
+      st.exp_avg = at::zeros_like(params[i]);
+      st.exp_avg_sq = at::zeros_like(params[i]);
+      load_tensor(r, base + "/exp_avg", st.exp_avg);
+      load_tensor(r, base + "/exp_avg_sq", st.exp_avg_sq);
+    }
+  }
+}
+
+}  // namespace
+
 void restore(const comm::Runtime& rt, train::Trainer& trainer, const ResumePoint& point) {
   Reader r(point.path);
   at::NoGradGuard no_grad;
-  auto load_into = [&](const std::string& name, at::Tensor target) { load_tensor(r, name, std::move(target)); };
   load_module(r, *trainer.task().model());
-  const auto& groups = trainer.optimizer().groups();
-  auto& opt_state = trainer.optimizer().state();
-  size_t index = 0;
-  for (const auto& g : groups)
-    for (size_t i = 0; i < g.params.size(); ++i, ++index) {
-      const std::string base = "optim/" + g.names.at(i);
-      auto& st = opt_state[index];
-      st.step = r.read(base + "/step").item<int64_t>();
-      if (r.has(base + "/exp_avg")) {
-        st.exp_avg = at::zeros_like(g.params[i]);
-        st.exp_avg_sq = at::zeros_like(g.params[i]);
-        load_into(base + "/exp_avg", st.exp_avg);
-        load_into(base + "/exp_avg_sq", st.exp_avg_sq);
-      }
-    }
+  restore_optimizer(r, trainer);
   const std::string rng = "ranks/" + std::to_string(rt.rank() % std::max<int64_t>(1, point.world_size)) + "/torch_rng";
   if (r.has(rng)) cpu_generator().set_state(r.read(rng));
   train::TrainerState state;

@@ -237,6 +237,25 @@ void Writer::replicated(const std::string& name, const at::Tensor& tensor) {
   m.pending.push_back(std::move(p));
 }
 
+void Writer::sharded(const std::string& name, int64_t total, int64_t first, const at::Tensor& part, int64_t block) {
+  auto& m = *impl_;
+  const at::Tensor mine = part.detach().reshape({-1}).to(at::kCPU).contiguous();
+  const int64_t count = mine.numel(), end = first + count;
+  if (block < 1 || first < 0 || end > total || (count > 0 && first % block != 0) ||
+      (count > 0 && end != total && end % block != 0))
+    throw std::invalid_argument("checkpoint: sharded '" + name + "': rows [" + std::to_string(first) + ", " +
+                                std::to_string(end) + ") of " + std::to_string(total) +
+                                " are not aligned to blocks of " + std::to_string(block));
+  const TypeInfo type = type_info(mine.scalar_type());
+  m.create_and_write(name, {hsize_t(total)}, type, first, count, mine.data_ptr());
+  Impl::Pending p{name, type.name, block, {}};
+  const auto* bytes = static_cast<const uint8_t*>(mine.data_ptr());
+  const int64_t item = int64_t(mine.element_size());
+  for (int64_t a = first; a < end; a += block)
+    p.crcs.push_back(crc32c(bytes + (a - first) * item, size_t((std::min(end, a + block) - a) * item)));
+  m.pending.push_back(std::move(p));
+}
+
 void Writer::per_rank(const std::string& name, const at::Tensor& mine) {
   auto& m = *impl_;
   const at::Tensor t = mine.detach().to(at::kCPU).contiguous();
@@ -402,7 +421,10 @@ bool Reader::has(const std::string& name) const {
   return std::binary_search(impl_->names.begin(), impl_->names.end(), name);
 }
 
-at::Tensor Reader::read(const std::string& name) const {
+at::Tensor Reader::read(const std::string& name) const { return read_rows(name, 0, -1); }
+
+// count < 0: the whole tensor (also 0-dim ones).
+at::Tensor Reader::read_rows(const std::string& name, int64_t first, int64_t count) const {
   auto& m = *impl_;
   if (!has(name)) throw DataError(m.path, "dataset '" + name + "'", "missing");
   const auto locked = h5::lock();
@@ -413,22 +435,46 @@ at::Tensor Reader::read(const std::string& name) const {
   const auto type = scalar_type(h5::read_attr_string(dset, "dtype").value_or("?"), m.path, name);
   const auto dims = h5::dims(dset);
   std::vector<int64_t> shape(dims.begin(), dims.end());
-  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(type));
-  if (t.numel() > 0 && H5Dread(dset, type_info(type).memory, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()) < 0)
-    throw DataError(m.path, "dataset '" + name + "'", "read failed (truncated or corrupt file)");
+  const int64_t rows = shape.empty() ? 1 : shape[0];
+  const bool whole = count < 0;
+  if (whole) first = 0, count = rows;
+  if (!whole && (shape.empty() || first < 0 || first + count > rows))
+    throw DataError(m.path, "dataset '" + name + "'",
+                    "rows [" + std::to_string(first) + ", " + std::to_string(first + count) + ") requested of " +
+                        std::to_string(shape.empty() ? 0 : rows));
   const auto crcs = read_u32_array_attr(dset, "crc32c");
   const int64_t block_rows = h5::read_attr_int(dset, "block_rows").value_or(0);
-  const int64_t rows = rows_of(t), row_bytes = rows > 0 ? int64_t(t.nbytes()) / rows : 0;
   const int64_t blocks = block_rows > 0 ? (rows + block_rows - 1) / block_rows : -1;
-  if (rows > 0 && (block_rows < 1 || int64_t(crcs.size()) != blocks))
+  int64_t numel = 1;
+  for (auto s : shape) numel *= s;
+  if (numel > 0 && (block_rows < 1 || int64_t(crcs.size()) != blocks))
     throw DataError(m.path, "dataset '" + name + "'", "checksums missing or incomplete (the write did not finish)");
-  for (int64_t b = 0; b < blocks; ++b) {
+  // The whole checksum blocks that hold the requested rows.
+  const int64_t b0 = count > 0 && block_rows > 0 ? first / block_rows : 0;
+  const int64_t b1 = count > 0 && block_rows > 0 ? (first + count + block_rows - 1) / block_rows : 0;
+  const int64_t lo = b0 * block_rows, hi = std::min(rows, b1 * block_rows);
+  if (!shape.empty()) shape[0] = hi - lo;
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(type));
+  if (t.numel() > 0) {
+    h5::Id file_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(dset)));
+    std::vector<hsize_t> mem_dims(dims);
+    if (!mem_dims.empty()) {
+      select_rows(file_space, dims, lo, hi - lo);
+      mem_dims[0] = hsize_t(hi - lo);
+    }
+    h5::Id mem_space = create_space(mem_dims);
+    if (H5Dread(dset, type_info(type).memory, mem_space, file_space, H5P_DEFAULT, t.data_ptr()) < 0)
+      throw DataError(m.path, "dataset '" + name + "'", "read failed (truncated or corrupt file)");
+  }
+  const int64_t row_bytes = hi > lo ? int64_t(t.nbytes()) / (hi - lo) : 0;
+  for (int64_t b = b0; b < b1 && numel > 0; ++b) {
     const int64_t a = b * block_rows, e = std::min(rows, a + block_rows);
-    if (crc32c(static_cast<const uint8_t*>(t.data_ptr()) + a * row_bytes, size_t((e - a) * row_bytes)) != crcs[size_t(b)])
+    if (crc32c(static_cast<const uint8_t*>(t.data_ptr()) + (a - lo) * row_bytes, size_t((e - a) * row_bytes)) != crcs[size_t(b)])
       throw DataError(m.path, "dataset '" + name + "'",
                       "checksum mismatch in rows " + std::to_string(a) + ".." + std::to_string(e - 1) + " (corrupt file)");
   }
-  return t;
+  if (whole || shape.empty()) return t;
+  return t.narrow(0, first - lo, count).clone();
 }
 
 int Reader::world_size_written() const { return int(int_attribute("world_size").value_or(0)); }

@@ -265,6 +265,21 @@ struct DistributedDataParallel::Impl {
   }
 };
 
+void broadcast_module(comm::Communicator& comm, torch::nn::Module& module) {
+  // Every parameter (frozen ones too: rank 0's pretrained backbone must reach everyone) and every
+  // buffer; through a contiguous copy where needed.
+  at::NoGradGuard no_grad;
+  const auto broadcast = [&](const at::Tensor& t) {
+    at::Tensor data = t.data();
+    if (data.is_contiguous()) return comm.broadcast(data, 0);
+    at::Tensor copy = data.contiguous();
+    comm.broadcast(copy, 0);
+    data.copy_(copy);
+  };
+  for (const auto& p : module.parameters(true)) broadcast(p);
+  for (const auto& b : module.buffers(true)) broadcast(b);
+}
+
 DistributedDataParallel::DistributedDataParallel(const comm::Runtime& runtime, comm::Communicator& comm,
                                                  std::shared_ptr<torch::nn::Module> module, const DdpOptions& options)
     : impl_(std::make_unique<Impl>(runtime, comm, std::move(module), options)) {
@@ -279,20 +294,7 @@ DistributedDataParallel::DistributedDataParallel(const comm::Runtime& runtime, c
   }
   if (m.slots.empty()) throw UserError("DistributedDataParallel: the module has no trainable parameters");
   m.check_same_model();
-  {
-    // Every parameter (frozen ones too: rank 0's pretrained backbone must reach everyone) and
-    // every buffer; through a contiguous copy where needed.
-    at::NoGradGuard no_grad;
-    const auto broadcast = [&](const at::Tensor& t) {
-      at::Tensor data = t.data();
-      if (data.is_contiguous()) return comm.broadcast(data, 0);
-      at::Tensor copy = data.contiguous();
-      comm.broadcast(copy, 0);
-      data.copy_(copy);
-    };
-    for (const auto& p : m.module->parameters(true)) broadcast(p);
-    for (const auto& b : m.module->buffers(true)) broadcast(b);
-  }
+  broadcast_module(comm, *m.module);
   m.build_buckets();
   m.views = !options.bf16_communication;
   m.alive = std::make_shared<Impl*>(impl_.get());

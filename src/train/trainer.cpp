@@ -55,6 +55,9 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   s.eps = c.get<double>("optim.eps", s.eps);
   s.clip = c.get<double>("optim.clip", s.clip);
   s.warmup = c.get<int64_t>("optim.warmup", s.warmup);
+  s.zero = c.get<bool>("optim.zero", s.zero);
+  s.peak_flops = c.get<double>("train.peak_flops", s.peak_flops);
+  if (!(s.peak_flops >= 0)) throw ConfigError(file, "train.peak_flops", "must be >= 0 (FLOP/s of one device; 0: no MFU)");
   if (s.steps < 1) throw ConfigError(file, "train.steps", "must be at least 1");
   if (s.accumulate < 1) throw ConfigError(file, "train.accumulate", "must be at least 1");
   if (s.log_every < 1) throw ConfigError(file, "train.log_every", "must be at least 1");
@@ -185,8 +188,9 @@ struct Trainer::Impl {
   std::shared_ptr<torch::nn::Module> model;
   std::vector<at::Tensor> parameters;
   std::unique_ptr<comm::Communicator> grad_comm, control;  // control: losses, flags, timings (CPU, MPI)
-  std::unique_ptr<parallel::DistributedDataParallel> ddp;
-  std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<parallel::DistributedDataParallel> ddp;  // without optim.zero
+  std::unique_ptr<AdamW> optimizer;                        // without optim.zero
+  std::unique_ptr<ShardedAdamW> sharded;                   // with optim.zero (reduces the gradients itself)
   std::unique_ptr<RunFiles> files;  // rank 0 with a run directory
   std::unique_ptr<HealthMonitor> health;  // every rank, when train.health_every > 0
   std::vector<StepHook> hooks;
@@ -200,7 +204,8 @@ struct Trainer::Impl {
     keep_freed_memory();
     grad_comm = comm::make_communicator(rt, comm::default_backend(rt));
     control = comm::make_communicator(rt, comm::Backend::MPI);
-    ddp = std::make_unique<parallel::DistributedDataParallel>(rt, *grad_comm, model);
+    if (s.zero) parallel::broadcast_module(*grad_comm, *model);
+    else ddp = std::make_unique<parallel::DistributedDataParallel>(rt, *grad_comm, model);
 
     // AdamW with two groups: decayed and not (Task::decays; biases, norms, temperature, bias).
     ParamGroup decaying{{}, s.weight_decay, {}}, constant{{}, 0.0, {}};
@@ -211,7 +216,9 @@ struct Trainer::Impl {
     }
     const auto& decayed = decaying.params;
     const auto& plain = constant.params;
-    optimizer = std::make_unique<AdamW>(std::vector<ParamGroup>{decaying, constant}, AdamWOptions{s.lr, s.beta1, s.beta2, s.eps});
+    const AdamWOptions adamw_options{s.lr, s.beta1, s.beta2, s.eps};
+    if (s.zero) sharded = std::make_unique<ShardedAdamW>(std::vector<ParamGroup>{decaying, constant}, adamw_options, *grad_comm);
+    else optimizer = std::make_unique<AdamW>(std::vector<ParamGroup>{decaying, constant}, adamw_options);
 
     if (s.health_every > 0) health = std::make_unique<HealthMonitor>(rt, *control, o.run_dir);
     if (rt.rank() == 0) {
@@ -229,6 +236,9 @@ struct Trainer::Impl {
                    task.name(), (decayed_count + plain_count) / 1e6, decayed.size(), s.weight_decay, plain.size(),
                    plain_count, task.flops_per_sample() / 1e9, rt.size(), task.batch_size(), s.accumulate,
                    global_batch(), s.steps, s.precision == Precision::BFloat16 ? "bf16 autocast" : "float32");
+      const auto memory = ZeroMemoryReport::of(decayed_count + plain_count, rt.size());
+      spdlog::info("{}\n  in use: {} (optim.zero: {})", memory.to_string(),
+                   s.zero ? "sharded (ZeRO-1)" : "unsharded (DistributedDataParallel + AdamW)", s.zero);
       if (s.precision == Precision::BFloat16 && rt.device().is_cpu() && !cpu_has_bf16())
         spdlog::warn("train.precision bf16: this CPU has no native bfloat16 (avx512_bf16/amx_bf16); expect it to be slow");
     }
@@ -247,7 +257,7 @@ struct Trainer::Impl {
     const auto start = Clock::now();
     at::Tensor loss_sum = at::zeros({}, at::kDouble);
     for (int64_t micro = 0; micro < s.accumulate; ++micro) {
-      ddp->set_sync(micro + 1 == s.accumulate);
+      if (ddp) ddp->set_sync(micro + 1 == s.accumulate);
       auto t0 = Clock::now();
       task.next_batch();
       t.data += since(t0);
@@ -265,7 +275,9 @@ struct Trainer::Impl {
       t.backward += since(t0);
     }
     auto t0 = Clock::now();
-    ddp->finish();
+    if (ddp) ddp->finish();
+    // With ZeRO the gradients are reduce-scattered here; the norm is of the averaged gradient.
+    if (sharded) grad_norm = sharded->reduce_gradients();
     // Every rank learns whether any rank's loss was not finite, and the mean loss.
     const double local = loss_sum.item<double>();
     auto agreed = at::tensor({std::isfinite(local) ? local : 0.0, std::isfinite(local) ? 0.0 : 1.0, stop_requested() ? 1.0 : 0.0},
@@ -276,7 +288,8 @@ struct Trainer::Impl {
     signalled = agreed[2].item<double>() > 0 && step + 1 < s.steps;
     stopping = signalled || (s.stop_at > 0 && step + 1 == s.stop_at && s.stop_at < s.steps);
     t0 = Clock::now();
-    grad_norm = parallel::clip_grad_norm(parameters, s.clip > 0 ? s.clip : std::numeric_limits<double>::infinity());
+    const double max_norm = s.clip > 0 ? s.clip : std::numeric_limits<double>::infinity();
+    if (!sharded) grad_norm = parallel::clip_grad_norm(parameters, max_norm);
     const bool bad = agreed[1].item<double>() > 0 || !std::isfinite(grad_norm);
     if (bad) {
       ++bad_total;
@@ -293,8 +306,14 @@ struct Trainer::Impl {
                             "); lower optim.lr, keep optim.clip on, use precision float32, or check the data");
     } else {
       bad_in_a_row = 0;
-      optimizer->set_lr(learning_rate(s, step));
-      optimizer->step();
+      if (sharded) {
+        sharded->set_lr(learning_rate(s, step));
+        // As clip_grad_norm: scaled by max_norm / (norm + 1e-6) when the norm is above max_norm.
+        sharded->update(grad_norm > max_norm && grad_norm > 0 ? max_norm / (grad_norm + 1e-6) : 1.0);
+      } else {
+        optimizer->set_lr(learning_rate(s, step));
+        optimizer->step();
+      }
     }
     zero_grads();
     t.optimizer += since(t0);
@@ -371,13 +390,26 @@ struct Trainer::Impl {
                   {"optimizer_s", interval.optimizer / n},
                   {"step_s", interval.total / n},
                   {"bad_steps", double(bad_total)}};
+        std::string extra;  // tokens/s and MFU where they apply
+        if (task.tokens_per_sample() > 0) {
+          const double tokens_per_s = samples_per_s * task.tokens_per_sample();
+          m.push_back({"tokens_per_s", tokens_per_s});
+          m.push_back({"tokens_per_s_per_rank", tokens_per_s / rt.size()});
+          extra += fmt::format("  {:.0f} tokens/s ({:.0f} per rank)", tokens_per_s, tokens_per_s / rt.size());
+        }
+        if (s.peak_flops > 0) {
+          // Model FLOPs (3 x forward: forward + backward) over the peak of every rank's device.
+          const double mfu = 3 * task.flops_per_sample() * samples_per_s / (s.peak_flops * rt.size());
+          m.push_back({"mfu", mfu});
+          extra += fmt::format("  MFU {:.1f}%", 100 * mfu);
+        }
         for (const auto& kv : task.step_metrics()) m.push_back(kv);
         if (files) files->write(step, "train", m);
         if (!bar || last) {
           clear_bar();
-          spdlog::info("step {:>6}/{}  loss {:.4f}  lr {:.2e}  |g| {:.3g}  {:.1f} samples/s  step {:.0f} ms (data {:.0f}, "
+          spdlog::info("step {:>6}/{}  loss {:.4f}  lr {:.2e}  |g| {:.3g}  {:.1f} samples/s{}  step {:.0f} ms (data {:.0f}, "
                        "fwd {:.0f}, bwd {:.0f}, comm {:.0f}, opt {:.0f}){}",
-                       step, s.steps, loss, learning_rate(s, step - 1), grad_norm, samples_per_s, 1e3 * interval.total / n,
+                       step, s.steps, loss, learning_rate(s, step - 1), grad_norm, samples_per_s, extra, 1e3 * interval.total / n,
                        1e3 * interval.data / n, 1e3 * interval.forward / n, 1e3 * interval.backward / n,
                        1e3 * interval.comm / n, 1e3 * interval.optimizer / n,
                        bad_total ? fmt::format("  bad steps {}", bad_total) : "");
@@ -399,8 +431,10 @@ struct Trainer::Impl {
           for (auto& w : health->report(step)) summary.health_warnings.push_back(std::move(w));
       }
       const bool last = step == s.steps;
+      const auto aside = Clock::now();  // checkpoints and evaluations are not training throughput
       for (auto& hook : hooks) hook(*o_trainer, StepEvent{step, last, stopping});
       if (s.eval_every > 0 && step % s.eval_every == 0 && !last) summary.last_eval = evaluate();
+      interval_start += Clock::now() - aside;
       if (rt.rank() == 0) report(loss, last || stopping);
       if (stopping) break;
     }
@@ -458,7 +492,8 @@ void Trainer::set_state(const TrainerState& state) {
   impl_->bad_in_a_row = state.bad_in_a_row;
 }
 int64_t Trainer::global_batch() const { return impl_->global_batch(); }
-AdamW& Trainer::optimizer() { return *impl_->optimizer; }
+AdamW* Trainer::adamw() { return impl_->optimizer.get(); }
+ShardedAdamW* Trainer::sharded_adamw() { return impl_->sharded.get(); }
 Task& Trainer::task() { return impl_->task; }
 
 }  // namespace meridian::train

@@ -118,12 +118,48 @@ TEST(Settings, ErrorsNameTheFileAndField) {
             "test.yaml: field 'train.max_bad_steps': expected an integer, got 'x' (line 1)");
 }
 
+// optim.zero: the same run with the AdamW state sharded (gradients reduce-scattered, the global norm
+// from the shards, clipping active) follows the unsharded run to rounding; the NaN guard still
+// skips a step on every rank.
+TEST(Trainer, ZeroShardedStateMatchesUnsharded) {
+  const std::string yaml = "train: {steps: 30, log_every: 1000, accumulate: 2}\noptim: {lr: 0.05, warmup: 3";
+  // clip 0.5 unless `more` says otherwise
+  auto run = [&](bool zero, train::TrainSummary& summary, const std::string& more = "") {
+    train::seed(3);
+    LinearTask task(4);
+    task.poison(10, 12, 0);  // micro-steps 10 and 11 (optimizer step 5) on rank 0 only
+    train::Trainer trainer(runtime(), task, settings(yaml + (more.empty() ? ", clip: 0.5" : more) + (zero ? ", zero: true}" : "}")), {});
+    EXPECT_EQ(trainer.sharded_adamw() != nullptr, zero);
+    EXPECT_EQ(trainer.adamw() != nullptr, !zero);
+    summary = trainer.run();
+    return flat(*task.model());
+  };
+  train::TrainSummary plain, sharded;
+  const auto expected = run(false, plain);
+  const auto got = run(true, sharded);
+  EXPECT_EQ(sharded.bad_steps, 1);
+  EXPECT_EQ(plain.bad_steps, 1);
+  ASSERT_EQ(plain.losses.size(), sharded.losses.size());
+  for (size_t i = 0; i < plain.losses.size(); ++i) {
+    if (std::isnan(plain.losses[i])) {
+      EXPECT_TRUE(std::isnan(sharded.losses[i])) << "step " << i;
+      continue;
+    }
+    EXPECT_NEAR(sharded.losses[i], plain.losses[i], 1e-5 * (1 + std::abs(plain.losses[i]))) << "step " << i;
+  }
+  EXPECT_TRUE(torch::allclose(got.cpu(), expected.cpu(), 1e-5, 1e-6)) << got << "\n" << expected;
+  // Clipping acts on the sharded update: without it the run ends elsewhere.
+  train::TrainSummary unclipped;
+  EXPECT_FALSE(torch::allclose(run(true, unclipped, ", clip: 0").cpu(), got.cpu(), 1e-3, 1e-4));
+}
+
 TEST(Trainer, LossFallsAndParameterGroupsSplitDecay) {
   train::seed(1);
   LinearTask task(8);
   train::Trainer trainer(runtime(), task, settings("train: {steps: 150, log_every: 1000}\noptim: {lr: 0.1, warmup: 5}\n"), {});
   // The weight matrix decays, the bias does not.
-  const auto& groups = trainer.optimizer().groups();
+  ASSERT_EQ(trainer.sharded_adamw(), nullptr);
+  const auto& groups = trainer.adamw()->groups();
   ASSERT_EQ(groups.size(), 2u);
   ASSERT_EQ(groups[0].params.size(), 1u);
   EXPECT_EQ(groups[0].params[0].dim(), 2);

@@ -171,6 +171,29 @@ TEST_F(Zero, MatchesUnshardedAdamW) {
     EXPECT_EQ(zero.exp_avg_shard().narrow(0, end - begin, zero.shard_end() - end).abs().sum().item<double>(), 0.0);
 }
 
+// Buckets of a few elements (pieces that start and end inside parameters, many collectives) give the
+// same result as one bucket.
+TEST_F(Zero, SmallBucketsMatchOneBucket) {
+  Model small(false), one(false), reference(false);
+  const train::AdamWOptions options{0.05, 0.9, 0.999, 1e-8};
+  train::ShardedAdamW zero_small(small.groups(), options, communicator(), /*bucket_numel=*/7);
+  train::ShardedAdamW zero_one(one.groups(), options, communicator());
+  train::AdamW adamw(reference.groups(), options);
+  const int64_t s = zero_small.shard_numel();
+  EXPECT_EQ(zero_small.memory_report().buffer_bytes, 4 * (std::max<int64_t>(1, std::min<int64_t>(s, 7 / runtime().size())) * runtime().size() + 2 * s));
+  train_both(small, reference, zero_small, adamw);
+  for (int t = 0; t < 5; ++t) {
+    one.zero_grad();
+    one.loss(runtime().rank(), t).backward();
+    zero_one.set_lr(lr_at(t));
+    zero_one.step();
+  }
+  EXPECT_TRUE(torch::allclose(small.flat().cpu(), one.flat().cpu(), 1e-6, 1e-7));
+  EXPECT_TRUE(torch::allclose(small.flat().cpu(), reference.flat().cpu(), 1e-6, 1e-7));
+  EXPECT_TRUE(torch::allclose(zero_small.exp_avg_sq_shard().cpu(), zero_one.exp_avg_sq_shard().cpu(), 1e-5, 1e-10));
+  expect_identical_across_ranks(small);
+}
+
 TEST_F(Zero, ParameterWithoutGradientIsUntouched) {
   Model sharded(true), reference(true);
   const auto unused_before = sharded.unused.detach().clone();

@@ -9,7 +9,10 @@
 // checkpoint usable. A failed write (full disk, unwritable directory) is a SystemError on every
 // rank; the .tmp file is removed and the previous checkpoint kept.
 //
-// Contents: model/<parameter or buffer name>, optim/<parameter name>/{exp_avg, exp_avg_sq, step},
+// Contents: model/<parameter or buffer name>, optim/<parameter name>/step, the AdamW moments as
+// optim/<parameter name>/{exp_avg, exp_avg_sq} or, with optim.zero, as the flat vectors
+// optim/flat/{exp_avg, exp_avg_sq} that every rank writes its shard of (parameter order in the
+// root attribute optim_flat); either form resumes into either optimizer on any world size;
 // ranks/<r>/torch_rng, and root attributes step, epoch, position (global samples consumed in the
 // epoch), samples_seen, bad_steps, bad_in_a_row, global_batch, config (YAML), created_by, time.
 #pragma once

@@ -40,6 +40,12 @@ class Writer {
   // Collective: every rank passes the same name and a tensor of the same shape and dtype (its
   // values are taken from each rank's own copy of its share of rows).
   void replicated(const std::string& name, const at::Tensor& tensor);
+  // Collective: a 1-D tensor of `total` elements that no rank holds whole (ZeRO's optimizer
+  // shards). Rank r passes its elements [first, first + part.numel()); the ranges must be in rank
+  // order and together cover [0, total) without overlap (a rank may pass an empty part). Every
+  // range starts at a multiple of `block` (the checksum block, the same on every rank) and ends at
+  // one or at `total`. std::invalid_argument when a range breaks these rules on this rank.
+  void sharded(const std::string& name, int64_t total, int64_t first, const at::Tensor& part, int64_t block);
   // Collective: each rank passes its own tensor (any shape); stored as ranks/<r>/<name>.
   void per_rank(const std::string& name, const at::Tensor& mine);
   // Collective: root attributes, the same value on every rank (rank 0's is used).
@@ -71,6 +77,9 @@ class Reader {
   bool has(const std::string& name) const;
   // The whole tensor, checked against its checksums (DataError naming file, dataset and block).
   at::Tensor read(const std::string& name) const;
+  // Rows [first, first + count) of a tensor with at least one dimension; only the checksum
+  // blocks that hold them are read and checked. DataError as read(), also for a range outside.
+  at::Tensor read_rows(const std::string& name, int64_t first, int64_t count) const;
   int world_size_written() const;  // how many ranks/<r> groups there are
   std::optional<int64_t> int_attribute(const std::string& name) const;
   std::optional<std::string> string_attribute(const std::string& name) const;

@@ -45,6 +45,10 @@ class Trace;
 
 namespace meridian::parallel {
 
+// Collective: rank 0's parameters (frozen ones too) and buffers to every rank, in place. DDP's
+// constructor calls it; a data-parallel run without DDP (ZeRO) calls it before the first step.
+void broadcast_module(comm::Communicator& comm, torch::nn::Module& module);
+
 struct DdpOptions {
   double bucket_mb = 25;          // as PyTorch DDP
   double first_bucket_mb = 1;     // a small first bucket: the last layers' gradients leave early

@@ -33,6 +33,7 @@ class LmTask : public train::Task {
   std::shared_ptr<torch::nn::Module> model() override;
   int64_t batch_size() const override;
   double flops_per_sample() const override;  // per sequence of seq_len tokens
+  double tokens_per_sample() const override;  // seq_len (every position is computed, padded or not)
   void next_batch() override;
   at::Tensor forward() override;             // mean cross-entropy over this rank's target tokens
   bool decays(const std::string& name, const at::Tensor& parameter) const override;

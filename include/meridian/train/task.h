@@ -41,6 +41,9 @@ class Task {
   virtual int64_t batch_size() const = 0;
   // Forward FLOPs of one sample (2 x multiply-adds); the Trainer reports model FLOP/s from it.
   virtual double flops_per_sample() const = 0;
+  // Tokens in one sample, for language models (the Trainer then reports tokens/s); 0: not a token
+  // workload.
+  virtual double tokens_per_sample() const { return 0; }
   // Not collective. Blocks until this rank's next batch is ready and moves it to the device; the
   // Trainer counts the time as data wait.
   virtual void next_batch() = 0;

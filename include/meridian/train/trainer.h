@@ -8,7 +8,7 @@
 //
 // One optimizer step: `accumulate` micro-steps (next_batch, forward under autocast when
 // precision is bf16, backward; gradients reduced by DistributedDataParallel during the last
-// backward only), then clip by global norm, then AdamW (no weight decay where Task::decays says
+// backward only; with optim.zero, by ShardedAdamW's reduce-scatter after it), then clip by global norm, then AdamW (no weight decay where Task::decays says
 // so) at the learning rate of a linear warmup followed by a cosine decay to min_lr.
 // NaN/Inf guard: when the loss on any rank or the gradient norm is not finite, every rank skips the
 // update (gradients dropped, step counted as bad); `max_bad_steps` bad steps in a row stop the job
@@ -34,6 +34,7 @@
 #include "meridian/core/error.h"
 #include "meridian/train/adamw.h"
 #include "meridian/train/task.h"
+#include "meridian/train/zero.h"
 
 namespace meridian::comm {
 class Runtime;
@@ -73,6 +74,10 @@ struct TrainerSettings {
   double lr = 5e-4, min_lr = 1e-5, weight_decay = 1e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double clip = 1.0;            // max global gradient norm; 0: no clipping (the norm is still checked)
   int64_t warmup = 10;          // steps of linear warmup
+  bool zero = false;            // ZeRO-1: AdamW state sharded across ranks (train::ShardedAdamW) instead of
+                                // DistributedDataParallel + AdamW; the same updates to rounding
+  double peak_flops = 0;        // train.peak_flops: one device's peak FLOP/s (e.g. 989e12 for an H100's
+                                // bf16 dense): reported as model FLOPs utilisation (mfu); 0: not reported
 
   static TrainerSettings from_config(const Config& config);
 };
@@ -149,7 +154,9 @@ class Trainer {
   TrainerState state() const;
   void set_state(const TrainerState& state);  // on resume, before run()
   int64_t global_batch() const;             // samples per optimizer step over all ranks
-  AdamW& optimizer();
+  // The optimizer: exactly one of these is non-null (sharded when optim.zero is true).
+  AdamW* adamw();
+  ShardedAdamW* sharded_adamw();
   Task& task();
 
  private:
