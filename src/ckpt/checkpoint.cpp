@@ -150,12 +150,22 @@ std::vector<std::string> compare_configs(const Config& saved, const Config& curr
   std::vector<std::string> keys = saved.leaf_keys();
   for (const auto& k : current.leaf_keys())
     if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+  // The optimizer's state is of another kind (AdamW moments vs SGD momentum buffers): no conversion.
+  const auto optimizer_name = [](const Config& c) {
+    const std::string name = c.text("optim.name");
+    return name.empty() ? std::string("adamw") : name;
+  };
+  if (optimizer_name(saved) != optimizer_name(current))
+    throw UserError(path + ": the checkpoint was trained with optim.name " + optimizer_name(saved) + ", this run uses optim.name " +
+                    optimizer_name(current) + "; their optimizer states do not convert (resume with optim.name " +
+                    optimizer_name(saved) + ", or start a new run)");
   std::vector<std::string> fatal, harmless;
   for (const auto& k : keys) {
     std::string a = saved.text(k), b = current.text(k);
     if (a == b) continue;
     const std::string line = k + ": " + (a.empty() ? "<unset>" : a) + " -> " + (b.empty() ? "<unset>" : b);
     // The model's shape and the loss define what the tensors mean; the seed defines the data order.
+    // (optim.name was checked above, with unset = adamw.)
     const bool matters = k.rfind("model.", 0) == 0 || k == "task.name" || k == "task.loss" || k == "train.seed";
     (matters ? fatal : harmless).push_back(line);
   }
@@ -182,9 +192,24 @@ std::string joined(const std::vector<std::string>& names) {
   return text;
 }
 
+// The optimizer kind a trainer uses ("adamw" for ZeRO too: the same state, sharded).
+std::string optimizer_kind(train::Trainer& trainer) { return trainer.sgd() ? "sgd" : "adamw"; }
+
 // optim/<name>/step for every parameter; the moments as optim/<name>/{exp_avg, exp_avg_sq} (AdamW)
-// or, sharded, as optim/flat/{exp_avg, exp_avg_sq} in the flat order named by attribute optim_flat.
+// or, sharded, as optim/flat/{exp_avg, exp_avg_sq} in the flat order named by attribute optim_flat;
+// SGD: optim/<name>/momentum_buffer. Root attribute optimizer: adamw | sgd.
 void save_optimizer(Writer& w, train::Trainer& trainer) {
+  w.attribute("optimizer", optimizer_kind(trainer));
+  if (auto* sgd = trainer.sgd()) {
+    const auto names = flat_names(sgd->groups());
+    for (size_t i = 0; i < names.size(); ++i) {
+      const auto& st = sgd->state()[i];
+      const std::string base = "optim/" + names[i];
+      if (st.momentum_buffer.defined()) w.replicated(base + "/momentum_buffer", st.momentum_buffer);
+      w.replicated(base + "/step", at::tensor({st.step}, at::kLong));
+    }
+    return;
+  }
   if (auto* zero = trainer.sharded_adamw()) {
     const auto names = flat_names(zero->groups());
     for (size_t i = 0; i < names.size(); ++i)
@@ -232,6 +257,10 @@ std::string save(const comm::Runtime& rt, train::Trainer& trainer, const Config&
     for (const auto& item : model.named_parameters()) w.replicated("model/" + item.key(), item.value());
     for (const auto& item : model.named_buffers()) w.replicated("model/" + item.key(), item.value());
     save_optimizer(w, trainer);
+    if (auto* ema = trainer.ema()) {
+      for (size_t i = 0; i < ema->names().size(); ++i) w.replicated("ema/" + ema->names()[i], ema->tensors()[i]);
+      w.attribute("ema_updates", ema->updates());
+    }
     w.per_rank("torch_rng", cpu_generator().get_state());
     const auto position = trainer.task().data_position();
     w.attribute("step", state.step);
@@ -287,13 +316,25 @@ void load_tensor(const Reader& r, const std::string& name, at::Tensor target) {
   target.copy_(t);
 }
 
-void load_module(const Reader& r, torch::nn::Module& module) {
-  for (const auto& item : module.named_parameters()) load_tensor(r, "model/" + item.key(), item.value());
-  for (const auto& item : module.named_buffers()) load_tensor(r, "model/" + item.key(), item.value());
+// prefix: "model/" or "ema/".
+void load_module(const Reader& r, torch::nn::Module& module, const std::string& prefix = "model/") {
+  for (const auto& item : module.named_parameters()) load_tensor(r, prefix + item.key(), item.value());
+  for (const auto& item : module.named_buffers()) load_tensor(r, prefix + item.key(), item.value());
 }
 }  // namespace
 
-void load_module(const std::string& path, torch::nn::Module& module) { load_module(Reader(path), module); }
+bool load_module(const std::string& path, torch::nn::Module& module, Weights weights) {
+  const Reader r(path);
+  const auto ema_updates = r.int_attribute("ema_updates");
+  const bool ema = ema_updates.has_value() && weights == Weights::PreferEma;
+  load_module(r, module, ema ? "ema/" : "model/");
+  if (ema) spdlog::info("{}: loaded the EMA weights (ema/*, {} updates)", path, *ema_updates);
+  else if (ema_updates) spdlog::info("{}: loaded the raw training weights (model/*), not its EMA weights (as asked)", path);
+  else spdlog::info("{}: loaded the training weights (model/*; the checkpoint has no EMA)", path);
+  return ema;
+}
+
+void load_module(const std::string& path, torch::nn::Module& module) { load_module(path, module, Weights::PreferEma); }
 
 namespace {
 
@@ -301,6 +342,29 @@ namespace {
 // whichever optimizer the trainer has: sharded state is read by flat ranges, per-parameter state
 // is cut into this rank's shard.
 void restore_optimizer(const Reader& r, train::Trainer& trainer) {
+  // Files from before SGD existed have no attribute: AdamW.
+  const std::string saved = r.string_attribute("optimizer").value_or("adamw"), mine = optimizer_kind(trainer);
+  if (saved != mine)
+    throw UserError(r.path() + ": the checkpoint holds " + saved + " optimizer state (optim.name " + saved +
+                    "), this run uses optim.name " + mine + "; their states do not convert (resume with optim.name " + saved +
+                    ", or start a new run)");
+  if (auto* sgd = trainer.sgd()) {
+    const auto names = flat_names(sgd->groups());
+    std::vector<at::Tensor> params;
+    for (const auto& g : sgd->groups()) params.insert(params.end(), g.params.begin(), g.params.end());
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto& st = sgd->state()[i];
+      const std::string base = "optim/" + names[i];
+      if (!r.has(base + "/step")) throw DataError(r.path(), "dataset '" + base + "/step'", "missing");
+      st.step = r.read(base + "/step").item<int64_t>();
+      st.momentum_buffer = at::Tensor();
+      if (r.has(base + "/momentum_buffer")) {
+        st.momentum_buffer = at::zeros_like(params[i], at::MemoryFormat::Preserve);
+        load_tensor(r, base + "/momentum_buffer", st.momentum_buffer);
+      }
+    }
+    return;
+  }
   auto* zero = trainer.sharded_adamw();
   const auto& groups = zero ? zero->groups() : trainer.adamw()->groups();
   const auto names = flat_names(groups);
@@ -364,6 +428,19 @@ void restore(const comm::Runtime& rt, train::Trainer& trainer, const ResumePoint
   at::NoGradGuard no_grad;
   load_module(r, *trainer.task().model());
   restore_optimizer(r, trainer);
+  if (auto* ema = trainer.ema()) {
+    const auto updates = r.int_attribute("ema_updates");
+    if (!updates)
+      throw DataError(point.path, "attribute 'ema_updates'",
+                      "missing: the checkpoint has no EMA weights (trained without train.ema), this run has train.ema " +
+                          std::to_string(ema->decay()));
+    for (size_t i = 0; i < ema->names().size(); ++i) {
+      const std::string name = "ema/" + ema->names()[i];
+      if (!r.has(name)) throw DataError(point.path, "dataset '" + name + "'", "missing (the EMA of this model's " + ema->names()[i] + ")");
+      load_tensor(r, name, ema->tensors()[i]);
+    }
+    ema->set_updates(*updates);
+  }
   const std::string rng = "ranks/" + std::to_string(rt.rank() % std::max<int64_t>(1, point.world_size)) + "/torch_rng";
   if (r.has(rng)) cpu_generator().set_state(r.read(rng));
   train::TrainerState state;

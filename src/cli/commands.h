@@ -39,6 +39,7 @@ Command bench_train_command();
 Command eval_command();
 Command bench_ckpt_command();
 Command generate_command();
+Command predict_command();
 Command doctor_command();
 
 // Applies every `--set key=value` of a parse result to `config`, in order; UserError on a malformed one.

@@ -1,5 +1,6 @@
-// `meridian eval`: evaluates a checkpoint on a dataset (SigLIP: retrieval recall@K both ways and
-// zero-shot accuracy), every rank embedding its share.
+// `meridian eval`: evaluates a checkpoint on a dataset, every rank its share: SigLIP (retrieval
+// recall@K both ways and zero-shot accuracy) or detect (COCO-style mAP@0.5 and @0.5:0.95, per class).
+#include <algorithm>
 #include <cstdio>
 
 #include "commands.h"
@@ -9,18 +10,38 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/data/format.h"
+#include "meridian/tasks/detect_task.h"
 #include "meridian/tasks/siglip_task.h"
 
 namespace meridian::cli {
 
+namespace {
+
+int eval_detect(comm::Runtime& rt, const Config& config, const std::string& path, const std::string& data_path, int64_t step) {
+  models::Yolo model(models::YoloConfig::from_config(config));
+  ckpt::load_module(path, *model);
+  model->to(rt.device());
+  const auto result = tasks::evaluate_detection(rt, model, data_path, tasks::DetectEvalOptions::from_config(config));
+  if (rt.rank() == 0) {
+    std::printf("eval %s (step %lld) on %s: %lld images, %lld boxes, %lld detections\n%s", path.c_str(), (long long)step,
+                data_path.c_str(), (long long)result.images, (long long)result.boxes, (long long)result.detections,
+                result.per_class().c_str());
+    std::printf("eval: map50 %.2f  map50_95 %.2f\n", 100 * std::max(0.0, result.map.map50), 100 * std::max(0.0, result.map.map50_95));
+  }
+  return 0;
+}
+
+}  // namespace
+
 Command eval_command() {
   Command c;
   c.name = "eval";
-  c.summary = "Evaluate a checkpoint on an image-text dataset: retrieval recall@1/5/10 and zero-shot accuracy";
+  c.summary = "Evaluate a checkpoint on a dataset: retrieval recall@K and zero-shot accuracy (siglip), mAP (detect)";
   c.add_options = [](cxxopts::Options& o) {
     o.add_options()
         ("checkpoint", "Checkpoint file (<run>/checkpoints/step_*.h5)", cxxopts::value<std::string>()->default_value(""))
-        ("data", "Image-text dataset (.h5) made with the training data's tokenizer (prep --tokenizer TRAIN.h5)", cxxopts::value<std::string>()->default_value(""))
+        ("data", "Dataset (.h5): image-text made with the training data's tokenizer (prep --tokenizer TRAIN.h5), or detection", cxxopts::value<std::string>()->default_value(""))
+        ("task", "The checkpoint's task must be this one (siglip, detect); default: whatever it is", cxxopts::value<std::string>()->default_value(""))
         ("set", "Override a value of the checkpoint's config (e.g. task.prompts)", cxxopts::value<std::vector<std::string>>());
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
@@ -28,16 +49,19 @@ Command eval_command() {
     if (path.empty()) throw UserError("eval: --checkpoint is required");
     if (data_path.empty()) throw UserError("eval: --data is required");
     Config config;
-    int64_t step = 0, vocab = 0;
+    int64_t step = 0;
     {
       ckpt::Reader reader(path);
       config = Config::parse(reader.string_attribute("config").value_or(""), path + " (config)");
       step = reader.int_attribute("step").value_or(0);
-      vocab = reader.shape("model/token_embed.weight").at(0);  // raised to the tokenizer's in training
     }
     apply_overrides(p, config);
-    if (config.get<std::string>("task.name", "siglip") != "siglip")
-      throw UserError(path + ": eval supports the siglip task (this checkpoint is " + config.get<std::string>("task.name") + ")");
+    const std::string task = config.get<std::string>("task.name", "siglip"), wanted = p["task"].as<std::string>();
+    if (!wanted.empty() && wanted != task)
+      throw UserError(path + ": --task " + wanted + ", but this checkpoint was trained with task.name " + task);
+    if (task == "detect") return eval_detect(rt, config, path, data_path, step);
+    if (task != "siglip") throw UserError(path + ": eval supports the siglip and detect tasks (this checkpoint is " + task + ")");
+    const int64_t vocab = ckpt::Reader(path).shape("model/token_embed.weight").at(0);  // raised to the tokenizer's in training
     const data::DatasetInfo info = data::validate_dataset(data_path);
     auto mc = models::SiglipConfig::from_config(config);
     mc.vocab_size = vocab;

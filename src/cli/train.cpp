@@ -28,12 +28,6 @@ void add_config_options(cxxopts::Options& o) {
       ("resume", "auto (the newest valid checkpoint in the run's checkpoint directory, else from scratch) or a checkpoint file", cxxopts::value<std::string>()->default_value(""));
 }
 
-std::string yaml_quoted(const std::string& text) {
-  std::string q = "'";
-  for (char ch : text) q += ch == '\'' ? std::string("''") : std::string(1, ch);
-  return q + "'";
-}
-
 // The config file with --data and every --set applied (in order), as the run will use it.
 Config resolved_config(const cxxopts::ParseResult& p, const std::string& command) {
   const std::string path = p["config"].as<std::string>();
@@ -61,6 +55,7 @@ std::string default_run_dir(const comm::Runtime& rt) {
 // Builds the task and trainer (resuming when asked), checkpoints as configured, and trains.
 train::TrainSummary train_with(comm::Runtime& rt, Config config, const std::string& run_dir, const std::string& resume) {
   train::install_stop_signals();  // from the start: a signal while the data opens still ends with a checkpoint
+  tasks::describe_data(config, config.get<std::string>("data.train"));
   const auto ckpt_settings = ckpt::CheckpointSettings::from_config(config, run_dir);
   const auto point = ckpt::choose_resume_point(rt, resume, ckpt_settings.dir);
   train::DataPosition start;

@@ -101,4 +101,10 @@ std::string Config::dump() const {
   return emitter.c_str();
 }
 
+std::string yaml_quoted(const std::string& text) {
+  std::string q = "'";
+  for (char ch : text) q += ch == '\'' ? std::string("''") : std::string(1, ch);
+  return q + "'";
+}
+
 }  // namespace meridian

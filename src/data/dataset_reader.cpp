@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <stdexcept>
 
 #include "h5.h"
 #include "meridian/comm/mpi_interop.h"
+#include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/hash.h"
 #include "meridian/data/tokenizer.h"
@@ -19,7 +21,9 @@ IoDriver parse_io_driver(const std::string& name) {
 }
 
 struct DatasetReader::Handles {
-  h5::Id file, images, tokens, lengths, labels, names, captions;
+  h5::Id file, images, tokens, lengths, labels, names, captions;  // image_text: all; detection: file, images, names
+  h5::Id boxes, box_classes;                                       // detection
+  std::vector<int64_t> box_offsets;                                // detection: [N + 1], read once
 };
 
 DatasetReader::DatasetReader(const std::string& path, IoDriver driver)
@@ -29,9 +33,10 @@ DatasetReader::DatasetReader(const DatasetInfo& info, IoDriver driver)
     : info_(info), driver_(driver), h_(std::make_unique<Handles>()) {
   const auto locked = h5::lock();
   const std::string& path = info_.path;
-  if (info_.kind != "image_text")
-    throw DataError(path, "attribute 'kind'", "this reader (the image-text loader) reads 'image_text' files, not '" +
-                                                  info_.kind + "'");
+  const bool detection = info_.kind == "detection";
+  if (info_.kind != "image_text" && !detection)
+    throw DataError(path, "attribute 'kind'", "this reader (the image-text and detection loaders) reads 'image_text' "
+                                              "and 'detection' files, not '" + info_.kind + "'");
   h5::Id fapl = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
   if (driver == IoDriver::MPIO) MERIDIAN_H5_CHECK(H5Pset_fapl_mpio(fapl, MPI_COMM_SELF, MPI_INFO_NULL));
   h_->file = h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl)));
@@ -44,10 +49,18 @@ DatasetReader::DatasetReader(const DatasetInfo& info, IoDriver driver)
   h5::Id uncached = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_DATASET_ACCESS)));
   MERIDIAN_H5_CHECK(H5Pset_chunk_cache(uncached, H5D_CHUNK_CACHE_NSLOTS_DEFAULT, 0, H5D_CHUNK_CACHE_W0_DEFAULT));
   h_->images = open("/images", uncached);
+  h_->names = open("/names");
+  if (detection) {
+    h_->boxes = open("/boxes");
+    h_->box_classes = open("/box_classes");
+    h5::Id offsets = open("/box_offsets");
+    h_->box_offsets.resize(size_t(info_.count + 1));
+    MERIDIAN_H5_CHECK(H5Dread(offsets, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, h_->box_offsets.data()));
+    return;
+  }
   h_->tokens = open("/tokens");
   h_->lengths = open("/token_lengths");
   h_->labels = open("/labels");
-  h_->names = open("/names");
   h_->captions = open("/captions");
 }
 
@@ -111,6 +124,8 @@ void DatasetReader::read_rows(const std::vector<int64_t>& rows, uint8_t* images,
     MERIDIAN_CHECK(rows[i] >= 0 && rows[i] < info_.count, "row out of range");
     MERIDIAN_CHECK(i == 0 || rows[i] > rows[i - 1], "rows must be ascending and unique");
   }
+  if (info_.kind == "detection" && (tokens || lengths || labels))
+    throw std::invalid_argument(info_.path + ": a detection file has no tokens, lengths or labels to read");
   const bool direct = driver_ == IoDriver::POSIX;
   if (images) read_union(h_->images, rows, H5T_NATIVE_UINT8, images, direct);
   if (tokens) read_union(h_->tokens, rows, H5T_NATIVE_INT32, tokens, direct);
@@ -118,10 +133,50 @@ void DatasetReader::read_rows(const std::vector<int64_t>& rows, uint8_t* images,
   if (labels) read_union(h_->labels, rows, H5T_NATIVE_INT32, labels, direct);
 }
 
+std::vector<RowBoxes> DatasetReader::read_boxes(const std::vector<int64_t>& rows) {
+  if (info_.kind != "detection")
+    throw DataError(info_.path, "attribute 'kind'", "boxes are read from 'detection' files, not '" + info_.kind + "'");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    MERIDIAN_CHECK(rows[i] >= 0 && rows[i] < info_.count, "row out of range");
+    MERIDIAN_CHECK(i == 0 || rows[i] > rows[i - 1], "rows must be ascending and unique");
+  }
+  const auto& off = h_->box_offsets;
+  std::vector<RowBoxes> out(rows.size());
+  const auto locked = h5::lock();
+  h5::Id box_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(h_->boxes)));
+  h5::Id class_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(h_->box_classes)));
+  std::vector<std::array<float, 4>> boxes;
+  std::vector<int32_t> classes;
+  for (size_t i = 0; i < rows.size();) {
+    size_t e = i + 1;  // a run of consecutive rows: its boxes are one contiguous range
+    while (e < rows.size() && rows[e] == rows[e - 1] + 1) ++e;
+    const int64_t first = off[size_t(rows[i])], n = off[size_t(rows[e - 1]) + 1] - first;
+    if (n > 0) {
+      boxes.resize(size_t(n));
+      classes.resize(size_t(n));
+      hsize_t start[2] = {hsize_t(first), 0}, count[2] = {hsize_t(n), 4};
+      MERIDIAN_H5_CHECK(H5Sselect_hyperslab(box_space, H5S_SELECT_SET, start, nullptr, count, nullptr));
+      h5::Id box_mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(2, count, nullptr)));
+      MERIDIAN_H5_CHECK(H5Dread(h_->boxes, H5T_NATIVE_FLOAT, box_mem, box_space, H5P_DEFAULT, boxes.data()));
+      MERIDIAN_H5_CHECK(H5Sselect_hyperslab(class_space, H5S_SELECT_SET, start, nullptr, count, nullptr));
+      h5::Id class_mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(1, count, nullptr)));
+      MERIDIAN_H5_CHECK(H5Dread(h_->box_classes, H5T_NATIVE_INT32, class_mem, class_space, H5P_DEFAULT, classes.data()));
+    }
+    for (size_t k = i; k < e; ++k) {
+      const int64_t a = off[size_t(rows[k])] - first, b = off[size_t(rows[k]) + 1] - first;
+      out[k].boxes.assign(boxes.begin() + a, boxes.begin() + b);
+      out[k].classes.assign(classes.begin() + a, classes.begin() + b);
+    }
+    i = e;
+  }
+  return out;
+}
+
 std::string DatasetReader::fingerprint() {
   const auto locked = h5::lock();
   std::string text = std::to_string(info_.file_bytes) + "|" + info_.kind + "|" + info_.created_by + "|" +
                      std::to_string(info_.count) + "|" + std::to_string(info_.height) + "x" + std::to_string(info_.width);
+  if (info_.kind == "detection") text += "|" + std::to_string(info_.box_count);
   std::vector<uint8_t> first(image_bytes());
   read_union(h_->images, {0}, H5T_NATIVE_UINT8, first.data(), false);
   const uint64_t h = fnv1a(first.data(), first.size(), fnv1a(text.data(), text.size()));
@@ -131,18 +186,49 @@ std::string DatasetReader::fingerprint() {
 }
 
 Tokenizer DatasetReader::tokenizer() {
+  if (info_.kind != "image_text")
+    throw DataError(info_.path, "attribute 'kind'", "a '" + info_.kind + "' file has no /tokenizer to read here");
   const auto locked = h5::lock();
   h5::Id model = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(h_->file, "/tokenizer/model", H5P_DEFAULT)));
   return Tokenizer::from_bytes(h5::read_bytes(model), info_.path + ": /tokenizer/model");
 }
 
 std::vector<std::string> DatasetReader::captions(int64_t row) {
+  if (info_.kind != "image_text")
+    throw DataError(info_.path, "attribute 'kind'", "a '" + info_.kind + "' file has no captions");
   const auto locked = h5::lock();
   return h5::read_strings(h_->captions, row, 1);
 }
 std::string DatasetReader::name(int64_t row) {
   const auto locked = h5::lock();
   return h5::read_strings(h_->names, row, 1).at(0);
+}
+
+std::unique_ptr<DatasetReader> open_on_every_rank(const comm::Runtime& rt, const std::string& path, IoDriver driver,
+                                                  const std::string& kind, const std::string& reader_name) {
+  // Open on every rank; agree on success before comparing, so one rank's error is everyone's.
+  std::unique_ptr<DatasetReader> reader;
+  std::string error, fingerprint;
+  try {
+    const DatasetInfo info = validate_dataset(path);
+    if (info.kind != kind)
+      throw DataError(path, "attribute 'kind'", reader_name + " reads '" + kind + "' files, not '" + info.kind + "'");
+    reader = std::make_unique<DatasetReader>(info, driver);
+    fingerprint = reader->fingerprint();
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  const auto errors = rt.allgather(error);
+  for (int r = 0; r < rt.size(); ++r)
+    if (!errors[r].empty()) throw UserError(r == rt.rank() ? errors[r] : "rank " + std::to_string(r) + ": " + errors[r]);
+  const auto prints = rt.allgather(fingerprint + " " + rt.host());
+  for (int r = 1; r < rt.size(); ++r) {
+    if (prints[r].substr(0, 16) != prints[0].substr(0, 16))
+      throw UserError(path + ": rank " + std::to_string(r) + " on " + prints[r].substr(17) +
+                      " sees a different dataset than rank 0 on " + prints[0].substr(17) +
+                      " (size, attributes or content differ): is the data path the same file on every node?");
+  }
+  return reader;
 }
 
 namespace {

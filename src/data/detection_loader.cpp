@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "channel.h"
-#include "h5.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/hash.h"
+#include "meridian/data/dataset_reader.h"
 
 namespace meridian::data {
 
@@ -36,98 +36,6 @@ std::array<int64_t, 3> mosaic_partners(uint64_t key, int64_t row, int64_t n) {
 
 namespace {
 
-// Reads a detection file on one process. The DatasetReader reads image_text files only; this is
-// its detection counterpart, private to the loader: /images by runs of consecutive rows, the boxes
-// of a row through the offsets (held in memory: 8 bytes per image) from handles opened once, where
-// read_boxes opens the file per call. Every HDF5 call holds the process-wide lock.
-class DetectionReader {
- public:
-  explicit DetectionReader(const std::string& path) {
-    info_ = validate_dataset(path);
-    if (info_.kind != "detection")
-      throw DataError(path, "attribute 'kind'",
-                      "the detection loader reads 'detection' files, not '" + info_.kind + "'");
-    if (info_.height != info_.width || info_.channels != 3)
-      throw DataError(path, "/images",
-                      "expected square RGB images [N, S, S, 3] (letterboxed), got " + std::to_string(info_.height) +
-                          " x " + std::to_string(info_.width) + " x " + std::to_string(info_.channels));
-    const auto locked = h5::lock();
-    file_ = h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)));
-    // No chunk cache for /images: each chunk (one image) is read about once per epoch.
-    h5::Id uncached = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_DATASET_ACCESS)));
-    MERIDIAN_H5_CHECK(H5Pset_chunk_cache(uncached, H5D_CHUNK_CACHE_NSLOTS_DEFAULT, 0, H5D_CHUNK_CACHE_W0_DEFAULT));
-    images_ = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file_, "/images", uncached)));
-    boxes_ = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file_, "/boxes", H5P_DEFAULT)));
-    classes_ = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file_, "/box_classes", H5P_DEFAULT)));
-    h5::Id offsets = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file_, "/box_offsets", H5P_DEFAULT)));
-    offsets_.resize(size_t(info_.count + 1));
-    MERIDIAN_H5_CHECK(H5Dread(offsets, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, offsets_.data()));
-  }
-  ~DetectionReader() {
-    const auto locked = h5::lock();
-    images_.reset(), boxes_.reset(), classes_.reset(), file_.reset();
-  }
-  DetectionReader(const DetectionReader&) = delete;
-  DetectionReader& operator=(const DetectionReader&) = delete;
-
-  const DatasetInfo& info() const { return info_; }
-
-  // Rows ascending and unique; `out` holds rows.size() x H x W x 3 bytes.
-  void read_images(const std::vector<int64_t>& rows, uint8_t* out) {
-    const auto locked = h5::lock();
-    const size_t row_bytes = size_t(info_.height) * info_.width * 3;
-    h5::Id file_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(images_)));
-    hsize_t off[4] = {0, 0, 0, 0}, cnt[4] = {0, hsize_t(info_.height), hsize_t(info_.width), 3};
-    for (size_t i = 0; i < rows.size();) {
-      MERIDIAN_CHECK(rows[i] >= 0 && rows[i] < info_.count && (i == 0 || rows[i] > rows[i - 1]),
-                     "rows must be in range, ascending and unique");
-      size_t e = i + 1;
-      while (e < rows.size() && rows[e] == rows[e - 1] + 1) ++e;
-      off[0] = hsize_t(rows[i]), cnt[0] = hsize_t(e - i);
-      MERIDIAN_H5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, off, nullptr, cnt, nullptr));
-      h5::Id mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(4, cnt, nullptr)));
-      MERIDIAN_H5_CHECK(H5Dread(images_, H5T_NATIVE_UINT8, mem, file_space, H5P_DEFAULT, out + i * row_bytes));
-      i = e;
-    }
-  }
-
-  // The boxes and classes of one row.
-  void read_boxes(int64_t row, Labeled& out) {
-    const int64_t first = offsets_[size_t(row)], n = offsets_[size_t(row) + 1] - first;
-    out.boxes.assign(size_t(n), {});
-    out.classes.assign(size_t(n), 0);
-    if (n == 0) return;
-    const auto locked = h5::lock();
-    hsize_t off[2] = {hsize_t(first), 0}, cnt[2] = {hsize_t(n), 4};
-    h5::Id space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(boxes_)));
-    MERIDIAN_H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_SET, off, nullptr, cnt, nullptr));
-    h5::Id mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(2, cnt, nullptr)));
-    MERIDIAN_H5_CHECK(H5Dread(boxes_, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, out.boxes.data()));
-    h5::Id cspace = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(classes_)));
-    MERIDIAN_H5_CHECK(H5Sselect_hyperslab(cspace, H5S_SELECT_SET, off, nullptr, cnt, nullptr));
-    h5::Id cmem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(1, cnt, nullptr)));
-    MERIDIAN_H5_CHECK(H5Dread(classes_, H5T_NATIVE_INT32, cmem, cspace, H5P_DEFAULT, out.classes.data()));
-  }
-
-  // Equal on every rank that sees the same file: size, root attributes, first image.
-  std::string fingerprint() {
-    std::string text = std::to_string(info_.file_bytes) + "|" + info_.kind + "|" + info_.created_by + "|" +
-                       std::to_string(info_.count) + "|" + std::to_string(info_.height) + "x" +
-                       std::to_string(info_.width) + "|" + std::to_string(info_.box_count);
-    std::vector<uint8_t> first(size_t(info_.height) * info_.width * 3);
-    read_images({0}, first.data());
-    const uint64_t h = fnv1a(first.data(), first.size(), fnv1a(text.data(), text.size()));
-    char buf[17];
-    std::snprintf(buf, sizeof(buf), "%016llx", (unsigned long long)h);
-    return buf;
-  }
-
- private:
-  DatasetInfo info_;
-  h5::Id file_, images_, boxes_, classes_;
-  std::vector<int64_t> offsets_;  // [N + 1]
-};
-
 // What the I/O thread read for one batch: the batch's rows and the mosaic partners of its samples,
 // each image as a view into `pixels`.
 struct RawDetBatch {
@@ -144,7 +52,7 @@ struct RawDetBatch {
 
 struct DetectionLoader::Impl {
   DetectionLoaderOptions o;
-  std::unique_ptr<DetectionReader> reader;
+  std::unique_ptr<DatasetReader> reader;  // I/O thread only (after construction)
   std::unique_ptr<DistributedSampler> sampler;
   int size = 0;  // output S
   Channel<RawDetBatch> raw;
@@ -182,11 +90,13 @@ struct DetectionLoader::Impl {
     all.erase(std::unique(all.begin(), all.end()), all.end());
     const int64_t H = reader->info().height, W = reader->info().width;
     b.pixels = at::empty({int64_t(all.size()), H, W, 3}, at::kByte);
-    reader->read_images(all, b.pixels.data_ptr<uint8_t>());
+    reader->read_rows(all, b.pixels.data_ptr<uint8_t>(), nullptr, nullptr, nullptr);
+    auto boxes = reader->read_boxes(all);
     for (size_t i = 0; i < all.size(); ++i) {
       Labeled& l = b.items[all[i]];
       l.image = cv::Mat(int(H), int(W), CV_8UC3, b.pixels.data_ptr<uint8_t>() + i * H * W * 3);
-      reader->read_boxes(all[i], l);
+      l.boxes = std::move(boxes[i].boxes);
+      l.classes = std::move(boxes[i].classes);
     }
     return b;
   }
@@ -322,26 +232,13 @@ void check_options(const DetectionLoaderOptions& o) {
 DetectionLoader::DetectionLoader(const comm::Runtime& rt, const DetectionLoaderOptions& options)
     : impl_(std::make_unique<Impl>(options)) {
   check_options(options);
-  // Open on every rank; agree on success before comparing, so one rank's error is everyone's.
-  std::string error, fingerprint;
-  try {
-    impl_->reader = std::make_unique<DetectionReader>(options.path);
-    fingerprint = impl_->reader->fingerprint();
-  } catch (const UserError& e) {
-    error = e.what();
-  }
-  const auto errors = rt.allgather(error);
-  for (int r = 0; r < rt.size(); ++r)
-    if (!errors[r].empty())
-      throw UserError(r == rt.rank() ? errors[r] : "rank " + std::to_string(r) + ": " + errors[r]);
-  const auto prints = rt.allgather(fingerprint + " " + rt.host());
-  for (int r = 1; r < rt.size(); ++r) {
-    if (prints[r].substr(0, 16) != prints[0].substr(0, 16))
-      throw UserError(options.path + ": rank " + std::to_string(r) + " on " + prints[r].substr(17) +
-                      " sees a different dataset than rank 0 on " + prints[0].substr(17) +
-                      " (size, attributes or content differ): is the data path the same file on every node?");
-  }
+  impl_->reader = open_on_every_rank(rt, options.path, IoDriver::POSIX, "detection", "the detection loader");
   const auto& info = impl_->reader->info();
+  // The same file on every rank (checked above), so every rank throws this together.
+  if (info.height != info.width || info.channels != 3)
+    throw DataError(options.path, "/images",
+                    "expected square RGB images [N, S, S, 3] (letterboxed), got " + std::to_string(info.height) +
+                        " x " + std::to_string(info.width) + " x " + std::to_string(info.channels));
   impl_->size = options.image_size > 0 ? options.image_size : int(info.height);
   impl_->sampler = std::make_unique<DistributedSampler>(info.count, options.batch_size, rt.rank(), rt.size(),
                                                         options.seed, options.drop_last);

@@ -213,24 +213,7 @@ Loader::Loader(const comm::Runtime& rt, const LoaderOptions& options) : impl_(st
                     std::to_string(options.position) + ")");
   if (options.augment && (options.crop_size < 0 || options.crop_size > 8192))
     throw UserError("loader: crop size must be between 0 (stored size) and 8192");
-  // Open on every rank; agree on success before comparing, so one rank's error is everyone's.
-  std::string error, fingerprint;
-  try {
-    impl_->reader = std::make_unique<DatasetReader>(options.path, options.driver);
-    fingerprint = impl_->reader->fingerprint();
-  } catch (const UserError& e) {
-    error = e.what();
-  }
-  const auto errors = rt.allgather(error);
-  for (int r = 0; r < rt.size(); ++r)
-    if (!errors[r].empty()) throw UserError(r == rt.rank() ? errors[r] : "rank " + std::to_string(r) + ": " + errors[r]);
-  const auto prints = rt.allgather(fingerprint + " " + rt.host());
-  for (int r = 1; r < rt.size(); ++r) {
-    if (prints[r].substr(0, 16) != prints[0].substr(0, 16))
-      throw UserError(options.path + ": rank " + std::to_string(r) + " on " + prints[r].substr(17) +
-                      " sees a different dataset than rank 0 on " + prints[0].substr(17) +
-                      " (size, attributes or content differ): is the data path the same file on every node?");
-  }
+  impl_->reader = open_on_every_rank(rt, options.path, options.driver, "image_text", "the image-text loader");
   const auto& info = impl_->reader->info();
   impl_->sampler = std::make_unique<DistributedSampler>(info.count, options.batch_size, rt.rank(), rt.size(),
                                                         options.seed, options.drop_last);

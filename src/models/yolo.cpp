@@ -180,6 +180,7 @@ YoloConfig YoloConfig::from_config(const Config& c) {
   s.area_attention = c.get<bool>("model.area_attention", s.area_attention);
   s.areas = c.get<int64_t>("model.areas", s.areas);
   s.mlp_ratio = c.get<double>("model.mlp_ratio", s.mlp_ratio);
+  s.sync_bn = c.get<bool>("model.sync_bn", s.sync_bn);
   const auto [field, problem] = invalid_field(s);
   if (!field.empty()) throw ConfigError(f, field, problem);
   return s;
@@ -200,22 +201,26 @@ double YoloConfig::flops(int64_t image_size) const {
   return tally(*this, image_size).flops;
 }
 
-ConvBNImpl::ConvBNImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups, bool act) : act_(act) {
+ConvBNImpl::ConvBNImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups, bool act,
+                       comm::Communicator* sync)
+    : act_(act) {
   conv_ = register_module(
       "conv",
       torch::nn::Conv2d(
           torch::nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).groups(groups).bias(false)));
-  bn_ = register_module("bn", torch::nn::BatchNorm2d(torch::nn::BatchNorm2dOptions(out).eps(1e-3).momentum(0.03)));
+  const auto bn = torch::nn::BatchNorm2dOptions(out).eps(1e-3).momentum(0.03);
+  if (sync) sync_bn_ = register_module("bn", parallel::SyncBatchNorm2d(bn, sync));
+  else bn_ = register_module("bn", torch::nn::BatchNorm2d(bn));
 }
 
 at::Tensor ConvBNImpl::forward(const at::Tensor& x) {
-  auto y = bn_(conv_(x));
+  auto y = sync_bn_ ? sync_bn_(conv_(x)) : bn_(conv_(x));
   return act_ ? at::silu(y) : y;
 }
 
-BottleneckImpl::BottleneckImpl(int64_t c, bool shortcut) : shortcut_(shortcut) {
-  cv1_ = register_module("cv1", ConvBN(c, c, 3));
-  cv2_ = register_module("cv2", ConvBN(c, c, 3));
+BottleneckImpl::BottleneckImpl(int64_t c, bool shortcut, comm::Communicator* sync) : shortcut_(shortcut) {
+  cv1_ = register_module("cv1", ConvBN(c, c, 3, 1, 1, true, sync));
+  cv2_ = register_module("cv2", ConvBN(c, c, 3, 1, 1, true, sync));
 }
 
 at::Tensor BottleneckImpl::forward(const at::Tensor& x) {
@@ -223,12 +228,13 @@ at::Tensor BottleneckImpl::forward(const at::Tensor& x) {
   return shortcut_ ? x + y : y;
 }
 
-C2fImpl::C2fImpl(int64_t in, int64_t out, int64_t n, bool shortcut, double e) : hidden_(int64_t(double(out) * e)) {
+C2fImpl::C2fImpl(int64_t in, int64_t out, int64_t n, bool shortcut, double e, comm::Communicator* sync)
+    : hidden_(int64_t(double(out) * e)) {
   if (hidden_ < 1) throw std::invalid_argument("yolo: C2f hidden width int(" + std::to_string(out) + " * e) is 0");
-  cv1_ = register_module("cv1", ConvBN(in, 2 * hidden_, 1));
+  cv1_ = register_module("cv1", ConvBN(in, 2 * hidden_, 1, 1, 1, true, sync));
   m_ = register_module("m", torch::nn::ModuleList());
-  for (int64_t i = 0; i < n; ++i) m_->push_back(Bottleneck(hidden_, shortcut));
-  cv2_ = register_module("cv2", ConvBN((2 + n) * hidden_, out, 1));
+  for (int64_t i = 0; i < n; ++i) m_->push_back(Bottleneck(hidden_, shortcut, sync));
+  cv2_ = register_module("cv2", ConvBN((2 + n) * hidden_, out, 1, 1, 1, true, sync));
 }
 
 at::Tensor C2fImpl::forward(const at::Tensor& x) {
@@ -237,15 +243,15 @@ at::Tensor C2fImpl::forward(const at::Tensor& x) {
   return cv2_(at::cat(pieces, 1));
 }
 
-AreaAttentionImpl::AreaAttentionImpl(int64_t dim, int64_t heads, int64_t areas)
+AreaAttentionImpl::AreaAttentionImpl(int64_t dim, int64_t heads, int64_t areas, comm::Communicator* sync)
     : dim_(dim), heads_(heads), areas_(areas) {
   if (heads < 1 || dim % heads != 0)
     throw std::invalid_argument("yolo: attention heads " + std::to_string(heads) + " do not divide " +
                                 std::to_string(dim) + " channels");
   if (areas < 1) throw std::invalid_argument("yolo: areas must be at least 1");
-  qkv_ = register_module("qkv", ConvBN(dim, 3 * dim, 1, 1, 1, /*act=*/false));
-  proj_ = register_module("proj", ConvBN(dim, dim, 1, 1, 1, /*act=*/false));
-  pe_ = register_module("pe", ConvBN(dim, dim, 7, 1, dim, /*act=*/false));
+  qkv_ = register_module("qkv", ConvBN(dim, 3 * dim, 1, 1, 1, /*act=*/false, sync));
+  proj_ = register_module("proj", ConvBN(dim, dim, 1, 1, 1, /*act=*/false, sync));
+  pe_ = register_module("pe", ConvBN(dim, dim, 7, 1, dim, /*act=*/false, sync));
 }
 
 at::Tensor AreaAttentionImpl::forward(const at::Tensor& x) {
@@ -261,10 +267,10 @@ at::Tensor AreaAttentionImpl::forward(const at::Tensor& x) {
   return proj_(out + pe_(qkv.narrow(1, 2 * c, c)));
 }
 
-ABlockImpl::ABlockImpl(int64_t dim, int64_t heads, int64_t hidden, int64_t areas) {
-  attn_ = register_module("attn", AreaAttention(dim, heads, areas));
-  mlp1_ = register_module("mlp1", ConvBN(dim, hidden, 1));
-  mlp2_ = register_module("mlp2", ConvBN(hidden, dim, 1, 1, 1, /*act=*/false));
+ABlockImpl::ABlockImpl(int64_t dim, int64_t heads, int64_t hidden, int64_t areas, comm::Communicator* sync) {
+  attn_ = register_module("attn", AreaAttention(dim, heads, areas, sync));
+  mlp1_ = register_module("mlp1", ConvBN(dim, hidden, 1, 1, 1, true, sync));
+  mlp2_ = register_module("mlp2", ConvBN(hidden, dim, 1, 1, 1, /*act=*/false, sync));
 }
 
 at::Tensor ABlockImpl::forward(const at::Tensor& x) {
@@ -272,15 +278,16 @@ at::Tensor ABlockImpl::forward(const at::Tensor& x) {
   return y + mlp2_(mlp1_(y));
 }
 
-A2C2fImpl::A2C2fImpl(int64_t in, int64_t out, int64_t n, int64_t areas, double mlp_ratio) {
+A2C2fImpl::A2C2fImpl(int64_t in, int64_t out, int64_t n, int64_t areas, double mlp_ratio, comm::Communicator* sync) {
   const int64_t c = out / 2, heads = heads_for(c), hidden = int64_t(double(c) * mlp_ratio);
   if (c < 1 || hidden < 1)
     throw std::invalid_argument("yolo: A2C2f with " + std::to_string(out) + " channels is too narrow");
-  cv1_ = register_module("cv1", ConvBN(in, c, 1));
+  cv1_ = register_module("cv1", ConvBN(in, c, 1, 1, 1, true, sync));
   m_ = register_module("m", torch::nn::ModuleList());
   for (int64_t i = 0; i < n; ++i)
-    m_->push_back(torch::nn::Sequential(ABlock(c, heads, hidden, areas), ABlock(c, heads, hidden, areas)));
-  cv2_ = register_module("cv2", ConvBN((1 + n) * c, out, 1));
+    m_->push_back(
+        torch::nn::Sequential(ABlock(c, heads, hidden, areas, sync), ABlock(c, heads, hidden, areas, sync)));
+  cv2_ = register_module("cv2", ConvBN((1 + n) * c, out, 1, 1, 1, true, sync));
   // A small residual scale (YOLOv12's layer scale) keeps the fresh attention stage near identity.
   if (in == out) gamma_ = register_parameter("gamma", at::full({out}, 0.01));
 }
@@ -292,33 +299,35 @@ at::Tensor A2C2fImpl::forward(const at::Tensor& x) {
   return gamma_.defined() ? x + gamma_.view({1, -1, 1, 1}) * y : y;
 }
 
-YoloImpl::YoloImpl(const YoloConfig& config) : config_(config) {
+YoloImpl::YoloImpl(const YoloConfig& config, comm::Communicator* sync_comm)
+    : config_(config), sync_(config.sync_bn ? sync_comm : nullptr) {
   const auto [field, problem] = invalid_field(config);
   if (!field.empty()) throw std::invalid_argument("yolo: " + field + " " + problem);
   const Plan p = make_plan(config);
-  stem_ = register_module("stem", ConvBN(3, p.stem, 3, 2));
-  down1_ = register_module("down1", ConvBN(p.stem, p.down1, 3, 2));
-  stage1_ = register_module("stage1", C2f(p.down1, p.stage1, p.n_backbone, true, 0.25));
-  down2_ = register_module("down2", ConvBN(p.stage1, p.down2, 3, 2));
-  stage2_ = register_module("stage2", C2f(p.down2, p.p3, p.n_backbone, true, 0.25));
-  down3_ = register_module("down3", ConvBN(p.p3, p.down3, 3, 2));
+  comm::Communicator* const s = sync_;
+  stem_ = register_module("stem", ConvBN(3, p.stem, 3, 2, 1, true, s));
+  down1_ = register_module("down1", ConvBN(p.stem, p.down1, 3, 2, 1, true, s));
+  stage1_ = register_module("stage1", C2f(p.down1, p.stage1, p.n_backbone, true, 0.25, s));
+  down2_ = register_module("down2", ConvBN(p.stage1, p.down2, 3, 2, 1, true, s));
+  stage2_ = register_module("stage2", C2f(p.down2, p.p3, p.n_backbone, true, 0.25, s));
+  down3_ = register_module("down3", ConvBN(p.p3, p.down3, 3, 2, 1, true, s));
   if (config.area_attention) {
-    attn3_ = register_module("stage3", A2C2f(p.down3, p.p4, p.n_attn, config.areas, config.mlp_ratio));
+    attn3_ = register_module("stage3", A2C2f(p.down3, p.p4, p.n_attn, config.areas, config.mlp_ratio, s));
   } else {
-    plain3_ = register_module("stage3", C2f(p.down3, p.p4, p.n_attn, true, 0.5));
+    plain3_ = register_module("stage3", C2f(p.down3, p.p4, p.n_attn, true, 0.5, s));
   }
-  down4_ = register_module("down4", ConvBN(p.p4, p.down4, 3, 2));
+  down4_ = register_module("down4", ConvBN(p.p4, p.down4, 3, 2, 1, true, s));
   if (config.area_attention) {
-    attn4_ = register_module("stage4", A2C2f(p.down4, p.p5, p.n_attn, 1, config.mlp_ratio));
+    attn4_ = register_module("stage4", A2C2f(p.down4, p.p5, p.n_attn, 1, config.mlp_ratio, s));
   } else {
-    plain4_ = register_module("stage4", C2f(p.down4, p.p5, p.n_attn, true, 0.5));
+    plain4_ = register_module("stage4", C2f(p.down4, p.p5, p.n_attn, true, 0.5, s));
   }
-  top_down4_ = register_module("top_down4", C2f(p.p5 + p.p4, p.td4, p.n_neck, false, 0.5));
-  top_down3_ = register_module("top_down3", C2f(p.td4 + p.p3, p.td3, p.n_neck, false, 0.5));
-  down_n3_ = register_module("down_n3", ConvBN(p.td3, p.td3, 3, 2));
-  bottom_up4_ = register_module("bottom_up4", C2f(p.td3 + p.td4, p.bu4, p.n_neck, false, 0.5));
-  down_n4_ = register_module("down_n4", ConvBN(p.bu4, p.bu4, 3, 2));
-  bottom_up5_ = register_module("bottom_up5", C2f(p.bu4 + p.p5, p.bu5, p.n_neck, false, 0.5));
+  top_down4_ = register_module("top_down4", C2f(p.p5 + p.p4, p.td4, p.n_neck, false, 0.5, s));
+  top_down3_ = register_module("top_down3", C2f(p.td4 + p.p3, p.td3, p.n_neck, false, 0.5, s));
+  down_n3_ = register_module("down_n3", ConvBN(p.td3, p.td3, 3, 2, 1, true, s));
+  bottom_up4_ = register_module("bottom_up4", C2f(p.td3 + p.td4, p.bu4, p.n_neck, false, 0.5, s));
+  down_n4_ = register_module("down_n4", ConvBN(p.bu4, p.bu4, 3, 2, 1, true, s));
+  bottom_up5_ = register_module("bottom_up5", C2f(p.bu4 + p.p5, p.bu5, p.n_neck, false, 0.5, s));
 
   box_ = register_module("box", torch::nn::ModuleList());
   cls_ = register_module("cls", torch::nn::ModuleList());
@@ -334,10 +343,11 @@ YoloImpl::YoloImpl(const YoloConfig& config) : config_(config) {
       box_out->bias.fill_(1.0);
       cls_out->bias.fill_(std::log(5.0 / double(config.num_classes) / std::pow(640.0 / stride, 2)));
     }
-    box_->push_back(torch::nn::Sequential(ConvBN(ch, p.box_hidden, 3), ConvBN(p.box_hidden, p.box_hidden, 3), box_out));
-    cls_->push_back(torch::nn::Sequential(ConvBN(ch, ch, 3, 1, ch), ConvBN(ch, p.cls_hidden, 1),
-                                          ConvBN(p.cls_hidden, p.cls_hidden, 3, 1, p.cls_hidden),
-                                          ConvBN(p.cls_hidden, p.cls_hidden, 1), cls_out));
+    box_->push_back(torch::nn::Sequential(ConvBN(ch, p.box_hidden, 3, 1, 1, true, s),
+                                          ConvBN(p.box_hidden, p.box_hidden, 3, 1, 1, true, s), box_out));
+    cls_->push_back(torch::nn::Sequential(ConvBN(ch, ch, 3, 1, ch, true, s), ConvBN(ch, p.cls_hidden, 1, 1, 1, true, s),
+                                          ConvBN(p.cls_hidden, p.cls_hidden, 3, 1, p.cls_hidden, true, s),
+                                          ConvBN(p.cls_hidden, p.cls_hidden, 1, 1, 1, true, s), cls_out));
   }
 }
 

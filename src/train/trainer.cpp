@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
@@ -56,6 +57,18 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   s.clip = c.get<double>("optim.clip", s.clip);
   s.warmup = c.get<int64_t>("optim.warmup", s.warmup);
   s.zero = c.get<bool>("optim.zero", s.zero);
+  const std::string optimizer = c.get<std::string>("optim.name", "adamw");
+  if (optimizer == "adamw") s.optimizer = Optimizer::AdamW;
+  else if (optimizer == "sgd") s.optimizer = Optimizer::SGD;
+  else throw ConfigError(file, "optim.name", "expected adamw or sgd, got '" + optimizer + "'");
+  s.momentum = c.get<double>("optim.momentum", s.momentum);
+  s.nesterov = c.get<bool>("optim.nesterov", s.nesterov);
+  s.warmup_momentum = c.get<double>("optim.warmup_momentum", s.warmup_momentum);
+  s.ema = c.get<double>("train.ema", s.ema);
+  s.ema_tau = c.get<double>("train.ema_tau", s.ema_tau);
+  if (!(s.ema == 0 || (s.ema > 0 && s.ema < 1)))
+    throw ConfigError(file, "train.ema", "must be 0 (no EMA) or a decay within (0, 1), e.g. 0.9999");
+  if (!(s.ema_tau > 0)) throw ConfigError(file, "train.ema_tau", "must be > 0");
   s.peak_flops = c.get<double>("train.peak_flops", s.peak_flops);
   if (!(s.peak_flops >= 0)) throw ConfigError(file, "train.peak_flops", "must be >= 0 (FLOP/s of one device; 0: no MFU)");
   if (s.steps < 1) throw ConfigError(file, "train.steps", "must be at least 1");
@@ -71,6 +84,16 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   if (!(s.eps > 0)) throw ConfigError(file, "optim.eps", "must be > 0");
   if (!(s.clip >= 0)) throw ConfigError(file, "optim.clip", "must be >= 0 (0: no clipping)");
   if (s.warmup < 0) throw ConfigError(file, "optim.warmup", "must be >= 0");
+  if (!(s.momentum >= 0 && s.momentum < 1)) throw ConfigError(file, "optim.momentum", "must be within [0, 1)");
+  if (!(s.warmup_momentum >= 0 && s.warmup_momentum < 1))
+    throw ConfigError(file, "optim.warmup_momentum", "must be within [0, 1)");
+  if (s.optimizer == Optimizer::SGD) {
+    if (s.zero) throw ConfigError(file, "optim.zero", "ZeRO-1 shards AdamW only: not with optim.name sgd");
+    if (s.nesterov && s.momentum == 0)
+      throw ConfigError(file, "optim.momentum", "must be > 0 with optim.nesterov true (or set optim.nesterov: false)");
+    if (s.nesterov && s.warmup > 0 && s.warmup_momentum == 0)
+      throw ConfigError(file, "optim.warmup_momentum", "must be > 0 with optim.nesterov true (or set optim.nesterov: false)");
+  }
   return s;
 }
 
@@ -79,6 +102,11 @@ double learning_rate(const TrainerSettings& s, int64_t step) {
   const int64_t decay_steps = s.steps - s.warmup - 1;
   const double progress = decay_steps > 0 ? std::min(1.0, double(step - s.warmup) / double(decay_steps)) : 1.0;
   return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1 + std::cos(M_PI * progress));
+}
+
+double momentum_at(const TrainerSettings& s, int64_t step) {
+  if (step >= s.warmup) return s.momentum;
+  return s.warmup_momentum + (s.momentum - s.warmup_momentum) * double(step) / double(s.warmup);
 }
 
 void seed(uint64_t value) { torch::manual_seed(value); }
@@ -189,7 +217,9 @@ struct Trainer::Impl {
   std::vector<at::Tensor> parameters;
   std::unique_ptr<comm::Communicator> grad_comm, control;  // control: losses, flags, timings (CPU, MPI)
   std::unique_ptr<parallel::DistributedDataParallel> ddp;  // without optim.zero
-  std::unique_ptr<AdamW> optimizer;                        // without optim.zero
+  std::unique_ptr<AdamW> optimizer;                        // adamw without optim.zero
+  std::unique_ptr<SGD> sgd;                                // optim.name sgd
+  std::unique_ptr<Ema> ema;                                // train.ema > 0
   std::unique_ptr<ShardedAdamW> sharded;                   // with optim.zero (reduces the gradients itself)
   std::unique_ptr<RunFiles> files;  // rank 0 with a run directory
   std::unique_ptr<HealthMonitor> health;  // every rank, when train.health_every > 0
@@ -217,8 +247,13 @@ struct Trainer::Impl {
     const auto& decayed = decaying.params;
     const auto& plain = constant.params;
     const AdamWOptions adamw_options{s.lr, s.beta1, s.beta2, s.eps};
-    if (s.zero) sharded = std::make_unique<ShardedAdamW>(std::vector<ParamGroup>{decaying, constant}, adamw_options, *grad_comm);
+    if (s.optimizer == Optimizer::SGD)
+      sgd = std::make_unique<SGD>(std::vector<ParamGroup>{decaying, constant}, SGDOptions{s.lr, momentum_at(s, 0), s.nesterov, 0});
+    else if (s.zero) sharded = std::make_unique<ShardedAdamW>(std::vector<ParamGroup>{decaying, constant}, adamw_options, *grad_comm);
     else optimizer = std::make_unique<AdamW>(std::vector<ParamGroup>{decaying, constant}, adamw_options);
+
+    // After the broadcast: every rank starts its EMA from the same weights.
+    if (s.ema > 0) ema = std::make_unique<Ema>(*model, s.ema, s.ema_tau);
 
     if (s.health_every > 0) health = std::make_unique<HealthMonitor>(rt, *control, o.run_dir);
     if (rt.rank() == 0) {
@@ -236,9 +271,15 @@ struct Trainer::Impl {
                    task.name(), (decayed_count + plain_count) / 1e6, decayed.size(), s.weight_decay, plain.size(),
                    plain_count, task.flops_per_sample() / 1e9, rt.size(), task.batch_size(), s.accumulate,
                    global_batch(), s.steps, s.precision == Precision::BFloat16 ? "bf16 autocast" : "float32");
-      const auto memory = ZeroMemoryReport::of(decayed_count + plain_count, rt.size());
-      spdlog::info("{}\n  in use: {} (optim.zero: {})", memory.to_string(),
-                   s.zero ? "sharded (ZeRO-1)" : "unsharded (DistributedDataParallel + AdamW)", s.zero);
+      if (sgd) {
+        spdlog::info("optimizer: SGD, {} momentum {} (from {} over the {} warmup steps), coupled weight decay",
+                     s.nesterov ? "Nesterov" : "plain", s.momentum, s.warmup_momentum, s.warmup);
+      } else {
+        const auto memory = ZeroMemoryReport::of(decayed_count + plain_count, rt.size());
+        spdlog::info("{}\n  in use: {} (optim.zero: {})", memory.to_string(),
+                     s.zero ? "sharded (ZeRO-1)" : "unsharded (DistributedDataParallel + AdamW)", s.zero);
+      }
+      if (ema) spdlog::info("model EMA: decay {} (tau {} updates); evaluations use the EMA weights", s.ema, s.ema_tau);
       if (s.precision == Precision::BFloat16 && rt.device().is_cpu() && !cpu_has_bf16())
         spdlog::warn("train.precision bf16: this CPU has no native bfloat16 (avx512_bf16/amx_bf16); expect it to be slow");
     }
@@ -310,10 +351,15 @@ struct Trainer::Impl {
         sharded->set_lr(learning_rate(s, step));
         // As clip_grad_norm: scaled by max_norm / (norm + 1e-6) when the norm is above max_norm.
         sharded->update(grad_norm > max_norm && grad_norm > 0 ? max_norm / (grad_norm + 1e-6) : 1.0);
+      } else if (sgd) {
+        sgd->set_lr(learning_rate(s, step));
+        sgd->set_momentum(momentum_at(s, step));
+        sgd->step();
       } else {
         optimizer->set_lr(learning_rate(s, step));
         optimizer->step();
       }
+      if (ema) ema->update();  // applied steps only
     }
     zero_grads();
     t.optimizer += since(t0);
@@ -329,6 +375,8 @@ struct Trainer::Impl {
     Metrics m;
     {
       at::NoGradGuard no_grad;  // float32 even with precision bf16: the same numbers as `meridian eval`
+      std::optional<Ema::Swap> ema_weights;  // the EMA in the model while evaluating, then the training weights back
+      if (ema) ema_weights.emplace(*ema);
       m = task.evaluate();
     }
     model->train();
@@ -403,6 +451,7 @@ struct Trainer::Impl {
           m.push_back({"mfu", mfu});
           extra += fmt::format("  MFU {:.1f}%", 100 * mfu);
         }
+        if (sgd) m.push_back({"momentum", momentum_at(s, step - 1)});
         for (const auto& kv : task.step_metrics()) m.push_back(kv);
         if (files) files->write(step, "train", m);
         if (!bar || last) {
@@ -494,6 +543,8 @@ void Trainer::set_state(const TrainerState& state) {
 int64_t Trainer::global_batch() const { return impl_->global_batch(); }
 AdamW* Trainer::adamw() { return impl_->optimizer.get(); }
 ShardedAdamW* Trainer::sharded_adamw() { return impl_->sharded.get(); }
+SGD* Trainer::sgd() { return impl_->sgd.get(); }
+Ema* Trainer::ema() { return impl_->ema.get(); }
 Task& Trainer::task() { return impl_->task; }
 
 }  // namespace meridian::train

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Usage: ckpt_mpi_test.sh MPIRUN MERIDIAN — checkpoints and resume end to end on a small SigLIP:
 #  1. exact: 12 steps straight == 6 steps (train.stop_at) + resume + 6 steps, bit for bit (model and
-#     optimizer state compared with h5diff), on 2 ranks;
+#     optimizer state compared with h5diff), on 2 ranks; the same with SGD and a model EMA (/ema too);
+#     resuming that SGD run as AdamW is a clear error; `meridian eval` takes the EMA weights;
 #  2. `meridian inspect` lists a checkpoint and verifies it; a corrupted newest checkpoint is
 #     reported by inspect and skipped by --resume auto, which takes the previous one;
 #  3. elastic: a 2-rank checkpoint resumes on 4 ranks with the same global batch, and back on 2;
@@ -33,6 +34,30 @@ for group in /model /optim; do
     || { head -20 "$tmp/diff"; fail "$group differs between the straight and the resumed run"; }
 done
 echo "exact resume: model and optimizer state identical"
+
+# 1b. Exact resume with SGD (Nesterov momentum) and a model EMA: /model, /optim and /ema identical.
+sgd=(--set train.ema=0.99 --set optim.name=sgd --set optim.lr=0.01 --set checkpoint.every_steps=6)
+train 2 --run-dir "$tmp/s" "${sgd[@]}" >"$tmp/s.out" 2>&1 || { cat "$tmp/s.out"; fail "SGD+EMA straight run exited $?"; }
+train 2 --run-dir "$tmp/t" "${sgd[@]}" --set train.stop_at=6 >"$tmp/t1.out" 2>&1 || { cat "$tmp/t1.out"; fail "SGD+EMA run to step 6 exited $?"; }
+train 2 --run-dir "$tmp/t" "${sgd[@]}" --resume auto >"$tmp/t2.out" 2>&1 || { cat "$tmp/t2.out"; fail "SGD+EMA resumed run exited $?"; }
+grep -q "resumed from .*step_00000006.h5: step 6" "$tmp/t2.out" || { cat "$tmp/t2.out"; fail "SGD+EMA: did not resume from step 6"; }
+h5ls -r "$tmp/s/checkpoints/step_00000012.h5" >"$tmp/s.ls"
+grep -q "^/optim/.*/momentum_buffer " "$tmp/s.ls" && grep -q "^/ema/" "$tmp/s.ls" && ! grep -q "exp_avg" "$tmp/s.ls" \
+  || { cat "$tmp/s.ls"; fail "SGD+EMA checkpoint: expected optim/*/momentum_buffer and ema/*, no AdamW moments"; }
+for group in /model /optim /ema; do
+  h5diff -r "$tmp/s/checkpoints/step_00000012.h5" "$tmp/t/checkpoints/step_00000012.h5" $group $group >"$tmp/diff" \
+    || { head -20 "$tmp/diff"; fail "SGD+EMA: $group differs between the straight and the resumed run"; }
+done
+h5diff "$tmp/s/checkpoints/step_00000012.h5" "$tmp/s/checkpoints/step_00000006.h5" /ema /ema >/dev/null \
+  && fail "SGD+EMA: the EMA did not change between steps 6 and 12"
+for f in s t; do h5dump -a /ema_updates "$tmp/$f/checkpoints/step_00000012.h5" | grep -q "(0): 12$" || fail "$f: ema_updates is not 12"; done
+train 2 --run-dir "$tmp/t" --resume auto --set train.ema=0.99 --set optim.lr=0.01 --set train.steps=14 >"$tmp/t3.out" 2>&1 \
+  && fail "an SGD checkpoint resumed with AdamW"
+grep -q "trained with optim.name sgd, this run uses optim.name adamw" "$tmp/t3.out" || { cat "$tmp/t3.out"; fail "SGD -> AdamW: no clear message"; }
+"$mpirun" --oversubscribe -np 2 "$meridian" eval --checkpoint "$tmp/s/checkpoints/step_00000012.h5" --data "$tmp/data.h5" \
+  >"$tmp/sv" 2>&1 || { cat "$tmp/sv"; fail "eval of the EMA checkpoint exited $?"; }
+grep -q "loaded the EMA weights (ema/\*, 12 updates)" "$tmp/sv" || { cat "$tmp/sv"; fail "eval did not load the EMA weights"; }
+echo "exact resume with SGD + EMA: model, optimizer and EMA identical"
 
 # 2. Inspect, corruption, fallback.
 "$meridian" inspect "$tmp/b/checkpoints/step_00000012.h5" >"$tmp/i" 2>&1 || { cat "$tmp/i"; fail "inspect exited $?"; }

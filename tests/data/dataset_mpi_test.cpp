@@ -324,8 +324,14 @@ TEST(Detection, SyntheticBoxesArriveExactlyPerRow) {
     EXPECT_EQ(got.boxes, scene.boxes) << "row " << row;
     EXPECT_EQ(got.classes, std::vector<int32_t>(scene.box_classes.begin(), scene.box_classes.end())) << "row " << row;
   }
-  // The image-text loader refuses a detection file with the reason.
-  EXPECT_NE(message_of([&] { data::DatasetReader r(o.out, data::IoDriver::POSIX); }).find("reads 'image_text' files"),
+  // The reader opens detection files (tests/data/detection_loader_mpi_test.cpp reads them); the
+  // image-text loader refuses one with the reason, on every rank.
+  EXPECT_EQ(data::DatasetReader(o.out, data::IoDriver::POSIX).info().kind, "detection");
+  data::LoaderOptions lo;
+  lo.path = o.out;
+  lo.batch_size = 1;
+  EXPECT_NE(message_of([&] { data::Loader l(runtime(), lo); })
+                .find(o.out + ": attribute 'kind': the image-text loader reads 'image_text' files, not 'detection'"),
             std::string::npos);
 }
 

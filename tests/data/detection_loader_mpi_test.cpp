@@ -1,11 +1,16 @@
 // The detection loader on 1, 2 and 4 ranks, against the file read another way (images straight
 // through HDF5, boxes through data::read_boxes) and against augment_detection computed here from
-// (seed, epoch, row) alone, which shows that a batch does not depend on the number of ranks.
+// (seed, epoch, row) alone, which shows that a batch does not depend on the number of ranks. Also
+// the DatasetReader the loader reads through, on a detection file: images and the boxes of sorted
+// row sets (runs and gaps) against plain HDF5 and data::read_boxes (which opens the file per row).
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <numeric>
 #include <set>
+#include <stdexcept>
 #include <sstream>
 
 #include "data_test.h"
@@ -15,6 +20,7 @@
 #include "meridian/data/detection_loader.h"
 #include "meridian/data/format.h"
 #include "meridian/data/prep.h"
+#include "meridian/data/tokenizer.h"
 #include "mpi_test_main.h"
 
 namespace fs = std::filesystem;
@@ -135,6 +141,50 @@ data::DetectionLoaderOptions augmented(uint64_t seed) {
 }
 
 }  // namespace
+
+TEST(DetectionLoader, DatasetReaderReadsImagesAndBoxesOfSortedRows) {
+  const auto info = data::validate_dataset(det_file());
+  data::DatasetReader reader(det_file(), data::IoDriver::POSIX);
+  EXPECT_EQ(reader.info().kind, "detection");
+  // Runs of consecutive rows and gaps, the first and the last row; a different set per rank.
+  std::vector<int64_t> rows{0, 1, 2, 5, 7, 8, 13, 20, 21, 22, 23, kCount - 1};
+  for (auto& r : rows) r = (r + runtime().rank()) % kCount;
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  const auto got = reader.read_boxes(rows);
+  ASSERT_EQ(got.size(), rows.size());
+  size_t boxes = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto want = data::read_boxes(info, rows[i]);
+    EXPECT_EQ(got[i].boxes, want.boxes) << "row " << rows[i];
+    EXPECT_EQ(got[i].classes, want.classes) << "row " << rows[i];
+    boxes += want.boxes.size();
+  }
+  EXPECT_GT(boxes, 0u);  // the comparison is not between empty lists only
+  std::vector<uint8_t> pixels(rows.size() * kSize * kSize * 3);
+  reader.read_rows(rows, pixels.data(), nullptr, nullptr, nullptr);
+  for (size_t i = 0; i < rows.size(); ++i)
+    EXPECT_TRUE(same_pixels(cv::Mat(kSize, kSize, CV_8UC3, pixels.data() + i * kSize * kSize * 3),
+                            stored_image(rows[i])))
+        << "row " << rows[i];
+  // Every row at once (one run): all the file's boxes, each row's as read one by one.
+  std::vector<int64_t> all(kCount);
+  std::iota(all.begin(), all.end(), 0);
+  const auto every = reader.read_boxes(all);
+  size_t total = 0;
+  for (int64_t r = 0; r < kCount; ++r) {
+    total += every[size_t(r)].boxes.size();
+    EXPECT_EQ(every[size_t(r)].classes, data::read_boxes(info, r).classes) << "row " << r;
+  }
+  EXPECT_EQ(int64_t(total), info.box_count);
+  EXPECT_TRUE(reader.read_boxes({}).empty());
+  // Unsorted or out-of-range rows, and datasets a detection file does not have.
+  EXPECT_ANY_THROW(reader.read_boxes({3, 2}));
+  EXPECT_ANY_THROW(reader.read_boxes({kCount}));
+  int32_t label = 0;
+  EXPECT_THROW(reader.read_rows({0}, nullptr, nullptr, nullptr, &label), std::invalid_argument);
+  EXPECT_THROW(reader.tokenizer(), meridian::DataError);
+}
 
 TEST(DetectionLoader, WithoutAugmentationBatchesAreTheStoredRowsAndTheirBoxes) {
   data::DetectionLoaderOptions o;
@@ -285,6 +335,8 @@ TEST(DetectionLoader, BadInputIsAUserErrorNamingTheFileOrField) {
   o.path = it.out;
   o.batch_size = 1;
   const std::string kind = message_of([&] { data::DetectionLoader l(runtime(), o); });
+  // The reader itself reads both kinds; only detection files have boxes.
+  EXPECT_THROW(data::DatasetReader(it.out, data::IoDriver::POSIX).read_boxes({0}), meridian::DataError);
   EXPECT_NE(kind.find(it.out + ": attribute 'kind': the detection loader reads 'detection' files, not 'image_text'"),
             std::string::npos)
       << kind;

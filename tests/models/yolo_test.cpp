@@ -2,7 +2,10 @@
 // per level, the closed-form parameter count against the module's parameter numels (and its order
 // over the n..x scales), config errors, area attention against a plain multi-head attention written
 // here strip by strip (and its strip-locality), and the closed-form FLOPs against a count taken from
-// the built module's convolution weights.
+// the built module's convolution weights; model.sync_bn: the same parameter and buffer names with
+// SyncBatchNorm2d, and on one rank (a one-rank communicator written here, whose reductions are the
+// identity) the same outputs, gradients and running statistics as with BatchNorm2d, with one
+// allreduce per normalisation in forward and one in backward.
 #include "meridian/models/yolo.h"
 
 #include <gtest/gtest.h>
@@ -13,11 +16,59 @@
 #include <iostream>
 #include <map>
 
+#include "meridian/comm/communicator.h"
 #include "meridian/core/config.h"
 
 namespace models = meridian::models;
+namespace comm = meridian::comm;
 
 namespace {
+// A communicator of one rank, in process (no MPI): every collective over one rank leaves the tensors
+// as they are. Counts the allreduces.
+class SoloCommunicator : public comm::Communicator {
+ public:
+  struct Done : comm::Work {
+    void wait() override {}
+    bool wait_for(std::chrono::duration<double>) override { return true; }
+    bool is_completed() override { return true; }
+    std::chrono::steady_clock::time_point completed_at() override { return std::chrono::steady_clock::now(); }
+  };
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  comm::Backend backend() const override { return comm::Backend::MPI; }
+  comm::WorkPtr allreduce_async(at::Tensor&, comm::ReduceOp) override {
+    ++allreduces;
+    return std::make_shared<Done>();
+  }
+  comm::WorkPtr broadcast_async(at::Tensor&, int) override { return std::make_shared<Done>(); }
+  comm::WorkPtr allgather_async(const at::Tensor& in, at::Tensor& out) override {
+    out.copy_(in.reshape(out.sizes()));
+    return std::make_shared<Done>();
+  }
+  comm::WorkPtr reduce_scatter_async(const at::Tensor& in, at::Tensor& out, comm::ReduceOp) override {
+    out.copy_(in.reshape(out.sizes()));
+    return std::make_shared<Done>();
+  }
+  comm::WorkPtr barrier_async() override { return std::make_shared<Done>(); }
+  int allreduces = 0;
+};
+
+// Normalisation modules of each kind in a model.
+std::pair<int, int> norm_counts(torch::nn::Module& m) {
+  int plain = 0, sync = 0;
+  for (const auto& item : m.named_modules()) {
+    plain += item.value()->as<torch::nn::BatchNorm2d>() != nullptr;
+    sync += item.value()->as<meridian::parallel::SyncBatchNorm2d>() != nullptr;
+  }
+  return {plain, sync};
+}
+
+std::vector<std::string> keys(const torch::OrderedDict<std::string, at::Tensor>& d) {
+  std::vector<std::string> v;
+  for (const auto& item : d) v.push_back(item.key() + " " + c10::str(item.value().sizes()));
+  return v;
+}
+
 models::YoloConfig scale(const std::string& name, int64_t classes = 80) {
   return models::YoloConfig::from_config(meridian::Config::parse(
       "model:\n  scale: " + name + "\n  num_classes: " + std::to_string(classes) + "\n", "test.yaml"));
@@ -222,4 +273,60 @@ TEST(Yolo, DISABLED_TimeForwardBackward) {
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::cout << "[ yolo n ] forward+backward 8x3x256x256: " << sec << " s (" << at::get_num_threads() << " threads)\n";
   }
+}
+
+TEST(Yolo, SyncBatchNormKeepsNamesAndEqualsBatchNormOnOneRank) {
+  const auto c = models::YoloConfig::from_config(meridian::Config::parse(
+      "model:\n  scale: n\n  num_classes: 3\n  sync_bn: true\n", "sync.yaml"));
+  ASSERT_TRUE(c.sync_bn);
+  EXPECT_FALSE(scale("n").sync_bn);  // off by default
+  auto plain_config = c;
+  plain_config.sync_bn = false;
+  SoloCommunicator solo;
+  torch::manual_seed(11);
+  models::Yolo plain(plain_config, &solo);  // sync_bn off: the communicator is ignored
+  models::Yolo sync(c, &solo);
+  models::Yolo no_comm(c);  // sync_bn on without a communicator: plain BatchNorm2d
+  const auto [plain_bn, plain_sync] = norm_counts(*plain);
+  EXPECT_GT(plain_bn, 50);
+  EXPECT_EQ(plain_sync, 0);
+  EXPECT_EQ(norm_counts(*sync), std::make_pair(0, plain_bn));
+  EXPECT_EQ(norm_counts(*no_comm), std::make_pair(plain_bn, 0));
+  EXPECT_TRUE(sync->synchronised_bn());
+  EXPECT_FALSE(plain->synchronised_bn());
+  EXPECT_FALSE(no_comm->synchronised_bn());
+  // Names (in order) and shapes identical: a checkpoint of one loads into the other.
+  EXPECT_EQ(keys(sync->named_parameters()), keys(plain->named_parameters()));
+  EXPECT_EQ(keys(sync->named_buffers()), keys(plain->named_buffers()));
+
+  // One rank: the same network as BatchNorm2d, in training mode.
+  {
+    at::NoGradGuard no_grad;
+    const auto params = plain->named_parameters();
+    for (auto& p : sync->named_parameters()) p.value().copy_(params[p.key()]);
+  }
+  const auto images = torch::rand({2, 3, 64, 64});
+  const auto forward_backward = [&](models::Yolo& m) {
+    const auto levels = m->forward(images);
+    at::Tensor loss = at::zeros({});
+    for (size_t l = 0; l < levels.size(); ++l) loss = loss + (levels[l] * levels[l].detach().sin()).mean();
+    loss.backward();
+    return levels;
+  };
+  const auto want = forward_backward(plain);
+  const auto got = forward_backward(sync);
+  EXPECT_EQ(solo.allreduces, 2 * plain_bn);  // statistics in forward, gradient sums in backward
+  for (size_t l = 0; l < 3; ++l)
+    EXPECT_TRUE(torch::allclose(got[l], want[l], 1e-3, 1e-4)) << "level " << l << " max diff "
+                                                              << (got[l] - want[l]).abs().max().item<double>();
+  const auto plain_params = plain->named_parameters();
+  for (const auto& p : sync->named_parameters()) {
+    const auto& ref = plain_params[p.key()].grad();
+    const double scale_of = ref.abs().max().item<double>();
+    EXPECT_TRUE(torch::allclose(p.value().grad(), ref, 1e-2, 1e-3 * scale_of + 1e-7))
+        << p.key() << " max diff " << (p.value().grad() - ref).abs().max().item<double>() << " of " << scale_of;
+  }
+  const auto plain_buffers = plain->named_buffers();
+  for (const auto& b : sync->named_buffers())
+    EXPECT_TRUE(torch::allclose(b.value().to(at::kDouble), plain_buffers[b.key()].to(at::kDouble), 1e-4, 1e-5)) << b.key();
 }

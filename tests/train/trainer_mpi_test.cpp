@@ -1,7 +1,8 @@
 // The generic Trainer with a toy task (on the runtime's device: MERIDIAN_TEST_DEVICE=cuda runs it on
 // a GPU with the NCCL backend, jobs/gpu-check.sh) (linear regression on closed-form data): schedule, settings
-// errors, the NaN/Inf guard, gradient accumulation, parameter groups, bf16 autocast and the run
-// files (config.yaml, metrics.csv, TensorBoard events read back).
+// errors, the NaN/Inf guard, gradient accumulation, parameter groups, bf16 autocast, the run
+// files (config.yaml, metrics.csv, TensorBoard events read back), SGD with momentum warmup, and the
+// model EMA (against a reference recomputed from per-step snapshots; evaluations on the EMA weights).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -34,6 +35,11 @@ class LinearTask : public train::Task {
   int64_t batch_size() const override { return batch_; }
   double flops_per_sample() const override { return 8; }
   void next_batch() override {
+    if (record_weights_) {  // the weights each step starts from (after any evaluation)
+      std::vector<torch::Tensor> parts;
+      for (const auto& p : model_->parameters()) parts.push_back(p.detach().reshape({-1}).clone());
+      weights_at_next_batch_.push_back(torch::cat(parts));
+    }
     const auto ids = torch::arange(next_, next_ + batch_, torch::kDouble) + 1e6 * runtime().rank();
     next_ += batch_;
     x_ = torch::stack({torch::sin(ids), torch::cos(0.7 * ids), torch::sin(1.3 * ids + 1), torch::cos(ids / 3)}, 1).to(torch::kFloat);
@@ -51,12 +57,16 @@ class LinearTask : public train::Task {
   }
   train::Metrics evaluate() override {
     ++evaluations_;
+    evaluated_.push_back(model_->weight[0][0].item<double>());
     return {{"weight0", model_->weight[0][0].item<double>()}};
   }
   // Forward calls [from, until) on `rank` (-1: all ranks) return NaN.
   void poison(int64_t from, int64_t until, int rank) { nan_from_ = from, nan_until_ = until, nan_rank_ = rank; }
   void slow_last_rank(int ms) { slow_ms_ = ms; }  // an injected straggler
   int evaluations_ = 0;
+  std::vector<double> evaluated_;                      // weight0 at each evaluation
+  bool record_weights_ = false;                        // batch = 1 micro-step per optimizer step: one entry per step
+  std::vector<torch::Tensor> weights_at_next_batch_;
 
  private:
   int64_t batch_, next_ = 0, forwards_ = 0, nan_from_ = -1, nan_until_ = -1;
@@ -326,4 +336,134 @@ TEST(Trainer, HealthMonitorFlagsAnInjectedStraggler) {
   }
   runtime().barrier();
   if (runtime().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(Settings, OptimizerAndEmaErrors) {
+  auto message = [](const std::string& yaml) {
+    try {
+      settings(yaml);
+    } catch (const meridian::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("optim: {name: lion}"), "test.yaml: field 'optim.name': expected adamw or sgd, got 'lion'");
+  EXPECT_EQ(message("optim: {name: sgd, zero: true}"),
+            "test.yaml: field 'optim.zero': ZeRO-1 shards AdamW only: not with optim.name sgd");
+  EXPECT_EQ(message("optim: {name: sgd, momentum: 1}"), "test.yaml: field 'optim.momentum': must be within [0, 1)");
+  EXPECT_EQ(message("optim: {name: sgd, momentum: 0}"),
+            "test.yaml: field 'optim.momentum': must be > 0 with optim.nesterov true (or set optim.nesterov: false)");
+  EXPECT_EQ(message("optim: {name: sgd, momentum: 0, nesterov: false}"), "no error");
+  EXPECT_EQ(message("optim: {name: sgd, warmup_momentum: -0.1}"), "test.yaml: field 'optim.warmup_momentum': must be within [0, 1)");
+  EXPECT_EQ(message("train: {ema: 1.5}"), "test.yaml: field 'train.ema': must be 0 (no EMA) or a decay within (0, 1), e.g. 0.9999");
+  EXPECT_EQ(message("train: {ema: 0.99, ema_tau: 0}"), "test.yaml: field 'train.ema_tau': must be > 0");
+  const auto defaults = settings("optim: {name: sgd}");
+  EXPECT_EQ(defaults.optimizer, train::Optimizer::SGD);
+  EXPECT_DOUBLE_EQ(defaults.momentum, 0.937);
+  EXPECT_TRUE(defaults.nesterov);
+  EXPECT_DOUBLE_EQ(defaults.warmup_momentum, 0.8);
+  EXPECT_EQ(settings("").optimizer, train::Optimizer::AdamW);
+  EXPECT_EQ(settings("").ema, 0.0);
+  EXPECT_EQ(settings("").ema_tau, 2000.0);
+}
+
+TEST(Schedule, MomentumRampsDuringWarmupThenStays) {
+  const auto s = settings("optim: {name: sgd, momentum: 0.9, warmup_momentum: 0.5, warmup: 4}\ntrain: {steps: 20}\n");
+  for (int64_t step = 0; step <= 4; ++step)
+    EXPECT_NEAR(train::momentum_at(s, step), 0.5 + 0.4 * double(step) / 4, 1e-15) << "step " << step;
+  EXPECT_DOUBLE_EQ(train::momentum_at(s, 0), 0.5);
+  EXPECT_DOUBLE_EQ(train::momentum_at(s, 4), 0.9);
+  EXPECT_DOUBLE_EQ(train::momentum_at(s, 19), 0.9);
+  const auto no_warmup = settings("optim: {name: sgd, momentum: 0.7, warmup: 0}");
+  EXPECT_DOUBLE_EQ(train::momentum_at(no_warmup, 0), 0.7);
+}
+
+// SGD (Nesterov, momentum warmup) trains the toy task; the trainer sets momentum_at(step) before each step.
+TEST(Trainer, SgdLossFallsWithMomentumWarmup) {
+  train::seed(11);
+  LinearTask task(8);
+  const auto s = settings("train: {steps: 150, log_every: 1000}\noptim: {name: sgd, lr: 0.05, warmup: 6, momentum: 0.9, "
+                          "warmup_momentum: 0.6, weight_decay: 5e-4}\n");
+  train::Trainer trainer(runtime(), task, s, {});
+  ASSERT_NE(trainer.sgd(), nullptr);
+  EXPECT_EQ(trainer.adamw(), nullptr);
+  EXPECT_EQ(trainer.sharded_adamw(), nullptr);
+  EXPECT_EQ(trainer.ema(), nullptr);
+  ASSERT_EQ(trainer.sgd()->groups().size(), 2u);
+  EXPECT_DOUBLE_EQ(trainer.sgd()->groups()[0].weight_decay, 5e-4);
+  EXPECT_TRUE(trainer.sgd()->options().nesterov);
+  std::vector<double> momenta, lrs;
+  trainer.add_step_hook([&](train::Trainer& t, const train::StepEvent&) {
+    momenta.push_back(t.sgd()->momentum());
+    lrs.push_back(t.sgd()->lr());
+  });
+  const auto summary = trainer.run();
+  ASSERT_EQ(momenta.size(), 150u);
+  for (int64_t step = 0; step < 150; ++step) {
+    EXPECT_DOUBLE_EQ(momenta[size_t(step)], train::momentum_at(s, step)) << "step " << step;
+    EXPECT_DOUBLE_EQ(lrs[size_t(step)], train::learning_rate(s, step)) << "step " << step;
+  }
+  EXPECT_DOUBLE_EQ(momenta[0], 0.6);
+  EXPECT_DOUBLE_EQ(momenta[6], 0.9);
+  EXPECT_LT(summary.losses.back(), 0.05 * summary.losses.front());
+  EXPECT_EQ(summary.bad_steps, 0);
+  EXPECT_TRUE(trainer.sgd()->state()[0].momentum_buffer.defined());
+  EXPECT_EQ(trainer.sgd()->state()[0].step, 150);
+}
+
+// The EMA equals a reference recomputed from the parameters after every step (the skipped NaN step
+// not counted), evaluations see the EMA weights, and the training weights come back bit for bit.
+TEST(Trainer, EmaFollowsTheReferenceAndEvaluationsUseIt) {
+  for (const double tau : {2.0, 1e9}) {
+    train::seed(12);
+    LinearTask task(4);
+    task.record_weights_ = true;
+    task.poison(5, 6, runtime().size() - 1);  // step 5 skipped on every rank: no EMA update
+    const double decay = 0.9;
+    const int64_t steps = 12;
+    train::Trainer trainer(runtime(), task,
+                           settings("train: {steps: 12, log_every: 1000, eval_every: 4, ema: 0.9, ema_tau: " + std::to_string(tau) +
+                                    "}\noptim: {lr: 0.05, warmup: 2}\n"),
+                           {});
+    ASSERT_NE(trainer.ema(), nullptr);
+    EXPECT_DOUBLE_EQ(trainer.ema()->decay_at(3), decay * (1 - std::exp(-3 / tau)));
+    ASSERT_EQ(trainer.ema()->names(), (std::vector<std::string>{"weight", "bias"}));
+    // The reference starts at the model's (broadcast) weights.
+    std::vector<torch::Tensor> reference;
+    for (const auto& p : task.model()->parameters()) reference.push_back(p.detach().clone());
+    EXPECT_TRUE(torch::equal(trainer.ema()->tensors()[0], reference[0]));
+    int64_t updates = 0;
+    std::vector<torch::Tensor> after_step;   // flat parameters after each step (before any evaluation)
+    std::map<int64_t, double> ema_weight0;   // the reference EMA's weight0 after each step
+    trainer.add_step_hook([&](train::Trainer& t, const train::StepEvent& e) {
+      after_step.push_back(flat(*task.model()));
+      if (t.state().bad_in_a_row == 0) {  // applied: one update with the next decay
+        const double d = decay * (1 - std::exp(-double(++updates) / tau));
+        const auto params = task.model()->parameters();
+        for (size_t i = 0; i < reference.size(); ++i) reference[i].mul_(d).add_(params[i].detach(), 1 - d);
+      }
+      ema_weight0[e.steps_done] = reference[0][0][0].item<double>();
+      EXPECT_EQ(t.ema()->updates(), updates) << "step " << e.steps_done;
+      for (size_t i = 0; i < reference.size(); ++i)
+        EXPECT_TRUE(torch::equal(t.ema()->tensors()[i], reference[i])) << "tensor " << i << " step " << e.steps_done << " tau " << tau;
+    });
+    const auto summary = trainer.run();
+    EXPECT_EQ(summary.bad_steps, 1);
+    EXPECT_EQ(updates, steps - 1);
+    EXPECT_EQ(trainer.ema()->updates(), steps - 1);
+    // Evaluations at steps 4, 8 and after 12 saw the EMA's weight0, not the model's.
+    ASSERT_EQ(task.evaluated_.size(), 3u);
+    EXPECT_EQ(task.evaluated_[0], ema_weight0[4]);
+    EXPECT_EQ(task.evaluated_[1], ema_weight0[8]);
+    EXPECT_EQ(task.evaluated_[2], ema_weight0[12]);
+    EXPECT_EQ(summary.last_eval.at(0).second, ema_weight0[12]);
+    if (tau == 2.0) EXPECT_NE(task.evaluated_[2], after_step.back()[0].item<double>());  // the comparison can fail
+    else EXPECT_TRUE(torch::allclose(trainer.ema()->tensors()[0].reshape({-1}), after_step.back().narrow(0, 0, 4), 1e-6, 1e-7));
+    // Training weights after each evaluation exactly as before it: the next step started from them,
+    // and the final evaluation left them too.
+    ASSERT_EQ(task.weights_at_next_batch_.size(), size_t(steps));
+    for (int64_t k = 1; k < steps; ++k)
+      EXPECT_TRUE(torch::equal(task.weights_at_next_batch_[size_t(k)], after_step[size_t(k - 1)])) << "step " << k;
+    EXPECT_TRUE(torch::equal(flat(*task.model()), after_step.back()));
+  }
 }

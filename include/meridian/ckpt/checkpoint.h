@@ -13,6 +13,9 @@
 // optim/<parameter name>/{exp_avg, exp_avg_sq} or, with optim.zero, as the flat vectors
 // optim/flat/{exp_avg, exp_avg_sq} that every rank writes its shard of (parameter order in the
 // root attribute optim_flat); either form resumes into either optimizer on any world size;
+// SGD (optim.name sgd): optim/<parameter name>/{momentum_buffer, step}; root attribute optimizer
+// (adamw | sgd; a run resumes only from its own kind). Model EMA (train.ema): ema/<parameter or
+// buffer name> and root attribute ema_updates.
 // ranks/<r>/torch_rng, and root attributes step, epoch, position (global samples consumed in the
 // epoch), samples_seen, bad_steps, bad_in_a_row, global_batch, config (YAML), created_by, time.
 #pragma once
@@ -68,7 +71,8 @@ std::optional<ResumePoint> choose_resume_point(const comm::Runtime& runtime, con
                                                const std::string& dir);
 
 // Compares a checkpoint's config with the current one: a difference under model: (or task.name /
-// task.loss) is a UserError listing them; other differences are returned, for the log.
+// task.loss / train.seed / optim.name, unset meaning adamw) is a UserError listing them (optim.name
+// naming both optimizers); other differences are returned, for the log.
 std::vector<std::string> compare_configs(const Config& saved, const Config& current, const std::string& path);
 
 // Collective: writes the trainer's state as checkpoint step_<step>.h5 in settings.dir, atomically,
@@ -76,13 +80,24 @@ std::vector<std::string> compare_configs(const Config& saved, const Config& curr
 std::string save(const comm::Runtime& runtime, train::Trainer& trainer, const Config& config,
                  const CheckpointSettings& settings);
 
-// Collective: loads parameters, buffers, optimizer state, counters and (same world size) this
-// rank's RNG state into a trainer built from the same config. DataError if a tensor is missing or
-// has another shape.
+// Collective: loads parameters, buffers, optimizer state, the EMA (when the trainer has one),
+// counters and (same world size) this rank's RNG state into a trainer built from the same config.
+// DataError naming the dataset if a tensor is missing or has another shape (also ema/* and
+// ema_updates when the trainer has an EMA and the checkpoint none); UserError naming both when the
+// checkpoint's optimizer (adamw, ZeRO included, or sgd) is not the trainer's.
 void restore(const comm::Runtime& runtime, train::Trainer& trainer, const ResumePoint& point);
 
-// Not collective: copies the checkpoint's model/<name> tensors into a module's parameters and
-// buffers (by name, in place). DataError naming the dataset if one is missing or has another shape.
+// Which weights load_module takes: PreferEma: ema/<name> when the checkpoint has EMA weights (root
+// attribute ema_updates: they are the ones to evaluate), else model/<name>; Model: always
+// model/<name> (the raw training weights).
+enum class Weights { PreferEma, Model };
+
+// Not collective: copies the checkpoint's weights (see Weights) into a module's parameters and
+// buffers (by name, in place) and logs (spdlog info, on the calling process) which were used.
+// Returns true when the EMA weights were loaded. DataError naming the dataset if one is missing or
+// has another shape.
+bool load_module(const std::string& path, torch::nn::Module& module, Weights weights);
+// The same with Weights::PreferEma.
 void load_module(const std::string& path, torch::nn::Module& module);
 
 // Saves every `every_steps` steps / `every_minutes` minutes, after the last step (at_end), and when

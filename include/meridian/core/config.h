@@ -86,4 +86,7 @@ template <> inline std::string Config::type_name<std::vector<int>>() { return "a
 template <> inline std::string Config::type_name<std::vector<double>>() { return "a list of numbers"; }
 template <> inline std::string Config::type_name<std::vector<std::string>>() { return "a list of strings"; }
 
+// `text` as a single-quoted YAML scalar (for Config::set of arbitrary strings: paths, names).
+std::string yaml_quoted(const std::string& text);
+
 }  // namespace meridian

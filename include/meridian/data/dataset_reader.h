@@ -1,5 +1,6 @@
-// Reading an image-text dataset on one process (no collectives): the loader's I/O thread, `inspect`
-// and `bench io` use it. HDF5 is not thread-safe in this build: use one reader from one thread.
+// Reading an image-text or detection dataset on one process (no collectives): the loaders' I/O
+// threads, `inspect` and `bench io` use it. HDF5 is not thread-safe in this build: use one reader from
+// one thread (every call holds the process-wide HDF5 lock, so readers on other threads only wait).
 #pragma once
 
 #include <array>
@@ -10,9 +11,20 @@
 
 #include "meridian/data/format.h"
 
+namespace meridian::comm {
+class Runtime;
+}
+
 namespace meridian::data {
 
 class Tokenizer;
+
+// The boxes of one image of a `detection` file: x_min, y_min, x_max, y_max in stored pixels (pixel
+// edges), and their classes (index into class_names).
+struct RowBoxes {
+  std::vector<std::array<float, 4>> boxes;
+  std::vector<int32_t> classes;
+};
 
 enum class IoDriver { MPIO, POSIX };  // MPI-IO on MPI_COMM_SELF (independent reads), or the POSIX (sec2) driver
 IoDriver parse_io_driver(const std::string& name);  // "mpio" | "posix"; UserError otherwise
@@ -20,7 +32,8 @@ IoDriver parse_io_driver(const std::string& name);  // "mpio" | "posix"; UserErr
 class DatasetReader {
  public:
   // Validates the file (validate_dataset: DataError on any mismatch) and opens it read-only.
-  // Reads `image_text` files (DataError for another kind). MPIO needs MPI initialised.
+  // Reads `image_text` and `detection` files (DataError for another kind, naming it). A detection
+  // file's /box_offsets (8 bytes per image) are read once here. MPIO needs MPI initialised.
   DatasetReader(const std::string& path, IoDriver driver);
   // The same for a file validate_dataset has already checked (`info` from it): no second check.
   DatasetReader(const DatasetInfo& info, IoDriver driver);
@@ -32,17 +45,25 @@ class DatasetReader {
   size_t image_bytes() const { return size_t(info_.height) * info_.width * info_.channels; }
 
   // Rows in ascending order without duplicates. One H5Dread per run of consecutive rows (a regular
-  // hyperslab; HDF5 1.10 reads a union of hyperslabs 100x slower, see dataset_reader.cpp). Buffers: images [rows, H, W, C], tokens [rows, K, L], lengths [rows, K], labels [rows];
-  // a null pointer skips that dataset.
+  // hyperslab; HDF5 1.10 reads a union of hyperslabs 100x slower, see dataset_reader.cpp). Buffers:
+  // images [rows, H, W, C], tokens [rows, K, L], lengths [rows, K], labels [rows]; a null pointer
+  // skips that dataset. Detection files have images only: tokens, lengths and labels must be null
+  // (std::invalid_argument). Rows out of range or not ascending: std::logic_error (MERIDIAN_CHECK).
   void read_rows(const std::vector<int64_t>& rows, uint8_t* images, int32_t* tokens, int32_t* lengths,
                  int32_t* labels);
 
-  // Hash of the file size, the root attributes and the first image chunk: equal on every rank that
-  // sees the same file.
+  // Detection files: the boxes and classes of `rows` (ascending, unique; as read_rows), one entry
+  // per row in that order. The boxes of consecutive rows are contiguous in /boxes, so it reads one
+  // hyperslab of /boxes and one of /box_classes per run of consecutive rows that has boxes, placed
+  // by the offsets read at construction. DataError (naming the file) for an image_text file.
+  std::vector<RowBoxes> read_boxes(const std::vector<int64_t>& rows);
+
+  // Hash of the file size, the root attributes (and the box count of a detection file) and the first
+  // image: equal on every rank that sees the same file.
   std::string fingerprint();
-  Tokenizer tokenizer();
-  std::vector<std::string> captions(int64_t row);  // the K raw captions of a row
-  std::string name(int64_t row);
+  Tokenizer tokenizer();                           // image_text only (DataError otherwise)
+  std::vector<std::string> captions(int64_t row);  // the K raw captions of a row; image_text only
+  std::string name(int64_t row);                   // the stored image path of a row
 
  private:
   struct Handles;
@@ -51,12 +72,18 @@ class DatasetReader {
   std::unique_ptr<Handles> h_;
 };
 
-// The boxes of one row of a `detection` file (serial): x_min, y_min, x_max, y_max in stored pixels.
-// `info` from validate_dataset (validated once, not per row).
-struct RowBoxes {
-  std::vector<std::array<float, 4>> boxes;
-  std::vector<int32_t> classes;
-};
+// Collective over the runtime's world (the loaders' constructors): every rank validates and opens
+// `path` with `driver`; a file of another kind than `kind` is a DataError "<path>: attribute 'kind':
+// <reader> reads '<kind>' files, not '<its kind>'" (`reader` e.g. "the detection loader"). All ranks
+// agree on success first: one rank's error (any UserError) is thrown on every rank, prefixed
+// "rank r: " on the others. Then they compare fingerprints: a rank that sees different content is a
+// UserError on every rank naming that rank, rank 0 and their hosts. Returns this rank's reader.
+std::unique_ptr<DatasetReader> open_on_every_rank(const comm::Runtime& runtime, const std::string& path,
+                                                  IoDriver driver, const std::string& kind, const std::string& reader);
+
+// The boxes of one row of a `detection` file (serial; opens the file per call: for a few rows, such
+// as evaluation's; a loader reads through DatasetReader::read_boxes). `info` from validate_dataset
+// (validated once, not per row).
 RowBoxes read_boxes(const DatasetInfo& info, int64_t row);
 
 // For `inspect`: class histogram and a few decoded captions (serial), for any kind; `info` from

@@ -4,7 +4,9 @@
 // branch of num_classes logits). The loss, the assigner and decoding live in meridian/detect/loss.h.
 //
 // Every convolution except the head's last ones is ConvBN: Conv2d (no bias) + BatchNorm2d (eps 1e-3,
-// momentum 0.03) + SiLU (or no activation). Channels of a layer with base width c (YOLOv8/v12 yaml
+// momentum 0.03) + SiLU (or no activation). With model.sync_bn and a communicator given to Yolo, every
+// BatchNorm2d is a parallel::SyncBatchNorm2d instead (statistics over all ranks' batches; same
+// parameter and buffer names, so checkpoints load either way). Channels of a layer with base width c (YOLOv8/v12 yaml
 // numbers, 64 ... 1024) are make_divisible(min(c, max_channels) * width, 8); a block with base
 // repeats n has max(round(n * depth), 1).
 //
@@ -33,6 +35,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "meridian/parallel/sync_bn.h"
+
 namespace meridian {
 class Config;
 }
@@ -48,11 +52,12 @@ struct YoloConfig {
   bool area_attention = true;   // A2C2f stages at P4 and P5 (C2f when false)
   int64_t areas = 4;            // horizontal strips of the P4 attention (P5 always uses 1)
   double mlp_ratio = 2.0;       // A2C2f MLP hidden width / its channels
+  bool sync_bn = false;         // SyncBatchNorm2d in every ConvBN (needs a communicator: YoloImpl)
 
   // From the `model:` section. model.scale: n|s|m|l|x sets depth/width/max_channels as YOLOv12
   // (n 0.50/0.25/1024, s 0.50/0.50/1024, m 0.50/1.00/512, l 1.00/1.00/512, x 1.00/1.50/512);
   // model.width, model.depth, model.max_channels override the preset; also model.num_classes,
-  // model.reg_max, model.area_attention, model.areas, model.mlp_ratio. ConfigError names the file
+  // model.reg_max, model.area_attention, model.areas, model.mlp_ratio, model.sync_bn. ConfigError names the file
   // and the field (unknown scale, non-positive multipliers, num_classes < 1, reg_max < 2, ...).
   static YoloConfig from_config(const Config& config);
   int64_t channels(int64_t base) const;  // make_divisible(min(base, max_channels) * width, 8), >= 8
@@ -74,15 +79,21 @@ struct YoloConfig {
 const std::vector<int64_t>& yolo_strides();
 
 // Conv2d(k, stride, padding k/2, groups, no bias) + BatchNorm2d(eps 1e-3, momentum 0.03) + SiLU
-// (identity when act is false). Submodules "conv", "bn".
+// (identity when act is false). Submodules "conv", "bn". With `sync` (not owned, outlives the
+// module) "bn" is a parallel::SyncBatchNorm2d on it (same options and names; its forward in training
+// and its backward are then collective, see sync_bn.h). Every block below takes `sync` the same way
+// and hands it to its ConvBNs.
 class ConvBNImpl : public torch::nn::Module {
  public:
-  ConvBNImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t groups = 1, bool act = true);
+  ConvBNImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride = 1, int64_t groups = 1, bool act = true,
+             comm::Communicator* sync = nullptr);
   at::Tensor forward(const at::Tensor& x);  // [B, in, H, W] -> [B, out, ceil(H/stride), ceil(W/stride)]
+  bool synchronised() const { return !sync_bn_.is_empty(); }
 
  private:
   torch::nn::Conv2d conv_{nullptr};
-  torch::nn::BatchNorm2d bn_{nullptr};
+  torch::nn::BatchNorm2d bn_{nullptr};           // one of the two is set
+  parallel::SyncBatchNorm2d sync_bn_{nullptr};
   bool act_;
 };
 TORCH_MODULE(ConvBN);
@@ -90,7 +101,7 @@ TORCH_MODULE(ConvBN);
 // Two 3x3 ConvBNs at c channels, plus the input when `shortcut`.
 class BottleneckImpl : public torch::nn::Module {
  public:
-  BottleneckImpl(int64_t c, bool shortcut);
+  BottleneckImpl(int64_t c, bool shortcut, comm::Communicator* sync = nullptr);
   at::Tensor forward(const at::Tensor& x);
 
  private:
@@ -103,7 +114,7 @@ TORCH_MODULE(Bottleneck);
 // chained on the second half, all 2 + n pieces concatenated, cv2 1x1 to `out`.
 class C2fImpl : public torch::nn::Module {
  public:
-  C2fImpl(int64_t in, int64_t out, int64_t n, bool shortcut, double e);
+  C2fImpl(int64_t in, int64_t out, int64_t n, bool shortcut, double e, comm::Communicator* sync = nullptr);
   at::Tensor forward(const at::Tensor& x);  // [B, in, H, W] -> [B, out, H, W]
 
  private:
@@ -121,7 +132,7 @@ TORCH_MODULE(C2f);
 // v, proj = ConvBN 1x1 (no activation). std::invalid_argument when heads does not divide dim.
 class AreaAttentionImpl : public torch::nn::Module {
  public:
-  AreaAttentionImpl(int64_t dim, int64_t heads, int64_t areas);
+  AreaAttentionImpl(int64_t dim, int64_t heads, int64_t areas, comm::Communicator* sync = nullptr);
   at::Tensor forward(const at::Tensor& x);  // [B, dim, H, W] -> [B, dim, H, W]
   int64_t heads() const { return heads_; }
   int64_t areas() const { return areas_; }
@@ -140,7 +151,7 @@ TORCH_MODULE(AreaAttention);
 // x + attn(x), then + mlp (ConvBN 1x1 dim -> hidden with SiLU, ConvBN 1x1 hidden -> dim without).
 class ABlockImpl : public torch::nn::Module {
  public:
-  ABlockImpl(int64_t dim, int64_t heads, int64_t hidden, int64_t areas);
+  ABlockImpl(int64_t dim, int64_t heads, int64_t hidden, int64_t areas, comm::Communicator* sync = nullptr);
   at::Tensor forward(const at::Tensor& x);
 
  private:
@@ -154,7 +165,7 @@ TORCH_MODULE(ABlock);
 // to 0.01) when in == out, else just that. Heads: c / 32 when 32 divides c, else 1.
 class A2C2fImpl : public torch::nn::Module {
  public:
-  A2C2fImpl(int64_t in, int64_t out, int64_t n, int64_t areas, double mlp_ratio);
+  A2C2fImpl(int64_t in, int64_t out, int64_t n, int64_t areas, double mlp_ratio, comm::Communicator* sync = nullptr);
   at::Tensor forward(const at::Tensor& x);  // [B, in, H, W] -> [B, out, H, W]
   static int64_t heads_for(int64_t c) { return c % 32 == 0 ? c / 32 : 1; }
 
@@ -167,8 +178,13 @@ TORCH_MODULE(A2C2f);
 
 class YoloImpl : public torch::nn::Module {
  public:
-  // std::invalid_argument for a config that from_config would reject.
-  explicit YoloImpl(const YoloConfig& config);
+  // std::invalid_argument for a config that from_config would reject. `sync_comm` (not owned; must
+  // outlive the model) is used only when config.sync_bn: then every ConvBN normalises with a
+  // parallel::SyncBatchNorm2d on it, so forward in training mode and backward are collective over it
+  // (every rank runs them in step). Give it a communicator of its own (comm::make_communicator,
+  // collective), not the one DDP reduces gradients on (sync_bn.h says why). Without it, or with
+  // sync_bn off, plain BatchNorm2d. Parameter and buffer names are the same in both cases.
+  explicit YoloImpl(const YoloConfig& config, comm::Communicator* sync_comm = nullptr);
   // images float [B, 3, H, W] in 0..1, H and W multiples of 32 (std::invalid_argument otherwise,
   // naming the size) -> 3 levels [B, 4*reg_max + num_classes, H/s, W/s] for s = 8, 16, 32:
   // channels 0 .. 4*reg_max-1 are DFL logits (side-major: l, t, r, b, reg_max bins each), the rest
@@ -176,9 +192,11 @@ class YoloImpl : public torch::nn::Module {
   std::vector<at::Tensor> forward(const at::Tensor& images);
   double flops(int64_t image_size) const { return config_.flops(image_size); }
   const YoloConfig& config() const { return config_; }
+  bool synchronised_bn() const { return sync_ != nullptr; }  // SyncBatchNorm2d in use
 
  private:
   YoloConfig config_;
+  comm::Communicator* sync_ = nullptr;  // config.sync_bn ? sync_comm : nullptr
   ConvBN stem_{nullptr}, down1_{nullptr}, down2_{nullptr}, down3_{nullptr}, down4_{nullptr};
   C2f stage1_{nullptr}, stage2_{nullptr};
   A2C2f attn3_{nullptr}, attn4_{nullptr};  // stage3/stage4 when area_attention

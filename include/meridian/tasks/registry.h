@@ -22,4 +22,10 @@ std::vector<std::string> task_names();
 std::unique_ptr<train::Task> make_task(const comm::Runtime& runtime, const Config& config, const std::string& train_data,
                                        train::DataPosition start = {});
 
+// Not collective: records what a checkpoint must know about the training data to be used without
+// it (detect: task.class_names for predict's labels, model.num_classes, data.image_size), unless
+// the config already says. Every rank
+// calls it with the same file, before the config is saved.
+void describe_data(Config& config, const std::string& train_data);
+
 }  // namespace meridian::tasks

@@ -9,7 +9,12 @@
 // One optimizer step: `accumulate` micro-steps (next_batch, forward under autocast when
 // precision is bf16, backward; gradients reduced by DistributedDataParallel during the last
 // backward only; with optim.zero, by ShardedAdamW's reduce-scatter after it), then clip by global norm, then AdamW (no weight decay where Task::decays says
-// so) at the learning rate of a linear warmup followed by a cosine decay to min_lr.
+// so) at the learning rate of a linear warmup followed by a cosine decay to min_lr. optim.name: sgd
+// uses train::SGD instead (Nesterov momentum, coupled weight decay; the same schedule, and the
+// momentum ramped from warmup_momentum during the warmup: momentum_at()).
+// Model EMA (train.ema > 0): after every applied step train::Ema averages the weights; every
+// evaluation runs on the EMA weights, swapped in and then out again (training weights restored bit
+// for bit).
 // NaN/Inf guard: when the loss on any rank or the gradient norm is not finite, every rank skips the
 // update (gradients dropped, step counted as bad); `max_bad_steps` bad steps in a row stop the job
 // with a TrainingError on every rank.
@@ -33,6 +38,8 @@
 #include "meridian/core/config.h"
 #include "meridian/core/error.h"
 #include "meridian/train/adamw.h"
+#include "meridian/train/ema.h"
+#include "meridian/train/sgd.h"
 #include "meridian/train/task.h"
 #include "meridian/train/zero.h"
 
@@ -49,6 +56,7 @@ class TrainingError : public UserError {
 };
 
 enum class Precision { Float32, BFloat16 };
+enum class Optimizer { AdamW, SGD };  // optim.name: adamw | sgd
 // Rank 0's progress display: a bar redrawn in place, or a line every log_every steps. auto: the bar
 // when stdout is a terminal, except under Open MPI (which gives ranks a pseudo-terminal even when
 // mpirun's output goes to a file).
@@ -70,12 +78,18 @@ struct TrainerSettings {
   int64_t health_every = 100;   // steps between health reports (<run_dir>/health.jsonl, straggler / memory /
                                 // data-wait warnings); 0: none
   Progress progress = Progress::Auto;  // progress: auto | bar | lines
+  double ema = 0;               // train.ema: model EMA decay within (0, 1) (e.g. 0.9999); 0: no EMA
+  double ema_tau = 2000;        // train.ema_tau: updates over which the EMA's decay ramps up (> 0)
   // optim:
+  Optimizer optimizer = Optimizer::AdamW;  // optim.name: adamw | sgd
+  double momentum = 0.937;      // sgd: momentum after the warmup, within [0, 1)
+  bool nesterov = true;         // sgd: Nesterov momentum (needs momentum and warmup_momentum > 0)
+  double warmup_momentum = 0.8; // sgd: momentum at step 0, ramped linearly to `momentum` over `warmup` steps
   double lr = 5e-4, min_lr = 1e-5, weight_decay = 1e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double clip = 1.0;            // max global gradient norm; 0: no clipping (the norm is still checked)
   int64_t warmup = 10;          // steps of linear warmup
   bool zero = false;            // ZeRO-1: AdamW state sharded across ranks (train::ShardedAdamW) instead of
-                                // DistributedDataParallel + AdamW; the same updates to rounding
+                                // DistributedDataParallel + AdamW; the same updates to rounding (not with sgd)
   double peak_flops = 0;        // train.peak_flops: one device's peak FLOP/s (e.g. 989e12 for an H100's
                                 // bf16 dense): reported as model FLOPs utilisation (mfu); 0: not reported
 
@@ -85,6 +99,10 @@ struct TrainerSettings {
 // Learning rate of optimizer step `step` (0-based): lr * (step + 1) / warmup during warmup, then
 // cosine from lr down to min_lr at the last step.
 double learning_rate(const TrainerSettings& settings, int64_t step);
+
+// SGD momentum of optimizer step `step` (0-based), as ultralytics: warmup_momentum + (momentum -
+// warmup_momentum) * step / warmup during warmup, then momentum.
+double momentum_at(const TrainerSettings& settings, int64_t step);
 
 // Seeds torch's generators (CPU and CUDA) on this rank; every rank passes the same seed so models
 // start identical (DDP checks and broadcasts anyway).
@@ -154,9 +172,13 @@ class Trainer {
   TrainerState state() const;
   void set_state(const TrainerState& state);  // on resume, before run()
   int64_t global_batch() const;             // samples per optimizer step over all ranks
-  // The optimizer: exactly one of these is non-null (sharded when optim.zero is true).
+  // The optimizer: exactly one of these is non-null (sharded when optim.zero is true, sgd with
+  // optim.name: sgd).
   AdamW* adamw();
   ShardedAdamW* sharded_adamw();
+  SGD* sgd();
+  // The model EMA (train.ema > 0), else null.
+  Ema* ema();
   Task& task();
 
  private:

@@ -1,0 +1,93 @@
+// YOLO-style object detection as a train::Task: models::Yolo on a `detection` dataset
+// (data::DetectionLoader: mosaic / affine / HSV / flip augmentation), the task-aligned loss of
+// detect/loss.h, and COCO-style mAP on an evaluation set (detect/coco_map.h) computed distributed.
+//
+// Config (besides `model:`, models::YoloConfig; model.num_classes defaults to the dataset's):
+//   train.batch         images per rank per micro-step (16)
+//   data.image_size     training / evaluation size S (multiple of 32; default: the stored size)
+//   data.augment        true (default) | false: everything below off
+//   data.mosaic         probability of a 4-image mosaic (1.0); data.close_mosaic: the last this many
+//                       epochs (of train.steps) train without mosaic (10; 0: never closed)
+//   data.scale, data.translate, data.degrees, data.flip, data.hsv_h, data.hsv_s, data.hsv_v
+//                       data::DetectionAugment's values (0.5, 0.1, 0, 0.5, 0.015, 0.7, 0.4)
+//   data.eval           a detection dataset for Task::evaluate (none: no evaluation)
+//   task.box, task.cls, task.dfl   loss weights (7.5, 0.5, 1.5)
+//   task.conf, task.iou, task.max_det   evaluation decode: confidence threshold (0.001), NMS IoU
+//                       (0.7), detections per image (300)
+//   model.sync_bn       BatchNorm statistics over all ranks (parallel::SyncBatchNorm2d on its own communicator)
+//   task.class_names    written by tasks::describe_data from the training set (predict labels)
+// The loss is per image: detect::detection_loss's total / B (its total carries ultralytics' factor B).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meridian/core/config.h"
+#include "meridian/detect/coco_map.h"
+#include "meridian/models/yolo.h"
+#include "meridian/train/task.h"
+
+namespace meridian::comm {
+class Runtime;
+}
+
+namespace meridian::tasks {
+
+struct DetectEvalOptions {
+  int64_t image_size = 0;  // 0: the stored size
+  double conf = 0.001, iou = 0.7;
+  int64_t max_det = 300;
+  int64_t batch = 16;      // images per forward
+  static DetectEvalOptions from_config(const Config& config);
+};
+
+struct DetectEval {
+  detect::MapResult map;
+  std::vector<std::string> class_names;
+  int64_t images = 0, boxes = 0, detections = 0;
+  train::Metrics metrics() const;  // map50, map50_95 (in %), images
+  std::string per_class() const;   // one line per class: name, boxes, AP50, AP50-95
+};
+
+// Collective over the runtime's ranks (one allgather of the serialised predictions): every rank
+// predicts on its contiguous share of `path`'s images (model in eval mode, restored after), then
+// every rank scores all of them (the same result everywhere, no broadcast). DataError for a file that is not a
+// detection dataset or whose classes exceed the model's.
+DetectEval evaluate_detection(const comm::Runtime& runtime, models::Yolo& model, const std::string& path,
+                              const DetectEvalOptions& options);
+
+// Letterboxes an RGB image [H, W, 3] uint8 to [S, S, 3] (the longer side to S, centred on gray 114,
+// as prep detection stores images); returns the scale and the top-left offset to map boxes back:
+// original = (letterboxed - offset) / scale.
+struct Letterbox {
+  at::Tensor image;
+  double scale = 1, dx = 0, dy = 0;
+};
+Letterbox letterbox(const at::Tensor& image, int64_t size);
+
+// Images [B, S, S, 3] or [B, 3, S, S] uint8 -> float [B, 3, S, S] in [0, 1] on `device`.
+at::Tensor detection_input(const at::Tensor& images, const c10::Device& device);
+
+class DetectTask : public train::Task {
+ public:
+  // Collective: opens the data (every rank the same file), builds the model on the runtime's device.
+  DetectTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data, train::DataPosition start = {});
+  ~DetectTask() override;
+
+  std::string name() const override { return "detect"; }
+  std::shared_ptr<torch::nn::Module> model() override;
+  int64_t batch_size() const override;
+  double flops_per_sample() const override;  // models::YoloConfig::flops at the training size
+  void next_batch() override;
+  at::Tensor forward() override;             // the per-image detection loss of this rank's batch
+  train::Metrics evaluate() override;        // map50, map50_95 on data.eval
+  train::Metrics step_metrics() override;    // box, cls, dfl parts of the last loss; boxes in the batch
+  train::DataPosition data_position() const override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace meridian::tasks

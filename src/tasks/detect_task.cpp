@@ -1,0 +1,249 @@
+#include "meridian/tasks/detect_task.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/nn/functional.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <opencv2/imgproc.hpp>
+
+#include "meridian/comm/communicator.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/core/error.h"
+#include "meridian/data/dataset_reader.h"
+#include "meridian/data/detection_loader.h"
+#include "meridian/data/format.h"
+#include "meridian/detect/loss.h"
+
+namespace meridian::tasks {
+
+DetectEvalOptions DetectEvalOptions::from_config(const Config& c) {
+  DetectEvalOptions o;
+  o.image_size = c.get<int64_t>("data.image_size", 0);
+  o.conf = c.get<double>("task.conf", o.conf);
+  o.iou = c.get<double>("task.iou", o.iou);
+  o.max_det = c.get<int64_t>("task.max_det", o.max_det);
+  if (o.image_size < 0 || o.image_size % 32 != 0)
+    throw ConfigError(c.origin(), "data.image_size", "must be a multiple of 32 (0: the stored size)");
+  if (!(o.conf >= 0 && o.conf < 1)) throw ConfigError(c.origin(), "task.conf", "must be within [0, 1)");
+  if (!(o.iou > 0 && o.iou <= 1)) throw ConfigError(c.origin(), "task.iou", "must be within (0, 1]");
+  if (o.max_det < 1) throw ConfigError(c.origin(), "task.max_det", "must be at least 1");
+  return o;
+}
+
+train::Metrics DetectEval::metrics() const {
+  return {{"map50", 100 * std::max(0.0, map.map50)}, {"map50_95", 100 * std::max(0.0, map.map50_95)}, {"images", double(images)}};
+}
+
+std::string DetectEval::per_class() const {
+  std::string s;
+  char line[160];
+  for (size_t c = 0; c < map.ap50.size(); ++c) {
+    const std::string name = c < class_names.size() ? class_names[c] : std::to_string(c);
+    if (map.num_gt[c] == 0)
+      std::snprintf(line, sizeof line, "  %-20s %7lld boxes\n", name.c_str(), (long long)0);
+    else
+      std::snprintf(line, sizeof line, "  %-20s %7lld boxes  AP50 %5.1f  AP50-95 %5.1f\n", name.c_str(),
+                    (long long)map.num_gt[c], 100 * map.ap50[c], 100 * map.ap50_95[c]);
+    s += line;
+  }
+  return s;
+}
+
+at::Tensor detection_input(const at::Tensor& images, const c10::Device& device) {
+  at::Tensor x = images.size(-1) == 3 && images.size(1) != 3 ? images.permute({0, 3, 1, 2}) : images;
+  if (!device.is_cpu()) x = x.contiguous().pin_memory().to(device, /*non_blocking=*/true);
+  return x.to(at::kFloat).div_(255.0).contiguous();
+}
+
+Letterbox letterbox(const at::Tensor& image, int64_t size) {
+  const auto img = image.contiguous();
+  const int h = int(img.size(0)), w = int(img.size(1));
+  Letterbox out;
+  out.scale = double(size) / std::max(h, w);
+  const int nh = std::max(1, int(std::lround(h * out.scale))), nw = std::max(1, int(std::lround(w * out.scale)));
+  out.dx = (size - nw) / 2;
+  out.dy = (size - nh) / 2;
+  cv::Mat src(h, w, CV_8UC3, img.data_ptr<uint8_t>()), resized;
+  cv::resize(src, resized, cv::Size(nw, nh), 0, 0, out.scale < 1 ? cv::INTER_AREA : cv::INTER_LINEAR);
+  out.image = at::full({size, size, 3}, 114, at::kByte);
+  cv::Mat dst(static_cast<int>(size), static_cast<int>(size), CV_8UC3, out.image.data_ptr<uint8_t>());
+  resized.copyTo(dst(cv::Rect(int(out.dx), int(out.dy), nw, nh)));
+  return out;
+}
+
+DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, const std::string& path,
+                              const DetectEvalOptions& o) {
+  at::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  data::DatasetReader reader(path, data::IoDriver::POSIX);
+  const auto& info = reader.info();
+  if (info.kind != "detection") throw DataError(path, "kind", "detection evaluation needs a detection dataset");
+  const int64_t classes = model->config().num_classes;
+  if (int64_t(info.class_names.size()) > classes)
+    throw DataError(path, "class_names",
+                    std::to_string(info.class_names.size()) + " classes, more than the model's " + std::to_string(classes));
+  const int64_t n = info.count, stored = info.height, size = o.image_size > 0 ? o.image_size : stored;
+  const int64_t share = (n + rt.size() - 1) / rt.size(), first = std::min(n, rt.rank() * share),
+                last = std::min(n, first + share);
+  const auto device = rt.device();
+  detect::MapAccumulator acc;
+  DetectEval r;
+  r.class_names = info.class_names;
+  int64_t detections = 0;
+  for (int64_t a = first; a < last; a += o.batch) {
+    const int64_t m = std::min(o.batch, last - a);
+    std::vector<int64_t> rows(m);
+    for (int64_t i = 0; i < m; ++i) rows[i] = a + i;
+    auto images = at::empty({m, info.height, info.width, 3}, at::kByte);
+    reader.read_rows(rows, images.data_ptr<uint8_t>(), nullptr, nullptr, nullptr);
+    at::Tensor x = detection_input(images, device);
+    if (size != stored) {
+      namespace F = torch::nn::functional;
+      x = F::interpolate(x, F::InterpolateFuncOptions().size(std::vector<int64_t>{size, size}).mode(torch::kBilinear).align_corners(false));
+    }
+    const auto found = detect::decode(model->forward(x), models::yolo_strides(), model->config().reg_max, o.conf, o.iou, o.max_det);
+    const auto truth = reader.read_boxes(rows);
+    for (int64_t i = 0; i < m; ++i) {
+      const auto& gt = truth[size_t(i)];
+      auto gt_boxes = at::empty({int64_t(gt.boxes.size()), 4}, at::kFloat);
+      for (size_t b = 0; b < gt.boxes.size(); ++b)
+        for (int k = 0; k < 4; ++k) gt_boxes[int64_t(b)][k] = gt.boxes[b][size_t(k)];
+      const auto gt_classes = at::tensor(std::vector<int64_t>(gt.classes.begin(), gt.classes.end()), at::kLong);
+      const auto& d = found[size_t(i)];
+      acc.add_image(gt_boxes, gt_classes, d.boxes.cpu() * (double(stored) / double(size)), d.scores.cpu(), d.classes.cpu());
+      r.boxes += gt_boxes.size(0);
+      detections += d.scores.size(0);
+    }
+  }
+  // Every rank's matches to every rank (in rank order = image order), and every rank scores them.
+  const auto all = rt.allgather(acc.serialize());
+  detect::MapAccumulator merged;
+  for (const auto& bytes : all) merged.merge(bytes);
+  r.map = merged.compute(int(classes));
+  r.images = merged.num_images();
+  r.boxes = rt.sum(r.boxes);
+  r.detections = rt.sum(detections);
+  if (was_training) model->train();
+  return r;
+}
+
+struct DetectTask::Impl {
+  const comm::Runtime& rt;
+  models::YoloConfig mc;
+  detect::DetectionLossOptions loss_options;
+  DetectEvalOptions eval_options;
+  int64_t batch = 16, image_size = 0;
+  std::string eval_data;
+  std::unique_ptr<data::DetectionLoader> loader;
+  std::unique_ptr<comm::Communicator> bn_comm;  // model.sync_bn: SyncBatchNorm's own (outlives the model)
+  models::Yolo model{nullptr};
+  at::Tensor images, boxes, classes, offsets;  // the current batch (images on the device)
+  train::DataPosition position;
+  train::Metrics last_parts;
+
+  Impl(const comm::Runtime& runtime, const Config& c, const std::string& train_data, train::DataPosition start)
+      : rt(runtime), position(start) {
+    const std::string& file = c.origin();
+    batch = c.get<int64_t>("train.batch", batch);
+    if (batch < 1) throw ConfigError(file, "train.batch", "must be at least 1");
+    if (train_data.empty()) throw ConfigError(file, "data.train", "missing: give --data or data.train");
+    eval_data = c.get<std::string>("data.eval", "");
+    eval_options = DetectEvalOptions::from_config(c);
+    loss_options.box = c.get<double>("task.box", loss_options.box);
+    loss_options.cls = c.get<double>("task.cls", loss_options.cls);
+    loss_options.dfl = c.get<double>("task.dfl", loss_options.dfl);
+    for (const char* key : {"task.box", "task.cls", "task.dfl"})
+      if (!(c.get<double>(key, 1.0) >= 0)) throw ConfigError(file, key, "must be >= 0");
+
+    const data::DatasetInfo info = data::validate_dataset(train_data);
+    if (info.kind != "detection") throw DataError(train_data, "kind", "the detect task needs a detection dataset (got " + info.kind + ")");
+    mc = models::YoloConfig::from_config(c);
+    const int64_t data_classes = int64_t(info.class_names.size());
+    if (!c.has("model.num_classes")) mc.num_classes = std::max<int64_t>(1, data_classes);
+    else if (mc.num_classes < data_classes)
+      throw ConfigError(file, "model.num_classes",
+                        std::to_string(mc.num_classes) + " is fewer than the dataset's " + std::to_string(data_classes) + " classes");
+    loss_options.reg_max = mc.reg_max;
+    image_size = eval_options.image_size > 0 ? eval_options.image_size : info.height;
+
+    data::DetectionLoaderOptions lo;
+    lo.path = train_data;
+    lo.batch_size = batch;
+    lo.seed = uint64_t(c.get<int64_t>("train.seed", 0));
+    lo.image_size = int(image_size == info.height ? 0 : image_size);
+    lo.epoch = start.epoch;
+    lo.position = start.position;
+    auto& a = lo.augment;
+    a.enabled = c.get<bool>("data.augment", true);
+    a.mosaic_prob = c.get<double>("data.mosaic", a.mosaic_prob);
+    a.flip_prob = c.get<double>("data.flip", a.flip_prob);
+    a.scale = c.get<double>("data.scale", a.scale);
+    a.translate = c.get<double>("data.translate", a.translate);
+    a.degrees = c.get<double>("data.degrees", a.degrees);
+    a.hsv_h = c.get<double>("data.hsv_h", a.hsv_h);
+    a.hsv_s = c.get<double>("data.hsv_s", a.hsv_s);
+    a.hsv_v = c.get<double>("data.hsv_v", a.hsv_v);
+    // close_mosaic: the last epochs of the run, counted from train.steps and the global batch.
+    const int64_t close = c.get<int64_t>("data.close_mosaic", 10);
+    if (close < 0) throw ConfigError(file, "data.close_mosaic", "must be >= 0 (epochs at the end without mosaic; 0: none)");
+    const int64_t global = batch * c.get<int64_t>("train.accumulate", 1) * rt.size();
+    const int64_t steps_per_epoch = std::max<int64_t>(1, info.count / std::max<int64_t>(1, global));
+    const int64_t epochs = (c.get<int64_t>("train.steps", 100) + steps_per_epoch - 1) / steps_per_epoch;
+    lo.close_mosaic_epoch = close > 0 ? std::max<int64_t>(0, epochs - close) : -1;
+    loader = std::make_unique<data::DetectionLoader>(rt, lo);
+
+    if (mc.sync_bn) bn_comm = comm::make_communicator(rt, comm::default_backend(rt));
+    model = models::Yolo(mc, bn_comm.get());
+    model->to(rt.device());
+    if (rt.rank() == 0)
+      spdlog::info("detect: {} classes, {} px, {} training images ({} epochs of {} steps{}), {:.2f} GFLOP per image forward",
+                   mc.num_classes, image_size, info.count, epochs, steps_per_epoch,
+                   lo.close_mosaic_epoch >= 0 && a.enabled ? ", mosaic off from epoch " + std::to_string(lo.close_mosaic_epoch) : "",
+                   mc.flops(image_size) / 1e9);
+  }
+};
+
+DetectTask::DetectTask(const comm::Runtime& rt, const Config& config, const std::string& train_data, train::DataPosition start)
+    : impl_(std::make_unique<Impl>(rt, config, train_data, start)) {}
+DetectTask::~DetectTask() = default;
+
+std::shared_ptr<torch::nn::Module> DetectTask::model() { return impl_->model.ptr(); }
+int64_t DetectTask::batch_size() const { return impl_->batch; }
+double DetectTask::flops_per_sample() const { return impl_->mc.flops(impl_->image_size); }
+train::DataPosition DetectTask::data_position() const { return impl_->position; }
+
+void DetectTask::next_batch() {
+  auto& m = *impl_;
+  const data::DetectionBatch b = m.loader->next();
+  m.position = {b.epoch, b.next_position};
+  const auto device = m.rt.device();
+  m.images = detection_input(b.images, device);
+  m.boxes = b.boxes.to(device);
+  m.classes = b.classes.to(device);
+  m.offsets = b.box_offsets;  // read on the host by the assigner
+}
+
+at::Tensor DetectTask::forward() {
+  auto& m = *impl_;
+  auto levels = m.model->forward(m.images);
+  for (auto& l : levels) l = l.to(at::kFloat);  // the loss in float32 under bf16 autocast
+  const auto loss = detect::detection_loss(levels, models::yolo_strides(), m.boxes, m.classes, m.offsets, m.loss_options);
+  m.last_parts = {{"box_loss", loss.box.item<double>()},
+                  {"cls_loss", loss.cls.item<double>()},
+                  {"dfl_loss", loss.dfl.item<double>()},
+                  {"boxes", double(m.boxes.size(0))}};
+  return loss.total / double(m.images.size(0));
+}
+
+train::Metrics DetectTask::evaluate() {
+  auto& m = *impl_;
+  if (m.eval_data.empty()) return {};
+  return evaluate_detection(m.rt, m.model, m.eval_data, m.eval_options).metrics();
+}
+
+train::Metrics DetectTask::step_metrics() { return impl_->last_parts; }
+
+}  // namespace meridian::tasks
