@@ -280,6 +280,23 @@ void broadcast_module(comm::Communicator& comm, torch::nn::Module& module) {
   for (const auto& b : module.buffers(true)) broadcast(b);
 }
 
+void average_buffers(comm::Communicator& comm, torch::nn::Module& module) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> buffers;
+  for (const auto& b : module.buffers(true))
+    if (c10::isFloatingType(b.scalar_type())) buffers.push_back(b);
+  if (buffers.empty() || comm.size() == 1) return;
+  std::vector<at::Tensor> flat;
+  for (const auto& b : buffers) flat.push_back(b.detach().reshape({-1}).to(at::kFloat));
+  at::Tensor all = at::cat(flat);
+  comm.allreduce(all, comm::ReduceOp::Avg);
+  int64_t at = 0;
+  for (auto& b : buffers) {
+    b.detach().copy_(all.narrow(0, at, b.numel()).view(b.sizes()));
+    at += b.numel();
+  }
+}
+
 DistributedDataParallel::DistributedDataParallel(const comm::Runtime& runtime, comm::Communicator& comm,
                                                  std::shared_ptr<torch::nn::Module> module, const DdpOptions& options)
     : impl_(std::make_unique<Impl>(runtime, comm, std::move(module), options)) {

@@ -33,7 +33,10 @@ DetectEvalOptions DetectEvalOptions::from_config(const Config& c) {
 }
 
 train::Metrics DetectEval::metrics() const {
-  return {{"map50", 100 * std::max(0.0, map.map50)}, {"map50_95", 100 * std::max(0.0, map.map50_95)}, {"images", double(images)}};
+  return {{"map50", 100 * std::max(0.0, map.map50)},
+          {"map50_95", 100 * std::max(0.0, map.map50_95)},
+          {"images", double(images)},
+          {"detections", double(detections)}};
 }
 
 std::string DetectEval::per_class() const {

@@ -332,6 +332,8 @@ struct Trainer::Impl {
     const double max_norm = s.clip > 0 ? s.clip : std::numeric_limits<double>::infinity();
     if (!sharded) grad_norm = parallel::clip_grad_norm(parameters, max_norm);
     const bool bad = agreed[1].item<double>() > 0 || !std::isfinite(grad_norm);
+    // BatchNorm running statistics: each rank's own batches moved them; one model again.
+    parallel::average_buffers(*grad_comm, *model);
     if (bad) {
       ++bad_total;
       ++bad_in_a_row;

@@ -2,8 +2,9 @@
 # Usage: detect_mpi_test.sh MPIRUN MERIDIAN SOURCE_DIR — the detect task end to end on 2 ranks:
 #  - synthetic detection data (64 px), a tiny YOLO-style model (area attention, DFL head), mosaic
 #    augmentation, AdamW + EMA: the loss falls, evaluation before and after gives mAP values, and
-#    `meridian eval` on the final checkpoint reproduces the trainer's final mAP exactly (the EMA
-#    weights, the same distributed evaluation);
+#    `meridian eval` on the final checkpoint reproduces the trainer's final mAP and detection count
+#    exactly (the EMA weights, BatchNorm statistics the same on every rank, the same distributed
+#    evaluation);
 #  - 12 steps straight equals 6 + resume + 6 bit for bit (/model, /ema, /optim; SGD with Nesterov
 #    momentum);
 #  - a YOLO-txt dataset on disk (images + labels/*.txt) goes through prep detection, train and
@@ -38,11 +39,11 @@ for when in ("before", "after"):
     assert e, f"no eval {when}"
     assert 0 <= float(e.group(2)) <= float(e.group(1)) <= 100, e.groups()
 PY
-final=$(echo "$out" | sed -n 's/^eval after: map50 \([0-9.]*\)  map50_95 \([0-9.]*\).*/\1 \2/p')
+final=$(echo "$out" | sed -n 's/^eval after: map50 \([0-9.]*\)  map50_95 \([0-9.]*\)  images [0-9.]*  detections \([0-9]*\).*/\1 \2 \3/p')
 ev=$(run eval --task detect --checkpoint "$tmp/a/checkpoints/step_00000012.h5" --data "$tmp/val.h5" --log-level warn 2>&1) \
   || { echo "$ev"; fail "meridian eval exited"; }
 echo "$ev" | grep -q "48 images" || { echo "$ev"; fail "eval did not score the 48 validation images"; }
-got=$(echo "$ev" | sed -n 's/^eval: map50 \([0-9.]*\)  map50_95 \([0-9.]*\)$/\1 \2/p')
+got="$(echo "$ev" | sed -n 's/^eval: map50 \([0-9.]*\)  map50_95 \([0-9.]*\)$/\1 \2/p') $(echo "$ev" | sed -n 's/.* \([0-9]*\) detections$/\1/p')"
 [[ -n $final && $got == "$final" ]] || { echo "$ev"; fail "meridian eval gives '$got', the trainer's final evaluation '$final'"; }
 run eval --task siglip --checkpoint "$tmp/a/checkpoints/step_00000012.h5" --data "$tmp/val.h5" >"$tmp/e" 2>&1 \
   && fail "eval --task siglip accepted a detect checkpoint"

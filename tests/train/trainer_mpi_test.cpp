@@ -15,6 +15,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/train/tensorboard.h"
 #include "meridian/train/trainer.h"
@@ -161,6 +162,46 @@ TEST(Trainer, ZeroShardedStateMatchesUnsharded) {
   // Clipping acts on the sharded update: without it the run ends elsewhere.
   train::TrainSummary unclipped;
   EXPECT_FALSE(torch::allclose(run(true, unclipped, ", clip: 0").cpu(), got.cpu(), 1e-3, 1e-4));
+}
+
+// A model with BatchNorm on rank-dependent data: each rank's running statistics move differently in
+// forward; after every step they are the mean over ranks again, identical everywhere (checkpoints
+// write each tensor's blocks from different ranks, and evaluation runs on every rank's share).
+class NormTask : public train::Task {
+ public:
+  NormTask() : model_(torch::nn::Sequential(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4), torch::nn::Linear(4, 1))) {
+    model_->to(runtime().device());
+  }
+  std::string name() const override { return "norm"; }
+  std::shared_ptr<torch::nn::Module> model() override { return model_.ptr(); }
+  int64_t batch_size() const override { return 6; }
+  double flops_per_sample() const override { return 40; }
+  void next_batch() override {
+    torch::manual_seed(100 * ++batches_ + runtime().rank());
+    x_ = (torch::randn({6, 3}) * (1 + runtime().rank()) + runtime().rank()).to(runtime().device());
+  }
+  at::Tensor forward() override { return model_->forward(x_).pow(2).mean(); }
+  torch::nn::Sequential model_;
+  torch::Tensor x_;
+  int batches_ = 0;
+};
+
+TEST(Trainer, BatchNormStatisticsAreTheSameOnEveryRank) {
+  train::seed(5);
+  NormTask task;
+  train::Trainer trainer(runtime(), task, settings("train: {steps: 4, log_every: 1000}\noptim: {lr: 0.01, warmup: 0}\n"), {});
+  std::vector<torch::Tensor> before;
+  for (const auto& b : task.model()->buffers()) before.push_back(b.clone());
+  trainer.run();
+  std::vector<torch::Tensor> parts;
+  for (const auto& b : task.model()->buffers())
+    if (b.is_floating_point()) parts.push_back(b.detach().reshape({-1}));
+  const auto mine = torch::cat(parts).to(torch::kFloat).contiguous();
+  EXPECT_GT((mine.cpu() - torch::cat({before[0], before[1]}).cpu().to(torch::kFloat)).abs().max().item<double>(), 1e-3);
+  auto all = torch::empty({mine.numel() * runtime().size()}, mine.options());
+  meridian::comm::make_communicator(runtime(), meridian::comm::default_backend(runtime()))->allgather(mine, all);
+  for (int q = 0; q < runtime().size(); ++q)
+    EXPECT_TRUE(torch::equal(all.narrow(0, q * mine.numel(), mine.numel()), mine)) << "rank " << q << "'s BatchNorm statistics differ";
 }
 
 TEST(Trainer, LossFallsAndParameterGroupsSplitDecay) {

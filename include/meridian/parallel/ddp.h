@@ -49,6 +49,12 @@ namespace meridian::parallel {
 // constructor calls it; a data-parallel run without DDP (ZeRO) calls it before the first step.
 void broadcast_module(comm::Communicator& comm, torch::nn::Module& module);
 
+// Collective (one allreduce; none when the module has no floating-point buffer, the same on every
+// rank): every floating-point buffer (BatchNorm running statistics, which each rank updates from
+// its own batches) replaced by its mean over ranks, so every rank holds the same model again. The
+// Trainer calls it after every step (PyTorch's DDP broadcasts rank 0's buffers instead).
+void average_buffers(comm::Communicator& comm, torch::nn::Module& module);
+
 struct DdpOptions {
   double bucket_mb = 25;          // as PyTorch DDP
   double first_bucket_mb = 1;     // a small first bucket: the last layers' gradients leave early

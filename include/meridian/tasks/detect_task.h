@@ -46,7 +46,7 @@ struct DetectEval {
   detect::MapResult map;
   std::vector<std::string> class_names;
   int64_t images = 0, boxes = 0, detections = 0;
-  train::Metrics metrics() const;  // map50, map50_95 (in %), images
+  train::Metrics metrics() const;  // map50, map50_95 (in %), images, detections (after NMS, all ranks)
   std::string per_class() const;   // one line per class: name, boxes, AP50, AP50-95
 };
 

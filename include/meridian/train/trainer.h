@@ -8,7 +8,7 @@
 //
 // One optimizer step: `accumulate` micro-steps (next_batch, forward under autocast when
 // precision is bf16, backward; gradients reduced by DistributedDataParallel during the last
-// backward only; with optim.zero, by ShardedAdamW's reduce-scatter after it), then clip by global norm, then AdamW (no weight decay where Task::decays says
+// backward only; with optim.zero, by ShardedAdamW's reduce-scatter after it), then floating-point buffers (BatchNorm statistics) averaged over ranks, then clip by global norm, then AdamW (no weight decay where Task::decays says
 // so) at the learning rate of a linear warmup followed by a cosine decay to min_lr. optim.name: sgd
 // uses train::SGD instead (Nesterov momentum, coupled weight decay; the same schedule, and the
 // momentum ramped from warmup_momentum during the warmup: momentum_at()).

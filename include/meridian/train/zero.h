@@ -21,7 +21,7 @@
 // Layout: every parameter (float32, all on one device, the communicator's device kind) flattened in
 // group order then parameter order into one logical vector of N elements, padded with zeros to
 // N_pad = W * S, W the communicator's size, S = ceil(N / W) rounded up to a multiple of
-// kShardAlign (2^20 elements) when it is larger than that, so that a checkpoint's 4 MiB checksum
+// kShardAlign (2^18 elements) when it is larger than that, so that a checkpoint's 1 MiB checksum
 // blocks never straddle two ranks' shards. Rank r owns elements [r*S, (r+1)*S)
 // (the last rank's range may end in the padding, and for tiny N a rank may own padding only). It
 // holds exp_avg and exp_avg_sq (float32) for those S elements only, and the step count of every
@@ -65,7 +65,7 @@
 namespace meridian::train {
 
 // Shards longer than this many elements are a multiple of it (see Layout above).
-constexpr int64_t kShardAlign = int64_t(1) << 20;
+constexpr int64_t kShardAlign = int64_t(1) << 18;
 
 // Collectives go bucket by bucket: W pieces of C = min(S, kBucketNumel / W) elements each (piece k
 // of every rank's shard), so the work buffer is about kBucketNumel floats (64 MiB), whatever N is.
