@@ -6,7 +6,8 @@
 #  1. prep.sbatch makes a held-out split (srun --mpi=pmix);
 #  2. train.sbatch trains a tiny SigLIP with LAUNCHER=srun (after `meridian doctor`, DOCTOR=1) and
 #     again with LAUNCHER=mpirun: exit 0, both ranks' logs and the final checkpoint in runs/<job id>;
-#  3. eval.sbatch evaluates the srun run's newest checkpoint on the held-out split;
+#  3. eval.sbatch evaluates the srun run's newest checkpoint on the held-out split; detect.sbatch
+#     and lm-sft.sbatch run a few steps of their workloads;
 #  4. requeue: a long run gets SIGUSR1 on its batch shell (`scancel --signal=USR1 --batch`, what
 #     --signal=B:USR1@120 does before the time limit); meridian checkpoints and exits 4, the script
 #     runs `scontrol requeue`, and the job's second run, same id and run directory, logs "resumed
@@ -198,6 +199,20 @@ submit eval eval.sbatch -- --run-dir "runs/$srun_job" --data "$tmp/heldout.h5"
 ((JOB_RC == 0)) || fail "eval: job exited $JOB_RC"
 grep -qE "^eval: i2t_r1 [0-9.]+ .* zero_shot [0-9.]+" "$tmp/eval.out" || fail "eval: no metrics in the output"
 [[ -f $tmp/runs/$srun_job/eval-$JOB/logs/rank_1.log ]] || fail "eval: rank logs not in the run directory"
+
+# 3b. The workload wrappers: detect.sbatch and lm-sft.sbatch (train.sbatch with their defaults).
+"$meridian" prep synthetic --kind detection --count 32 --size 64 --out "$tmp/det.h5" --log-level warn >/dev/null \
+  || fail "prep of the detection set"
+submit detect detect.sbatch -- --config "$src/jobs/configs/detect-synthetic.yaml" --data "$tmp/det.h5" \
+  --set train.steps=4 --set train.batch=4 --set model.width=0.125 --set data.close_mosaic=0 --set train.eval_every=0
+((JOB_RC == 0)) || fail "detect: job exited $JOB_RC"
+grep -q "train: 4 steps, .* over 2 ranks" "$tmp/detect.out" || fail "detect: no summary of 4 steps over 2 ranks"
+"$meridian" prep synthetic --kind text --count 64 --out "$tmp/sft.h5" --log-level warn >/dev/null || fail "prep of the text set"
+PRECISION=float32 CONFIG=$src/jobs/configs/lm-tiny-sft.yaml submit lm-sft lm-sft.sbatch -- --data "$tmp/sft.h5" \
+  --set train.steps=4 --set train.batch=2 --set data.seq_len=64 --set train.eval_at_start=false
+((JOB_RC == 0)) || fail "lm-sft: job exited $JOB_RC"
+grep -q "train: 4 steps, .* over 2 ranks" "$tmp/lm-sft.out" || fail "lm-sft: no summary of 4 steps over 2 ranks"
+grep -q "in use: sharded (ZeRO-1)" "$tmp/lm-sft.out" || fail "lm-sft: ZeRO-1 not in use"
 
 # 4. Requeue: SIGUSR1 -> checkpoint, exit 4 -> scontrol requeue -> same job resumes.
 sed -i 's/^train: .*/train: {batch: 8, steps: 1000000, log_every: 20}/; s/^checkpoint: .*/checkpoint: {every_steps: 0}/' \
