@@ -92,10 +92,20 @@ Command generate_command() {
     const size_t prompt_tokens = ids.size();
     at::Generator gen = at::detail::createCPUGenerator(p["seed"].as<uint64_t>());
     std::vector<int32_t> generated;
+    // Incremental decoding: the prompt once, then one token per step against the cached keys and
+    // values; past max_seq_len, the last max_seq_len tokens again from scratch each step.
+    models::KvCache cache;
     for (int i = 0; i < max_new; ++i) {
-      const int64_t start = std::max<int64_t>(0, int64_t(ids.size()) - mc.max_seq_len);  // the last max_seq_len tokens
-      const auto window = at::tensor(std::vector<int64_t>(ids.begin() + start, ids.end()), at::kLong).unsqueeze(0);
-      const auto logits = model->forward(window.to(rt.device()))[0][-1].to(at::kCPU);
+      std::vector<int64_t> input;
+      if (int64_t(ids.size()) <= mc.max_seq_len) {
+        input.assign(ids.begin() + cache.length, ids.end());
+      } else {
+        cache.clear();
+        input.assign(ids.end() - mc.max_seq_len, ids.end());
+      }
+      models::KvCache* use = int64_t(ids.size()) <= mc.max_seq_len ? &cache : nullptr;
+      const auto window = at::tensor(input, at::kLong).unsqueeze(0);
+      const auto logits = model->forward(window.to(rt.device()), use)[0][-1].to(at::kCPU);
       const int64_t next = next_token(logits, top_p, temperature, gen);
       if (next == tok.eos_id()) break;
       ids.push_back(next);

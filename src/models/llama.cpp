@@ -85,17 +85,29 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c)
   o_proj_ = register_module("o_proj", linear(c.heads * head_dim_, c.dim));
 }
 
-at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                      at::Tensor* past_keys, at::Tensor* past_values) {
   const int64_t b = x.size(0), t = x.size(1);
   auto q = apply_rotary(q_proj_(x).view({b, t, heads_, head_dim_}).transpose(1, 2), cos, sin);     // [B, H, T, d]
   auto k = apply_rotary(k_proj_(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2), cos, sin);  // [B, KV, T, d]
   auto v = v_proj_(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);
+  int64_t offset = 0;  // cached positions before x's
+  if (past_keys) {
+    if (past_keys->defined()) {
+      offset = past_keys->size(2);
+      k = at::cat({*past_keys, k}, 2);
+      v = at::cat({*past_values, v}, 2);
+    }
+    *past_keys = k;
+    *past_values = v;
+  }
   if (kv_heads_ != heads_) {  // each key/value head serves heads / kv_heads consecutive query heads
     k = k.repeat_interleave(heads_ / kv_heads_, 1);
     v = v.repeat_interleave(heads_ / kv_heads_, 1);
   }
-  auto scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(head_dim_));  // [B, H, T, T]
-  const auto future = at::ones({t, t}, x.options().dtype(at::kBool)).triu(1);
+  auto scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(head_dim_));  // [B, H, T, offset + T]
+  // Query i (position offset + i) sees keys 0 .. offset + i.
+  const auto future = at::ones({t, offset + t}, x.options().dtype(at::kBool)).triu(offset + 1);
   scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
   const auto attn = at::matmul(at::softmax(scores, -1, at::kFloat).to(v.scalar_type()), v);  // [B, H, T, d]
   return o_proj_(attn.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
@@ -119,8 +131,9 @@ LlamaBlockImpl::LlamaBlockImpl(const LlamaConfig& c) {
   post_attention_layernorm_ = register_module("post_attention_layernorm", RMSNorm(c.dim, c.norm_eps));
 }
 
-at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const auto h = x + self_attn_(input_layernorm_(x), cos, sin);
+at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, at::Tensor* past_keys,
+                                   at::Tensor* past_values) {
+  const auto h = x + self_attn_->forward(input_layernorm_(x), cos, sin, past_keys, past_values);
   return h + mlp_(post_attention_layernorm_(h));
 }
 
@@ -134,14 +147,18 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c) : config_(c) {
     if (p.dim() == 2) torch::nn::init::normal_(p, 0.0, 0.02);
 }
 
-at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
-  const int64_t t = tokens.size(1);
-  if (t > config_.max_seq_len)
-    throw std::invalid_argument("llama: sequence of " + std::to_string(t) + " tokens exceeds model.max_seq_len " +
+at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, KvCache* cache) {
+  const int64_t t = tokens.size(1), offset = cache ? cache->length : 0;
+  if (offset + t > config_.max_seq_len)
+    throw std::invalid_argument("llama: sequence of " + std::to_string(offset + t) + " tokens exceeds model.max_seq_len " +
                                 std::to_string(config_.max_seq_len));
   auto x = embed_tokens_(tokens);
-  const auto [cos, sin] = rotary_tables(t, config_.head_dim(), config_.rope_theta, x.options());
-  for (const auto& layer : *layers_) x = layer->as<LlamaBlock>()->forward(x, cos, sin);
+  auto [cos, sin] = rotary_tables(offset + t, config_.head_dim(), config_.rope_theta, x.options());
+  cos = cos.narrow(0, offset, t), sin = sin.narrow(0, offset, t);
+  if (cache && cache->keys.empty()) cache->keys.resize(size_t(config_.layers)), cache->values.resize(size_t(config_.layers));
+  for (size_t i = 0; i < layers_->size(); ++i)
+    x = layers_[i]->as<LlamaBlock>()->forward(x, cos, sin, cache ? &cache->keys[i] : nullptr, cache ? &cache->values[i] : nullptr);
+  if (cache) cache->length += t;
   return norm_(x);
 }
 
@@ -152,8 +169,8 @@ LlamaImpl::LlamaImpl(const LlamaConfig& config) : config_(config) {
   if (lm_head_) torch::nn::init::normal_(lm_head_->weight, 0.0, 0.02);
 }
 
-at::Tensor LlamaImpl::forward(const at::Tensor& tokens) {
-  const auto h = model_(tokens);
+at::Tensor LlamaImpl::forward(const at::Tensor& tokens, KvCache* cache) {
+  const auto h = model_->forward(tokens, cache);
   return lm_head_ ? lm_head_(h) : at::matmul(h, model_->embed_tokens()->weight.t());
 }
 

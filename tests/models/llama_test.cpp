@@ -52,6 +52,33 @@ TEST(Llama, Causal) {
   EXPECT_FALSE(torch::allclose(a.narrow(1, 7, 5), b.narrow(1, 7, 5), 1e-5, 1e-6));
 }
 
+// Incremental decoding with a KvCache (the prompt, then pieces of 1 and 3 tokens) gives the logits of
+// one forward over the whole sequence; a cache beyond max_seq_len is refused.
+TEST(Llama, KvCacheEqualsTheFullForward) {
+  torch::manual_seed(2);
+  auto config = preset("lm-tiny.yaml");
+  config.max_seq_len = 16;
+  models::Llama model(config);
+  torch::NoGradGuard no_grad;
+  const auto tokens = torch::randint(0, 512, {2, 14});
+  const auto full = model->forward(tokens);
+  models::KvCache cache;
+  std::vector<torch::Tensor> parts;
+  int64_t at = 0;
+  for (int64_t n : {8, 1, 3, 1, 1}) {
+    parts.push_back(model->forward(tokens.narrow(1, at, n), &cache));
+    at += n;
+    EXPECT_EQ(cache.length, at);
+  }
+  ASSERT_EQ(cache.keys.size(), 2u);
+  EXPECT_EQ(cache.keys[0].sizes(), (at::IntArrayRef{2, 2, 14, 16}));  // [B, kv_heads, length, head_dim]
+  const auto incremental = torch::cat(parts, 1);
+  EXPECT_TRUE(torch::allclose(incremental, full, 1e-4, 1e-5)) << (incremental - full).abs().max().item<double>();
+  EXPECT_THROW(model->forward(tokens.narrow(1, 0, 3), &cache), std::invalid_argument);  // 14 + 3 > 16
+  cache.clear();
+  EXPECT_TRUE(torch::allclose(model->forward(tokens.narrow(1, 0, 5), &cache), full.narrow(1, 0, 5), 1e-4, 1e-5));
+}
+
 TEST(Llama, GroupedQueryAttentionEqualsMultiHeadWithRepeatedKeyValueHeads) {
   auto gqa_config = preset("lm-tiny.yaml");  // 4 query heads, 2 key/value heads
   auto mha_config = gqa_config;

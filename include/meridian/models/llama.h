@@ -55,11 +55,23 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
+// Keys and values of the positions seen so far, per layer, for incremental decoding: a forward with
+// a cache takes only the new tokens, at positions length .. length + T - 1, and appends theirs.
+// Not thread-safe; one sequence batch per cache.
+struct KvCache {
+  std::vector<at::Tensor> keys, values;  // per layer [B, kv_heads, length, head_dim] (after RoPE)
+  int64_t length = 0;                    // positions cached
+  void clear() { keys.clear(), values.clear(), length = 0; }
+};
+
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
   explicit LlamaAttentionImpl(const LlamaConfig& c);
-  // x [B, T, D]; cos/sin [T, head_dim]. Causal.
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  // x [B, T, D]; cos/sin [T, head_dim] of x's positions. Causal. With `past` (this layer's entries
+  // of a KvCache, possibly empty tensors), x's queries also attend to the cached positions, and
+  // x's keys and values are appended to them.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, at::Tensor* past_keys = nullptr,
+                     at::Tensor* past_values = nullptr);
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
@@ -80,7 +92,8 @@ TORCH_MODULE(LlamaMlp);
 class LlamaBlockImpl : public torch::nn::Module {
  public:
   explicit LlamaBlockImpl(const LlamaConfig& c);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, at::Tensor* past_keys = nullptr,
+                     at::Tensor* past_values = nullptr);
 
  private:
   RMSNorm input_layernorm_{nullptr}, post_attention_layernorm_{nullptr};
@@ -93,7 +106,9 @@ TORCH_MODULE(LlamaBlock);
 class LlamaModelImpl : public torch::nn::Module {
  public:
   explicit LlamaModelImpl(const LlamaConfig& c);
-  at::Tensor forward(const at::Tensor& tokens);  // [B, T] int64 -> hidden states [B, T, D]
+  // [B, T] int64 -> hidden states [B, T, D]. With a cache: the tokens follow the cached positions
+  // (cache->length + T <= max_seq_len, else std::invalid_argument), and the cache grows by T.
+  at::Tensor forward(const at::Tensor& tokens, KvCache* cache = nullptr);
   torch::nn::Embedding& embed_tokens() { return embed_tokens_; }
 
  private:
@@ -107,8 +122,9 @@ TORCH_MODULE(LlamaModel);
 class LlamaImpl : public torch::nn::Module {
  public:
   explicit LlamaImpl(const LlamaConfig& config);
-  // tokens [B, T] int64 (T <= max_seq_len) -> logits [B, T, vocab].
-  at::Tensor forward(const at::Tensor& tokens);
+  // tokens [B, T] int64 (T <= max_seq_len) -> logits [B, T, vocab]. With a cache: see
+  // LlamaModelImpl::forward (the logits equal those of a forward over the whole sequence).
+  at::Tensor forward(const at::Tensor& tokens, KvCache* cache = nullptr);
   const LlamaConfig& config() const { return config_; }
 
  private:
