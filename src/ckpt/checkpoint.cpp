@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "meridian/ckpt/file.h"
+#include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/files.h"
@@ -321,6 +322,55 @@ void load_module(const Reader& r, torch::nn::Module& module, const std::string& 
   for (const auto& item : module.named_parameters()) load_tensor(r, prefix + item.key(), item.value());
   for (const auto& item : module.named_buffers()) load_tensor(r, prefix + item.key(), item.value());
 }
+
+// Collective loading of replicated tensors during a resume: instead of every rank reading (and
+// checksumming) every tensor, rank r reads rows [r P, (r + 1) P) of each one (P = ceil(rows / W);
+// only the checksum blocks holding them) and an allgather assembles the tensor everywhere. Every
+// rank calls it for the same names in the same order. Small tensors (under 64 KiB, 0-dim, fewer
+// rows than ranks) are read whole by every rank. A read error on any rank is a UserError on every
+// rank, with that rank's message, before any rank waits in the allgather.
+class SharedLoad {
+ public:
+  SharedLoad(const comm::Runtime& rt, const Reader& r) : rt_(rt), r_(r), comm_(comm::make_communicator(rt, comm::Backend::MPI)) {}
+
+  void operator()(const std::string& name, at::Tensor target) {
+    at::NoGradGuard no_grad;
+    const auto shape = r_.shape(name);  // DataError when missing: the same file, so the same on every rank
+    if (shape != target.sizes().vec())
+      throw DataError(r_.path(), "dataset '" + name + "'",
+                      "shape " + c10::str(c10::IntArrayRef(shape)) + " does not match the model's " + c10::str(target.sizes()));
+    const int64_t world = rt_.size(), bytes = int64_t(target.numel()) * int64_t(target.element_size());
+    if (world == 1 || shape.empty() || shape[0] < world || bytes < (64 << 10)) return load_tensor(r_, name, target);
+    const int64_t rows = shape[0], per = (rows + world - 1) / world;
+    const int64_t first = std::min(rows, rt_.rank() * per), count = std::min(per, rows - first);
+    at::Tensor mine;
+    std::string error;
+    try {
+      if (count > 0) mine = r_.read_rows(name, first, count);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    for (const auto& e : rt_.allgather(error))
+      if (!e.empty()) throw UserError(e);
+    std::vector<int64_t> piece_shape(shape);
+    piece_shape[0] = per;
+    at::Tensor piece = at::zeros(piece_shape, at::TensorOptions().dtype(mine.defined() ? mine.scalar_type() : target.scalar_type()));
+    if (count > 0) piece.narrow(0, 0, count).copy_(mine);
+    piece_shape[0] = per * world;
+    at::Tensor all = at::empty(piece_shape, piece.options());
+    comm_->allgather(piece, all);
+    target.copy_(all.narrow(0, 0, rows));
+  }
+  void module(torch::nn::Module& m, const std::string& prefix) {
+    for (const auto& item : m.named_parameters()) (*this)(prefix + item.key(), item.value());
+    for (const auto& item : m.named_buffers()) (*this)(prefix + item.key(), item.value());
+  }
+
+ private:
+  const comm::Runtime& rt_;
+  const Reader& r_;
+  std::unique_ptr<comm::Communicator> comm_;
+};
 }  // namespace
 
 bool load_module(const std::string& path, torch::nn::Module& module, Weights weights) {
@@ -341,7 +391,7 @@ namespace {
 // Loads the optimizer state whichever way it was saved (sharded or not, on any world size) into
 // whichever optimizer the trainer has: sharded state is read by flat ranges, per-parameter state
 // is cut into this rank's shard.
-void restore_optimizer(const Reader& r, train::Trainer& trainer) {
+void restore_optimizer(const Reader& r, train::Trainer& trainer, SharedLoad& load) {
   // Files from before SGD existed have no attribute: AdamW.
   const std::string saved = r.string_attribute("optimizer").value_or("adamw"), mine = optimizer_kind(trainer);
   if (saved != mine)
@@ -360,7 +410,7 @@ void restore_optimizer(const Reader& r, train::Trainer& trainer) {
       st.momentum_buffer = at::Tensor();
       if (r.has(base + "/momentum_buffer")) {
         st.momentum_buffer = at::zeros_like(params[i], at::MemoryFormat::Preserve);
-        load_tensor(r, base + "/momentum_buffer", st.momentum_buffer);
+        load(base + "/momentum_buffer", st.momentum_buffer);
       }
     }
     return;
@@ -415,8 +465,8 @@ void restore_optimizer(const Reader& r, train::Trainer& trainer) {
     } else if (!flat && r.has(base + "/exp_avg")) {
       st.exp_avg = at::zeros_like(params[i]);
       st.exp_avg_sq = at::zeros_like(params[i]);
-      load_tensor(r, base + "/exp_avg", st.exp_avg);
-      load_tensor(r, base + "/exp_avg_sq", st.exp_avg_sq);
+      load(base + "/exp_avg", st.exp_avg);
+      load(base + "/exp_avg_sq", st.exp_avg_sq);
     }
   }
 }
@@ -426,8 +476,9 @@ void restore_optimizer(const Reader& r, train::Trainer& trainer) {
 void restore(const comm::Runtime& rt, train::Trainer& trainer, const ResumePoint& point) {
   Reader r(point.path);
   at::NoGradGuard no_grad;
-  load_module(r, *trainer.task().model());
-  restore_optimizer(r, trainer);
+  SharedLoad load(rt, r);
+  load.module(*trainer.task().model(), "model/");
+  restore_optimizer(r, trainer, load);
   if (auto* ema = trainer.ema()) {
     const auto updates = r.int_attribute("ema_updates");
     if (!updates)
@@ -437,7 +488,7 @@ void restore(const comm::Runtime& rt, train::Trainer& trainer, const ResumePoint
     for (size_t i = 0; i < ema->names().size(); ++i) {
       const std::string name = "ema/" + ema->names()[i];
       if (!r.has(name)) throw DataError(point.path, "dataset '" + name + "'", "missing (the EMA of this model's " + ema->names()[i] + ")");
-      load_tensor(r, name, ema->tensors()[i]);
+      load(name, ema->tensors()[i]);
     }
     ema->set_updates(*updates);
   }
