@@ -82,6 +82,8 @@ std::string save(const comm::Runtime& runtime, train::Trainer& trainer, const Co
 
 // Collective: loads parameters, buffers, optimizer state, the EMA (when the trainer has one),
 // counters and (same world size) this rank's RNG state into a trainer built from the same config.
+// Each rank reads (and checksums) only its share of the rows of every tensor over 64 KiB; an
+// allgather assembles them, so N ranks read the file once between them, not N times.
 // DataError naming the dataset if a tensor is missing or has another shape (also ema/* and
 // ema_updates when the trainer has an EMA and the checkpoint none); UserError naming both when the
 // checkpoint's optimizer (adamw, ZeRO included, or sgd) is not the trainer's.
