@@ -241,11 +241,13 @@ void Writer::sharded(const std::string& name, int64_t total, int64_t first, cons
   auto& m = *impl_;
   const at::Tensor mine = part.detach().reshape({-1}).to(at::kCPU).contiguous();
   const int64_t count = mine.numel(), end = first + count;
-  if (block < 1 || first < 0 || end > total || (count > 0 && first % block != 0) ||
-      (count > 0 && end != total && end % block != 0))
-    throw std::invalid_argument("checkpoint: sharded '" + name + "': rows [" + std::to_string(first) + ", " +
-                                std::to_string(end) + ") of " + std::to_string(total) +
-                                " are not aligned to blocks of " + std::to_string(block));
+  // Agreed, so a misaligned range on one rank fails every rank instead of leaving them in a collective.
+  m.agreed("dataset " + name + " (ranges)", [&] {
+    if (block < 1 || first < 0 || end > total || (count > 0 && first % block != 0) ||
+        (count > 0 && end != total && end % block != 0))
+      throw std::invalid_argument("sharded '" + name + "': rows [" + std::to_string(first) + ", " + std::to_string(end) +
+                                  ") of " + std::to_string(total) + " are not aligned to blocks of " + std::to_string(block));
+  });
   const TypeInfo type = type_info(mine.scalar_type());
   m.create_and_write(name, {hsize_t(total)}, type, first, count, mine.data_ptr());
   Impl::Pending p{name, type.name, block, {}};
@@ -438,6 +440,10 @@ at::Tensor Reader::read_rows(const std::string& name, int64_t first, int64_t cou
   const int64_t rows = shape.empty() ? 1 : shape[0];
   const bool whole = count < 0;
   if (whole) first = 0, count = rows;
+  if (!whole && count == 0 && !shape.empty() && first >= 0 && first <= rows) {
+    shape[0] = 0;
+    return at::empty(shape, at::TensorOptions().dtype(type));
+  }
   if (!whole && (shape.empty() || first < 0 || first + count > rows))
     throw DataError(m.path, "dataset '" + name + "'",
                     "rows [" + std::to_string(first) + ", " + std::to_string(first + count) + ") requested of " +

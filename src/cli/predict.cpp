@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
@@ -25,20 +26,36 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<std::string> list_images(const std::string& dir) {
+// Images under `dir` (recursively, sorted), not those under `out` (a previous run's drawings).
+// Outputs are named by the path without its extension: two images that differ only in it are an
+// error naming both.
+std::vector<std::string> list_images(const std::string& dir, const std::string& out) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw UserError("predict: --images " + dir + " is not a directory");
-  std::vector<std::string> out;
-  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
-    if (!e.is_regular_file()) continue;
-    std::string ext = e.path().extension().string();
+  const fs::path out_abs = fs::weakly_canonical(out, ec);
+  std::vector<std::string> images;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_directory() && fs::weakly_canonical(it->path(), ec) == out_abs) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file()) continue;
+    std::string ext = it->path().extension().string();
     std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
     if (ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == ".tif" || ext == ".tiff" || ext == ".bmp")
-      out.push_back(fs::relative(e.path(), dir).string());
+      images.push_back(fs::relative(it->path(), dir).string());
   }
   if (ec) throw UserError("predict: cannot list " + dir + ": " + ec.message());
-  std::sort(out.begin(), out.end());
-  return out;
+  std::sort(images.begin(), images.end());
+  std::map<std::string, std::string> by_stem;
+  for (const auto& name : images) {
+    const std::string stem = fs::path(name).replace_extension().string();
+    const auto [at, fresh] = by_stem.emplace(stem, name);
+    if (!fresh)
+      throw UserError("predict: " + (fs::path(dir) / at->second).string() + " and " + (fs::path(dir) / name).string() +
+                      " would both write " + stem + ".jpg and labels/" + stem + ".txt; rename one");
+  }
+  return images;
 }
 
 cv::Scalar class_colour(int64_t c) {  // BGR, well apart for neighbouring classes
@@ -92,7 +109,7 @@ Command predict_command() {
     model->eval();
     at::NoGradGuard no_grad;
 
-    const auto images = list_images(dir);
+    const auto images = list_images(dir, out);
     if (images.empty()) throw UserError("predict: no images (jpg, png, tif, bmp) under " + dir);
     std::error_code ec;
     if (rt.rank() == 0) fs::create_directories(fs::path(out) / "labels", ec);

@@ -286,8 +286,10 @@ void average_buffers(comm::Communicator& comm, torch::nn::Module& module) {
   for (const auto& b : module.buffers(true))
     if (c10::isFloatingType(b.scalar_type())) buffers.push_back(b);
   if (buffers.empty() || comm.size() == 1) return;
+  // In double: the mean of W identical float32 (or float64 up to rounding) values is that value, so
+  // statistics that are already equal (SyncBatchNorm) stay bit-identical.
   std::vector<at::Tensor> flat;
-  for (const auto& b : buffers) flat.push_back(b.detach().reshape({-1}).to(at::kFloat));
+  for (const auto& b : buffers) flat.push_back(b.detach().reshape({-1}).to(at::kDouble));
   at::Tensor all = at::cat(flat);
   comm.allreduce(all, comm::ReduceOp::Avg);
   int64_t at = 0;

@@ -84,6 +84,9 @@ DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, cons
   data::DatasetReader reader(path, data::IoDriver::POSIX);
   const auto& info = reader.info();
   if (info.kind != "detection") throw DataError(path, "kind", "detection evaluation needs a detection dataset");
+  if (info.height != info.width)
+    throw DataError(path, "/images", "images of " + std::to_string(info.height) + " x " + std::to_string(info.width) +
+                                         ": detection evaluation needs square (letterboxed) images, as prep detection writes");
   const int64_t classes = model->config().num_classes;
   if (int64_t(info.class_names.size()) > classes)
     throw DataError(path, "class_names",

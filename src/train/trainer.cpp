@@ -296,6 +296,13 @@ struct Trainer::Impl {
   // One optimizer step; returns the mean loss over ranks (NaN when the step was skipped).
   double train_step(StepTimes& t, double& grad_norm) {
     const auto start = Clock::now();
+    // Floating-point buffers (BatchNorm statistics) as they were: a skipped step puts them back.
+    std::vector<at::Tensor> buffers_before;
+    {
+      at::NoGradGuard no_grad;
+      for (const auto& b : model->buffers())
+        if (b.is_floating_point()) buffers_before.push_back(b.detach().clone());
+    }
     at::Tensor loss_sum = at::zeros({}, at::kDouble);
     for (int64_t micro = 0; micro < s.accumulate; ++micro) {
       if (ddp) ddp->set_sync(micro + 1 == s.accumulate);
@@ -332,8 +339,16 @@ struct Trainer::Impl {
     const double max_norm = s.clip > 0 ? s.clip : std::numeric_limits<double>::infinity();
     if (!sharded) grad_norm = parallel::clip_grad_norm(parameters, max_norm);
     const bool bad = agreed[1].item<double>() > 0 || !std::isfinite(grad_norm);
-    // BatchNorm running statistics: each rank's own batches moved them; one model again.
-    parallel::average_buffers(*grad_comm, *model);
+    if (bad) {
+      // The statistics of a non-finite forward are dropped too (on every rank: the same values).
+      at::NoGradGuard no_grad;
+      size_t i = 0;
+      for (const auto& b : model->buffers())
+        if (b.is_floating_point()) b.detach().copy_(buffers_before[i++]);
+    } else {
+      // BatchNorm running statistics: each rank's own batches moved them; one model again.
+      parallel::average_buffers(*grad_comm, *model);
+    }
     if (bad) {
       ++bad_total;
       ++bad_in_a_row;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Usage: zero_ckpt_mpi_test.sh MPIRUN MERIDIAN SOURCE_DIR — ZeRO-1 checkpoints (optim.zero: true,
-# lm-tiny on a synthetic instruction set):
+# lm-tiny with model.hidden 2048 (about 845k parameters: on 2 ranks shards of 2 x 2^18 elements, so
+# several checksum blocks per rank and a partial last one) on a synthetic instruction set):
 #  - 6 steps + resume + 6 steps equals 12 straight, bit for bit (/model and /optim, h5diff), with the
 #    moments stored as optim/flat/* written by every rank's shard;
 #  - resharding 2 -> 4 and 4 -> 2: a checkpoint saved with ZeRO on N ranks resumes with ZeRO on M
@@ -21,7 +22,7 @@ train() {
   shift 2
   "$mpirun" --oversubscribe -np "$np" "$meridian" train --config "$src/jobs/configs/lm-tiny.yaml" --data "$tmp/text.h5" \
     --set train.batch=$((8 / np)) --set data.seq_len=64 --set train.steps=12 --set optim.lr=3e-3 --set optim.warmup=2 \
-    --set optim.zero=true --set checkpoint.every_steps=3 --set checkpoint.keep_last=10 --set train.health_every=0 \
+    --set model.hidden=2048 --set optim.zero=true --set checkpoint.every_steps=3 --set checkpoint.keep_last=10 --set train.health_every=0 \
     --set train.log_every=100 --run-dir "$dir" --log-level warn "$@" >"$dir.log" 2>&1 || { cat "$dir.log"; fail "train $np $dir $* exited"; }
 }
 same() {  # same A B GROUP [h5diff options]

@@ -8,7 +8,8 @@
 #  - 12 steps straight equals 6 + resume + 6 bit for bit (/model, /ema, /optim; SGD with Nesterov
 #    momentum);
 #  - a YOLO-txt dataset on disk (images + labels/*.txt) goes through prep detection, train and
-#    predict (drawn images + YOLO txt predictions, one per image);
+#    predict (drawn images + YOLO txt predictions, one per image; its own outputs inside the image
+#    directory are not read back; two images with the same outputs are an error);
 #  - clear errors: eval with the wrong --task, predict on a directory without images.
 set -u
 mpirun=$1 meridian=$2 src=$3
@@ -115,6 +116,16 @@ awk 'NF != 6 || $1 !~ /^[01]$/ || $2 < 0 || $2 > 1 || $3 < 0 || $3 > 1 || $4 <= 
   { print FILENAME ": " $0; bad = 1 } END { exit bad }' "$tmp"/pred/labels/*.txt "$tmp"/pred/labels/sub/*.txt \
   || fail "malformed YOLO prediction lines"
 cat "$tmp"/pred/labels/*.txt "$tmp"/pred/labels/sub/*.txt | grep -q . || fail "no predictions at all at confidence 0.0002"
+# Outputs inside the image directory are not read back as images; two images that would write the
+# same outputs are an error naming both.
+for round in 1 2; do
+  run predict --checkpoint "$tmp/y/checkpoints/step_00000008.h5" --images "$tmp/yolo/images" --out "$tmp/yolo/images/pred" \
+    --log-level warn >"$tmp/pr$round.log" 2>&1 || { cat "$tmp/pr$round.log"; fail "predict into the image directory exited"; }
+  grep -q "predict: 12 images" "$tmp/pr$round.log" || { cat "$tmp/pr$round.log"; fail "round $round: not 12 images"; }
+done
+cp "$tmp/yolo/images/img0.bmp" "$tmp/yolo/images/img0.png"
+run predict --checkpoint "$tmp/y/checkpoints/step_00000008.h5" --images "$tmp/yolo/images" --out "$tmp/p3" >"$tmp/pc" 2>&1
+[[ $? == 2 ]] && grep -q "img0.bmp and .*img0.png would both write img0.jpg" "$tmp/pc" || { cat "$tmp/pc"; fail "no clear error for colliding outputs"; }
 mkdir -p "$tmp/empty"
 run predict --checkpoint "$tmp/y/checkpoints/step_00000008.h5" --images "$tmp/empty" --out "$tmp/p2" >"$tmp/pe" 2>&1
 [[ $? == 2 ]] || { cat "$tmp/pe"; fail "predict on an empty directory did not exit 2"; }

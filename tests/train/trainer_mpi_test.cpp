@@ -180,10 +180,14 @@ class NormTask : public train::Task {
     torch::manual_seed(100 * ++batches_ + runtime().rank());
     x_ = (torch::randn({6, 3}) * (1 + runtime().rank()) + runtime().rank()).to(runtime().device());
   }
-  at::Tensor forward() override { return model_->forward(x_).pow(2).mean(); }
+  at::Tensor forward() override {
+    // Batch `poison_at` on rank 0 is NaN: its BatchNorm statistics too.
+    if (batches_ == poison_at && runtime().rank() == 0) x_ = x_ * std::nan("");
+    return model_->forward(x_).pow(2).mean();
+  }
   torch::nn::Sequential model_;
   torch::Tensor x_;
-  int batches_ = 0;
+  int batches_ = 0, poison_at = -1;
 };
 
 TEST(Trainer, BatchNormStatisticsAreTheSameOnEveryRank) {
@@ -202,6 +206,19 @@ TEST(Trainer, BatchNormStatisticsAreTheSameOnEveryRank) {
   meridian::comm::make_communicator(runtime(), meridian::comm::default_backend(runtime()))->allgather(mine, all);
   for (int q = 0; q < runtime().size(); ++q)
     EXPECT_TRUE(torch::equal(all.narrow(0, q * mine.numel(), mine.numel()), mine)) << "rank " << q << "'s BatchNorm statistics differ";
+}
+
+// A step skipped for a non-finite loss also drops the statistics its forward gathered: they stay
+// finite (and the same on every rank) instead of NaN forever.
+TEST(Trainer, SkippedStepPutsBatchNormStatisticsBack) {
+  train::seed(6);
+  NormTask task;
+  task.poison_at = 3;
+  train::Trainer trainer(runtime(), task, settings("train: {steps: 5, log_every: 1000}\noptim: {lr: 0.01, warmup: 0}\n"), {});
+  const auto summary = trainer.run();
+  EXPECT_EQ(summary.bad_steps, 1);
+  for (const auto& b : task.model()->buffers())
+    if (b.is_floating_point()) EXPECT_TRUE(torch::isfinite(b).all().item<bool>()) << b;
 }
 
 TEST(Trainer, LossFallsAndParameterGroupsSplitDecay) {

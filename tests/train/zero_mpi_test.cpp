@@ -217,6 +217,16 @@ TEST_F(Zero, ParameterWithoutGradientIsUntouched) {
   expect_identical_across_ranks(sharded);
 }
 
+TEST(ZeroLayout, ShardsAboveTheAlignmentAreMultiplesOfIt) {
+  const int64_t a = train::kShardAlign;
+  EXPECT_EQ(train::zero_shard_numel(81, 4), 21);               // small: ceil(N / W)
+  EXPECT_EQ(train::zero_shard_numel(2 * a, 2), a);             // exactly one block each
+  EXPECT_EQ(train::zero_shard_numel(2 * a + 2, 2), 2 * a);     // a + 1 rounds up to 2 blocks
+  EXPECT_EQ(train::zero_shard_numel(3 * a + 5, 1), 4 * a);
+  EXPECT_EQ(train::zero_bucket_piece(train::zero_shard_numel(3 * a + 5, 1), 1, 1000), 1000);
+  EXPECT_EQ(train::ZeroMemoryReport::of(2 * a + 2, 2).optimizer_bytes_sharded, 8 * 2 * a);
+}
+
 TEST_F(Zero, MemoryReportInClosedForm) {
   Model model(false);
   train::ShardedAdamW zero(model.groups(), {}, communicator());

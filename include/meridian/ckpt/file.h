@@ -44,7 +44,7 @@ class Writer {
   // shards). Rank r passes its elements [first, first + part.numel()); the ranges must be in rank
   // order and together cover [0, total) without overlap (a rank may pass an empty part). Every
   // range starts at a multiple of `block` (the checksum block, the same on every rank) and ends at
-  // one or at `total`. std::invalid_argument when a range breaks these rules on this rank.
+  // one or at `total`. A range that breaks these rules on any rank is a SystemError on every rank.
   void sharded(const std::string& name, int64_t total, int64_t first, const at::Tensor& part, int64_t block);
   // Collective: each rank passes its own tensor (any shape); stored as ranks/<r>/<name>.
   void per_rank(const std::string& name, const at::Tensor& mine);

@@ -16,7 +16,8 @@
 // evaluation runs on the EMA weights, swapped in and then out again (training weights restored bit
 // for bit).
 // NaN/Inf guard: when the loss on any rank or the gradient norm is not finite, every rank skips the
-// update (gradients dropped, step counted as bad); `max_bad_steps` bad steps in a row stop the job
+// update (gradients dropped, floating-point buffers such as BatchNorm statistics put back as they were
+// before the step, step counted as bad); `max_bad_steps` bad steps in a row stop the job
 // with a TrainingError on every rank.
 // Timing per step (host clock; on CUDA these are launch times except where the loop synchronises):
 // data wait, forward, backward, exposed communication (DDP's finish() plus the loss reduction),

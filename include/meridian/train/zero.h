@@ -97,7 +97,7 @@ class ShardedAdamW {
  public:
   // Collective (one small allreduce): every rank passes the same parameter list (checked: the same
   // element count and parameter count on every rank, UserError on every rank otherwise). Parameters
-  // must be float32, on one device, of the communicator's kind (CPU for MPI, CUDA for NCCL);
+  // must be contiguous float32, on one device, of the communicator's kind (CPU for MPI, CUDA for NCCL);
   // UserError otherwise. `comm` must outlive this object. Allocates the buffers and the shard state.
   // bucket_numel: elements per bucket collective (tests use small ones).
   ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& options, comm::Communicator& comm,
