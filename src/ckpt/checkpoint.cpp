@@ -239,6 +239,10 @@ void save_optimizer(Writer& w, train::Trainer& trainer) {
 
 }  // namespace
 
+Config saved_config(const Reader& reader) {
+  return Config::parse(reader.string_attribute("config").value_or(""), reader.path() + " (config)");
+}
+
 std::string save(const comm::Runtime& rt, train::Trainer& trainer, const Config& config, const CheckpointSettings& s) {
   if (s.dir.empty()) throw UserError("checkpoint: no directory (give --run-dir or checkpoint.dir)");
   const auto t0 = std::chrono::steady_clock::now();

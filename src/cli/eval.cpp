@@ -48,20 +48,16 @@ Command eval_command() {
     const std::string path = p["checkpoint"].as<std::string>(), data_path = p["data"].as<std::string>();
     if (path.empty()) throw UserError("eval: --checkpoint is required");
     if (data_path.empty()) throw UserError("eval: --data is required");
-    Config config;
-    int64_t step = 0;
-    {
-      ckpt::Reader reader(path);
-      config = Config::parse(reader.string_attribute("config").value_or(""), path + " (config)");
-      step = reader.int_attribute("step").value_or(0);
-    }
+    const ckpt::Reader reader(path);
+    Config config = ckpt::saved_config(reader);
+    const int64_t step = reader.int_attribute("step").value_or(0);
     apply_overrides(p, config);
     const std::string task = config.get<std::string>("task.name", "siglip"), wanted = p["task"].as<std::string>();
     if (!wanted.empty() && wanted != task)
       throw UserError(path + ": --task " + wanted + ", but this checkpoint was trained with task.name " + task);
     if (task == "detect") return eval_detect(rt, config, path, data_path, step);
     if (task != "siglip") throw UserError(path + ": eval supports the siglip and detect tasks (this checkpoint is " + task + ")");
-    const int64_t vocab = ckpt::Reader(path).shape("model/token_embed.weight").at(0);  // raised to the tokenizer's in training
+    const int64_t vocab = reader.shape("model/token_embed.weight").at(0);  // raised to the tokenizer's in training
     const data::DatasetInfo info = data::validate_dataset(data_path);
     auto mc = models::SiglipConfig::from_config(config);
     mc.vocab_size = vocab;

@@ -66,7 +66,7 @@ Command generate_command() {
     int64_t vocab = 0;
     {
       ckpt::Reader reader(path);
-      config = Config::parse(reader.string_attribute("config").value_or(""), path + " (config)");
+      config = ckpt::saved_config(reader);
       if (config.get<std::string>("task.name", "siglip") != "lm")
         throw UserError(path + ": generate needs a checkpoint of an lm run (task.name is " +
                         config.get<std::string>("task.name", "siglip") + ")");

@@ -90,11 +90,7 @@ Command predict_command() {
     if (!(conf >= 0 && conf < 1)) throw UserError("predict: --conf must be within [0, 1)");
     if (!(iou > 0 && iou <= 1)) throw UserError("predict: --iou must be within (0, 1]");
     if (max_det < 1) throw UserError("predict: --max-det must be at least 1");
-    Config config;
-    {
-      ckpt::Reader reader(path);
-      config = Config::parse(reader.string_attribute("config").value_or(""), path + " (config)");
-    }
+    const Config config = ckpt::saved_config(ckpt::Reader(path));
     if (config.get<std::string>("task.name", "siglip") != "detect")
       throw UserError(path + ": predict needs a detect checkpoint (task.name is " + config.get<std::string>("task.name", "siglip") + ")");
     int64_t size = p["size"].as<int64_t>();

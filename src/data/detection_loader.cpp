@@ -256,17 +256,7 @@ DetectionLoader::~DetectionLoader() {
   if (impl_->prep_thread.joinable()) impl_->prep_thread.join();
 }
 
-DetectionBatch DetectionLoader::next() {
-  const auto t0 = std::chrono::steady_clock::now();
-  DetectionBatch b;
-  if (!impl_->ready.pop(b)) {
-    // Closed: `error` was set before close() (the channel's mutex orders the two).
-    if (impl_->error) std::rethrow_exception(impl_->error);
-    MERIDIAN_CHECK(false, "detection loader stopped");
-  }
-  b.wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return b;
-}
+DetectionBatch DetectionLoader::next() { return next_batch(impl_->ready, impl_->error, "detection loader"); }
 
 const DatasetInfo& DetectionLoader::info() const { return impl_->reader->info(); }
 const DistributedSampler& DetectionLoader::sampler() const { return *impl_->sampler; }

@@ -231,17 +231,7 @@ Loader::~Loader() {
   if (impl_->prep_thread.joinable()) impl_->prep_thread.join();
 }
 
-Batch Loader::next() {
-  const auto t0 = std::chrono::steady_clock::now();
-  Batch b;
-  if (!impl_->ready.pop(b)) {
-    // Closed: `error` was set before close() (the channel's mutex orders the two).
-    if (impl_->error) std::rethrow_exception(impl_->error);
-    MERIDIAN_CHECK(false, "loader stopped");
-  }
-  b.wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return b;
-}
+Batch Loader::next() { return next_batch(impl_->ready, impl_->error, "loader"); }
 
 const DatasetInfo& Loader::info() const { return impl_->reader->info(); }
 const DistributedSampler& Loader::sampler() const { return *impl_->sampler; }

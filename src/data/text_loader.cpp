@@ -196,16 +196,7 @@ TextLoader::~TextLoader() {
   if (impl_->io_thread.joinable()) impl_->io_thread.join();
 }
 
-TextBatch TextLoader::next() {
-  const auto t0 = std::chrono::steady_clock::now();
-  TextBatch b;
-  if (!impl_->ready.pop(b)) {
-    if (impl_->error) std::rethrow_exception(impl_->error);
-    MERIDIAN_CHECK(false, "text loader stopped");
-  }
-  b.wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return b;
-}
+TextBatch TextLoader::next() { return next_batch(impl_->ready, impl_->error, "text loader"); }
 
 const DatasetInfo& TextLoader::info() const { return impl_->info; }
 const DistributedSampler& TextLoader::sampler() const { return *impl_->sampler; }

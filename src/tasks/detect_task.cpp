@@ -161,8 +161,8 @@ struct DetectTask::Impl {
     loss_options.box = c.get<double>("task.box", loss_options.box);
     loss_options.cls = c.get<double>("task.cls", loss_options.cls);
     loss_options.dfl = c.get<double>("task.dfl", loss_options.dfl);
-    for (const char* key : {"task.box", "task.cls", "task.dfl"})
-      if (!(c.get<double>(key, 1.0) >= 0)) throw ConfigError(file, key, "must be >= 0");
+    for (const auto& [key, weight] : {std::pair{"task.box", loss_options.box}, {"task.cls", loss_options.cls}, {"task.dfl", loss_options.dfl}})
+      if (!(weight >= 0)) throw ConfigError(file, key, "must be >= 0");
 
     const data::DatasetInfo info = data::validate_dataset(train_data);
     if (info.kind != "detection") throw DataError(train_data, "kind", "the detect task needs a detection dataset (got " + info.kind + ")");

@@ -215,6 +215,7 @@ struct Trainer::Impl {
   TrainerOptions o;
   std::shared_ptr<torch::nn::Module> model;
   std::vector<at::Tensor> parameters;
+  std::vector<at::Tensor> float_buffers;  // BatchNorm statistics and the like: put back after a skipped step
   std::unique_ptr<comm::Communicator> grad_comm, control;  // control: losses, flags, timings (CPU, MPI)
   std::unique_ptr<parallel::DistributedDataParallel> ddp;  // without optim.zero
   std::unique_ptr<AdamW> optimizer;                        // adamw without optim.zero
@@ -231,6 +232,8 @@ struct Trainer::Impl {
   Impl(const comm::Runtime& runtime, Task& t, const TrainerSettings& settings, const TrainerOptions& options)
       : rt(runtime), task(t), s(settings), o(options), model(t.model()) {
     parameters = model->parameters();
+    for (const auto& b : model->buffers())
+      if (b.is_floating_point()) float_buffers.push_back(b);
     keep_freed_memory();
     grad_comm = comm::make_communicator(rt, comm::default_backend(rt));
     control = comm::make_communicator(rt, comm::Backend::MPI);
@@ -298,11 +301,7 @@ struct Trainer::Impl {
     const auto start = Clock::now();
     // Floating-point buffers (BatchNorm statistics) as they were: a skipped step puts them back.
     std::vector<at::Tensor> buffers_before;
-    {
-      at::NoGradGuard no_grad;
-      for (const auto& b : model->buffers())
-        if (b.is_floating_point()) buffers_before.push_back(b.detach().clone());
-    }
+    for (const auto& b : float_buffers) buffers_before.push_back(b.detach().clone());
     at::Tensor loss_sum = at::zeros({}, at::kDouble);
     for (int64_t micro = 0; micro < s.accumulate; ++micro) {
       if (ddp) ddp->set_sync(micro + 1 == s.accumulate);
@@ -341,10 +340,7 @@ struct Trainer::Impl {
     const bool bad = agreed[1].item<double>() > 0 || !std::isfinite(grad_norm);
     if (bad) {
       // The statistics of a non-finite forward are dropped too (on every rank: the same values).
-      at::NoGradGuard no_grad;
-      size_t i = 0;
-      for (const auto& b : model->buffers())
-        if (b.is_floating_point()) b.detach().copy_(buffers_before[i++]);
+      for (size_t i = 0; i < float_buffers.size(); ++i) float_buffers[i].detach().copy_(buffers_before[i]);
     } else {
       // BatchNorm running statistics: each rank's own batches moved them; one model again.
       parallel::average_buffers(*grad_comm, *model);

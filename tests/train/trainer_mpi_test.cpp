@@ -87,6 +87,16 @@ torch::Tensor flat(torch::nn::Module& m) {
   return torch::cat(parts);
 }
 
+// The ConfigError message of settings(yaml), or "no error".
+std::string message(const std::string& yaml) {
+  try {
+    settings(yaml);
+  } catch (const meridian::ConfigError& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 std::string shared_temp_dir(const std::string& name) {
   char path[256] = {0};
   if (runtime().rank() == 0) {
@@ -113,14 +123,6 @@ TEST(Schedule, WarmupThenCosineToMinLr) {
 }
 
 TEST(Settings, ErrorsNameTheFileAndField) {
-  auto message = [](const std::string& yaml) {
-    try {
-      settings(yaml);
-    } catch (const meridian::ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_EQ(message("train: {precision: fp8}"), "test.yaml: field 'train.precision': expected float32 or bf16, got 'fp8'");
   EXPECT_EQ(message("train: {accumulate: 0}"), "test.yaml: field 'train.accumulate': must be at least 1");
   EXPECT_EQ(message("optim: {lr: 1e-3, min_lr: 1e-2}"), "test.yaml: field 'optim.min_lr': must be within [0, optim.lr]");
@@ -397,14 +399,6 @@ TEST(Trainer, HealthMonitorFlagsAnInjectedStraggler) {
 }
 
 TEST(Settings, OptimizerAndEmaErrors) {
-  auto message = [](const std::string& yaml) {
-    try {
-      settings(yaml);
-    } catch (const meridian::ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_EQ(message("optim: {name: lion}"), "test.yaml: field 'optim.name': expected adamw or sgd, got 'lion'");
   EXPECT_EQ(message("optim: {name: sgd, zero: true}"),
             "test.yaml: field 'optim.zero': ZeRO-1 shards AdamW only: not with optim.name sgd");

@@ -40,6 +40,8 @@ class Module;
 
 namespace meridian::ckpt {
 
+class Reader;
+
 // The `checkpoint:` section; ConfigError names the field.
 struct CheckpointSettings {
   std::string dir;            // default <run_dir>/checkpoints
@@ -61,6 +63,10 @@ struct ResumePoint {
 // Not collective. The newest checkpoint in `dir` that opens and whose checksums verify; each
 // rejected newer one is described in `rejected`. nullopt when there is none.
 std::optional<ResumePoint> find_resumable(const std::string& dir, std::vector<std::string>* rejected);
+// Not collective: the config a checkpoint's run was trained with (its `config` attribute), with
+// origin "<path> (config)" for error messages.
+Config saved_config(const Reader& reader);
+
 // Not collective: the resume point of one file (DataError if it is not a valid checkpoint).
 ResumePoint read_resume_point(const std::string& path, bool verify);
 
