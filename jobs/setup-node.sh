@@ -19,6 +19,7 @@ PACKAGES=(
   libsentencepiece-dev sentencepiece
   libprotobuf-dev                    # TensorBoard event files (wire format written by hand)
   python3-h5py                       # tests read checkpoints as users do (docs/formats.md)
+  python3-yaml                       # tests read resolved configs
   slurm-wlm munge                    # Slurm + its authentication: tests/cluster/slurm_test.sh runs a one-node cluster
 )
 

@@ -31,11 +31,17 @@ CheckpointSettings CheckpointSettings::from_config(const Config& c, const std::s
   s.keep_last = c.get<int64_t>("checkpoint.keep_last", s.keep_last);
   s.keep_every = c.get<int64_t>("checkpoint.keep_every", s.keep_every);
   s.at_end = c.get<bool>("checkpoint.at_end", s.at_end);
-  if (s.every_steps < 0) throw ConfigError(c.origin(), "checkpoint.every_steps", "must be >= 0 (0: not by steps)");
-  if (s.every_minutes < 0) throw ConfigError(c.origin(), "checkpoint.every_minutes", "must be >= 0 (0: not by time)");
-  if (s.keep_last < 1) throw ConfigError(c.origin(), "checkpoint.keep_last", "must be at least 1");
-  if (s.keep_every < 0) throw ConfigError(c.origin(), "checkpoint.keep_every", "must be >= 0");
   return s;
+}
+
+void CheckpointSettings::declare(ConfigSchema& schema) {
+  const CheckpointSettings d;
+  schema.string("checkpoint.dir", std::nullopt, "where checkpoints are written").defaults_to("<run-dir>/checkpoints");
+  schema.integer("checkpoint.every_steps", d.every_steps, "steps between checkpoints; 0: not by steps").at_least(0);
+  schema.number("checkpoint.every_minutes", d.every_minutes, "minutes between checkpoints; 0: not by time").at_least(0);
+  schema.integer("checkpoint.keep_last", d.keep_last, "newest checkpoints kept (older ones are deleted)").at_least(1);
+  schema.integer("checkpoint.keep_every", d.keep_every, "also keep every checkpoint whose step is a multiple of this; 0: none").at_least(0);
+  schema.boolean("checkpoint.at_end", d.at_end, "save after the last step");
 }
 
 namespace {

@@ -35,6 +35,7 @@ Command prep_text_command();
 Command prep_synthetic_command();
 Command inspect_command();
 Command train_command();
+Command config_command();
 Command bench_train_command();
 Command eval_command();
 Command bench_ckpt_command();

@@ -25,7 +25,7 @@ std::vector<Command> all_commands() {
   std::vector<Command> commands{info_command(), doctor_command(), bench_comm_command(), bench_ddp_command()};
 #ifdef MERIDIAN_WITH_DATA
   for (auto c : {prep_image_text_command(), prep_detection_command(), prep_text_command(), prep_synthetic_command(), inspect_command(),
-                 bench_io_command(), train_command(), bench_train_command(), eval_command(),
+                 bench_io_command(), train_command(), bench_train_command(), config_command(), eval_command(),
                  bench_ckpt_command(), generate_command(), predict_command()})
     commands.push_back(c);
 #endif

@@ -25,20 +25,40 @@ void add_config_options(cxxopts::Options& o) {
       ("data", "Training dataset (.h5, from meridian prep); overrides data.train", cxxopts::value<std::string>()->default_value(""))
       ("set", "Override a config value, key=value (repeatable), e.g. --set optim.lr=3e-4", cxxopts::value<std::vector<std::string>>())
       ("health-every", "Steps between health reports (health.jsonl; stragglers, memory growth, data stalls); 0: off; default train.health_every or 100", cxxopts::value<int64_t>())
-      ("resume", "auto (the newest valid checkpoint in the run's checkpoint directory, else from scratch) or a checkpoint file", cxxopts::value<std::string>()->default_value(""));
+      ("resume", "auto (the newest valid checkpoint in the run's checkpoint directory, else from scratch) or a checkpoint file", cxxopts::value<std::string>()->default_value(""))
+      ("print-config", "Print the resolved config (file, --data and --set applied, defaults filled in) and exit; docs/config.md lists every key");
 }
 
-// The config file with --data and every --set applied (in order), as the run will use it.
+// The config file with --data and every --set applied (in order), checked against the schema
+// (tasks::validate_config), as the run will use it. Not collective.
 Config resolved_config(const cxxopts::ParseResult& p, const std::string& command) {
   const std::string path = p["config"].as<std::string>();
   if (path.empty()) throw UserError(command + ": --config is required (e.g. jobs/configs/siglip-tiny.yaml)");
   Config config = Config::load_file(path);
-  if (!p["data"].as<std::string>().empty()) config.set("data.train", yaml_quoted(p["data"].as<std::string>()));
+  if (!p["data"].as<std::string>().empty()) config.set("data.train", yaml_quoted(p["data"].as<std::string>()), "--data");
   apply_overrides(p, config);
-  if (p.count("health-every")) config.set("train.health_every", std::to_string(p["health-every"].as<int64_t>()));
-  if (config.get<std::string>("data.train", "").empty())
+  if (p.count("health-every"))
+    config.set("train.health_every", std::to_string(p["health-every"].as<int64_t>()), "--health-every");
+  tasks::validate_config(config);
+  if (!p.count("print-config") && config.get<std::string>("data.train", "").empty())
     throw UserError(command + ": no training data: give --data or data.train in " + path);
   return config;
+}
+
+// Collective: every rank must run the same resolved config and options (else exit 2 on every rank
+// naming the ranks and the first differing key, instead of a hang or ranks applying different updates).
+void require_same_run(const comm::Runtime& rt, const Config& config, const std::string& run_dir, const std::string& resume) {
+  const Config full = tasks::config_schema(config.get<std::string>("task.name", "siglip")).with_defaults(config);
+  std::vector<std::pair<std::string, std::string>> settings{{"--run-dir", run_dir}, {"--resume", resume}};
+  for (const auto& key : full.leaf_keys()) settings.emplace_back(key, full.text(key));
+  comm::require_same_on_every_rank(rt, "the training config", settings);
+}
+
+// --print-config: the resolved config with defaults, on rank 0. Returns the exit code.
+int print_config(const comm::Runtime& rt, const Config& config) {
+  if (rt.rank() == 0)
+    std::printf("%s\n", tasks::config_schema(config.get<std::string>("task.name", "siglip")).with_defaults(config).dump().c_str());
+  return 0;
 }
 
 // runs/<date>-<time> chosen by rank 0 (every rank must use the same directory).
@@ -64,7 +84,8 @@ train::TrainSummary train_with(comm::Runtime& rt, Config config, const std::stri
       if (rt.rank() == 0) spdlog::info("resume: config differs from the checkpoint's: {}", d);
     // The checkpoint's global batch, on any number of ranks (elastic): train.batch follows.
     const int64_t accumulate = config.get<int64_t>("train.accumulate", 1);
-    const int64_t global = config.get<int64_t>("train.batch", 32) * accumulate * rt.size();
+    const int64_t batch = tasks::config_schema(config.get<std::string>("task.name", "siglip")).with_defaults(config).get<int64_t>("train.batch");
+    const int64_t global = batch * accumulate * rt.size();
     if (global != point->global_batch) {
       if (point->global_batch % (int64_t(rt.size()) * accumulate) != 0)
         throw UserError(point->path + ": its global batch " + std::to_string(point->global_batch) + " does not divide into " +
@@ -115,11 +136,16 @@ double matmul_rate(const comm::Runtime& rt) {
 
 void apply_overrides(const cxxopts::ParseResult& p, Config& config) {
   if (!p.count("set")) return;
+  // The overrides alone are checked too (eval and generate change a saved config, which train checked).
+  Config overrides = Config::parse("", "--set");
+  if (!config.text("task.name").empty()) overrides.set("task.name", config.text("task.name"), config.source("task.name"));
   for (const auto& kv : p["set"].as<std::vector<std::string>>()) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) throw UserError("--set: expected key=value, got '" + kv + "'");
-    config.set(kv.substr(0, eq), kv.substr(eq + 1));
+    config.set(kv.substr(0, eq), kv.substr(eq + 1), "--set");
+    overrides.set(kv.substr(0, eq), kv.substr(eq + 1), "--set");
   }
+  tasks::validate_config(overrides);
 }
 
 Command train_command() {
@@ -129,8 +155,10 @@ Command train_command() {
   c.add_options = add_config_options;
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     const Config config = resolved_config(p, "train");
+    if (p.count("print-config")) return print_config(rt, config);
     std::string run_dir = p["run-dir"].as<std::string>();
     if (run_dir.empty()) run_dir = default_run_dir(rt);
+    require_same_run(rt, config, run_dir, p["resume"].as<std::string>());
     const auto r = train_with(rt, config, run_dir, p["resume"].as<std::string>());
     if (r.signalled) return kExitStopped;
     if (rt.rank() == 0 && !r.losses.empty()) {
@@ -153,6 +181,8 @@ Command bench_train_command() {
   c.add_options = add_config_options;
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     Config config = resolved_config(p, "bench train");
+    if (p.count("print-config")) return print_config(rt, config);
+    require_same_run(rt, config, p["run-dir"].as<std::string>(), "");
     config.set("data.eval", "''");  // speed only
     const double matmul = matmul_rate(rt);
     const double matmul_sum = double(rt.sum(int64_t(matmul)));
@@ -173,6 +203,18 @@ Command bench_train_command() {
                   1e3 * r.max_times.total, r.model_flops_per_s / 1e9, 100.0 * r.model_flops_per_s / matmul_sum,
                   matmul / 1e9, matmul_sum / 1e9);
     }
+    return 0;
+  };
+  return c;
+}
+
+Command config_command() {
+  Command c;
+  c.name = "config";
+  c.summary = "Every config key: type, default, range, meaning (Markdown; docs/config.md is this output)";
+  c.add_options = [](cxxopts::Options&) {};
+  c.run = [](const cxxopts::ParseResult&, comm::Runtime& rt) {
+    if (rt.rank() == 0) std::printf("%s", tasks::config_reference().c_str());
     return 0;
   };
   return c;

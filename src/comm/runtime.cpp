@@ -20,6 +20,7 @@
 
 #include "meridian/build_config.h"
 #include "meridian/core/error.h"
+#include "meridian/core/hash.h"
 #include "meridian/core/log.h"
 #include "meridian/comm/mpi_interop.h"
 #include "mpi_check.h"
@@ -287,6 +288,49 @@ void abort_job(const std::string& message, int exit_code) {
   });
   // A second caller (another thread) waits here until the first one has ended the process.
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+void require_same_on_every_rank(const Runtime& rt, const std::string& what,
+                                const std::vector<std::pair<std::string, std::string>>& settings) {
+  const std::map<std::string, std::string> mine(settings.begin(), settings.end());
+  std::string text;  // canonical: sorted by key, one "key\tvalue\n" each
+  for (const auto& [k, v] : mine) text += k + "\t" + v + "\n";
+  const auto hashes = rt.allgather(std::to_string(fnv1a(text.data(), text.size())) + " " + rt.host());
+  auto hash_of = [&](int r) { return hashes[r].substr(0, hashes[r].find(' ')); };
+  auto host_of = [&](int r) { return hashes[r].substr(hashes[r].find(' ') + 1); };
+  std::vector<int> differ;
+  for (int r = 1; r < rt.size(); ++r)
+    if (hash_of(r) != hash_of(0)) differ.push_back(r);
+  if (differ.empty()) return;
+  const auto texts = rt.allgather(text);
+  auto parse = [](const std::string& t) {
+    std::map<std::string, std::string> m;
+    for (size_t pos = 0, end; (end = t.find('\n', pos)) != std::string::npos; pos = end + 1) {
+      const auto tab = t.find('\t', pos);
+      m[t.substr(pos, tab - pos)] = t.substr(tab + 1, end - tab - 1);
+    }
+    return m;
+  };
+  const int first = differ.front();
+  const auto a = parse(texts[0]), b = parse(texts[first]);
+  std::string key;  // the first key (in order) whose value differs or that only one of them has
+  for (auto ia = a.begin(), ib = b.begin(); ia != a.end() || ib != b.end();) {
+    if (ib == b.end() || (ia != a.end() && ia->first < ib->first)) { key = ia->first; break; }
+    if (ia == a.end() || ib->first < ia->first) { key = ib->first; break; }
+    if (ia->second != ib->second) { key = ia->first; break; }
+    ++ia, ++ib;
+  }
+  auto value = [&](const std::map<std::string, std::string>& m) {
+    const auto it = m.find(key);
+    return it == m.end() ? std::string("(not set)") : "'" + it->second + "'";
+  };
+  std::string ranks;
+  for (size_t i = 0; i < differ.size() && i < 8; ++i)
+    ranks += (i ? ", " : "") + std::to_string(differ[i]) + " on " + host_of(differ[i]);
+  if (differ.size() > 8) ranks += " and " + std::to_string(differ.size() - 8) + " more";
+  throw UserError(what + " differs between ranks: rank" + (differ.size() > 1 ? "s " : " ") + ranks + " differ" +
+                  (differ.size() > 1 ? "" : "s") + " from rank 0 on " + host_of(0) + ", first at '" + key + "': " + value(b) +
+                  " on rank " + std::to_string(first) + " vs " + value(a) + " on rank 0 (every rank must run the same command and config)");
 }
 
 }  // namespace meridian::comm

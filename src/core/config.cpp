@@ -61,12 +61,32 @@ YAML::Node Config::lookup(const std::string& key) const {
   return walk;
 }
 
-void Config::set(const std::string& key, const std::string& yaml_value) {
+YAML::Node Config::read(const std::string& key) const {
+  MERIDIAN_CHECK(!readable_ || readable_->count(key), "config key '" + key + "' is read but not declared in the config schema");
+  return lookup(key);
+}
+
+std::string Config::source(const std::string& key) const {
+  // The longest key given to set() that is `key` or a map above it decides.
+  for (std::string k = key;;) {
+    const auto it = set_from_.find(k);
+    if (it != set_from_.end()) return it->second;
+    const auto dot = k.rfind('.');
+    if (dot == std::string::npos) break;
+    k.resize(dot);
+  }
+  const YAML::Node node = lookup(key);
+  if (node.IsDefined() && node.Mark().line >= 0) return origin_ + " line " + std::to_string(node.Mark().line + 1);
+  return origin_;
+}
+
+void Config::set(const std::string& key, const std::string& yaml_value, const std::string& from) {
+  const std::string origin = from.empty() ? origin_ : from;
   YAML::Node value;
   try {
     value = YAML::Load(yaml_value);
   } catch (const YAML::ParserException& e) {
-    throw ConfigError(origin_, key, "value '" + yaml_value + "' is not valid YAML: " + e.msg);
+    throw ConfigError(origin, key, "value '" + yaml_value + "' is not valid YAML: " + e.msg);
   }
   const auto parts = split_key(key);
   if (parts.empty()) throw ConfigError(origin_, key, "empty key");
@@ -74,11 +94,15 @@ void Config::set(const std::string& key, const std::string& yaml_value) {
   for (size_t i = 0; i + 1 < parts.size(); ++i) {
     YAML::Node next = walk[parts[i]];
     if (!next.IsDefined() || next.IsNull()) next = YAML::Node(YAML::NodeType::Map);
-    if (!next.IsMap()) throw ConfigError(origin_, key, "'" + parts[i] + "' is not a map");
+    if (!next.IsMap()) throw ConfigError(origin, key, "'" + parts[i] + "' is not a map");
     walk[parts[i]] = next;
     walk.reset(walk[parts[i]]);
   }
   walk[parts.back()] = value;
+  // Keys below `key` now come from the new value.
+  for (auto it = set_from_.lower_bound(key + "."); it != set_from_.end() && it->first.rfind(key + ".", 0) == 0;)
+    it = set_from_.erase(it);
+  set_from_[key] = origin;
 }
 
 std::vector<std::string> Config::leaf_keys() const {
@@ -93,6 +117,13 @@ std::string Config::text(const std::string& key) const {
   YAML::Emitter emitter;
   emitter << YAML::Flow << node;
   return emitter.c_str();
+}
+
+Config Config::clone() const {
+  Config c(YAML::Clone(root_), origin_);
+  c.set_from_ = set_from_;
+  c.readable_ = readable_;
+  return c;
 }
 
 std::string Config::dump() const {

@@ -6,10 +6,25 @@
 #include <cmath>
 #include <limits>
 
-#include "meridian/core/config.h"
+#include "meridian/core/config_schema.h"
 #include "meridian/core/error.h"
 
 namespace meridian::models {
+
+void LlamaConfig::declare(ConfigSchema& schema) {
+  const LlamaConfig d;
+  schema.integer("model.vocab_size", d.vocab_size, "vocabulary; raised to the dataset tokenizer's when smaller").at_least(2);
+  schema.integer("model.dim", d.dim, "model width; a multiple of model.heads").at_least(1);
+  schema.integer("model.layers", d.layers, "decoder blocks").at_least(1);
+  schema.integer("model.heads", d.heads, "query heads").at_least(1);
+  schema.integer("model.kv_heads", std::nullopt, "key/value heads (grouped-query attention when fewer); divides model.heads")
+      .at_least(1).defaults_to("model.heads");
+  schema.integer("model.hidden", d.hidden, "SwiGLU inner width").at_least(1);
+  schema.integer("model.max_seq_len", d.max_seq_len, "longest sequence (RoPE positions)").at_least(1);
+  schema.number("model.rope_theta", d.rope_theta, "RoPE base").above(0);
+  schema.number("model.norm_eps", d.norm_eps, "RMSNorm epsilon").above(0);
+  schema.boolean("model.tie_embeddings", d.tie_embeddings, "the output head shares the embedding matrix");
+}
 
 LlamaConfig LlamaConfig::from_config(const Config& c) {
   LlamaConfig s;

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "meridian/core/config.h"
+#include "meridian/core/config_schema.h"
 #include "meridian/core/error.h"
 #include "meridian/parallel/ddp.h"
 
@@ -30,6 +30,22 @@ double block_flops(double t, const TowerConfig& c) {
   return 2 * (t * w * 3 * w + 2 * t * t * w + t * w * w + 2 * t * w * w * c.mlp_ratio);
 }
 }  // namespace
+
+void SiglipConfig::declare(ConfigSchema& schema) {
+  const SiglipConfig d;
+  schema.integer("model.image_size", d.image_size, "input image side in pixels (the dataset's images are resized to it)").at_least(1);
+  schema.integer("model.patch", d.patch, "ViT patch side in pixels; divides model.image_size").at_least(1);
+  for (const auto& [tower, t] : {std::pair<std::string, TowerConfig>{"vision", d.vision}, {"text", d.text}}) {
+    const std::string p = "model." + tower;
+    schema.integer(p + ".width", t.width, tower + " tower width; a multiple of its heads").at_least(1);
+    schema.integer(p + ".depth", t.depth, tower + " tower blocks").at_least(1);
+    schema.integer(p + ".heads", t.heads, tower + " tower attention heads").at_least(1);
+    schema.number(p + ".mlp_ratio", t.mlp_ratio, tower + " tower MLP width / its width").above(0);
+  }
+  schema.integer("model.context_length", d.context_length, "caption tokens the text tower reads (at most the dataset's)").at_least(2);
+  schema.integer("model.vocab_size", d.vocab_size, "text vocabulary; raised to the dataset tokenizer's when smaller").at_least(2);
+  schema.integer("model.embed", d.embed, "shared embedding width").at_least(1);
+}
 
 SiglipConfig SiglipConfig::from_config(const Config& c) {
   SiglipConfig s;

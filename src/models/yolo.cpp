@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "meridian/core/config.h"
+#include "meridian/core/config_schema.h"
 #include "meridian/core/error.h"
 
 namespace meridian::models {
@@ -157,6 +157,23 @@ std::pair<std::string, std::string> invalid_field(const YoloConfig& s) {
 const std::vector<int64_t>& yolo_strides() {
   static const std::vector<int64_t> strides{8, 16, 32};
   return strides;
+}
+
+void YoloConfig::declare(ConfigSchema& schema) {
+  const YoloConfig d;
+  std::vector<std::string> scales;
+  for (const auto& p : kPresets) scales.push_back(p.name);
+  schema.choice("model.scale", scales, std::nullopt, "YOLOv12 scale: sets model.depth, model.width, model.max_channels (each may still be set)")
+      .defaults_to("model.depth, model.width and model.max_channels as given");
+  schema.integer("model.num_classes", std::nullopt, "object classes").at_least(1).defaults_to("the dataset's class count");
+  schema.number("model.width", d.width, "channel multiplier").above(0);
+  schema.number("model.depth", d.depth, "block repeat multiplier").above(0);
+  schema.integer("model.max_channels", d.max_channels, "cap on a layer's base channels, before model.width").at_least(8);
+  schema.integer("model.reg_max", d.reg_max, "DFL bins per box side").at_least(2);
+  schema.boolean("model.area_attention", d.area_attention, "area attention (A2C2f) in the P4 and P5 stages");
+  schema.integer("model.areas", d.areas, "strips of the P4 area attention").at_least(1);
+  schema.number("model.mlp_ratio", d.mlp_ratio, "A2C2f MLP width / its channels").above(0);
+  schema.boolean("model.sync_bn", d.sync_bn, "BatchNorm statistics over all ranks (small per-rank batches)");
 }
 
 YoloConfig YoloConfig::from_config(const Config& c) {

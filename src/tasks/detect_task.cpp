@@ -26,9 +26,6 @@ DetectEvalOptions DetectEvalOptions::from_config(const Config& c) {
   o.max_det = c.get<int64_t>("task.max_det", o.max_det);
   if (o.image_size < 0 || o.image_size % 32 != 0)
     throw ConfigError(c.origin(), "data.image_size", "must be a multiple of 32 (0: the stored size)");
-  if (!(o.conf >= 0 && o.conf < 1)) throw ConfigError(c.origin(), "task.conf", "must be within [0, 1)");
-  if (!(o.iou > 0 && o.iou <= 1)) throw ConfigError(c.origin(), "task.iou", "must be within (0, 1]");
-  if (o.max_det < 1) throw ConfigError(c.origin(), "task.max_det", "must be at least 1");
   return o;
 }
 
@@ -141,7 +138,8 @@ struct DetectTask::Impl {
   models::YoloConfig mc;
   detect::DetectionLossOptions loss_options;
   DetectEvalOptions eval_options;
-  int64_t batch = 16, image_size = 0;
+  static constexpr int64_t kBatch = 16, kCloseMosaic = 10;
+  int64_t batch = kBatch, image_size = 0;
   std::string eval_data;
   std::unique_ptr<data::DetectionLoader> loader;
   std::unique_ptr<comm::Communicator> bn_comm;  // model.sync_bn: SyncBatchNorm's own (outlives the model)
@@ -154,15 +152,12 @@ struct DetectTask::Impl {
       : rt(runtime), position(start) {
     const std::string& file = c.origin();
     batch = c.get<int64_t>("train.batch", batch);
-    if (batch < 1) throw ConfigError(file, "train.batch", "must be at least 1");
     if (train_data.empty()) throw ConfigError(file, "data.train", "missing: give --data or data.train");
     eval_data = c.get<std::string>("data.eval", "");
     eval_options = DetectEvalOptions::from_config(c);
     loss_options.box = c.get<double>("task.box", loss_options.box);
     loss_options.cls = c.get<double>("task.cls", loss_options.cls);
     loss_options.dfl = c.get<double>("task.dfl", loss_options.dfl);
-    for (const auto& [key, weight] : {std::pair{"task.box", loss_options.box}, {"task.cls", loss_options.cls}, {"task.dfl", loss_options.dfl}})
-      if (!(weight >= 0)) throw ConfigError(file, key, "must be >= 0");
 
     const data::DatasetInfo info = data::validate_dataset(train_data);
     if (info.kind != "detection") throw DataError(train_data, "kind", "the detect task needs a detection dataset (got " + info.kind + ")");
@@ -174,6 +169,14 @@ struct DetectTask::Impl {
                         std::to_string(mc.num_classes) + " is fewer than the dataset's " + std::to_string(data_classes) + " classes");
     loss_options.reg_max = mc.reg_max;
     image_size = eval_options.image_size > 0 ? eval_options.image_size : info.height;
+    if (rt.rank() == 0) {  // where the config and the dataset disagree, say what the run does
+      if (image_size != info.height)
+        spdlog::warn("data.image_size {} differs from the dataset's {} px images ({}): they are letterboxed to {} px on load "
+                     "(data.image_size: 0 trains at the stored size)", image_size, info.height, train_data, image_size);
+      if (mc.num_classes > data_classes && c.has("model.num_classes"))
+        spdlog::warn("model.num_classes {} is above the dataset's {} classes ({}): classes {}..{} have no examples",
+                     mc.num_classes, data_classes, train_data, data_classes, mc.num_classes - 1);
+    }
 
     data::DetectionLoaderOptions lo;
     lo.path = train_data;
@@ -193,8 +196,7 @@ struct DetectTask::Impl {
     a.hsv_s = c.get<double>("data.hsv_s", a.hsv_s);
     a.hsv_v = c.get<double>("data.hsv_v", a.hsv_v);
     // close_mosaic: the last epochs of the run, counted from train.steps and the global batch.
-    const int64_t close = c.get<int64_t>("data.close_mosaic", 10);
-    if (close < 0) throw ConfigError(file, "data.close_mosaic", "must be >= 0 (epochs at the end without mosaic; 0: none)");
+    const int64_t close = c.get<int64_t>("data.close_mosaic", kCloseMosaic);
     const int64_t global = batch * c.get<int64_t>("train.accumulate", 1) * rt.size();
     const int64_t steps_per_epoch = std::max<int64_t>(1, info.count / std::max<int64_t>(1, global));
     const int64_t epochs = (c.get<int64_t>("train.steps", 100) + steps_per_epoch - 1) / steps_per_epoch;
@@ -211,6 +213,32 @@ struct DetectTask::Impl {
                    mc.flops(image_size) / 1e9);
   }
 };
+
+void DetectTask::declare(ConfigSchema& schema) {
+  models::YoloConfig::declare(schema);
+  const DetectEvalOptions e;
+  const detect::DetectionLossOptions l;
+  const data::DetectionAugment a;
+  schema.integer("train.batch", Impl::kBatch, "images per rank per micro-step").at_least(1);
+  schema.integer("data.image_size", 0, "training and evaluation image side, a multiple of 32; 0: the dataset's").at_least(0);
+  schema.boolean("data.augment", true, "YOLO augmentation (mosaic, affine, HSV, flip) of the training images");
+  schema.number("data.mosaic", a.mosaic_prob, "probability of a 4-image mosaic").at_least(0).at_most(1);
+  schema.number("data.flip", a.flip_prob, "probability of a horizontal flip").at_least(0).at_most(1);
+  schema.number("data.scale", a.scale, "scale drawn in [1 - scale, 1 + scale]").at_least(0).at_most(0.95);
+  schema.number("data.translate", a.translate, "translation drawn in +-translate x the image size").at_least(0).at_most(1);
+  schema.number("data.degrees", a.degrees, "rotation drawn in +-degrees").at_least(0).at_most(180);
+  schema.number("data.hsv_h", a.hsv_h, "hue gain").at_least(0).at_most(1);
+  schema.number("data.hsv_s", a.hsv_s, "saturation gain").at_least(0).at_most(1);
+  schema.number("data.hsv_v", a.hsv_v, "value gain").at_least(0).at_most(1);
+  schema.integer("data.close_mosaic", Impl::kCloseMosaic, "the last epochs of the run without mosaic; 0: none").at_least(0);
+  schema.number("task.box", l.box, "weight of the CIoU box loss").at_least(0);
+  schema.number("task.cls", l.cls, "weight of the classification loss").at_least(0);
+  schema.number("task.dfl", l.dfl, "weight of the distribution focal loss").at_least(0);
+  schema.number("task.conf", e.conf, "evaluation: minimum confidence of a detection").at_least(0).below(1);
+  schema.number("task.iou", e.iou, "evaluation: NMS IoU threshold").above(0).at_most(1);
+  schema.integer("task.max_det", e.max_det, "evaluation: detections kept per image").at_least(1);
+  schema.strings("task.class_names", std::nullopt, "class names, for predict's labels").defaults_to("the dataset's");
+}
 
 DetectTask::DetectTask(const comm::Runtime& rt, const Config& config, const std::string& train_data, train::DataPosition start)
     : impl_(std::make_unique<Impl>(rt, config, train_data, start)) {}

@@ -36,7 +36,8 @@ std::pair<at::Tensor, int64_t> token_loss_sum(models::Llama& model, const at::Te
 struct LmTask::Impl {
   const comm::Runtime& rt;
   models::LlamaConfig mc;
-  int64_t batch = 8, seq_len = 0, last_tokens = 0;
+  static constexpr int64_t kBatch = 8;
+  int64_t batch = kBatch, seq_len = 0, last_tokens = 0;
   double last_loss = 0;
   std::string eval_data;
   std::unique_ptr<data::TextLoader> loader;
@@ -49,10 +50,9 @@ struct LmTask::Impl {
       : rt(runtime), position(start) {
     mc = models::LlamaConfig::from_config(c);
     batch = c.get<int64_t>("train.batch", batch);
-    if (batch < 1) throw ConfigError(c.origin(), "train.batch", "must be at least 1");
     seq_len = c.get<int64_t>("data.seq_len", mc.max_seq_len);
-    if (seq_len < 1 || seq_len > mc.max_seq_len)
-      throw ConfigError(c.origin(), "data.seq_len", "must be within [1, model.max_seq_len = " + std::to_string(mc.max_seq_len) + "]");
+    if (seq_len > mc.max_seq_len)
+      throw ConfigError(c.source("data.seq_len"), "data.seq_len", "must be within [1, model.max_seq_len = " + std::to_string(mc.max_seq_len) + "]");
     eval_data = c.get<std::string>("data.eval", "");
     if (train_data.empty()) throw ConfigError(c.origin(), "data.train", "missing: give --data or data.train");
     auto o = loader_options(c, train_data, seq_len, batch);
@@ -61,7 +61,8 @@ struct LmTask::Impl {
     loader = std::make_unique<data::TextLoader>(rt, o);
     if (loader->info().vocab_size > mc.vocab_size) {
       if (rt.rank() == 0)
-        spdlog::info("model.vocab_size {} raised to the dataset tokenizer's {}", mc.vocab_size, loader->info().vocab_size);
+        spdlog::warn("model.vocab_size {} is below the dataset tokenizer's {} ({}): the model gets {}", mc.vocab_size,
+                     loader->info().vocab_size, train_data, loader->info().vocab_size);
       mc.vocab_size = loader->info().vocab_size;
     }
     model = models::Llama(mc);
@@ -70,6 +71,14 @@ struct LmTask::Impl {
     model->to(rt.device());
   }
 };
+
+void LmTask::declare(ConfigSchema& schema) {
+  models::LlamaConfig::declare(schema);
+  schema.integer("train.batch", Impl::kBatch, "sequences per rank per micro-step").at_least(1);
+  schema.integer("data.seq_len", std::nullopt, "tokens per training sequence").at_least(1).defaults_to("model.max_seq_len");
+  schema.choice("data.mode", {"pack", "pad"}, "pack", "pack: windows of the token stream; pad: one document per sequence");
+  schema.string("task.init", "", "safetensors file with the initial weights (Hugging Face names); '': random");
+}
 
 LmTask::LmTask(const comm::Runtime& rt, const Config& config, const std::string& train_data, train::DataPosition start)
     : impl_(std::make_unique<Impl>(rt, config, train_data, start)) {}

@@ -143,7 +143,8 @@ struct SiglipTask::Impl {
   bool softmax = false;
   std::vector<std::string> prompts;
   std::string eval_data;
-  int64_t batch = 32, context = 0;
+  static constexpr int64_t kBatch = 32;
+  int64_t batch = kBatch, context = 0;
   std::unique_ptr<data::Loader> loader;
   std::unique_ptr<comm::Communicator> loss_comm;  // the gathers inside forward/backward: their own
   models::Siglip model{nullptr};
@@ -155,11 +156,7 @@ struct SiglipTask::Impl {
       : rt(runtime), position(start) {
     mc = models::SiglipConfig::from_config(c);
     batch = c.get<int64_t>("train.batch", batch);
-    if (batch < 1) throw ConfigError(c.origin(), "train.batch", "must be at least 1");
-    const std::string loss = c.get<std::string>("task.loss", "sigmoid");
-    if (loss != "sigmoid" && loss != "softmax")
-      throw ConfigError(c.origin(), "task.loss", "expected sigmoid or softmax, got '" + loss + "'");
-    softmax = loss == "softmax";
+    softmax = c.get<std::string>("task.loss", "sigmoid") == "softmax";
     prompts = c.get<std::vector<std::string>>("task.prompts", default_prompts());
     eval_data = c.get<std::string>("data.eval", "");
     if (train_data.empty()) throw ConfigError(c.origin(), "data.train", "missing: give --data or data.train");
@@ -175,11 +172,19 @@ struct SiglipTask::Impl {
     const auto& info = loader->info();
     if (info.kind != "image_text")
       throw DataError(train_data, "kind", "the siglip task trains on an image_text dataset");
-    if (info.vocab_size > mc.vocab_size) {
-      if (rt.rank() == 0)
-        spdlog::info("model.vocab_size {} raised to the dataset tokenizer's {}", mc.vocab_size, info.vocab_size);
-      mc.vocab_size = info.vocab_size;
+    // Where the config and the dataset disagree, say what the run does.
+    if (rt.rank() == 0) {
+      if (info.vocab_size > mc.vocab_size)
+        spdlog::warn("model.vocab_size {} is below the dataset tokenizer's {} ({}): the model gets {}", mc.vocab_size,
+                     info.vocab_size, train_data, info.vocab_size);
+      if (info.height != mc.image_size || info.width != mc.image_size)
+        spdlog::warn("model.image_size {} differs from the dataset's {}x{} px images ({}): they are resized to {} px on the device",
+                     mc.image_size, info.width, info.height, train_data, mc.image_size);
+      if (mc.context_length > info.context_length)
+        spdlog::warn("model.context_length {} is above the dataset's {} tokens per caption ({}): the model reads {}",
+                     mc.context_length, info.context_length, train_data, info.context_length);
     }
+    mc.vocab_size = std::max(mc.vocab_size, info.vocab_size);
     mc.pad_id = info.pad_id;
     context = std::min<int64_t>(mc.context_length, info.context_length);
     model = models::Siglip(mc);
@@ -188,6 +193,14 @@ struct SiglipTask::Impl {
     loss_comm = comm::make_communicator(rt, comm::default_backend(rt));
   }
 };
+
+void SiglipTask::declare(ConfigSchema& schema) {
+  models::SiglipConfig::declare(schema);
+  schema.integer("train.batch", Impl::kBatch, "image-caption pairs per rank per micro-step").at_least(1);
+  schema.choice("task.loss", {"sigmoid", "softmax"}, "sigmoid", "sigmoid: SigLIP's pairwise loss; softmax: CLIP's");
+  schema.strings("task.prompts", default_prompts(), "zero-shot prompt templates ({} is the class name)");
+  schema.boolean("data.augment", false, "random resized crop and flip of the training images");
+}
 
 SiglipTask::SiglipTask(const comm::Runtime& rt, const Config& config, const std::string& train_data,
                        train::DataPosition start)

@@ -25,29 +25,59 @@
 
 namespace meridian::train {
 
+void TrainerSettings::declare(ConfigSchema& schema) {
+  const TrainerSettings d;
+  schema.integer("train.steps", d.steps, "optimizer steps to train").at_least(1);
+  schema.integer("train.accumulate", d.accumulate, "micro-batches per optimizer step (gradient accumulation)").at_least(1);
+  schema.integer("train.seed", 0, "seed of the model's initialisation, the data order and augmentation").at_least(0);
+  schema.choice("train.precision", {"float32", "bf16"}, "float32", "forward precision (bf16: autocast)");
+  schema.integer("train.log_every", d.log_every, "steps between log lines and metrics.csv rows").at_least(1);
+  schema.integer("train.eval_every", d.eval_every, "steps between evaluations on data.eval; 0: after the last step only").at_least(0);
+  schema.boolean("train.eval_at_start", d.eval_at_start, "also evaluate before the first step (the untrained baseline)");
+  schema.integer("train.max_bad_steps", d.max_bad_steps, "non-finite steps in a row (skipped) before the job stops").at_least(1);
+  schema.integer("train.stop_at", d.stop_at, "end this run after this step, with a checkpoint; 0: run to train.steps").at_least(0);
+  schema.integer("train.health_every", d.health_every, "steps between health reports (health.jsonl); 0: none").at_least(0);
+  schema.choice("train.progress", {"auto", "bar", "lines"}, "auto", "rank 0's progress display (auto: a bar on a terminal)");
+  schema.number("train.ema", d.ema, "model EMA decay (e.g. 0.9999), used by evaluations and checkpoints; 0: no EMA").at_least(0).below(1);
+  schema.number("train.ema_tau", d.ema_tau, "updates over which the EMA decay ramps up").above(0);
+  schema.number("train.peak_flops", d.peak_flops, "one device's peak FLOP/s, for the reported MFU; 0: no MFU").at_least(0);
+  schema.choice("optim.name", {"adamw", "sgd"}, "adamw", "optimizer");
+  schema.number("optim.lr", d.lr, "peak learning rate (after warmup; cosine decay to optim.min_lr)").above(0);
+  schema.number("optim.min_lr", std::nullopt, "learning rate at the last step").at_least(0).defaults_to("the smaller of 1e-05 and optim.lr");
+  schema.integer("optim.warmup", d.warmup, "steps of linear learning-rate warmup").at_least(0);
+  schema.number("optim.weight_decay", d.weight_decay, "decoupled weight decay (not on biases, norms, embeddings)").at_least(0);
+  schema.number("optim.beta1", d.beta1, "adamw: first-moment decay").at_least(0).below(1);
+  schema.number("optim.beta2", d.beta2, "adamw: second-moment decay").at_least(0).below(1);
+  schema.number("optim.eps", d.eps, "adamw: epsilon").above(0);
+  schema.number("optim.clip", d.clip, "max global gradient norm; 0: no clipping").at_least(0);
+  schema.boolean("optim.zero", d.zero, "ZeRO-1: AdamW state sharded across ranks (adamw only)");
+  schema.number("optim.momentum", d.momentum, "sgd: momentum after the warmup").at_least(0).below(1);
+  schema.boolean("optim.nesterov", d.nesterov, "sgd: Nesterov momentum");
+  schema.number("optim.warmup_momentum", d.warmup_momentum, "sgd: momentum at step 0, ramped to optim.momentum over optim.warmup").at_least(0).below(1);
+}
+
+// Types, choices and single-key ranges are the schema's (declare, checked by ConfigSchema::check); the
+// checks here are the ones that involve several keys.
 TrainerSettings TrainerSettings::from_config(const Config& c) {
   TrainerSettings s;
-  const std::string& file = c.origin();
   s.steps = c.get<int64_t>("train.steps", s.steps);
   s.accumulate = c.get<int64_t>("train.accumulate", s.accumulate);
   s.seed = uint64_t(c.get<int64_t>("train.seed", 0));
   const std::string precision = c.get<std::string>("train.precision", "float32");
   if (precision == "float32") s.precision = Precision::Float32;
   else if (precision == "bf16") s.precision = Precision::BFloat16;
-  else throw ConfigError(file, "train.precision", "expected float32 or bf16, got '" + precision + "'");
+  else throw ConfigError(c.source("train.precision"), "train.precision", "expected float32 or bf16, got '" + precision + "'");
   s.log_every = c.get<int64_t>("train.log_every", s.log_every);
   s.eval_every = c.get<int64_t>("train.eval_every", s.eval_every);
   s.eval_at_start = c.get<bool>("train.eval_at_start", s.eval_at_start);
   s.max_bad_steps = c.get<int64_t>("train.max_bad_steps", s.max_bad_steps);
   s.stop_at = c.get<int64_t>("train.stop_at", s.stop_at);
   s.health_every = c.get<int64_t>("train.health_every", s.health_every);
-  if (s.health_every < 0) throw ConfigError(file, "train.health_every", "must be >= 0 (0: no health reports)");
-  if (s.stop_at < 0) throw ConfigError(file, "train.stop_at", "must be >= 0 (0: run to train.steps)");
   const std::string progress = c.get<std::string>("train.progress", "auto");
   if (progress == "auto") s.progress = Progress::Auto;
   else if (progress == "bar") s.progress = Progress::Bar;
   else if (progress == "lines") s.progress = Progress::Lines;
-  else throw ConfigError(file, "train.progress", "expected auto, bar or lines, got '" + progress + "'");
+  else throw ConfigError(c.source("train.progress"), "train.progress", "expected auto, bar or lines, got '" + progress + "'");
   s.lr = c.get<double>("optim.lr", s.lr);
   s.min_lr = c.get<double>("optim.min_lr", std::min(s.min_lr, s.lr));
   s.weight_decay = c.get<double>("optim.weight_decay", s.weight_decay);
@@ -60,39 +90,22 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   const std::string optimizer = c.get<std::string>("optim.name", "adamw");
   if (optimizer == "adamw") s.optimizer = Optimizer::AdamW;
   else if (optimizer == "sgd") s.optimizer = Optimizer::SGD;
-  else throw ConfigError(file, "optim.name", "expected adamw or sgd, got '" + optimizer + "'");
+  else throw ConfigError(c.source("optim.name"), "optim.name", "expected adamw or sgd, got '" + optimizer + "'");
   s.momentum = c.get<double>("optim.momentum", s.momentum);
   s.nesterov = c.get<bool>("optim.nesterov", s.nesterov);
   s.warmup_momentum = c.get<double>("optim.warmup_momentum", s.warmup_momentum);
   s.ema = c.get<double>("train.ema", s.ema);
   s.ema_tau = c.get<double>("train.ema_tau", s.ema_tau);
-  if (!(s.ema == 0 || (s.ema > 0 && s.ema < 1)))
-    throw ConfigError(file, "train.ema", "must be 0 (no EMA) or a decay within (0, 1), e.g. 0.9999");
-  if (!(s.ema_tau > 0)) throw ConfigError(file, "train.ema_tau", "must be > 0");
   s.peak_flops = c.get<double>("train.peak_flops", s.peak_flops);
-  if (!(s.peak_flops >= 0)) throw ConfigError(file, "train.peak_flops", "must be >= 0 (FLOP/s of one device; 0: no MFU)");
-  if (s.steps < 1) throw ConfigError(file, "train.steps", "must be at least 1");
-  if (s.accumulate < 1) throw ConfigError(file, "train.accumulate", "must be at least 1");
-  if (s.log_every < 1) throw ConfigError(file, "train.log_every", "must be at least 1");
-  if (s.eval_every < 0) throw ConfigError(file, "train.eval_every", "must be >= 0 (0: after the last step)");
-  if (s.max_bad_steps < 1) throw ConfigError(file, "train.max_bad_steps", "must be at least 1");
-  if (!(s.lr > 0)) throw ConfigError(file, "optim.lr", "must be > 0");
-  if (!(s.min_lr >= 0 && s.min_lr <= s.lr)) throw ConfigError(file, "optim.min_lr", "must be within [0, optim.lr]");
-  if (!(s.weight_decay >= 0)) throw ConfigError(file, "optim.weight_decay", "must be >= 0");
-  if (!(s.beta1 >= 0 && s.beta1 < 1)) throw ConfigError(file, "optim.beta1", "must be within [0, 1)");
-  if (!(s.beta2 >= 0 && s.beta2 < 1)) throw ConfigError(file, "optim.beta2", "must be within [0, 1)");
-  if (!(s.eps > 0)) throw ConfigError(file, "optim.eps", "must be > 0");
-  if (!(s.clip >= 0)) throw ConfigError(file, "optim.clip", "must be >= 0 (0: no clipping)");
-  if (s.warmup < 0) throw ConfigError(file, "optim.warmup", "must be >= 0");
-  if (!(s.momentum >= 0 && s.momentum < 1)) throw ConfigError(file, "optim.momentum", "must be within [0, 1)");
-  if (!(s.warmup_momentum >= 0 && s.warmup_momentum < 1))
-    throw ConfigError(file, "optim.warmup_momentum", "must be within [0, 1)");
+  if (!(s.min_lr <= s.lr)) throw ConfigError(c.source("optim.min_lr"), "optim.min_lr", "must be within [0, optim.lr]");
   if (s.optimizer == Optimizer::SGD) {
-    if (s.zero) throw ConfigError(file, "optim.zero", "ZeRO-1 shards AdamW only: not with optim.name sgd");
+    if (s.zero) throw ConfigError(c.source("optim.zero"), "optim.zero", "ZeRO-1 shards AdamW only: not with optim.name sgd");
     if (s.nesterov && s.momentum == 0)
-      throw ConfigError(file, "optim.momentum", "must be > 0 with optim.nesterov true (or set optim.nesterov: false)");
+      throw ConfigError(c.source("optim.momentum"), "optim.momentum",
+                        "must be > 0 with optim.nesterov true (or set optim.nesterov: false)");
     if (s.nesterov && s.warmup > 0 && s.warmup_momentum == 0)
-      throw ConfigError(file, "optim.warmup_momentum", "must be > 0 with optim.nesterov true (or set optim.nesterov: false)");
+      throw ConfigError(c.source("optim.warmup_momentum"), "optim.warmup_momentum",
+                        "must be > 0 with optim.nesterov true (or set optim.nesterov: false)");
   }
   return s;
 }

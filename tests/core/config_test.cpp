@@ -46,9 +46,9 @@ TEST(Config, ErrorsNameFileFieldAndExpectation) {
   const auto c = Config::parse(kText, "tiny.yaml");
   EXPECT_EQ(message_of([&] { c.get<int>("model.heads"); }), "tiny.yaml: field 'model.heads': missing (expected an integer)");
   EXPECT_EQ(message_of([&] { c.get<int>("model.name"); }),
-            "tiny.yaml: field 'model.name': expected an integer, got 'tiny' (line 5)");
+            "tiny.yaml line 5: field 'model.name': expected an integer, got 'tiny'");
   EXPECT_EQ(message_of([&] { c.get<double>("model", 1.0); }),
-            "tiny.yaml: field 'model': expected a number, got a map (line 3)");
+            "tiny.yaml line 3: field 'model': expected a number, got a map");
 }
 
 TEST(Config, SyntaxErrorsAndMissingFiles) {

@@ -73,8 +73,8 @@ assert abs(first - math.log(32)) < 0.5 and last < first - 0.3, (first, last)
 PY
 "$mpirun" --oversubscribe -np 2 "$meridian" train --config "$tmp/small.yaml" --data "$tmp/data.h5" --set train.batch=0 \
   --run-dir "$tmp/bad" >"$tmp/o" 2>&1 && fail "train.batch=0 accepted"
-grep -q "small.yaml: field 'train.batch': must be at least 1" "$tmp/o" || { cat "$tmp/o"; fail "no clear message for train.batch"; }
+grep -q -- "--set: field 'train.batch': expected an integer >= 1, got '0'" "$tmp/o" || { cat "$tmp/o"; fail "no clear message for train.batch"; }
 "$mpirun" --oversubscribe -np 2 "$meridian" train --config "$tmp/small.yaml" --data "$tmp/data.h5" --set task.loss=hinge \
   --run-dir "$tmp/bad" >"$tmp/o" 2>&1 && fail "task.loss=hinge accepted"
-grep -q "small.yaml: field 'task.loss': expected sigmoid or softmax, got 'hinge'" "$tmp/o" || { cat "$tmp/o"; fail "no clear message for task.loss"; }
+grep -q -- "--set: field 'task.loss': expected one of sigmoid or softmax, got 'hinge'" "$tmp/o" || { cat "$tmp/o"; fail "no clear message for task.loss"; }
 echo PASS

@@ -76,8 +76,13 @@ class LinearTask : public train::Task {
   torch::Tensor x_, y_;
 };
 
+// Checked against the train:/optim: schema (types and ranges), then read (the checks across keys).
 train::TrainerSettings settings(const std::string& yaml) {
-  return train::TrainerSettings::from_config(meridian::Config::parse(yaml, "test.yaml"));
+  meridian::Config config = meridian::Config::parse(yaml, "test.yaml");
+  meridian::ConfigSchema schema;
+  train::TrainerSettings::declare(schema);
+  schema.check(config);
+  return train::TrainerSettings::from_config(config);
 }
 
 // Every parameter flattened into one tensor (copied).
@@ -123,12 +128,13 @@ TEST(Schedule, WarmupThenCosineToMinLr) {
 }
 
 TEST(Settings, ErrorsNameTheFileAndField) {
-  EXPECT_EQ(message("train: {precision: fp8}"), "test.yaml: field 'train.precision': expected float32 or bf16, got 'fp8'");
-  EXPECT_EQ(message("train: {accumulate: 0}"), "test.yaml: field 'train.accumulate': must be at least 1");
-  EXPECT_EQ(message("optim: {lr: 1e-3, min_lr: 1e-2}"), "test.yaml: field 'optim.min_lr': must be within [0, optim.lr]");
-  EXPECT_EQ(message("optim: {clip: -1}"), "test.yaml: field 'optim.clip': must be >= 0 (0: no clipping)");
-  EXPECT_EQ(message("train: {max_bad_steps: x}"),
-            "test.yaml: field 'train.max_bad_steps': expected an integer, got 'x' (line 1)");
+  EXPECT_EQ(message("train: {precision: fp8}"), "test.yaml line 1: field 'train.precision': expected one of float32 or bf16, got 'fp8'");
+  EXPECT_EQ(message("train: {accumulate: 0}"), "test.yaml line 1: field 'train.accumulate': expected an integer >= 1, got '0'");
+  EXPECT_EQ(message("optim: {lr: 1e-3, min_lr: 1e-2}"), "test.yaml line 1: field 'optim.min_lr': must be within [0, optim.lr]");
+  EXPECT_EQ(message("optim: {clip: -1}"), "test.yaml line 1: field 'optim.clip': expected a number >= 0, got '-1'");
+  EXPECT_EQ(message("train:\n  steps: 3\n  max_bad_steps: x\n"),
+            "test.yaml line 3: field 'train.max_bad_steps': expected an integer >= 1, got 'x'");
+  EXPECT_EQ(message("train: {stesp: 5}"), "test.yaml line 1: field 'train.stesp': unknown key; did you mean 'train.steps'?");
 }
 
 // optim.zero: the same run with the AdamW state sharded (gradients reduce-scattered, the global norm
@@ -399,16 +405,17 @@ TEST(Trainer, HealthMonitorFlagsAnInjectedStraggler) {
 }
 
 TEST(Settings, OptimizerAndEmaErrors) {
-  EXPECT_EQ(message("optim: {name: lion}"), "test.yaml: field 'optim.name': expected adamw or sgd, got 'lion'");
+  EXPECT_EQ(message("optim: {name: lion}"), "test.yaml line 1: field 'optim.name': expected one of adamw or sgd, got 'lion'");
   EXPECT_EQ(message("optim: {name: sgd, zero: true}"),
-            "test.yaml: field 'optim.zero': ZeRO-1 shards AdamW only: not with optim.name sgd");
-  EXPECT_EQ(message("optim: {name: sgd, momentum: 1}"), "test.yaml: field 'optim.momentum': must be within [0, 1)");
+            "test.yaml line 1: field 'optim.zero': ZeRO-1 shards AdamW only: not with optim.name sgd");
+  EXPECT_EQ(message("optim: {name: sgd, momentum: 1}"), "test.yaml line 1: field 'optim.momentum': expected a number in [0, 1), got '1'");
   EXPECT_EQ(message("optim: {name: sgd, momentum: 0}"),
-            "test.yaml: field 'optim.momentum': must be > 0 with optim.nesterov true (or set optim.nesterov: false)");
+            "test.yaml line 1: field 'optim.momentum': must be > 0 with optim.nesterov true (or set optim.nesterov: false)");
   EXPECT_EQ(message("optim: {name: sgd, momentum: 0, nesterov: false}"), "no error");
-  EXPECT_EQ(message("optim: {name: sgd, warmup_momentum: -0.1}"), "test.yaml: field 'optim.warmup_momentum': must be within [0, 1)");
-  EXPECT_EQ(message("train: {ema: 1.5}"), "test.yaml: field 'train.ema': must be 0 (no EMA) or a decay within (0, 1), e.g. 0.9999");
-  EXPECT_EQ(message("train: {ema: 0.99, ema_tau: 0}"), "test.yaml: field 'train.ema_tau': must be > 0");
+  EXPECT_EQ(message("optim: {name: sgd, warmup_momentum: -0.1}"),
+            "test.yaml line 1: field 'optim.warmup_momentum': expected a number in [0, 1), got '-0.1'");
+  EXPECT_EQ(message("train: {ema: 1.5}"), "test.yaml line 1: field 'train.ema': expected a number in [0, 1), got '1.5'");
+  EXPECT_EQ(message("train: {ema: 0.99, ema_tau: 0}"), "test.yaml line 1: field 'train.ema_tau': expected a number > 0, got '0'");
   const auto defaults = settings("optim: {name: sgd}");
   EXPECT_EQ(defaults.optimizer, train::Optimizer::SGD);
   EXPECT_DOUBLE_EQ(defaults.momentum, 0.937);

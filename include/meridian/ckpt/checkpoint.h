@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "meridian/core/config.h"
+#include "meridian/core/config_schema.h"
 
 namespace meridian::comm {
 class Runtime;
@@ -51,6 +51,8 @@ struct CheckpointSettings {
   int64_t keep_every = 0;     // also keep every checkpoint whose step is a multiple of this (0: none)
   bool at_end = true;         // save after the last step
   static CheckpointSettings from_config(const Config& config, const std::string& run_dir);
+  // Declares the checkpoint: keys (types, defaults from this struct, ranges, meanings).
+  static void declare(ConfigSchema& schema);
 };
 
 // What resuming needs before the task and trainer exist (the loader starts at epoch/position).

@@ -72,6 +72,13 @@ class Runtime {
   bool owns_mpi_ = false;
 };
 
+// Collective: every rank passes its (key, value) settings, e.g. its resolved config; returns when every
+// rank's are rank 0's (compared by hash: one small allgather). Otherwise throws UserError on every
+// rank naming `what`, the ranks and hosts that differ from rank 0, and the first differing key with both
+// values (then a second allgather of the settings themselves).
+void require_same_on_every_rank(const Runtime& rt, const std::string& what,
+                                const std::vector<std::pair<std::string, std::string>>& settings);
+
 // MPI library version string (MPI_Get_library_version) and standard version. Not collective.
 std::string mpi_library_version();
 

@@ -18,6 +18,7 @@
 
 namespace meridian {
 class Config;
+class ConfigSchema;
 }
 
 namespace meridian::models {
@@ -36,6 +37,8 @@ struct LlamaConfig {
 
   // From the `model:` section (jobs/configs/lm-*.yaml, llama-7b.yaml); ConfigError names the field.
   static LlamaConfig from_config(const Config& config);
+  // Declares the model: keys (types, defaults from this struct, meanings).
+  static void declare(ConfigSchema& schema);
   int64_t head_dim() const { return dim / heads; }
   // Closed form, without building the model (the 7b preset: 6,738,415,616 as Llama-2-7B).
   int64_t parameter_count() const;

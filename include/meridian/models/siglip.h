@@ -16,6 +16,7 @@
 
 namespace meridian {
 class Config;
+class ConfigSchema;
 }
 
 namespace meridian::models {
@@ -36,6 +37,8 @@ struct SiglipConfig {
   // From the `model:` section of a YAML config (jobs/configs/siglip-*.yaml); ConfigError names the
   // file and field. Checks that widths divide by heads and the image by the patch.
   static SiglipConfig from_config(const Config& config);
+  // Declares the model: keys (types, defaults from this struct, meanings).
+  static void declare(ConfigSchema& schema);
   // Multiply-adds x 2 of one image-text pair through both towers (forward only).
   double flops_per_sample() const;
 };

@@ -39,6 +39,7 @@
 
 namespace meridian {
 class Config;
+class ConfigSchema;
 }
 
 namespace meridian::models {
@@ -60,6 +61,8 @@ struct YoloConfig {
   // model.reg_max, model.area_attention, model.areas, model.mlp_ratio, model.sync_bn. ConfigError names the file
   // and the field (unknown scale, non-positive multipliers, num_classes < 1, reg_max < 2, ...).
   static YoloConfig from_config(const Config& config);
+  // Declares the model: keys (types, defaults from this struct, meanings).
+  static void declare(ConfigSchema& schema);
   int64_t channels(int64_t base) const;  // make_divisible(min(base, max_channels) * width, 8), >= 8
   int64_t repeats(int64_t base) const;   // max(round(base * depth), 1)
   int64_t outputs() const { return 4 * reg_max + num_classes; }  // channels of each output level

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "meridian/core/config.h"
+#include "meridian/core/config_schema.h"
 #include "meridian/detect/coco_map.h"
 #include "meridian/models/yolo.h"
 #include "meridian/train/task.h"
@@ -73,6 +73,8 @@ class DetectTask : public train::Task {
  public:
   // Collective: opens the data (every rank the same file), builds the model on the runtime's device.
   DetectTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data, train::DataPosition start = {});
+  // Declares this task's keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
+  static void declare(ConfigSchema& schema);
   ~DetectTask() override;
 
   std::string name() const override { return "detect"; }

@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "meridian/core/config.h"
+#include "meridian/core/config_schema.h"
 #include "meridian/models/llama.h"
 #include "meridian/train/task.h"
 
@@ -27,6 +27,8 @@ class LmTask : public train::Task {
   // Collective: opens the data (every rank the same file), builds the model on the runtime's device
   // (model.vocab_size raised to the tokenizer's if smaller), loads task.init if given.
   LmTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data, train::DataPosition start = {});
+  // Declares this task's keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
+  static void declare(ConfigSchema& schema);
   ~LmTask() override;
 
   std::string name() const override { return "lm"; }

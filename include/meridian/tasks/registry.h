@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "meridian/core/config.h"
+#include "meridian/core/config_schema.h"
 #include "meridian/train/task.h"
 
 namespace meridian::comm {
@@ -15,6 +15,19 @@ class Runtime;
 namespace meridian::tasks {
 
 std::vector<std::string> task_names();
+
+// Every key a run of task `task` may set: task.name, data.train, data.eval, the trainer's train: and
+// optim: keys, checkpoint: keys, and the task's own (its model, task: and data: keys, train.batch).
+// SystemError for an unknown task name (check it first: validate_config does).
+ConfigSchema config_schema(const std::string& task);
+
+// Not collective. Checks `config` against the schema of its task.name (ConfigError: unknown task,
+// unknown key with the nearest known one, wrong type, out of range; a key of another task says so)
+// and restricts its reads to the declared keys.
+void validate_config(Config& config);
+
+// docs/config.md: every key of every task, generated from the schema (`meridian config`).
+std::string config_reference();
 
 // Collective (tasks open their data collectively). `train_data` is the training dataset (the CLI's
 // --data or data.train). ConfigError naming task.name for an unknown task.

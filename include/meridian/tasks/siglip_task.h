@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "meridian/core/config.h"
+#include "meridian/core/config_schema.h"
 #include "meridian/models/siglip.h"
 #include "meridian/train/task.h"
 
@@ -49,6 +49,8 @@ class SiglipTask : public train::Task {
   // `start`: where the data resumes (from a checkpoint).
   SiglipTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data,
              train::DataPosition start = {});
+  // Declares this task's keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
+  static void declare(ConfigSchema& schema);
   ~SiglipTask() override;
 
   std::string name() const override;

@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include "meridian/core/config.h"
+#include "meridian/core/config_schema.h"
 #include "meridian/core/error.h"
 #include "meridian/train/adamw.h"
 #include "meridian/train/ema.h"
@@ -94,6 +94,10 @@ struct TrainerSettings {
   double peak_flops = 0;        // train.peak_flops: one device's peak FLOP/s (e.g. 989e12 for an H100's
                                 // bf16 dense): reported as model FLOPs utilisation (mfu); 0: not reported
 
+  // Declares the train: and optim: keys (types, defaults from this struct, ranges, meanings).
+  static void declare(ConfigSchema& schema);
+  // The settings of `config`; ConfigError for what spans several keys (optim.min_lr above optim.lr,
+  // sgd with optim.zero, ...). Not collective.
   static TrainerSettings from_config(const Config& config);
 };
 

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Usage: config_mpi_test.sh MPIRUN MERIDIAN SOURCE_DIR — the config schema end to end: docs/config.md is
+# the schema's output, every preset in jobs/configs passes it, a typo anywhere is exit 2 on every rank
+# naming the key, where it came from and the nearest key, and ranks started with different configs
+# stop within seconds naming the first differing key (instead of a hang or different updates).
+set -u
+mpirun=$1 meridian=$2 src=$3
+fail() { echo "FAIL: $*"; exit 1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+"$meridian" config >"$tmp/config.md" || fail "meridian config exited $?"
+diff -u "$src/docs/config.md" "$tmp/config.md" >"$tmp/diff" ||
+  { head -40 "$tmp/diff"; fail "docs/config.md is out of date: run 'build/meridian config > docs/config.md'"; }
+for key in train.batch optim.lr checkpoint.every_steps model.vision.width model.kv_heads model.scale data.seq_len task.class_names; do
+  grep -qF "| \`$key\` |" "$tmp/config.md" || fail "docs/config.md does not list $key"
+done
+
+for f in "$src"/jobs/configs/*.yaml; do
+  "$meridian" train --config "$f" --print-config >"$tmp/o" 2>&1 || { cat "$tmp/o"; fail "$f does not pass the schema"; }
+done
+# --print-config: the resolved config, defaults included, --set applied.
+"$meridian" train --config "$src/jobs/configs/demo.yaml" --set optim.clip=2 --print-config >"$tmp/o" 2>&1 || fail "--print-config exited $?"
+python3 - "$tmp/o" <<'PY' || fail "--print-config does not show the resolved config"
+import sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))
+assert c["optim"]["clip"] == 2 and c["train"]["steps"] == 150, c       # --set, the file
+assert c["train"]["accumulate"] == 1 and c["checkpoint"]["keep_last"] == 3 and c["task"]["name"] == "siglip", c  # defaults
+PY
+
+cat >"$tmp/typo.yaml" <<'YAML'
+train:
+  steps: 5
+  bach: 16
+YAML
+cat >"$tmp/section.yaml" <<'YAML'
+optim: {lr: 1.0e-3}
+trainer:
+  steps: 5
+YAML
+cat >"$tmp/nested.yaml" <<'YAML'
+model:
+  vision: {widht: 8}
+YAML
+# Each case: the arguments, then the message expected on exit 2 (under mpirun, every rank exits).
+check() {
+  local want=$1; shift
+  "$mpirun" --oversubscribe -np 2 "$meridian" train --data "$tmp/none.h5" --run-dir "$tmp/run" "$@" >"$tmp/o" 2>&1; local rc=$?
+  [[ $rc -eq 2 ]] || { cat "$tmp/o"; fail "$*: exit $rc, expected 2"; }
+  grep -qF -- "$want" "$tmp/o" || { cat "$tmp/o"; fail "$*: no message '$want'"; }
+  [[ -e $tmp/run/config.yaml ]] && fail "$*: a run directory was written"
+  return 0
+}
+demo=(--config "$src/jobs/configs/demo.yaml")
+check "$tmp/typo.yaml line 3: field 'train.bach': unknown key; did you mean 'train.batch'?" --config "$tmp/typo.yaml"
+check "$tmp/section.yaml line 3: field 'trainer.steps': unknown key; did you mean 'train.steps'?" --config "$tmp/section.yaml"
+check "$tmp/nested.yaml line 2: field 'model.vision.widht': unknown key; did you mean 'model.vision.width'?" --config "$tmp/nested.yaml"
+check "--set: field 'train.bach': unknown key; did you mean 'train.batch'?" "${demo[@]}" --set train.bach=16
+check "--set: field 'optim.lrr': unknown key; did you mean 'optim.lr'?" "${demo[@]}" --set optim.lrr=1e-3
+check "--set: field 'checkpoint.every_step': unknown key; did you mean 'checkpoint.every_steps'?" "${demo[@]}" --set checkpoint.every_step=1
+check "--set: field 'data.drop_last': unknown key (the keys of 'data': data.train, data.eval, data.augment)" "${demo[@]}" --set data.drop_last=false
+check "--set: field 'optim.lr': expected a number > 0, got 'abc'" "${demo[@]}" --set optim.lr=abc
+check "--set: field 'task.conf': not a key of task siglip (task.name); it is a key of task detect" "${demo[@]}" --set task.conf=0.3
+check "--set: field 'task.name': expected siglip, lm or detect, got 'segment'" "${demo[@]}" --set task.name=segment
+
+# Ranks with different configs: exit 2 on every rank within seconds, naming ranks, hosts and the key.
+start=$(date +%s)
+timeout 120 "$mpirun" --oversubscribe -np 1 "$meridian" train "${demo[@]}" --data "$tmp/none.h5" --run-dir "$tmp/run" : \
+  -np 1 "$meridian" train "${demo[@]}" --data "$tmp/none.h5" --run-dir "$tmp/run" --set optim.lr=0.5 --set train.steps=9 \
+  >"$tmp/o" 2>&1; rc=$?
+took=$(( $(date +%s) - start ))
+cat "$tmp/o"
+[[ $rc -eq 2 ]] || fail "ranks with different configs: exit $rc, expected 2"
+grep -qF "the training config differs between ranks: rank 1 on $(hostname) differs from rank 0 on $(hostname), first at 'optim.lr': '0.5' on rank 1 vs '1.0e-3' on rank 0" "$tmp/o" ||
+  fail "no message naming the ranks and the first differing key"
+(( took < 60 )) || fail "the mismatch took $took s to report"
+# The same config written differently (a default spelled out, another key order) is the same config.
+"$mpirun" --oversubscribe -np 1 "$meridian" train "${demo[@]}" --data "$tmp/none.h5" --run-dir "$tmp/run2" --set train.accumulate=1 : \
+  -np 1 "$meridian" train "${demo[@]}" --data "$tmp/none.h5" --run-dir "$tmp/run2" >"$tmp/o" 2>&1
+grep -q "differs between ranks" "$tmp/o" && { cat "$tmp/o"; fail "a default spelled out on one rank counted as a difference"; }
+grep -q "none.h5" "$tmp/o" || { cat "$tmp/o"; fail "equal configs did not get as far as opening the data"; }
+echo PASS
