@@ -78,4 +78,23 @@ grep -qF "the training config differs between ranks: rank 1 on $(hostname) diffe
   -np 1 "$meridian" train "${demo[@]}" --data "$tmp/none.h5" --run-dir "$tmp/run2" >"$tmp/o" 2>&1
 grep -q "differs between ranks" "$tmp/o" && { cat "$tmp/o"; fail "a default spelled out on one rank counted as a difference"; }
 grep -q "none.h5" "$tmp/o" || { cat "$tmp/o"; fail "equal configs did not get as far as opening the data"; }
+
+# A config that disagrees with its dataset says what the run does (one step on tiny data).
+"$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --kind detection --count 32 --size 64 --out "$tmp/det.h5" \
+  --log-level warn >/dev/null || fail "prep detection"
+"$mpirun" --oversubscribe -np 2 "$meridian" train --config "$src/jobs/configs/detect-synthetic.yaml" --data "$tmp/det.h5" \
+  --set data.image_size=96 --set train.steps=1 --set train.batch=2 --set checkpoint.at_end=false --run-dir "$tmp/det" \
+  >"$tmp/o" 2>&1 || { cat "$tmp/o"; fail "detect with data.image_size 96 exited $?"; }
+grep -qF "data.image_size 96 differs from the dataset's 64 px images ($tmp/det.h5): they are letterboxed to 96 px on load" "$tmp/o" ||
+  { cat "$tmp/o"; fail "no warning for data.image_size"; }
+"$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --count 32 --size 32 --vocab-size 300 --context-length 16 \
+  --out "$tmp/it.h5" --log-level warn >/dev/null || fail "prep image-text"
+"$mpirun" --oversubscribe -np 2 "$meridian" train --config "$src/jobs/configs/demo.yaml" --data "$tmp/it.h5" \
+  --set train.steps=1 --set train.batch=4 --set model.vocab_size=200 --set checkpoint.at_end=false --set train.eval_at_start=false \
+  --run-dir "$tmp/it" >"$tmp/o" 2>&1 || { cat "$tmp/o"; fail "siglip on 32 px data exited $?"; }
+for want in "model.image_size 128 differs from the dataset's 32x32 px images ($tmp/it.h5): they are resized to 128 px on the device" \
+            "model.vocab_size 200 is below the dataset tokenizer's 300 ($tmp/it.h5): the model gets 300" \
+            "model.context_length 32 is above the dataset's 16 tokens per caption ($tmp/it.h5): the model reads 16"; do
+  grep -qF "$want" "$tmp/o" || { cat "$tmp/o"; fail "no warning '$want'"; }
+done
 echo PASS
