@@ -153,6 +153,15 @@ std::optional<ResumePoint> choose_resume_point(const comm::Runtime& rt, const st
   return read_resume_point(chosen, /*verify=*/false);  // every rank reads the header (rank 0 verified)
 }
 
+int64_t resume_batch(const ResumePoint& point, int world_size, int64_t accumulate, int64_t batch) {
+  const int64_t ways = int64_t(world_size) * accumulate;
+  if (batch * ways == point.global_batch) return batch;
+  if (point.global_batch % ways != 0)
+    throw UserError(point.path + ": its global batch " + std::to_string(point.global_batch) + " does not divide into " +
+                    std::to_string(world_size) + " ranks x train.accumulate " + std::to_string(accumulate));
+  return point.global_batch / ways;
+}
+
 std::vector<std::string> compare_configs(const Config& saved, const Config& current, const std::string& path) {
   std::vector<std::string> keys = saved.leaf_keys();
   for (const auto& k : current.leaf_keys())

@@ -45,5 +45,7 @@ Command doctor_command();
 
 // Applies every `--set key=value` of a parse result to `config`, in order; UserError on a malformed one.
 void apply_overrides(const cxxopts::ParseResult& parsed, Config& config);
+// "name value  name value ..." with two decimals, as train and eval print metrics.
+std::string metrics_text(const std::vector<std::pair<std::string, double>>& metrics);  // train::Metrics
 
 }  // namespace meridian::cli

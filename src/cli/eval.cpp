@@ -1,37 +1,15 @@
 // `meridian eval`: evaluates a checkpoint on a dataset, every rank its share: SigLIP (retrieval
 // recall@K both ways and zero-shot accuracy) or detect (COCO-style mAP@0.5 and @0.5:0.95, per class).
-#include <algorithm>
 #include <cstdio>
 
 #include "commands.h"
 #include "meridian/ckpt/checkpoint.h"
 #include "meridian/ckpt/file.h"
-#include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
-#include "meridian/data/format.h"
-#include "meridian/tasks/detect_task.h"
-#include "meridian/tasks/siglip_task.h"
+#include "meridian/tasks/registry.h"
 
 namespace meridian::cli {
-
-namespace {
-
-int eval_detect(comm::Runtime& rt, const Config& config, const std::string& path, const std::string& data_path, int64_t step) {
-  models::Yolo model(models::YoloConfig::from_config(config));
-  ckpt::load_module(path, *model);
-  model->to(rt.device());
-  const auto result = tasks::evaluate_detection(rt, model, data_path, tasks::DetectEvalOptions::from_config(config));
-  if (rt.rank() == 0) {
-    std::printf("eval %s (step %lld) on %s: %lld images, %lld boxes, %lld detections\n%s", path.c_str(), (long long)step,
-                data_path.c_str(), (long long)result.images, (long long)result.boxes, (long long)result.detections,
-                result.per_class().c_str());
-    std::printf("eval: map50 %.2f  map50_95 %.2f\n", 100 * std::max(0.0, result.map.map50), 100 * std::max(0.0, result.map.map50_95));
-  }
-  return 0;
-}
-
-}  // namespace
 
 Command eval_command() {
   Command c;
@@ -55,29 +33,11 @@ Command eval_command() {
     const std::string task = config.get<std::string>("task.name", "siglip"), wanted = p["task"].as<std::string>();
     if (!wanted.empty() && wanted != task)
       throw UserError(path + ": --task " + wanted + ", but this checkpoint was trained with task.name " + task);
-    if (task == "detect") return eval_detect(rt, config, path, data_path, step);
-    if (task != "siglip") throw UserError(path + ": eval supports the siglip and detect tasks (this checkpoint is " + task + ")");
-    const int64_t vocab = reader.shape("model/token_embed.weight").at(0);  // raised to the tokenizer's in training
-    const data::DatasetInfo info = data::validate_dataset(data_path);
-    auto mc = models::SiglipConfig::from_config(config);
-    mc.vocab_size = vocab;
-    mc.pad_id = info.pad_id;
-    models::Siglip model(mc);
-    ckpt::load_module(path, *model);
-    model->to(rt.device());
-    auto comm = comm::make_communicator(rt, comm::default_backend(rt));
-    const auto result = tasks::evaluate_siglip(rt, *comm, model, data_path,
-                                               config.get<std::vector<std::string>>("task.prompts", tasks::default_prompts()));
+    const auto result = tasks::evaluate_checkpoint(rt, reader, config, data_path);
     if (rt.rank() == 0) {
-      std::printf("eval %s (step %lld) on %s: %lld images, %lld captions\n", path.c_str(), (long long)step, data_path.c_str(),
-                  (long long)result.images, (long long)result.captions);
-      std::string line;
-      for (const auto& [name, value] : result.metrics()) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%s%s %.2f", line.empty() ? "" : "  ", name.c_str(), value);
-        line += buf;
-      }
-      std::printf("eval: %s\n", line.c_str());
+      std::printf("eval %s (step %lld) on %s: %s\n%s", path.c_str(), (long long)step, data_path.c_str(), result.counts.c_str(),
+                  result.details.c_str());
+      std::printf("eval: %s\n", metrics_text(result.metrics).c_str());
     }
     return 0;
   };

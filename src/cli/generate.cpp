@@ -10,23 +10,11 @@
 #include "meridian/data/format.h"
 #include "meridian/data/prep.h"
 #include "meridian/data/tokenizer.h"
-#include "meridian/models/llama.h"
+#include "meridian/models/generate.h"
 
 namespace meridian::cli {
 
 namespace {
-
-// The next token from the last position's logits: the most likely one (top_p == 0), else a draw
-// from the smallest set of tokens whose probabilities reach top_p.
-int64_t next_token(const at::Tensor& logits, double top_p, double temperature, at::Generator& gen) {
-  if (top_p <= 0) return logits.argmax().item<int64_t>();
-  const auto probs = at::softmax(logits.to(at::kDouble) / temperature, -1);
-  const auto [sorted, order] = probs.sort(/*dim=*/-1, /*descending=*/true);
-  const auto before = sorted.cumsum(-1) - sorted;  // probability mass ahead of each token
-  const auto kept = sorted.masked_fill(before >= top_p, 0.0);
-  const auto pick = at::multinomial(kept / kept.sum(), 1, /*replacement=*/false, gen);
-  return order[pick.item<int64_t>()].item<int64_t>();
-}
 
 data::Tokenizer load_tokenizer(const std::string& path) {
   if (path.size() > 3 && path.substr(path.size() - 3) == ".h5") return data::dataset_tokenizer(path);
@@ -83,34 +71,20 @@ Command generate_command() {
     ckpt::load_module(path, *model);
     model->to(rt.device());
     model->eval();
-    at::NoGradGuard no_grad;
 
     const std::string text = p.count("raw") ? prompt : data::alpaca_prompt(prompt, p["input"].as<std::string>());
     std::vector<int64_t> ids;
     if (tok.bos_id() >= 0) ids.push_back(tok.bos_id());
     for (int32_t id : tok.ids(text)) ids.push_back(id);
     const size_t prompt_tokens = ids.size();
-    at::Generator gen = at::detail::createCPUGenerator(p["seed"].as<uint64_t>());
+    models::SamplingOptions so;
+    so.max_new_tokens = max_new;
+    so.top_p = top_p;
+    so.temperature = temperature;
+    so.seed = p["seed"].as<uint64_t>();
+    so.eos_id = tok.eos_id();
     std::vector<int32_t> generated;
-    // Incremental decoding: the prompt once, then one token per step against the cached keys and
-    // values; past max_seq_len, the last max_seq_len tokens again from scratch each step.
-    models::KvCache cache;
-    for (int i = 0; i < max_new; ++i) {
-      std::vector<int64_t> input;
-      if (int64_t(ids.size()) <= mc.max_seq_len) {
-        input.assign(ids.begin() + cache.length, ids.end());
-      } else {
-        cache.clear();
-        input.assign(ids.end() - mc.max_seq_len, ids.end());
-      }
-      models::KvCache* use = int64_t(ids.size()) <= mc.max_seq_len ? &cache : nullptr;
-      const auto window = at::tensor(input, at::kLong).unsqueeze(0);
-      const auto logits = model->forward(window.to(rt.device()), use)[0][-1].to(at::kCPU);
-      const int64_t next = next_token(logits, top_p, temperature, gen);
-      if (next == tok.eos_id()) break;
-      ids.push_back(next);
-      generated.push_back(int32_t(next));
-    }
+    for (int64_t id : models::generate(model, ids, so)) generated.push_back(int32_t(id));
     std::printf("prompt (%zu tokens): %s\n", prompt_tokens, text.c_str());
     std::printf("generated (%zu tokens, %s): %s\n", generated.size(),
                 top_p > 0 ? ("top-p " + std::to_string(top_p)).c_str() : "greedy",

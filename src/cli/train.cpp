@@ -83,14 +83,10 @@ train::TrainSummary train_with(comm::Runtime& rt, Config config, const std::stri
     for (const auto& d : ckpt::compare_configs(Config::parse(point->config_yaml, point->path), config, point->path))
       if (rt.rank() == 0) spdlog::info("resume: config differs from the checkpoint's: {}", d);
     // The checkpoint's global batch, on any number of ranks (elastic): train.batch follows.
-    const int64_t accumulate = config.get<int64_t>("train.accumulate", 1);
-    const int64_t batch = tasks::config_schema(config.get<std::string>("task.name", "siglip")).with_defaults(config).get<int64_t>("train.batch");
-    const int64_t global = batch * accumulate * rt.size();
-    if (global != point->global_batch) {
-      if (point->global_batch % (int64_t(rt.size()) * accumulate) != 0)
-        throw UserError(point->path + ": its global batch " + std::to_string(point->global_batch) + " does not divide into " +
-                        std::to_string(rt.size()) + " ranks x train.accumulate " + std::to_string(accumulate));
-      const int64_t per_rank = point->global_batch / (int64_t(rt.size()) * accumulate);
+    const Config full = tasks::config_schema(config.get<std::string>("task.name", "siglip")).with_defaults(config);
+    const int64_t batch = full.get<int64_t>("train.batch");
+    const int64_t per_rank = ckpt::resume_batch(*point, rt.size(), full.get<int64_t>("train.accumulate"), batch);
+    if (per_rank != batch) {
       config.set("train.batch", std::to_string(per_rank));
       if (rt.rank() == 0)
         spdlog::info("resume: {} ranks -> {}: train.batch {} per rank keeps the global batch {}", point->world_size, rt.size(),
@@ -105,16 +101,6 @@ train::TrainSummary train_with(comm::Runtime& rt, Config config, const std::stri
   if (point) ckpt::restore(rt, trainer, *point);
   ckpt::Checkpointer checkpointer(rt, trainer, config, ckpt_settings);
   return trainer.run();
-}
-
-std::string metrics_text(const train::Metrics& m) {
-  std::string s;
-  for (const auto& [name, value] : m) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%s%s %.2f", s.empty() ? "" : "  ", name.c_str(), value);
-    s += buf;
-  }
-  return s;
 }
 
 // Float32 rate of a 1024 x 1024 x 1024 matmul on this rank's device and threads (FLOP/s), run by
@@ -146,6 +132,16 @@ void apply_overrides(const cxxopts::ParseResult& p, Config& config) {
     overrides.set(kv.substr(0, eq), kv.substr(eq + 1), "--set");
   }
   tasks::validate_config(overrides);
+}
+
+std::string metrics_text(const std::vector<std::pair<std::string, double>>& m) {
+  std::string s;
+  for (const auto& [name, value] : m) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s %.2f", s.empty() ? "" : "  ", name.c_str(), value);
+    s += buf;
+  }
+  return s;
 }
 
 Command train_command() {

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <opencv2/imgproc.hpp>
 
+#include "meridian/ckpt/checkpoint.h"
+#include "meridian/ckpt/file.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
@@ -238,6 +240,17 @@ void DetectTask::declare(ConfigSchema& schema) {
   schema.number("task.iou", e.iou, "evaluation: NMS IoU threshold").above(0).at_most(1);
   schema.integer("task.max_det", e.max_det, "evaluation: detections kept per image").at_least(1);
   schema.strings("task.class_names", std::nullopt, "class names, for predict's labels").defaults_to("the dataset's");
+}
+
+CheckpointEval DetectTask::evaluate_checkpoint(const comm::Runtime& rt, const ckpt::Reader& reader, const Config& config,
+                                               const std::string& data_path) {
+  models::Yolo model(models::YoloConfig::from_config(config));
+  ckpt::load_module(reader.path(), *model);
+  model->to(rt.device());
+  const auto r = evaluate_detection(rt, model, data_path, DetectEvalOptions::from_config(config));
+  return {std::to_string(r.images) + " images, " + std::to_string(r.boxes) + " boxes, " + std::to_string(r.detections) + " detections",
+          r.per_class(),
+          {{"map50", 100 * std::max(0.0, r.map.map50)}, {"map50_95", 100 * std::max(0.0, r.map.map50_95)}}};
 }
 
 DetectTask::DetectTask(const comm::Runtime& rt, const Config& config, const std::string& train_data, train::DataPosition start)

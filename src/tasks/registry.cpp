@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "meridian/ckpt/checkpoint.h"
+#include "meridian/ckpt/file.h"
 #include "meridian/data/format.h"
 #include "meridian/tasks/detect_task.h"
 #include "meridian/tasks/lm_task.h"
@@ -11,11 +12,42 @@
 
 namespace meridian::tasks {
 
-std::vector<std::string> task_names() { return {"siglip", "lm", "detect"}; }
-
 namespace {
 
 constexpr const char* kDefaultTask = "siglip";
+
+// What each task provides, by name: its config keys, its train::Task, its checkpoint evaluation.
+struct TaskKind {
+  const char* name;
+  void (*declare)(ConfigSchema&);
+  std::unique_ptr<train::Task> (*make)(const comm::Runtime&, const Config&, const std::string&, train::DataPosition);
+  CheckpointEval (*evaluate)(const comm::Runtime&, const ckpt::Reader&, const Config&, const std::string&);  // null: none
+};
+
+template <typename T>
+std::unique_ptr<train::Task> make(const comm::Runtime& rt, const Config& c, const std::string& data, train::DataPosition start) {
+  return std::make_unique<T>(rt, c, data, start);
+}
+
+const std::vector<TaskKind>& kinds() {
+  static const std::vector<TaskKind> k{
+      {"siglip", SiglipTask::declare, make<SiglipTask>, SiglipTask::evaluate_checkpoint},
+      {"lm", LmTask::declare, make<LmTask>, nullptr},
+      {"detect", DetectTask::declare, make<DetectTask>, DetectTask::evaluate_checkpoint},
+  };
+  return k;
+}
+
+// The kind named by the config's task.name (ConfigError naming the known ones otherwise).
+const TaskKind& kind_of(const Config& config) {
+  const std::string name = config.text("task.name").empty() ? kDefaultTask : config.get<std::string>("task.name");
+  for (const auto& k : kinds())
+    if (name == k.name) return k;
+  std::string known;
+  for (size_t i = 0; i < kinds().size(); ++i)
+    known += std::string(i == 0 ? "" : i + 1 == kinds().size() ? " or " : ", ") + kinds()[i].name;
+  throw ConfigError(config.source("task.name"), "task.name", "expected one of " + known + ", got '" + name + "'");
+}
 
 ConfigSchema common_schema() {
   ConfigSchema s;
@@ -29,14 +61,19 @@ ConfigSchema common_schema() {
 
 ConfigSchema task_schema(const std::string& task) {
   ConfigSchema s;
-  if (task == "siglip") SiglipTask::declare(s);
-  else if (task == "lm") LmTask::declare(s);
-  else if (task == "detect") DetectTask::declare(s);
-  else MERIDIAN_CHECK(false, "no config schema for task '" + task + "'");
+  const auto it = std::find_if(kinds().begin(), kinds().end(), [&](const TaskKind& k) { return task == k.name; });
+  MERIDIAN_CHECK(it != kinds().end(), "no config schema for task '" + task + "'");
+  it->declare(s);
   return s;
 }
 
 }  // namespace
+
+std::vector<std::string> task_names() {
+  std::vector<std::string> names;
+  for (const auto& k : kinds()) names.push_back(k.name);
+  return names;
+}
 
 ConfigSchema config_schema(const std::string& task) {
   ConfigSchema s = common_schema();
@@ -45,11 +82,7 @@ ConfigSchema config_schema(const std::string& task) {
 }
 
 void validate_config(Config& config) {
-  const std::string task = config.text("task.name").empty() ? kDefaultTask : config.get<std::string>("task.name");
-  const auto names = task_names();
-  if (std::find(names.begin(), names.end(), task) == names.end())
-    throw ConfigError(config.source("task.name"), "task.name",
-                      "expected " + common_schema().find("task.name")->type_text() + ", got '" + task + "'");
+  const std::string task = kind_of(config).name;
   config_schema(task).check(config, [&](const std::string& key) {
     std::vector<std::string> owners;
     for (const auto& other : task_names())
@@ -77,13 +110,19 @@ std::string config_reference() {
 
 std::unique_ptr<train::Task> make_task(const comm::Runtime& runtime, const Config& config, const std::string& train_data,
                                        train::DataPosition start) {
-  const std::string name = config.get<std::string>("task.name", kDefaultTask);
-  if (name == "siglip") return std::make_unique<SiglipTask>(runtime, config, train_data, start);
-  if (name == "lm") return std::make_unique<LmTask>(runtime, config, train_data, start);
-  if (name == "detect") return std::make_unique<DetectTask>(runtime, config, train_data, start);
-  std::string known;
-  for (const auto& n : task_names()) known += (known.empty() ? "" : ", ") + n;
-  throw ConfigError(config.origin(), "task.name", "unknown task '" + name + "' (known: " + known + ")");
+  return kind_of(config).make(runtime, config, train_data, start);
+}
+
+CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader, const Config& config,
+                                   const std::string& data_path) {
+  const TaskKind& kind = kind_of(config);
+  if (!kind.evaluate) {
+    std::string supported;
+    for (const auto& k : kinds())
+      if (k.evaluate) supported += std::string(supported.empty() ? "" : " and ") + k.name;
+    throw UserError(reader.path() + ": eval supports the " + supported + " tasks (this checkpoint is " + kind.name + ")");
+  }
+  return kind.evaluate(runtime, reader, config, data_path);
 }
 
 void describe_data(Config& config, const std::string& train_data) {

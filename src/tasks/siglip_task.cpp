@@ -6,10 +6,13 @@
 
 #include <algorithm>
 
+#include "meridian/ckpt/checkpoint.h"
+#include "meridian/ckpt/file.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/data/dataset_reader.h"
+#include "meridian/data/format.h"
 #include "meridian/data/loader.h"
 #include "meridian/data/tokenizer.h"
 
@@ -200,6 +203,20 @@ void SiglipTask::declare(ConfigSchema& schema) {
   schema.choice("task.loss", {"sigmoid", "softmax"}, "sigmoid", "sigmoid: SigLIP's pairwise loss; softmax: CLIP's");
   schema.strings("task.prompts", default_prompts(), "zero-shot prompt templates ({} is the class name)");
   schema.boolean("data.augment", false, "random resized crop and flip of the training images");
+}
+
+CheckpointEval SiglipTask::evaluate_checkpoint(const comm::Runtime& rt, const ckpt::Reader& reader, const Config& config,
+                                               const std::string& data_path) {
+  const data::DatasetInfo info = data::validate_dataset(data_path);
+  auto mc = models::SiglipConfig::from_config(config);
+  mc.vocab_size = reader.shape("model/token_embed.weight").at(0);  // raised to the tokenizer's in training
+  mc.pad_id = info.pad_id;
+  models::Siglip model(mc);
+  ckpt::load_module(reader.path(), *model);
+  model->to(rt.device());
+  auto comm = comm::make_communicator(rt, comm::default_backend(rt));
+  const auto result = evaluate_siglip(rt, *comm, model, data_path, config.get<std::vector<std::string>>("task.prompts", default_prompts()));
+  return {std::to_string(result.images) + " images, " + std::to_string(result.captions) + " captions", "", result.metrics()};
 }
 
 SiglipTask::SiglipTask(const comm::Runtime& rt, const Config& config, const std::string& train_data,

@@ -60,7 +60,7 @@ check "--set: field 'checkpoint.every_step': unknown key; did you mean 'checkpoi
 check "--set: field 'data.drop_last': unknown key (the keys of 'data': data.train, data.eval, data.augment)" "${demo[@]}" --set data.drop_last=false
 check "--set: field 'optim.lr': expected a number > 0, got 'abc'" "${demo[@]}" --set optim.lr=abc
 check "--set: field 'task.conf': not a key of task siglip (task.name); it is a key of task detect" "${demo[@]}" --set task.conf=0.3
-check "--set: field 'task.name': expected siglip, lm or detect, got 'segment'" "${demo[@]}" --set task.name=segment
+check "--set: field 'task.name': expected one of siglip, lm or detect, got 'segment'" "${demo[@]}" --set task.name=segment
 
 # Ranks with different configs: exit 2 on every rank within seconds, naming ranks, hosts and the key.
 start=$(date +%s)

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "meridian/core/config.h"
+#include "meridian/models/generate.h"
 #include "meridian/models/llama.h"
 #include "meridian/models/safetensors.h"
 
@@ -135,4 +136,41 @@ TEST(Llama, ConfigErrorsNameTheField) {
   } catch (const meridian::ConfigError& e) {
     EXPECT_STREQ(e.what(), "bad.yaml: field 'model.kv_heads': must be positive and divide model.heads (4)");
   }
+}
+
+// Greedy generation equals a step-by-step argmax over full forwards without a cache (the reference),
+// also past max_seq_len, where each step sees the last max_seq_len tokens; it stops before eos; a
+// tiny top-p keeps only the most likely token (greedy again); sampling is reproducible by seed.
+TEST(Llama, GenerateEqualsArgmaxOfFullForwards) {
+  torch::manual_seed(3);
+  auto config = preset("lm-tiny.yaml");
+  config.max_seq_len = 8;
+  models::Llama model(config);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const std::vector<int64_t> prompt{5, 17, 42, 7, 99};
+  std::vector<int64_t> reference, ids = prompt;
+  for (int i = 0; i < 9; ++i) {
+    const std::vector<int64_t> window(ids.size() > 8 ? ids.end() - 8 : ids.begin(), ids.end());
+    const int64_t next = model->forward(torch::tensor(window).unsqueeze(0))[0][-1].argmax().item<int64_t>();
+    ids.push_back(next);
+    reference.push_back(next);
+  }
+  models::SamplingOptions greedy;
+  greedy.max_new_tokens = 9;
+  EXPECT_EQ(models::generate(model, prompt, greedy), reference);
+  models::SamplingOptions stop = greedy;
+  stop.eos_id = reference[4];
+  const auto first_eos = std::find(reference.begin(), reference.end(), reference[4]) - reference.begin();
+  EXPECT_EQ(models::generate(model, prompt, stop), std::vector<int64_t>(reference.begin(), reference.begin() + first_eos));
+  models::SamplingOptions nucleus = greedy;
+  nucleus.top_p = 1e-12;
+  EXPECT_EQ(models::generate(model, prompt, nucleus), reference);
+  nucleus.top_p = 0.9;
+  nucleus.temperature = 2.0;
+  nucleus.seed = 11;
+  const auto a = models::generate(model, prompt, nucleus), b = models::generate(model, prompt, nucleus);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.size(), 9u);
+  EXPECT_THROW(models::generate(model, {}, greedy), std::invalid_argument);
 }

@@ -78,6 +78,11 @@ ResumePoint read_resume_point(const std::string& path, bool verify);
 std::optional<ResumePoint> choose_resume_point(const comm::Runtime& runtime, const std::string& resume,
                                                const std::string& dir);
 
+// Not collective. The per-rank batch that keeps the checkpoint's global batch on `world_size` ranks
+// with `accumulate` micro-steps (elastic resume): `batch` itself when it already does. UserError
+// naming the checkpoint when the global batch does not divide into world_size x accumulate.
+int64_t resume_batch(const ResumePoint& point, int world_size, int64_t accumulate, int64_t batch);
+
 // Compares a checkpoint's config with the current one: a difference under model: (or task.name /
 // task.loss / train.seed / optim.name, unset meaning adamw) is a UserError listing them (optim.name
 // naming both optimizers); other differences are returned, for the log.

@@ -24,12 +24,17 @@
 #include <vector>
 
 #include "meridian/core/config_schema.h"
+#include "meridian/tasks/checkpoint_eval.h"
 #include "meridian/detect/coco_map.h"
 #include "meridian/models/yolo.h"
 #include "meridian/train/task.h"
 
 namespace meridian::comm {
 class Runtime;
+}
+
+namespace meridian::ckpt {
+class Reader;
 }
 
 namespace meridian::tasks {
@@ -75,6 +80,9 @@ class DetectTask : public train::Task {
   DetectTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data, train::DataPosition start = {});
   // Declares this task's keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
   static void declare(ConfigSchema& schema);
+  // Collective: tasks::evaluate_checkpoint for this task (the model from the checkpoint `reader`).
+  static CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader, const Config& config,
+                                            const std::string& data_path);
   ~DetectTask() override;
 
   std::string name() const override { return "detect"; }

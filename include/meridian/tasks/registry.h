@@ -6,10 +6,15 @@
 #include <vector>
 
 #include "meridian/core/config_schema.h"
+#include "meridian/tasks/checkpoint_eval.h"
 #include "meridian/train/task.h"
 
 namespace meridian::comm {
 class Runtime;
+}
+
+namespace meridian::ckpt {
+class Reader;
 }
 
 namespace meridian::tasks {
@@ -34,6 +39,12 @@ std::string config_reference();
 // `start`: where the training data resumes (a checkpoint's epoch and position).
 std::unique_ptr<train::Task> make_task(const comm::Runtime& runtime, const Config& config, const std::string& train_data,
                                        train::DataPosition start = {});
+
+// Collective. Evaluates the checkpoint `reader` (whose saved config, with any overrides, is `config`)
+// on `data_path` with its task's own evaluation (siglip: retrieval and zero-shot; detect: mAP).
+// UserError for a task without one (lm: see `meridian generate`).
+CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader, const Config& config,
+                                   const std::string& data_path);
 
 // Not collective: records what a checkpoint must know about the training data to be used without
 // it (detect: task.class_names for predict's labels, model.num_classes, data.image_size), unless

@@ -1,0 +1,16 @@
+// What `meridian eval` reports for a checkpoint (tasks::evaluate_checkpoint).
+#pragma once
+
+#include <string>
+
+#include "meridian/train/task.h"
+
+namespace meridian::tasks {
+
+struct CheckpointEval {
+  std::string counts;      // what was evaluated, e.g. "2100 images, 10500 captions"
+  std::string details;     // more lines (detect: one per class), "" when none
+  train::Metrics metrics;  // in the order printed
+};
+
+}  // namespace meridian::tasks
