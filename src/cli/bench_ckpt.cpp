@@ -1,112 +1,44 @@
-// `meridian bench ckpt`: collective checkpoint write and read-back bandwidth against a plain
-// sequential write and read of the same bytes in the same directory, in the same run.
-#include <ATen/ATen.h>
-
-#include <unistd.h>
-
-#include <chrono>
+// `meridian bench ckpt`: options and the report of ckpt::run_ckpt_bench.
 #include <cstdio>
-#include <filesystem>
 
 #include "commands.h"
-#include "meridian/ckpt/file.h"
+#include "meridian/ckpt/bench.h"
 #include "meridian/comm/runtime.h"
-#include "meridian/core/error.h"
 #include "meridian/core/units.h"
 
 namespace meridian::cli {
-
-namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Rank 0 alone: one stream of `tensors` through stdio and fsync (as a checkpoint is fsynced before
-// it is renamed into place), then read back (from the page cache when it still holds the file).
-std::pair<double, double> plain_write_read(const std::string& path, const std::vector<at::Tensor>& tensors) {
-  auto t0 = Clock::now();
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw SystemError(path + ": cannot create");
-  for (const auto& t : tensors)
-    if (std::fwrite(t.data_ptr(), 1, t.nbytes(), f) != t.nbytes()) throw SystemError(path + ": write failed (disk full?)");
-  if (std::fflush(f) != 0 || ::fsync(fileno(f)) != 0) throw SystemError(path + ": flush failed");
-  if (std::fclose(f) != 0) throw SystemError(path + ": close failed");
-  const double write_s = since(t0);
-  t0 = Clock::now();
-  f = std::fopen(path.c_str(), "rb");
-  if (!f) throw SystemError(path + ": cannot open");
-  std::vector<char> buffer(8 << 20);
-  while (std::fread(buffer.data(), 1, buffer.size(), f) == buffer.size()) {
-  }
-  std::fclose(f);
-  const double read_s = since(t0);
-  std::filesystem::remove(path);
-  return {write_s, read_s};
-}
-}  // namespace
 
 Command bench_ckpt_command() {
   Command c;
   c.name = "bench ckpt";
   c.summary = "Checkpoint write/read GB/s (collective HDF5) vs a plain sequential write/read of the same bytes";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()
-        ("size", "Checkpoint size (float32 tensors), e.g. 256M, 1G", cxxopts::value<std::string>()->default_value("256M"))
-        ("tensors", "Number of tensors the size is split into", cxxopts::value<int>()->default_value("32"))
-        ("dir", "Directory to write in (the checkpoint directory's file system)", cxxopts::value<std::string>()->default_value("/tmp/meridian-bench-ckpt"))
-        ("repeat", "Measurements of each (the best is reported)", cxxopts::value<int>()->default_value("2"));
+    o.add_options()("size", "Checkpoint size (float32 tensors), e.g. 256M, 1G",
+                    cxxopts::value<std::string>()->default_value("256M"))(
+        "tensors", "Number of tensors the size is split into", cxxopts::value<int>()->default_value("32"))(
+        "dir", "Directory to write in (the checkpoint directory's file system)",
+        cxxopts::value<std::string>()->default_value("/tmp/meridian-bench-ckpt"))(
+        "repeat", "Measurements of each (the best is reported)", cxxopts::value<int>()->default_value("2"));
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
-    const int64_t bytes = int64_t(parse_bytes(p["size"].as<std::string>(), "--size"));
-    const int tensors = p["tensors"].as<int>(), repeat = p["repeat"].as<int>();
-    const std::string dir = p["dir"].as<std::string>();
-    if (tensors < 1 || repeat < 1) throw UserError("bench ckpt: --tensors and --repeat must be at least 1");
-    if (bytes < int64_t(tensors) * 4 * 1024) throw UserError("bench ckpt: --size must be at least 4 KiB per tensor");
-    if (rt.rank() == 0) std::filesystem::create_directories(dir);
-    rt.barrier();
-    // The same values on every rank (replicated state), rows of 1024 floats.
-    at::manual_seed(0);
-    std::vector<at::Tensor> state;
-    const int64_t rows = bytes / tensors / 4096;
-    for (int i = 0; i < tensors; ++i) state.push_back(at::randn({rows, 1024}));
-    const double total = double(rows) * 4096 * tensors;
-    const std::string path = dir + "/bench_ckpt.h5";
-    double best_write = 1e30, best_read = 1e30, best_plain_write = 1e30, best_plain_read = 1e30;
-    for (int k = 0; k < repeat; ++k) {
-      rt.barrier();
-      auto t0 = Clock::now();
-      {
-        ckpt::Writer w(rt, path);
-        for (int i = 0; i < tensors; ++i) w.replicated("model/t" + std::to_string(i), state[size_t(i)]);
-        w.close();
-      }
-      rt.barrier();
-      best_write = std::min(best_write, since(t0));
-      // Read back as a resume does: every rank reads (and checks) everything.
-      t0 = Clock::now();
-      {
-        ckpt::Reader r(path);
-        for (int i = 0; i < tensors; ++i) r.read("model/t" + std::to_string(i));
-      }
-      rt.barrier();
-      best_read = std::min(best_read, since(t0));
-      if (rt.rank() == 0) {
-        const auto [w, r] = plain_write_read(dir + "/bench_plain.bin", state);
-        best_plain_write = std::min(best_plain_write, w);
-        best_plain_read = std::min(best_plain_read, r);
-      }
-      rt.barrier();
-    }
+    ckpt::CkptBenchOptions o;
+    o.bytes = int64_t(parse_bytes(p["size"].as<std::string>(), "--size"));
+    o.tensors = p["tensors"].as<int>();
+    o.repeat = p["repeat"].as<int>();
+    o.dir = p["dir"].as<std::string>();
+    const auto r = ckpt::run_ckpt_bench(rt, o);
     if (rt.rank() == 0) {
-      std::filesystem::remove(path);
-      const double gb = total / 1e9;
-      std::printf("bench ckpt: %d ranks, %.2f GB in %d tensors, %s\n", rt.size(), gb, tensors, dir.c_str());
-      std::printf("  collective write   %7.2f s  %6.2f GB/s  (+ checksums + fsync: the training stall per checkpoint)\n",
-                  best_write, gb / best_write);
-      std::printf("  plain write        %7.2f s  %6.2f GB/s  (rank 0, one stream, + fsync)\n", best_plain_write, gb / best_plain_write);
-      std::printf("  ratio              %7.2f\n", best_plain_write / best_write);
+      const double gb = r.bytes / 1e9;
+      std::printf("bench ckpt: %d ranks, %.2f GB in %d tensors, %s\n", rt.size(), gb, o.tensors, o.dir.c_str());
+      std::printf(
+          "  collective write   %7.2f s  %6.2f GB/s  (+ checksums + fsync: the training stall per checkpoint)\n",
+          r.write_s, gb / r.write_s);
+      std::printf("  plain write        %7.2f s  %6.2f GB/s  (rank 0, one stream, + fsync)\n", r.plain_write_s,
+                  gb / r.plain_write_s);
+      std::printf("  ratio              %7.2f\n", r.plain_write_s / r.write_s);
       std::printf("  read + verify      %7.2f s  %6.2f GB/s per rank (every rank reads everything, as resume does)\n",
-                  best_read, gb / best_read);
-      std::printf("  plain read         %7.2f s  %6.2f GB/s\n", best_plain_read, gb / best_plain_read);
+                  r.read_s, gb / r.read_s);
+      std::printf("  plain read         %7.2f s  %6.2f GB/s\n", r.plain_read_s, gb / r.plain_read_s);
     }
     return 0;
   };
