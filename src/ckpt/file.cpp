@@ -9,7 +9,7 @@
 #include <map>
 #include <sstream>
 
-#include "h5.h"  // src/data/h5.h: the HDF5 RAII layer and its process-wide lock
+#include "h5.h"  // src/h5/h5.h: the HDF5 RAII layer and its process-wide lock
 #include "meridian/comm/mpi_interop.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/comm/watchdog.h"
@@ -17,8 +17,6 @@
 #include "meridian/core/error.h"
 
 namespace meridian::ckpt {
-
-namespace h5 = data::h5;
 
 namespace {
 

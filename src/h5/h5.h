@@ -1,4 +1,4 @@
-// Private to data/: small RAII layer over HDF5's C API, written by hand because the HDF5 C++ API is
+// Internal to meridian (data/ and ckpt/ link it; no public header): small RAII layer over HDF5's C API, written by hand because the HDF5 C++ API is
 // not built for Debian's parallel (MPI) HDF5. Every call is checked (MERIDIAN_H5_CHECK).
 // HDF5 in this build is not thread-safe: one thread at a time may call into it.
 #pragma once
@@ -14,9 +14,9 @@
 
 #include "h5_check.h"
 
-namespace meridian::data::h5 {
+namespace meridian::h5 {
 
-// HDF5 in this build is not thread-safe: every function of data/ that calls HDF5 (or closes an Id)
+// HDF5 in this build is not thread-safe: every function that calls HDF5 (or closes an Id)
 // holds this process-wide lock, so loaders, readers and writers may live on any threads.
 std::unique_lock<std::recursive_mutex> lock();
 
@@ -92,4 +92,4 @@ class QuietErrors {
   void* data_ = nullptr;
 };
 
-}  // namespace meridian::data::h5
+}  // namespace meridian::h5

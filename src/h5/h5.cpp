@@ -1,6 +1,6 @@
 #include "h5.h"
 
-namespace meridian::data {
+namespace meridian::h5 {
 
 namespace detail {
 std::string h5_error_message() {
@@ -16,7 +16,6 @@ std::string h5_error_message() {
 }
 }  // namespace detail
 
-namespace h5 {
 
 std::unique_lock<std::recursive_mutex> lock() {
   static std::recursive_mutex mu;
@@ -171,5 +170,4 @@ QuietErrors::QuietErrors() {
 }
 QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
 
-}  // namespace h5
-}  // namespace meridian::data
+}  // namespace meridian::h5
