@@ -1,6 +1,7 @@
 // What a workload gives the generic training loop (train::Trainer): a model, its data, how one
-// batch becomes a loss, and how the model is evaluated. SigLIP is tasks::SiglipTask; detection and
-// language models plug in the same way.
+// batch becomes a loss, and how the model is evaluated. The workloads are tasks::SiglipTask
+// (image-text), tasks::DetectTask (YOLO-style detection) and tasks::LmTask (Llama-style SFT), found
+// by name in tasks/registry.h.
 //
 // The Trainer owns everything around the task: devices, the data-parallel engine, the optimizer,
 // the learning-rate schedule, mixed precision, the NaN/Inf guard, logging, metrics files,
