@@ -4,6 +4,10 @@
 # checkpoint, up to --max-restarts times, pausing between tries. Each attempt is logged with its
 # start time, exit code and duration. Exit code 4 (stopped on SIGTERM/SIGUSR1 after a checkpoint)
 # and 2 (bad input: the same command would fail again) are not retried.
+# SIGTERM or SIGUSR1 sent to this script is passed to the running attempt (the ranks checkpoint and
+# stop) and ends the script after it: no further attempt is started, whatever mpirun's exit code
+# (Open MPI exits 1, not 4, when it forwards SIGTERM). The script then exits 4 ("stopped on
+# request"), or 0 if the attempt had finished, or 2/3 if it ended on bad input or a fatal error.
 #
 # Usage: jobs/mpirun-restart.sh [--max-restarts N (3)] [--pause SECONDS (10)] [--log FILE] -- \
 #            mpirun -np 8 --hostfile hosts build/meridian train --config ... --run-dir runs/x
@@ -16,7 +20,7 @@ while [[ $# -gt 0 ]]; do
     --pause) pause=$2; shift 2 ;;
     --log) log=$2; shift 2 ;;
     --) shift; break ;;
-    -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "mpirun-restart.sh: unknown option '$1' (the command goes after --)" >&2; exit 2 ;;
   esac
 done
@@ -28,7 +32,13 @@ say() { local line="[mpirun-restart $(date -u +%FT%TZ)] $*"; echo "$line" >&2; [
 
 cmd=("$@")
 attempt=0
+stop= child=  # stop: the signal this script was asked to stop with, passed on to the running attempt
+on_signal() { stop=$1; [[ -n $child ]] && kill -"$1" "$child" 2>/dev/null; return 0; }
+trap 'on_signal USR1' USR1
+trap 'on_signal TERM' TERM
+stopped() { say "stopped on request (SIG$stop)$1: not retrying (resubmit to continue)"; exit "$2"; }
 while true; do
+  [[ -n $stop ]] && stopped " before attempt $((attempt + 1))" 4
   attempt=$((attempt + 1))
   run=("${cmd[@]}")
   if (( attempt > 1 )); then  # the command's own --resume (if any) gives way to auto
@@ -46,23 +56,23 @@ while true; do
   # mpirun, which passes them to the ranks: they checkpoint and exit with code 4.
   "${run[@]}" &
   child=$!
-  trap 'kill -USR1 $child 2>/dev/null' USR1
-  trap 'kill -TERM $child 2>/dev/null' TERM
   while true; do
     wait $child
     rc=$?
     kill -0 $child 2>/dev/null || break  # wait returned for a trapped signal: the child still runs
   done
-  trap - USR1 TERM
+  child=
   say "attempt $attempt: exit code $rc after $(( $(date +%s) - start )) s"
   case $rc in
     0) exit 0 ;;
     2) say "bad input: not retrying"; exit 2 ;;
     4) say "stopped on a signal after a checkpoint: not retrying (resubmit to continue)"; exit 4 ;;
   esac
+  [[ -n $stop ]] && stopped " after exit code $rc" "$([[ $rc == 3 ]] && echo 3 || echo 4)"
   if (( attempt > max_restarts )); then
     say "giving up after $max_restarts restart(s)"
     exit "$rc"
   fi
-  sleep "$pause"
+  sleep "$pause" &
+  wait $! || kill $! 2>/dev/null  # in the background, so that a signal during the pause ends it at once
 done

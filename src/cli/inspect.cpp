@@ -11,6 +11,14 @@
 namespace meridian::cli {
 
 namespace {
+// "chunk [1, 256, 256, 3]", or "contiguous" for a dataset stored without chunks (h5py's default).
+std::string layout_text(const std::vector<uint64_t>& chunk) {
+  if (chunk.empty()) return "contiguous";
+  std::string s = "chunk [";
+  for (size_t i = 0; i < chunk.size(); ++i) s += (i ? ", " : "") + std::to_string(chunk[i]);
+  return s + "]";
+}
+
 // A checkpoint: contents, step, world size, and every checksum verified (DataError on a mismatch).
 int inspect_checkpoint(const std::string& path) {
   const ckpt::Reader r(path);
@@ -66,10 +74,8 @@ Command inspect_command() {
         std::printf("  %s\n    prompt  : %s\n    response: %s\n", s.name.c_str(), s.caption.c_str(), s.decoded.c_str());
       return 0;
     }
-    std::printf("  images       %lld x %lldx%lldx%lld uint8, chunk [%llu, %llu, %llu, %llu]\n", (long long)info.count,
-                (long long)info.height, (long long)info.width, (long long)info.channels,
-                (unsigned long long)info.image_chunk.at(0), (unsigned long long)info.image_chunk.at(1),
-                (unsigned long long)info.image_chunk.at(2), (unsigned long long)info.image_chunk.at(3));
+    std::printf("  images       %lld x %lldx%lldx%lld uint8, %s\n", (long long)info.count, (long long)info.height,
+                (long long)info.width, (long long)info.channels, layout_text(info.image_chunk).c_str());
     const bool detection = info.kind == "detection";
     if (detection) {
       std::printf("  boxes        %lld (%.2f per image; x_min, y_min, x_max, y_max in pixels)\n",

@@ -1,6 +1,7 @@
 // meridian: data-parallel training across machines. Entry point and subcommand dispatch.
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -67,12 +68,18 @@ void add_common_options(cxxopts::Options& options) {
       ("comm-timeout", "Seconds a collective may take before the watchdog aborts the job", cxxopts::value<double>()->default_value("600"));
 }
 
+// The commands whose names start with `prefix` ("" for all, "prep " for prep's), one per line.
+void print_commands(const std::string& prefix) {
+  for (const auto& c : all_commands())
+    if (c.name.rfind(prefix, 0) == 0)
+      std::cout << "  " << c.name << std::string(18 - std::min<size_t>(17, c.name.size()), ' ') << c.summary << "\n";
+}
+
 void print_usage() {
   std::cout << "meridian: data-parallel deep-learning training across machines (MPI + NCCL + LibTorch)\n\n"
                "Usage: mpirun -np N meridian <command> [options]\n"
                "       meridian --version | --help | <command> --help\n\nCommands:\n";
-  for (const auto& c : all_commands())
-    std::cout << "  " << c.name << std::string(18 - std::min<size_t>(17, c.name.size()), ' ') << c.summary << "\n";
+  print_commands("");
 }
 
 }  // namespace
@@ -99,9 +106,21 @@ int main(int argc, char** argv) {
     const std::string typed = two && argc > 2 ? first + " " + argv[2] : first;
     if (typed == c.name) command = &c, words = two ? 2 : 1;
   }
+  // A group of two-word commands ("prep", "bench") with --help or nothing after it: its commands.
+  const bool group = std::any_of(commands.begin(), commands.end(),
+                                 [&](const Command& c) { return c.name.rfind(first + " ", 0) == 0; });
+  const std::string second = argc > 2 ? argv[2] : "";
+  if (!command && group && argc <= 3 && (second.empty() || second == "-h" || second == "--help")) {
+    if (launcher_rank0()) {
+      std::cout << "Usage: mpirun -np N meridian " << first << " <command> [options]\n"
+                << "       meridian " << first << " <command> --help\n\nCommands:\n";
+      print_commands(first + " ");
+    }
+    return second.empty() ? kExitUserError : kExitOk;
+  }
   if (!command) {
     if (launcher_rank0()) {
-      const bool two_words = argc > 2 && (first == "bench" || first == "prep");
+      const bool two_words = argc > 2 && group;
       std::cerr << "meridian: unknown command '" << first << (two_words ? std::string(" ") + argv[2] : "") << "'\n";
       print_usage();
     }

@@ -59,6 +59,7 @@ int report(const comm::Runtime& rt, const data::PrepReport& r, const std::string
     if (r.boxes) std::printf(", %lld boxes", (long long)r.boxes);
     if (r.tokens) std::printf(", %lld tokens", (long long)r.tokens);
     std::printf("\n");
+    for (const auto& w : r.warnings) std::printf("  WARNING: %s\n", w.c_str());
     if (!r.skipped.empty()) {
       const std::string list = out + ".skipped.txt";
       std::ofstream f(list);
@@ -109,7 +110,7 @@ Command prep_detection_command() {
         ("coco", "COCO instances JSON (instead of --labels)", cxxopts::value<std::string>()->default_value(""))
         ("class-names", "YOLO: file with one class name per line (default: 0..C-1)", cxxopts::value<std::string>()->default_value(""))
         ("bands", "Bands (1-based) to use as R,G,B for multi-band images, e.g. 3,2,1", cxxopts::value<std::string>()->default_value(""))
-        ("strict", "An unreadable image or label file is an error instead of being skipped and reported");
+        ("strict", "An unreadable image, or a label that is malformed or off its image, is an error instead of being skipped and reported");
     add_common(o);
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {

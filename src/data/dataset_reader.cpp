@@ -332,6 +332,10 @@ DatasetSummary summarize(const DatasetInfo& info, int examples) {
     const int64_t row = (info.count * e) / std::max(1, examples);
     std::vector<int32_t> tokens(size_t(K) * L), lengths(K);
     reader.read_rows({row}, nullptr, tokens.data(), lengths.data(), nullptr);
+    if (lengths[0] < 0 || lengths[0] > L)
+      throw DataError(path, "/token_lengths",
+                      "row " + std::to_string(row) + ": " + std::to_string(lengths[0]) +
+                          " tokens, outside [0, L = " + std::to_string(L) + "]");
     s.examples.push_back({reader.name(row), reader.captions(row).at(0), tok.decode(tokens.data(), lengths[0])});
   }
   return s;

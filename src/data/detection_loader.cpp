@@ -242,9 +242,7 @@ DetectionLoader::DetectionLoader(const comm::Runtime& rt, const DetectionLoaderO
   impl_->size = options.image_size > 0 ? options.image_size : int(info.height);
   impl_->sampler = std::make_unique<DistributedSampler>(info.count, options.batch_size, rt.rank(), rt.size(),
                                                         options.seed, options.drop_last);
-  if (impl_->sampler->steps_per_epoch() == 0)
-    throw UserError(options.path + ": " + std::to_string(info.count) + " samples are fewer than one global batch (" +
-                    std::to_string(impl_->sampler->global_batch()) + "); lower --batch or pass drop_last = false");
+  impl_->sampler->require_a_batch(options.path, "images");
   impl_->io_thread = std::thread([this] { impl_->io_loop(); });
   if (options.augment.enabled) impl_->prep_thread = std::thread([this] { impl_->prep_loop(); });
 }

@@ -21,6 +21,15 @@ void expect_type(hid_t dset, const std::string& path, const std::string& name, H
   if (H5Tget_class(t) != cls || (size && H5Tget_size(t) != size)) throw DataError(path, name, std::string("expected ") + what);
 }
 
+// Strings are stored variable-length (as prep writes them, and h5py does for str); fixed-length ones
+// would fail inside HDF5 when read.
+void expect_strings(hid_t file, const std::string& path, const std::string& name) {
+  h5::Id dset = open_dataset(file, path, name);
+  h5::Id t = h5::type_id(MERIDIAN_H5_CHECK(H5Dget_type(dset)));
+  if (H5Tget_class(t) != H5T_STRING || H5Tis_variable_str(t) <= 0)
+    throw DataError(path, name, "expected variable-length strings");
+}
+
 std::string shape_text(const std::vector<hsize_t>& d) {
   std::string s = "[";
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
@@ -33,14 +42,17 @@ void validate_image_text(hid_t file, const std::string& path, const std::vector<
   h5::Id tokens = open_dataset(file, path, "/tokens");
   expect_type(tokens, path, "/tokens", H5T_INTEGER, 4, "int32");
   const auto t = h5::dims(tokens);
-  if (t.size() != 3 || t[0] != d[0]) throw DataError(path, "/tokens", "expected [N, K, L] with N = " + std::to_string(d[0]) + ", got " + shape_text(t));
+  if (t.size() != 3 || t[0] != d[0] || t[1] < 1 || t[2] < 1)
+    throw DataError(
+        path, "/tokens",
+        "expected [N, K, L] with N = " + std::to_string(d[0]) + ", K >= 1 and L >= 1, got " + shape_text(t));
   info.captions_per_sample = t[1], info.context_length = t[2];
   for (auto c : h5::chunk_dims(tokens)) info.token_chunk.push_back(c);
 
   check_shape("/token_lengths", {d[0], t[1]});
   check_shape("/labels", {d[0]});
   check_shape("/captions", {d[0], t[1]});
-
+  expect_strings(file, path, "/captions");
 }
 
 void validate_detection(hid_t file, const std::string& path, const std::vector<hsize_t>& d, DatasetInfo& info,
@@ -140,12 +152,14 @@ DatasetInfo validate_dataset(const std::string& path) {
     if (h5::dims(ds) != want) throw DataError(path, name, "expected shape " + shape_text(want) + ", got " + shape_text(h5::dims(ds)));
   };
   check_shape("/names", {d[0]});
+  expect_strings(file, path, "/names");
   if (info.kind == "image_text") {
     validate_image_text(file, path, d, info, check_shape);
   } else {
     validate_detection(file, path, d, info, check_shape);
   }
   if (h5::exists(file, "/class_names")) {
+    expect_strings(file, path, "/class_names");
     h5::Id cn = open_dataset(file, path, "/class_names");
     const auto n = h5::dims(cn);
     info.class_names = h5::read_strings(cn, 0, n.empty() ? 0 : n[0]);

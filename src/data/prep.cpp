@@ -204,6 +204,39 @@ bool place_box(const Letterbox& l, int size, std::array<float, 4>& box) {
   return box[2] - box[0] > 1e-3f && box[3] - box[1] > 1e-3f;
 }
 
+// ---------- text inputs ----------
+
+// The lines of a text input (captions, label and class-name files, JSONL) in order. A UTF-8
+// byte-order mark at the start of the file (Windows editors write one) is dropped, so the first
+// line reads like the others.
+class TextLines {
+ public:
+  explicit TextLines(const std::string& file) : in_(file) {}
+  explicit operator bool() const { return bool(in_); }
+  // The next line without its '\n'; false at the end of the file.
+  bool next(std::string& line) {
+    if (!std::getline(in_, line)) return false;
+    if (first_ && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
+    first_ = false;
+    return true;
+  }
+
+ private:
+  std::ifstream in_;
+  bool first_ = true;
+};
+
+// " with split 's' (the file's splits: a, b)" for messages about entries of one split; empty when
+// `split` is.
+std::string split_note(const std::string& split, const std::set<std::string>& seen) {
+  if (split.empty()) return "";
+  std::string list;
+  for (const auto& s : seen)
+    if (!s.empty()) list += (list.empty() ? "" : ", ") + s;
+  return " with split '" + split + "' (" + (list.empty() ? "no entry names a split" : "the file's splits: " + list) +
+         ")";
+}
+
 // ---------- captions index ----------
 
 struct Entry {
@@ -238,7 +271,7 @@ std::vector<std::string> csv_fields(const std::string& line, const std::string& 
 
 // Calls visit(entry) for every entry in file order. Malformed lines are errors naming file and line.
 void read_index(const std::string& file, const std::function<void(Entry&&)>& visit) {
-  std::ifstream in(file);
+  TextLines in(file);
   if (!in) throw DataError(file, "captions file", "cannot open the file");
   const bool csv = fs::path(file).extension() == ".csv";
   if (!csv && fs::path(file).extension() != ".jsonl" && fs::path(file).extension() != ".json")
@@ -248,7 +281,7 @@ void read_index(const std::string& file, const std::function<void(Entry&&)>& vis
   if (csv) {
     std::map<std::string, size_t> col;
     Entry pending;
-    while (std::getline(in, line)) {
+    while (in.next(line)) {
       ++lineno;
       if (line.empty() || line == "\r") continue;
       auto f = csv_fields(line, file, lineno);
@@ -281,7 +314,7 @@ void read_index(const std::string& file, const std::function<void(Entry&&)>& vis
     }
     return;
   }
-  while (std::getline(in, line)) {
+  while (in.next(line)) {
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = "line " + std::to_string(lineno);
@@ -326,6 +359,8 @@ struct Job {
   std::vector<std::string> class_names;              // detection: empty = "0".."C-1" from the boxes
   std::function<std::vector<std::string>()> tokenizer_corpus;  // image_text, rank 0, when training
   std::string split;
+  std::string inputs;    // where the entries come from, for messages: "<file>[ with split 's' (...)]"
+  std::string no_boxes;  // detection: why a file without boxes may have come out, for the warning
   bool strict = false;
 };
 
@@ -381,14 +416,15 @@ void check_options(const PrepCommon& o) {
   if (o.block < 1) throw UserError("--block: must be at least 1");
 }
 
-// The output is refused when it exists (unless --overwrite) or its directory is missing or not
-// writable; decided on rank 0, the same error on every rank.
+// The output is refused when it is a directory, exists (unless --overwrite) or its directory is
+// missing or not writable; decided on rank 0, the same error on every rank.
 void check_output(const comm::Runtime& rt, const PrepCommon& o) {
   std::string error;
   if (rt.rank() == 0) {
     const fs::path out(o.out);
     const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
-    if (fs::exists(out) && !o.overwrite) error = o.out + ": exists (pass --overwrite to replace it)";
+    if (fs::is_directory(out)) error = o.out + ": is a directory; --out names the dataset file to write";
+    else if (fs::exists(out) && !o.overwrite) error = o.out + ": exists (pass --overwrite to replace it)";
     else if (!fs::is_directory(dir)) error = o.out + ": directory " + dir.string() + " does not exist";
     else if (access(dir.c_str(), W_OK) != 0) error = o.out + ": directory " + dir.string() + " is not writable";
   }
@@ -441,7 +477,7 @@ PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job)
   const bool text = job.kind == "image_text";
   check_output(rt, o);
   check_same_inputs(rt, job.count, job.class_names);
-  if (job.count == 0) throw UserError("prep: no input entries" + (job.split.empty() ? "" : " with split '" + job.split + "'"));
+  if (job.count == 0) throw UserError("prep: no input entries in " + job.inputs);
 
   std::unique_ptr<Tokenizer> tok;
   if (text) tok = std::make_unique<Tokenizer>(shared_tokenizer(rt, o, job.tokenizer_corpus, /*keep_whitespace=*/false));
@@ -618,6 +654,11 @@ PrepReport run_job(const comm::Runtime& rt, const PrepCommon& o, const Job& job)
   report.skipped = all_skipped;
   report.skipped_count = rt.sum(int64_t(skipped.size()));
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!text && box_base == 0) {
+    report.warnings.push_back("0 boxes: none of the " + std::to_string(base) + " images written has a box" +
+                              (job.no_boxes.empty() ? "" : " (" + job.no_boxes + ")"));
+    if (rt.rank() == 0) spdlog::warn("prep detection: {}", report.warnings.back());
+  }
   return report;
 }
 
@@ -629,13 +670,14 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
   if (o.captions_file.empty()) throw UserError("--captions: required");
   // Every rank reads the index (it is small next to the images) and keeps only its own entries;
   // class names come from all entries of every split, so labels agree between split files.
-  std::set<std::string> classes;
+  std::set<std::string> classes, splits;
   std::map<int64_t, Entry> mine;
   std::vector<std::string> corpus;
   int64_t count = 0;
   const int block = o.block;
   read_index(o.captions_file, [&](Entry&& e) {
     if (!e.cls.empty()) classes.insert(e.cls);
+    splits.insert(e.split);
     if (!o.split.empty() && e.split != o.split) return;
     if (rt.rank() == 0 && o.tokenizer.empty() && corpus.size() < 2000000)
       corpus.insert(corpus.end(), e.captions.begin(), e.captions.end());
@@ -646,6 +688,7 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
   job.count = count;
   job.class_names.assign(classes.begin(), classes.end());
   job.split = o.split;
+  job.inputs = o.captions_file + split_note(o.split, splits);
   job.strict = o.strict;
   job.tokenizer_corpus = [&] { return corpus; };
   job.decode = [&](int64_t i) {
@@ -706,21 +749,41 @@ std::vector<std::string> list_images(const std::string& dir) {
   return out;
 }
 
+// A box as fractions of its image (centre cx, cy, size w, h) must lie in [0, 1], up to rounding:
+// "cx = 1.3 is outside [0, 1]" for the first value that does not, else empty. A box whose centre
+// is inside may still reach past the edge: place_box clips it.
+std::string outside_unit(const std::array<double, 4>& v) {
+  static const char* const kNames[] = {"cx", "cy", "w", "h"};
+  for (int k = 0; k < 4; ++k)
+    if (!(v[k] >= -1e-6 && v[k] <= 1 + 1e-6)) {
+      std::ostringstream text;
+      text << kNames[k] << " = " << v[k] << " is outside [0, 1]";
+      return text.str();
+    }
+  return {};
+}
+
 // YOLO label file: "class cx cy w h" per line, normalised to the image; a missing file means no boxes.
+// A malformed line, or values outside the image, skip the image (SkipImage naming file and line).
 void read_yolo(const std::string& file, int width, int height, std::vector<std::array<float, 4>>& boxes,
                std::vector<int32_t>& classes) {
-  std::ifstream in(file);
+  TextLines in(file);
   if (!in) return;
   std::string line;
   int lineno = 0;
-  while (std::getline(in, line)) {
+  while (in.next(line)) {
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     std::istringstream ss(line);
     double c = -1, cx, cy, w, h;
     std::string rest;
-    if (!(ss >> c >> cx >> cy >> w >> h) || (ss >> rest) || c < 0 || c > 100000 || c != std::floor(c) || w < 0 || h < 0)
-      throw SkipImage{file + ": line " + std::to_string(lineno) + ": expected 'class cx cy w h' (class an integer 0..100000, sizes >= 0)"};
+    const std::string where = file + ": line " + std::to_string(lineno) + ": ";
+    if (!(ss >> c >> cx >> cy >> w >> h) || (ss >> rest) || c < 0 || c > 100000 || c != std::floor(c))
+      throw SkipImage{where + "expected 'class cx cy w h' (class an integer 0..100000)"};
+    const std::string outside = outside_unit({cx, cy, w, h});
+    if (!outside.empty())
+      throw SkipImage{where + outside + " (YOLO labels are normalised to the image" +
+                      (std::max({cx, cy, w, h}) > 1 ? "; these look like pixels?)" : ")")};
     boxes.push_back({float((cx - w / 2) * width), float((cy - h / 2) * height), float((cx + w / 2) * width),
                      float((cy + h / 2) * height)});
     classes.push_back(int32_t(c));
@@ -729,9 +792,26 @@ void read_yolo(const std::string& file, int width, int height, std::vector<std::
 
 struct CocoImage {
   std::string file;
-  std::vector<std::array<float, 4>> boxes;  // source pixels, x_min y_min x_max y_max
+  std::vector<std::array<double, 4>> bboxes;  // as in the file: x, y, w, h in source pixels
+  std::vector<size_t> annotations;            // each bbox's index in 'annotations', for messages
   std::vector<int32_t> classes;
 };
+
+// Box `b` of `im` as x_min, y_min, x_max, y_max on its width x height image. A box that is not on
+// the image (a negative size, or its centre or size outside, the rule YOLO labels follow) skips the
+// image: SkipImage naming the COCO file and the annotation.
+std::array<float, 4> coco_box(const std::string& path, const CocoImage& im, size_t b, int width, int height) {
+  const auto [x, y, w, h] = im.bboxes[b];
+  std::ostringstream where;
+  where << path << ": annotations[" << im.annotations[b] << "]: bbox [" << x << ", " << y << ", " << w << ", " << h
+        << "]";
+  if (w < 0 || h < 0) throw SkipImage{where.str() + " has a negative width or height"};
+  const std::string outside = outside_unit({(x + w / 2) / width, (y + h / 2) / height, w / width, h / height});
+  if (!outside.empty())
+    throw SkipImage{where.str() + " is not on the " + std::to_string(width) + "x" + std::to_string(height) +
+                    " image '" + im.file + "' (as a fraction of the image, " + outside + ")"};
+  return {float(x), float(y), float(x + w), float(y + h)};
+}
 
 // Parses a COCO instances file: images in file order, categories sorted by id (class = position).
 std::vector<CocoImage> read_coco(const std::string& path, std::vector<std::string>& class_names) {
@@ -745,37 +825,47 @@ std::vector<CocoImage> read_coco(const std::string& path, std::vector<std::strin
   }
   for (const char* key : {"images", "annotations", "categories"})
     if (!j.contains(key) || !j[key].is_array()) throw DataError(path, key, "missing (expected a list)");
-  std::map<int64_t, std::string> categories;
-  for (const auto& c : j["categories"]) {
-    if (!c.contains("id") || !c.contains("name")) throw DataError(path, "categories", "each needs 'id' and 'name'");
-    categories[c["id"].get<int64_t>()] = c["name"].get<std::string>();
+  std::string where = "categories";  // what is being read, for a value of the wrong type
+  try {
+    std::map<int64_t, std::string> categories;
+    for (const auto& c : j["categories"]) {
+      if (!c.contains("id") || !c.contains("name")) throw DataError(path, "categories", "each needs 'id' and 'name'");
+      categories[c["id"].get<int64_t>()] = c["name"].get<std::string>();
+    }
+    std::map<int64_t, int32_t> class_of;
+    for (const auto& [id, name] : categories) class_of[id] = int32_t(class_names.size()), class_names.push_back(name);
+    std::vector<CocoImage> images;
+    std::map<int64_t, size_t> index;
+    where = "images";
+    for (const auto& im : j["images"]) {
+      if (!im.contains("id") || !im.contains("file_name"))
+        throw DataError(path, "images", "each needs 'id' and 'file_name'");
+      index[im["id"].get<int64_t>()] = images.size();
+      images.push_back({im["file_name"].get<std::string>(), {}, {}, {}});
+    }
+    for (size_t n = 0; n < j["annotations"].size(); ++n) {
+      const auto& a = j["annotations"][n];
+      where = "annotations[" + std::to_string(n) + "]";
+      if (!a.contains("image_id") || !a.contains("bbox") || !a.contains("category_id") || !a["bbox"].is_array() ||
+          a["bbox"].size() != 4)
+        throw DataError(path, where, "needs 'image_id', 'category_id' and 'bbox' [x, y, w, h]");
+      if (a.value("iscrowd", 0) == 1) continue;  // crowd regions are not instances
+      const auto im = index.find(a["image_id"].get<int64_t>());
+      const auto cls = class_of.find(a["category_id"].get<int64_t>());
+      if (im == index.end()) throw DataError(path, where, "image_id not in 'images'");
+      if (cls == class_of.end()) throw DataError(path, where, "category_id not in 'categories'");
+      const auto& b = a["bbox"];
+      images[im->second].bboxes.push_back(
+          {b[0].get<double>(), b[1].get<double>(), b[2].get<double>(), b[3].get<double>()});
+      images[im->second].annotations.push_back(n);
+      images[im->second].classes.push_back(cls->second);
+    }
+    return images;
+  } catch (const nlohmann::json::type_error& e) {
+    throw DataError(
+        path, where,
+        std::string("a value of the wrong type (ids are integers, names strings, bbox numbers): ") + e.what());
   }
-  std::map<int64_t, int32_t> class_of;
-  for (const auto& [id, name] : categories) class_of[id] = int32_t(class_names.size()), class_names.push_back(name);
-  std::vector<CocoImage> images;
-  std::map<int64_t, size_t> index;
-  for (const auto& im : j["images"]) {
-    if (!im.contains("id") || !im.contains("file_name")) throw DataError(path, "images", "each needs 'id' and 'file_name'");
-    index[im["id"].get<int64_t>()] = images.size();
-    images.push_back({im["file_name"].get<std::string>(), {}, {}});
-  }
-  size_t n = 0;
-  for (const auto& a : j["annotations"]) {
-    const std::string where = "annotations[" + std::to_string(n++) + "]";
-    if (!a.contains("image_id") || !a.contains("bbox") || !a.contains("category_id") || !a["bbox"].is_array() ||
-        a["bbox"].size() != 4)
-      throw DataError(path, where, "needs 'image_id', 'category_id' and 'bbox' [x, y, w, h]");
-    if (a.value("iscrowd", 0) == 1) continue;  // crowd regions are not instances
-    const auto im = index.find(a["image_id"].get<int64_t>());
-    const auto cls = class_of.find(a["category_id"].get<int64_t>());
-    if (im == index.end()) throw DataError(path, where, "image_id not in 'images'");
-    if (cls == class_of.end()) throw DataError(path, where, "category_id not in 'categories'");
-    const auto& b = a["bbox"];
-    const float x = b[0].get<float>(), y = b[1].get<float>(), w = b[2].get<float>(), h = b[3].get<float>();
-    images[im->second].boxes.push_back({x, y, x + w, y + h});
-    images[im->second].classes.push_back(cls->second);
-  }
-  return images;
 }
 
 }  // namespace
@@ -794,14 +884,21 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& o
   if (!o.coco.empty()) {
     coco = read_coco(o.coco, job.class_names);
     job.count = int64_t(coco.size());
+    job.inputs = o.coco + " (its 'images' list is empty)";
+    job.no_boxes = "no annotation in " + o.coco + " but crowd regions is on one of these images";
   } else {
     files = list_images(o.images_dir);
     job.count = int64_t(files.size());
+    job.inputs = o.images_dir + " (no .jpg, .jpeg, .png, .tif, .tiff or .bmp file under it)";
+    if (!files.empty())
+      job.no_boxes = "labels are read from <labels>/<image path>.txt, e.g. " +
+                     (fs::path(o.labels_dir) / fs::path(files[0]).replace_extension(".txt")).string() +
+                     "; a missing label file means no boxes";
     if (!o.class_names_file.empty()) {
-      std::ifstream in(o.class_names_file);
+      TextLines in(o.class_names_file);
       if (!in) throw DataError(o.class_names_file, "--class-names", "cannot open the file");
       std::string line;
-      while (std::getline(in, line))
+      while (in.next(line))
         if (!line.empty() && line != "\r") job.class_names.push_back(line.back() == '\r' ? line.substr(0, line.size() - 1) : line);
     }
   }
@@ -815,7 +912,8 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& o
       const fs::path label = fs::path(o.labels_dir) / fs::path(d.name).replace_extension(".txt");
       read_yolo(label.string(), rgb.cols, rgb.rows, boxes, classes);
     } else {
-      boxes = coco[i].boxes;
+      for (size_t b = 0; b < coco[i].bboxes.size(); ++b)
+        boxes.push_back(coco_box(o.coco, coco[i], b, rgb.cols, rgb.rows));
       classes = coco[i].classes;
     }
     if (!job.class_names.empty())
@@ -873,13 +971,14 @@ struct TextJob {
   std::function<TextRecord(int64_t)> record;  // this rank's indices only
   std::function<std::vector<std::string>()> tokenizer_corpus;
   std::string split;
+  std::string inputs;  // where the records come from, for messages: "<file>[ with split 's' (...)]"
 };
 
 PrepReport run_text_job(const comm::Runtime& rt, const PrepCommon& o, const TextJob& tj) {
   const auto start = Clock::now();
   check_output(rt, o);
   check_same_inputs(rt, tj.count, {});
-  if (tj.count == 0) throw UserError("prep: no input records" + (tj.split.empty() ? "" : " with split '" + tj.split + "'"));
+  if (tj.count == 0) throw UserError("prep: no input records in " + tj.inputs);
   const Tokenizer tok = shared_tokenizer(rt, o, tj.tokenizer_corpus, /*keep_whitespace=*/true);
   const std::string tmp = o.out + ".tmp";
   int64_t base = 0, tok_base = 0;
@@ -946,15 +1045,16 @@ PrepReport run_text_job(const comm::Runtime& rt, const PrepCommon& o, const Text
 PrepReport prep_text(const comm::Runtime& rt, const PrepTextOptions& o) {
   check_options(o);
   if (o.jsonl.empty()) throw UserError("--jsonl: required");
-  std::ifstream in(o.jsonl);
+  TextLines in(o.jsonl);
   if (!in) throw DataError(o.jsonl, "file", "cannot open the file");
   std::map<int64_t, TextRecord> mine;
   std::vector<std::string> corpus;
   TextJob tj;
   tj.split = o.split;
+  std::set<std::string> splits;
   std::string line;
   int64_t lineno = 0;
-  while (std::getline(in, line)) {
+  while (in.next(line)) {
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = "line " + std::to_string(lineno);
@@ -970,6 +1070,7 @@ PrepReport prep_text(const comm::Runtime& rt, const PrepTextOptions& o) {
       return j[key].get<std::string>();
     };
     if (!j.is_object()) throw DataError(o.jsonl, where, "expected an object");
+    splits.insert(str("split"));
     if (!o.split.empty() && str("split") != o.split) continue;
     TextRecord r;
     if (j.contains("instruction")) {
@@ -988,6 +1089,7 @@ PrepReport prep_text(const comm::Runtime& rt, const PrepTextOptions& o) {
     if (owns(tj.count, o.block, rt.rank(), rt.size())) mine.emplace(tj.count, std::move(r));
     ++tj.count;
   }
+  tj.inputs = o.jsonl + split_note(o.split, splits);
   tj.record = [&](int64_t i) { return mine.at(i); };
   tj.tokenizer_corpus = [&] { return corpus; };
   return run_text_job(rt, o, tj);

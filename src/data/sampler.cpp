@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "meridian/core/error.h"
 #include "meridian/core/hash.h"
 
 namespace meridian::data {
@@ -41,6 +42,15 @@ DistributedSampler::DistributedSampler(int64_t n, int64_t per_rank_batch, int ra
 int64_t DistributedSampler::steps_per_epoch() const {
   const int64_t g = global_batch();
   return drop_last_ ? n_ / g : (n_ + g - 1) / g;
+}
+
+void DistributedSampler::require_a_batch(const std::string& path, const std::string& what,
+                                         const std::string& also) const {
+  if (steps_per_epoch() > 0) return;
+  throw UserError(path + ": " + std::to_string(n_) + " " + what + " are fewer than one global batch (" +
+                  std::to_string(global_batch()) + " = train.batch " + std::to_string(per_rank_batch_) +
+                  " per rank x " + std::to_string(world_size_) + (world_size_ == 1 ? " rank" : " ranks") +
+                  "); lower train.batch" + also);
 }
 
 int64_t DistributedSampler::row(int64_t epoch, int64_t position) const {

@@ -177,15 +177,15 @@ TextLoader::TextLoader(const comm::Runtime& rt, const TextLoaderOptions& options
   const int64_t L = options.seq_len;
   impl_->samples = options.mode == TextLoaderOptions::Pack ? (info.token_count - 1) / L : info.count;
   if (impl_->samples < 1)
-    throw UserError(options.path + ": " + std::to_string(info.token_count) + " tokens give no sequence of --seq-len " +
-                    std::to_string(L) + " + 1");
+    throw UserError(options.path + ": " + std::to_string(info.token_count) +
+                    " tokens give no sequence of data.seq_len " + std::to_string(L) +
+                    " + 1 tokens; lower data.seq_len");
   impl_->sampler = std::make_unique<DistributedSampler>(impl_->samples, options.batch_size, rt.rank(), rt.size(),
                                                         options.seed, options.drop_last);
-  if (impl_->sampler->steps_per_epoch() == 0)
-    throw UserError(options.path + ": " + std::to_string(impl_->samples) +
-                    (options.mode == TextLoaderOptions::Pack ? " windows" : " documents") +
-                    " are fewer than one global batch (" + std::to_string(impl_->sampler->global_batch()) +
-                    "); lower --batch or --seq-len, or pass drop_last = false");
+  if (options.mode == TextLoaderOptions::Pack)
+    impl_->sampler->require_a_batch(options.path, "windows of data.seq_len + 1 tokens", " or data.seq_len");
+  else
+    impl_->sampler->require_a_batch(options.path, "documents");
   impl_->tok_buf.resize(size_t(L + 1));
   impl_->mask_buf.resize(size_t(L + 1));
   impl_->io_thread = std::thread([this] { impl_->io_loop(); });

@@ -345,6 +345,11 @@ TEST(DetectionLoader, BadInputIsAUserErrorNamingTheFileOrField) {
   EXPECT_EQ(message_of([&] { data::DetectionLoader l(runtime(), o); }),
             "detection loader: augment.scale must be in [0, 0.95], got 2");
   o.augment.scale = 0.5;
+  o.batch_size = 1000;
+  const std::string too_few = message_of([&] { data::DetectionLoader l(runtime(), o); });
+  EXPECT_NE(too_few.find(" images are fewer than one global batch ("), std::string::npos) << too_few;
+  EXPECT_EQ(too_few.substr(too_few.find(");")), "); lower train.batch");
+  o.batch_size = 1;
   o.path = det_dir() + "/missing.h5";
   EXPECT_NE(message_of([&] { data::DetectionLoader l(runtime(), o); }).find("missing.h5"), std::string::npos);
 }

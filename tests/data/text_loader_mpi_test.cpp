@@ -318,12 +318,16 @@ TEST(TextLoader, NonTextFilesAndImpossibleShapesAreUserErrorsOnEveryRank) {
                 "not 'image_text'");
   o.path = text_file();
   o.seq_len = int64_t(reference().tokens.size());
-  EXPECT_NE(message_of([&] { data::TextLoader loader(runtime(), o); }).find("give no sequence of --seq-len"),
+  EXPECT_NE(message_of([&] { data::TextLoader loader(runtime(), o); }).find("give no sequence of data.seq_len"),
             std::string::npos);
   o.seq_len = 16;
   o.batch_size = 1000;
-  EXPECT_NE(message_of([&] { data::TextLoader loader(runtime(), o); }).find("fewer than one global batch"),
-            std::string::npos);
+  // The advice names config keys that exist (train.batch, data.seq_len), not CLI options or drop_last.
+  const std::string too_few = message_of([&] { data::TextLoader loader(runtime(), o); });
+  EXPECT_NE(too_few.find(" = train.batch 1000 per rank x " + std::to_string(runtime().size()) + " rank"),
+            std::string::npos)
+      << too_few;
+  EXPECT_EQ(too_few.substr(too_few.find(");")), "); lower train.batch or data.seq_len");
   o.path = text_dir() + "/missing.h5";
   o.batch_size = 1;
   EXPECT_NE(message_of([&] { data::TextLoader loader(runtime(), o); }).find("does not exist"), std::string::npos);

@@ -16,10 +16,10 @@ struct DatasetInfo {
   int64_t format_version = 0;
   int64_t count = 0;                               // samples: images, or documents for text
   int64_t height = 0, width = 0, channels = 0;     // /images [count, H, W, C]
-  std::vector<uint64_t> image_chunk;               // chunk shape of /images
+  std::vector<uint64_t> image_chunk;               // chunk shape of /images; empty when contiguous
   int64_t captions_per_sample = 0;                 // K of /tokens [count, K, L]
   int64_t context_length = 0;                      // L
-  std::vector<uint64_t> token_chunk;
+  std::vector<uint64_t> token_chunk;               // of /tokens (image_text); empty when contiguous
   int64_t vocab_size = 0;                          // of /tokenizer/model
   int64_t pad_id = 0, eos_id = 0;
   std::vector<std::string> class_names;            // empty when unknown

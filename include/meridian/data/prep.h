@@ -65,6 +65,7 @@ struct PrepReport {
   int64_t tokens = 0;                  // text: tokens in the file
   std::vector<std::string> skipped;    // "<name>: <reason>", on rank 0 (empty elsewhere)
   int64_t skipped_count = 0;           // on every rank
+  std::vector<std::string> warnings;   // e.g. a detection file without boxes; on every rank
   double seconds = 0;
 };
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace meridian::data {
@@ -26,6 +27,10 @@ class DistributedSampler {
   int64_t global_batch() const { return per_rank_batch_ * world_size_; }
   int64_t steps_per_epoch() const;  // global batches per epoch (0 if N < global batch with drop_last)
   int64_t epoch_samples() const { return steps_per_epoch() * global_batch(); }
+  // For the loaders: UserError when an epoch has no global batch, in the config's words: "<path>:
+  // <N> <what> are fewer than one global batch (<G> = train.batch <B> per rank x <R> ranks); lower
+  // train.batch<also>".
+  void require_a_batch(const std::string& path, const std::string& what, const std::string& also = "") const;
 
   // Dataset row at global position `position` of `epoch` (position < epoch_samples()).
   int64_t row(int64_t epoch, int64_t position) const;

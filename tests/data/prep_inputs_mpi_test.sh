@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Usage: prep_inputs_mpi_test.sh MPIRUN MERIDIAN — prep and inspect on awkward but common inputs,
+# through the binary: YOLO labels outside [0, 1] (pixels) and COCO boxes off their image skip the
+# image naming file and line or annotation (exit 2 with --strict); a detection file without boxes is
+# warned about; a UTF-8 byte-order mark starts every kind of text input; empty inputs, --out naming
+# a directory, `prep --help`; inspect and train on files written without chunks (h5py's default);
+# the loaders' advice when a batch is larger than the dataset.
+set -u
+mpirun=$1 meridian=$2
+fail() { echo "FAIL: $*"; exit 1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+run() { "$mpirun" --oversubscribe -np 2 "$meridian" "$@"; }
+# expect CODE TEXT CMD...: CMD must exit CODE and print TEXT (its output is in $tmp/o).
+expect() {
+  local code=$1 text=$2
+  shift 2
+  "$@" >"$tmp/o" 2>&1
+  local rc=$?
+  [[ $rc == "$code" ]] && grep -qF -- "$text" "$tmp/o" || { cat "$tmp/o"; fail "$* exited $rc, expected $code and '$text'"; }
+}
+bom=$'\xEF\xBB\xBF'
+
+# Three images: a 64 x 32, b and c 32 x 32 (24-bit BMP).
+mkdir -p "$tmp/images" "$tmp/labels" "$tmp/pixels" "$tmp/none"
+/usr/bin/python3 - "$tmp/images" <<'PY' || fail "could not write the images"
+import struct, sys
+for name, w, h in (("a", 64, 32), ("b", 32, 32), ("c", 32, 32)):
+    row = (w * 3 + 3) & ~3
+    data = bytes(row) * h
+    head = struct.pack("<2sIHHI", b"BM", 54 + len(data), 0, 0, 54)
+    info = struct.pack("<IiiHHIIiiII", 40, w, h, 1, 24, 0, len(data), 2835, 2835, 0, 0)
+    open(f"{sys.argv[1]}/{name}.bmp", "wb").write(head + info + data)
+PY
+
+# YOLO: a.txt starts with a byte-order mark; b's box reaches past the right edge (clipped, kept);
+# line 3 of c.txt has cx = 1.3. The class names file has a mark and CRLF line ends.
+printf '%s0 0.5 0.5 0.25 0.5\n' "$bom" >"$tmp/labels/a.txt"
+printf '1 0.95 0.5 0.2 0.4\n' >"$tmp/labels/b.txt"
+printf '0 0.5 0.5 0.2 0.2\n0 0.4 0.4 0.1 0.1\n1 1.3 0.5 0.1 0.1\n' >"$tmp/labels/c.txt"
+printf '%scar\r\nboat\r\n' "$bom" >"$tmp/names.txt"
+yolo=(prep detection --images "$tmp/images" --labels "$tmp/labels" --class-names "$tmp/names.txt" --size 32)
+expect 0 "2 of 3 inputs" run "${yolo[@]}" --out "$tmp/yolo.h5"
+grep -qF "1 skipped, 2 boxes" "$tmp/o" || { cat "$tmp/o"; fail "YOLO: expected 1 skipped and 2 boxes"; }
+grep -qF "skipped $tmp/labels/c.txt: line 3: cx = 1.3 is outside [0, 1] (YOLO labels are normalised to the image; these look like pixels?)" \
+  "$tmp/o" || { cat "$tmp/o"; fail "YOLO: c.txt line 3 not named"; }
+expect 0 "valid detection dataset" "$meridian" inspect "$tmp/yolo.h5"
+grep -qE "^    car +1$" "$tmp/o" && grep -qE "^    boat +1$" "$tmp/o" || { cat "$tmp/o"; fail "YOLO: class names or counts"; }
+expect 2 "--strict: $tmp/labels/c.txt: line 3: cx = 1.3 is outside [0, 1]" \
+  run "${yolo[@]}" --strict --out "$tmp/strict.h5"
+# Labels in pixels: every image is skipped, and prep says why.
+for n in a b c; do echo "0 16 16 8 8" >"$tmp/pixels/$n.txt"; done
+expect 2 "no input could be read (3 skipped, e.g. $tmp/pixels/a.txt: line 1: cx = 16 is outside [0, 1]" \
+  run prep detection --images "$tmp/images" --labels "$tmp/pixels" --size 32 --out "$tmp/pixels.h5"
+# No label file at all: a dataset without boxes, said loudly.
+expect 0 "WARNING: 0 boxes: none of the 3 images written has a box (labels are read from <labels>/<image path>.txt, e.g. $tmp/none/a.txt" \
+  run prep detection --images "$tmp/images" --labels "$tmp/none" --size 32 --out "$tmp/none.h5"
+
+# COCO (with a byte-order mark): b's box lies right of its 32 x 32 image, c's has a negative width.
+cat >"$tmp/coco.json" <<JSON
+${bom}{"images": [{"id": 1, "file_name": "a.bmp"}, {"id": 2, "file_name": "b.bmp"}, {"id": 3, "file_name": "c.bmp"}],
+ "categories": [{"id": 7, "name": "car"}],
+ "annotations": [{"image_id": 1, "category_id": 7, "bbox": [24, 8, 16, 16]},
+                 {"image_id": 2, "category_id": 7, "bbox": [40, 0, 10, 10]},
+                 {"image_id": 3, "category_id": 7, "bbox": [10, 10, -5, 10]}]}
+JSON
+expect 0 "1 of 3 inputs" run prep detection --images "$tmp/images" --coco "$tmp/coco.json" --size 32 --out "$tmp/coco.h5"
+for want in "skipped $tmp/coco.json: annotations[1]: bbox [40, 0, 10, 10] is not on the 32x32 image 'b.bmp' (as a fraction of the image, cx = 1.40625 is outside [0, 1])" \
+            "skipped $tmp/coco.json: annotations[2]: bbox [10, 10, -5, 10] has a negative width or height"; do
+  grep -qF "$want" "$tmp/o" || { cat "$tmp/o"; fail "COCO: no '$want'"; }
+done
+sed 's/"id": 7/"id": "seven"/' "$tmp/coco.json" >"$tmp/coco_type.json"
+expect 2 "$tmp/coco_type.json: categories: a value of the wrong type" \
+  "$meridian" prep detection --images "$tmp/images" --coco "$tmp/coco_type.json" --size 32 --out "$tmp/t.h5"
+
+# Captions: CSV and JSONL with a byte-order mark; an empty file and a split without entries are named.
+printf '%simage,caption\na.bmp,a wide image\nb.bmp,a square image\n' "$bom" >"$tmp/caps.csv"
+printf '%s{"image": "a.bmp", "caption": "a wide image", "split": "train"}\n' "$bom" >"$tmp/caps.jsonl"
+: >"$tmp/empty.csv"
+it=(prep image-text --images "$tmp/images" --size 32 --vocab-size 40 --context-length 8)
+expect 0 "2 of 2 inputs" run "${it[@]}" --captions "$tmp/caps.csv" --out "$tmp/csv.h5"
+expect 0 "1 of 1 inputs" "$meridian" "${it[@]}" --captions "$tmp/caps.jsonl" --out "$tmp/jsonl.h5"
+expect 2 "prep: no input entries in $tmp/empty.csv" "$meridian" "${it[@]}" --captions "$tmp/empty.csv" --out "$tmp/e.h5"
+expect 2 "prep: no input entries in $tmp/caps.jsonl with split 'val' (the file's splits: train)" \
+  "$meridian" "${it[@]}" --captions "$tmp/caps.jsonl" --split val --out "$tmp/e.h5"
+# Text records with a byte-order mark; an empty split is named.
+{ printf '%s' "$bom"; for i in $(seq 1 20); do echo "{\"text\": \"record $i of the small text corpus\"}"; done; } >"$tmp/text.jsonl"
+expect 0 "20 of 20 inputs" "$meridian" prep text --jsonl "$tmp/text.jsonl" --vocab-size 400 --out "$tmp/text.h5"
+expect 2 "prep: no input records in $tmp/text.jsonl with split 'val' (no entry names a split)" \
+  "$meridian" prep text --jsonl "$tmp/text.jsonl" --split val --vocab-size 400 --out "$tmp/e.h5"
+# --out naming a directory, with or without --overwrite.
+for over in "" --overwrite; do
+  expect 2 "$tmp/none: is a directory; --out names the dataset file to write" \
+    "$meridian" "${it[@]}" --captions "$tmp/caps.csv" --out "$tmp/none" $over
+done
+
+# prep and bench list their commands.
+expect 0 "prep synthetic" "$meridian" prep --help
+for want in "prep image-text" "prep detection" "prep text"; do grep -qF "$want" "$tmp/o" || fail "prep --help lacks $want"; done
+expect 0 "bench comm" "$meridian" bench --help
+expect 2 "prep detection" "$meridian" prep
+
+# Files written without chunks (h5py's default, contiguous layout): inspect reads them, train too.
+# Copies with K = 0 captions per image, or fixed-length names, are corrupt: exit 2 naming the dataset.
+source "$(dirname "$0")/../ckpt/fixture.sh"  # $tmp/data.h5 (128 scenes) and $tmp/small.yaml
+make_fixture "train: {batch: 4, steps: 2}
+checkpoint: {every_steps: 0, at_end: false}"
+run prep synthetic --kind detection --count 24 --size 32 --out "$tmp/d.h5" >"$tmp/o" 2>&1 || { cat "$tmp/o"; fail "prep synthetic detection"; }
+unchunk() {  # SRC DST [no-captions | fixed-names]
+  /usr/bin/python3 - "$@" <<'PY'
+import sys, h5py
+src, dst = sys.argv[1:3]
+change = sys.argv[3] if len(sys.argv) > 3 else ""
+with h5py.File(src, "r") as s, h5py.File(dst, "w") as d:
+    def attrs(a, b):
+        for k in a.attrs:
+            b.attrs.create(k, a.attrs[k], dtype=a.attrs.get_id(k).dtype)
+    attrs(s, d)
+    def copy(name, obj):
+        if isinstance(obj, h5py.Group):
+            d.require_group(name)
+            return
+        data, dtype = obj[()], obj.dtype
+        if change == "no-captions" and name in ("tokens", "token_lengths", "captions"):
+            data = data[:, :0]
+        if change == "fixed-names" and name == "names":
+            data, dtype = data.astype("S64"), "S64"
+        d.create_dataset(name, data=data, dtype=dtype)  # no chunks
+        attrs(obj, d[name])
+    s.visititems(copy)
+    assert d["images"].chunks is None
+PY
+}
+unchunk "$tmp/data.h5" "$tmp/s_flat.h5" || fail "could not rewrite the image-text file"
+unchunk "$tmp/d.h5" "$tmp/d_flat.h5" || fail "could not rewrite the detection file"
+unchunk "$tmp/data.h5" "$tmp/s_nocaptions.h5" no-captions || fail "could not write the file without captions"
+unchunk "$tmp/d.h5" "$tmp/d_fixed.h5" fixed-names || fail "could not write the file with fixed-length names"
+expect 0 "images       128 x 32x32x3 uint8, contiguous" "$meridian" inspect "$tmp/s_flat.h5"
+grep -qF "valid image_text dataset" "$tmp/o" && grep -qF "sample synthetic/" "$tmp/o" || { cat "$tmp/o"; fail "inspect of the contiguous image-text file"; }
+expect 0 "images       24 x 32x32x3 uint8, contiguous" "$meridian" inspect "$tmp/d_flat.h5"
+expect 0 "images       128 x 32x32x3 uint8, chunk [1, 32, 32, 3]" "$meridian" inspect "$tmp/data.h5"
+expect 2 "$tmp/s_nocaptions.h5: /tokens: expected [N, K, L] with N = 128, K >= 1 and L >= 1, got [128, 0, 16]" \
+  "$meridian" inspect "$tmp/s_nocaptions.h5"
+expect 2 "$tmp/d_fixed.h5: /names: expected variable-length strings" "$meridian" inspect "$tmp/d_fixed.h5"
+expect 0 "train:" run train --config "$tmp/small.yaml" --data "$tmp/s_flat.h5" --run-dir "$tmp/run" --log-level warn
+# A global batch larger than the dataset: the advice names the config key.
+expect 2 "$tmp/s_flat.h5: 128 samples are fewer than one global batch (200 = train.batch 100 per rank x 2 ranks); lower train.batch" \
+  run train --config "$tmp/small.yaml" --data "$tmp/s_flat.h5" --run-dir "$tmp/run2" --set train.batch=100
+echo PASS
