@@ -240,9 +240,8 @@ DetectionLoader::DetectionLoader(const comm::Runtime& rt, const DetectionLoaderO
                     "expected square RGB images [N, S, S, 3] (letterboxed), got " + std::to_string(info.height) +
                         " x " + std::to_string(info.width) + " x " + std::to_string(info.channels));
   impl_->size = options.image_size > 0 ? options.image_size : int(info.height);
-  impl_->sampler = std::make_unique<DistributedSampler>(info.count, options.batch_size, rt.rank(), rt.size(),
-                                                        options.seed, options.drop_last);
-  impl_->sampler->require_a_batch(options.path, "images");
+  impl_->sampler = DistributedSampler::for_loader(options.path, info.count, "images", options.batch_size, rt.rank(),
+                                                  rt.size(), options.seed, options.drop_last);
   impl_->io_thread = std::thread([this] { impl_->io_loop(); });
   if (options.augment.enabled) impl_->prep_thread = std::thread([this] { impl_->prep_loop(); });
 }

@@ -215,9 +215,8 @@ Loader::Loader(const comm::Runtime& rt, const LoaderOptions& options) : impl_(st
     throw UserError("loader: crop size must be between 0 (stored size) and 8192");
   impl_->reader = open_on_every_rank(rt, options.path, options.driver, "image_text", "the image-text loader");
   const auto& info = impl_->reader->info();
-  impl_->sampler = std::make_unique<DistributedSampler>(info.count, options.batch_size, rt.rank(), rt.size(),
-                                                        options.seed, options.drop_last);
-  impl_->sampler->require_a_batch(options.path, "samples");
+  impl_->sampler = DistributedSampler::for_loader(options.path, info.count, "samples", options.batch_size, rt.rank(),
+                                                  rt.size(), options.seed, options.drop_last);
   impl_->io_thread = std::thread([this] { impl_->io_loop(); });
   if (options.augment) impl_->prep_thread = std::thread([this] { impl_->prep_loop(); });
 }

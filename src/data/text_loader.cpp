@@ -180,12 +180,11 @@ TextLoader::TextLoader(const comm::Runtime& rt, const TextLoaderOptions& options
     throw UserError(options.path + ": " + std::to_string(info.token_count) +
                     " tokens give no sequence of data.seq_len " + std::to_string(L) +
                     " + 1 tokens; lower data.seq_len");
-  impl_->sampler = std::make_unique<DistributedSampler>(impl_->samples, options.batch_size, rt.rank(), rt.size(),
-                                                        options.seed, options.drop_last);
-  if (options.mode == TextLoaderOptions::Pack)
-    impl_->sampler->require_a_batch(options.path, "windows of data.seq_len + 1 tokens", " or data.seq_len");
-  else
-    impl_->sampler->require_a_batch(options.path, "documents");
+  const bool pack = options.mode == TextLoaderOptions::Pack;
+  impl_->sampler = DistributedSampler::for_loader(options.path, impl_->samples,
+                                                  pack ? "windows of data.seq_len + 1 tokens" : "documents",
+                                                  options.batch_size, rt.rank(), rt.size(), options.seed,
+                                                  options.drop_last, pack ? " or data.seq_len" : "");
   impl_->tok_buf.resize(size_t(L + 1));
   impl_->mask_buf.resize(size_t(L + 1));
   impl_->io_thread = std::thread([this] { impl_->io_loop(); });

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <set>
 
+#include "meridian/core/error.h"
+
 using meridian::data::DistributedSampler;
 using meridian::data::permute;
 
@@ -109,4 +111,21 @@ TEST(DistributedSampler, RejectsBadArguments) {
   EXPECT_THROW(DistributedSampler(0, 1, 0, 1, 0, true), std::invalid_argument);
   EXPECT_THROW(DistributedSampler(10, 0, 0, 1, 0, true), std::invalid_argument);
   EXPECT_THROW(DistributedSampler(10, 1, 2, 2, 0, true), std::invalid_argument);
+}
+
+// What the loaders build: an empty dataset or one with less than a global batch is a UserError
+// naming the file in the config's words (never the sampler's internal invalid_argument).
+TEST(DistributedSampler, ForLoaderNamesTheFileAndTheConfigKey) {
+  const auto message = [](int64_t n, int64_t batch, int ranks) {
+    try {
+      DistributedSampler::for_loader("d.h5", n, "samples", batch, 0, ranks, 0, true);
+    } catch (const meridian::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(0, 4, 2), "d.h5: it has no samples");
+  EXPECT_EQ(message(7, 4, 2), "d.h5: 7 samples are fewer than one global batch (8 = train.batch 4 per rank x 2 ranks); lower train.batch");
+  EXPECT_EQ(message(8, 4, 2), "no error");
+  EXPECT_EQ(DistributedSampler::for_loader("d.h5", 9, "samples", 4, 1, 2, 0, true)->steps_per_epoch(), 1);
 }

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,10 +28,13 @@ class DistributedSampler {
   int64_t global_batch() const { return per_rank_batch_ * world_size_; }
   int64_t steps_per_epoch() const;  // global batches per epoch (0 if N < global batch with drop_last)
   int64_t epoch_samples() const { return steps_per_epoch() * global_batch(); }
-  // For the loaders: UserError when an epoch has no global batch, in the config's words: "<path>:
-  // <N> <what> are fewer than one global batch (<G> = train.batch <B> per rank x <R> ranks); lower
-  // train.batch<also>".
-  void require_a_batch(const std::string& path, const std::string& what, const std::string& also = "") const;
+  // For the loaders: the sampler over the `n` `what` (e.g. "samples") of the dataset `path`, or a
+  // UserError in the config's words: "<path>: it has no <what>" when n < 1, and when an epoch has no
+  // global batch "<path>: <N> <what> are fewer than one global batch (<G> = train.batch <B> per rank
+  // x <R> ranks); lower train.batch<also>".
+  static std::unique_ptr<DistributedSampler> for_loader(const std::string& path, int64_t n, const std::string& what,
+                                                        int64_t per_rank_batch, int rank, int world_size, uint64_t seed,
+                                                        bool drop_last, const std::string& also = "");
 
   // Dataset row at global position `position` of `epoch` (position < epoch_samples()).
   int64_t row(int64_t epoch, int64_t position) const;
