@@ -19,8 +19,8 @@
 
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
+#include "meridian/ops/health.h"
 #include "meridian/parallel/ddp.h"
-#include "health.h"
 #include "run_files.h"
 
 namespace meridian::train {
@@ -236,7 +236,7 @@ struct Trainer::Impl {
   std::unique_ptr<Ema> ema;                                // train.ema > 0
   std::unique_ptr<ShardedAdamW> sharded;                   // with optim.zero (reduces the gradients itself)
   std::unique_ptr<RunFiles> files;  // rank 0 with a run directory
-  std::unique_ptr<HealthMonitor> health;  // every rank, when train.health_every > 0
+  std::unique_ptr<ops::HealthMonitor> health;  // every rank, when train.health_every > 0
   std::vector<StepHook> hooks;
   int64_t step = 0, bad_in_a_row = 0, bad_total = 0, samples_seen = 0;
   bool stopping = false, signalled = false;  // agreed this step: the run ends here (stop_at, or a signal on some rank)
@@ -271,7 +271,7 @@ struct Trainer::Impl {
     // After the broadcast: every rank starts its EMA from the same weights.
     if (s.ema > 0) ema = std::make_unique<Ema>(*model, s.ema, s.ema_tau);
 
-    if (s.health_every > 0) health = std::make_unique<HealthMonitor>(rt, *control, o.run_dir);
+    if (s.health_every > 0) health = std::make_unique<ops::HealthMonitor>(rt, *control, o.run_dir);
     if (rt.rank() == 0) {
       spdlog::info("resolved config ({}):\n{}", o.config.origin(), o.config.dump());
       if (!o.run_dir.empty()) files = std::make_unique<RunFiles>(o.run_dir, o.config.dump());
@@ -501,7 +501,7 @@ struct Trainer::Impl {
       if (step > first + 1) measured += t, ++measured_steps;  // the first step warms up (allocations, caches)
       interval += t, ++interval_steps;
       if (health) {
-        health->record(t);
+        health->record({t.total, t.data, t.comm});
         if (step % s.health_every == 0)
           for (auto& w : health->report(step)) summary.health_warnings.push_back(std::move(w));
       }

@@ -1,6 +1,6 @@
 // Probes for `meridian doctor`: point-to-point latency and bandwidth between two ranks, each rank's
 // clock offset to rank 0, and the GPUs this process sees. The MPI and CUDA calls behind them live here
-// because only comm/ talks to MPI and CUDA; deciding what is healthy is the doctor command's job.
+// because only comm/ talks to MPI and CUDA; deciding what is healthy is ops/checks.h's job.
 //
 // The collective probes use the world communicator on the calling (main) thread, like the Runtime's
 // own helpers; they are not watched by a Watchdog (a peer that never answers blocks them).

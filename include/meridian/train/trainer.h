@@ -24,7 +24,7 @@
 // optimizer (clip + step).
 // Health (train.health_every): every rank's step time, data wait, exposed communication, memory
 // and a latency probe gathered on rank 0 into <run_dir>/health.jsonl, with warnings for stragglers,
-// growing memory and data stalls (src/train/health.h).
+// growing memory and data stalls (ops::HealthMonitor, include/meridian/ops/health.h).
 // Output, rank 0 only: a progress bar on a terminal (see Progress; periodic lines otherwise,
 // every log_every steps), and in the run directory config.yaml (the resolved config), metrics.csv (step,
 // wall_time, name, value: one row per value) and TensorBoard event files under tensorboard/.

@@ -1,4 +1,4 @@
-#include "health.h"
+#include "meridian/ops/health.h"
 
 #include <ATen/ATen.h>
 #include <dlfcn.h>
@@ -15,9 +15,8 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/stats.h"
-#include "meridian/train/trainer.h"
 
-namespace meridian::train {
+namespace meridian::ops {
 
 namespace {
 
@@ -34,8 +33,12 @@ double resident_mb() {
 struct Nvml {
   using Init = int (*)();
   using Handle = int (*)(unsigned, void**);
-  struct Memory { unsigned long long total, free, used; };
-  struct Utilization { unsigned gpu, memory; };
+  struct Memory {
+    unsigned long long total, free, used;
+  };
+  struct Utilization {
+    unsigned gpu, memory;
+  };
   using MemoryInfo = int (*)(void*, Memory*);
   using Util = int (*)(void*, Utilization*);
   using Temperature = int (*)(void*, int, unsigned*);
@@ -65,8 +68,10 @@ struct Nvml {
     if (!ok || handle(unsigned(index), &device) != 0 || memory(device, &m) != 0 || utilization(device, &u) != 0 ||
         temperature(device, 0 /* NVML_TEMPERATURE_GPU */, &celsius) != 0)
       return nullptr;
-    return {{"memory_used_mb", double(m.used) / 1e6}, {"memory_total_mb", double(m.total) / 1e6},
-            {"utilization_pct", u.gpu}, {"temperature_c", celsius}};
+    return {{"memory_used_mb", double(m.used) / 1e6},
+            {"memory_total_mb", double(m.total) / 1e6},
+            {"utilization_pct", u.gpu},
+            {"temperature_c", celsius}};
   }
 };
 
@@ -89,8 +94,8 @@ HealthMonitor::HealthMonitor(const comm::Runtime& runtime, comm::Communicator& c
 
 HealthMonitor::~HealthMonitor() = default;
 
-void HealthMonitor::record(const StepTimes& t) {
-  step_ += t.total;
+void HealthMonitor::record(const StepSeconds& t) {
+  step_ += t.step;
   data_ += t.data;
   comm_ += t.comm;
   ++steps_;
@@ -133,21 +138,24 @@ std::vector<std::string> HealthMonitor::report(int64_t step) {
     const std::string who = "rank " + std::to_string(rank) + " on " + r["host"].get<std::string>();
     const double c = r["compute_s"].get<double>(), s = r["step_s"].get<double>(), d = r["data_s"].get<double>();
     if (ranks.size() > 1 && typical > 0 && c > 1.3 * typical)
-      warnings.push_back(fmt::format("straggler: {} computes {:.0f} ms per step, {:.1f}x the median rank's {:.0f} ms "
-                                     "(every other rank waits for it)",
-                                     who, 1e3 * c, c / typical, 1e3 * typical));
+      warnings.push_back(
+          fmt::format("straggler: {} computes {:.0f} ms per step, {:.1f}x the median rank's {:.0f} ms "
+                      "(every other rank waits for it)",
+                      who, 1e3 * c, c / typical, 1e3 * typical));
     if (s > 0 && d > 0.2 * s)
-      warnings.push_back(fmt::format("data wait: {} waits {:.0f} ms of its {:.0f} ms step for data ({:.0f} %): the loader "
-                                     "cannot keep up (storage, decoding, augmentation)",
-                                     who, 1e3 * d, 1e3 * s, 100 * d / s));
+      warnings.push_back(
+          fmt::format("data wait: {} waits {:.0f} ms of its {:.0f} ms step for data ({:.0f} %): the loader "
+                      "cannot keep up (storage, decoding, augmentation)",
+                      who, 1e3 * d, 1e3 * s, 100 * d / s));
     auto& history = rss_history_[rank];
     history.push_back(r["rss_mb"].get<double>());
     if (history.size() > 6) history.erase(history.begin());
     bool growing = history.size() == 6;
     for (size_t i = 1; growing && i < history.size(); ++i) growing = history[i] > history[i - 1];
     if (growing && history.back() > 1.1 * history.front())
-      warnings.push_back(fmt::format("memory: {} resident memory grew in each of the last 5 reports, {:.0f} -> {:.0f} MB",
-                                     who, history.front(), history.back()));
+      warnings.push_back(
+          fmt::format("memory: {} resident memory grew in each of the last 5 reports, {:.0f} -> {:.0f} MB", who,
+                      history.front(), history.back()));
   }
   for (const auto& w : warnings) spdlog::warn("health at step {}: {}", step, w);
   if (file_.is_open()) {
@@ -158,4 +166,4 @@ std::vector<std::string> HealthMonitor::report(int64_t step) {
   return warnings;
 }
 
-}  // namespace meridian::train
+}  // namespace meridian::ops

@@ -1,4 +1,4 @@
-// Private to train/: the health monitor of a running job (train.health_every, default 100 steps).
+// The health monitor of a running job (the Trainer's train.health_every, default 100 steps).
 //
 // Every rank accumulates its own step times; every `every` steps all ranks send rank 0 their means
 // (step, data wait, exposed communication, the compute left over), resident memory, GPU memory /
@@ -24,18 +24,27 @@ class Runtime;
 class Communicator;
 }  // namespace meridian::comm
 
-namespace meridian::train {
+namespace meridian::ops {
 
-struct StepTimes;
+// One optimizer step as the trainer timed it, in seconds.
+struct StepSeconds {
+  double step = 0;  // the whole step
+  double data = 0;  // waiting for the next batch
+  double comm = 0;  // communication not hidden behind compute
+};
 
 class HealthMonitor {
  public:
-  // `run_dir` empty: warnings only, no health.jsonl.
+  // Not collective. `control`: a CPU communicator every rank shares, for the probe; it and `runtime`
+  // must outlive the monitor. `run_dir` empty: warnings only, no health.jsonl. Throws SystemError on
+  // rank 0 when health.jsonl cannot be opened.
   HealthMonitor(const comm::Runtime& runtime, comm::Communicator& control, const std::string& run_dir);
   ~HealthMonitor();
 
-  void record(const StepTimes& t);  // not collective
-  // Collective. Returns the warnings (rank 0; empty elsewhere), also logged.
+  // Not collective; the thread that calls report().
+  void record(const StepSeconds& t);
+  // Collective: every rank calls it at the same steps (a gather and the allreduce probe on `control`).
+  // Returns the warnings on rank 0 (empty elsewhere), also logged; starts the next interval.
   std::vector<std::string> report(int64_t step);
 
  private:
@@ -48,4 +57,4 @@ class HealthMonitor {
   std::map<int, std::vector<double>> rss_history_;  // rank 0: resident MB per report, per rank
 };
 
-}  // namespace meridian::train
+}  // namespace meridian::ops

@@ -1,0 +1,266 @@
+#include "meridian/ops/facts.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <spdlog/fmt/fmt.h>
+#include <sys/statvfs.h>
+#include <torch/version.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "meridian/build_config.h"
+#include "meridian/comm/communicator.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/core/hash.h"
+
+namespace meridian::ops {
+
+namespace {
+
+using nlohmann::json;
+
+// ---- Facts one rank gathers about itself.
+
+MemoryFacts memory_facts() {
+  MemoryFacts m;
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  double kb = 0;
+  while (in >> key >> kb) {
+    std::getline(in, unit);
+    if (key == "MemTotal:") m.total = kb * 1024;
+    if (key == "MemAvailable:") m.available = kb * 1024;
+  }
+  return m;
+}
+
+// Free space and writability of the run directory (a file created, written and removed).
+RunDirFacts run_dir_facts(const std::string& dir, int rank) {
+  RunDirFacts d;
+  std::error_code ec;
+  const auto path = std::filesystem::absolute(dir, ec);
+  d.path = ec ? dir : path.lexically_normal().string();
+  if (d.path.size() > 1 && d.path.back() == '/') d.path.pop_back();  // "/tmp/." normalises to "/tmp/"
+  struct statvfs vfs {};
+  if (statvfs(dir.c_str(), &vfs) != 0) {
+    d.error = fmt::format("statvfs: {}", std::strerror(errno));
+    return d;
+  }
+  d.free = double(vfs.f_bavail) * double(vfs.f_frsize);
+  const std::string probe = dir + "/.meridian-doctor-rank" + std::to_string(rank);
+  {
+    std::ofstream out(probe);
+    if (!(out << "meridian doctor write test\n") || !(out.flush())) {
+      d.error = fmt::format("cannot write a file there: {}", std::strerror(errno));
+    }
+  }
+  std::filesystem::remove(probe, ec);
+  return d;
+}
+
+ShmFacts shm_facts() {
+  ShmFacts s;
+  struct statvfs vfs {};
+  if (statvfs("/dev/shm", &vfs) != 0) {
+    s.error = fmt::format("/dev/shm: {}", std::strerror(errno));
+    return s;
+  }
+  s.total = double(vfs.f_blocks) * double(vfs.f_frsize);
+  s.free = double(vfs.f_bavail) * double(vfs.f_frsize);
+  return s;
+}
+
+// The NVIDIA kernel driver's release ("550.54.15"), from the file its module provides; "" without one.
+std::string nvidia_driver_release() {
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line;
+  std::getline(in, line);  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 ..."
+  const auto at = line.find("Module");
+  if (at == std::string::npos) return "";
+  std::istringstream words(line.substr(at + 6));
+  std::string release;
+  words >> release;
+  return release;
+}
+
+std::string cuda_build_text() {
+#ifdef MERIDIAN_WITH_NCCL
+  return std::string("toolkit ") + MERIDIAN_CUDA_VERSION;
+#elif defined(MERIDIAN_TORCH_CUDA)
+  return "CUDA LibTorch, no toolkit";
+#else
+  return "not compiled in";
+#endif
+}
+
+VersionFacts version_facts() {
+  VersionFacts v;
+  v.build = fmt::format("meridian {} (git {}, {})", MERIDIAN_VERSION, MERIDIAN_GIT, MERIDIAN_BUILD_TYPE);
+  v.binary = file_hash("/proc/self/exe");
+  v.torch = TORCH_VERSION;
+  v.mpi = comm::mpi_library_version();
+  v.nccl = comm::nccl_version();
+  v.cuda_build = cuda_build_text();
+  return v;
+}
+
+// Variables that change how MPI, UCX, NCCL or meridian behave, minus what the launcher sets for its own use.
+bool relevant_env(const std::string& name) {
+  for (const char* exact : {"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"})
+    if (name == exact) return true;
+  for (const char* prefix : {"NCCL_", "UCX_", "MERIDIAN_"})
+    if (name.rfind(prefix, 0) == 0) return true;
+  if (name.rfind("OMPI_MCA_", 0) != 0) return false;  // OMPI_COMM_WORLD_RANK etc.: the launcher's
+  for (const char* launcher :
+       {"OMPI_MCA_orte_", "OMPI_MCA_prte_", "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir",
+        "OMPI_MCA_shmem_RUNTIME_QUERY_hint", "OMPI_MCA_mpi_oversubscribe"})
+    if (name.rfind(launcher, 0) == 0) return false;
+  return true;
+}
+
+std::map<std::string, std::string> env_facts() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv = *e;
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos && relevant_env(kv.substr(0, eq))) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+// Addresses this host's name resolves to, and its up, non-loopback IPv4 interfaces.
+NetworkFacts network_facts(const std::string& host) {
+  NetworkFacts n;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) == 0) {
+    std::set<std::string> seen;
+    for (addrinfo* p = res; p; p = p->ai_next) {
+      char text[INET_ADDRSTRLEN] = {0};
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr, text, sizeof(text));
+      if (seen.insert(text).second) n.resolves_to.push_back(text);
+    }
+    freeaddrinfo(res);
+  }
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) == 0) {
+    for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+          (i->ifa_flags & IFF_LOOPBACK))
+        continue;
+      char text[INET_ADDRSTRLEN] = {0};
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof(text));
+      n.interfaces.push_back(std::string(i->ifa_name) + " " + text);
+    }
+    freeifaddrs(ifs);
+  }
+  return n;
+}
+
+RankFacts local_facts(const comm::Runtime& rt, const std::string& run_dir) {
+  RankFacts f;
+  f.rank = rt.rank();
+  f.host = rt.host();
+  f.local_rank = rt.local_rank();
+  f.local_size = rt.local_size();
+  f.cores = static_cast<int>(std::thread::hardware_concurrency());
+  f.bound_cpus = rt.bound_cpus();
+  f.threads = rt.threads();
+  f.device = rt.device().str();
+  f.memory = memory_facts();
+  f.run_dir = run_dir_facts(run_dir, rt.rank());
+  f.shm = shm_facts();
+  f.versions = version_facts();
+  f.gpu = {nvidia_driver_release(), comm::local_gpus()};
+  f.env = env_facts();
+  f.network = network_facts(rt.host());
+  return f;
+}
+
+}  // namespace
+}  // namespace meridian::ops
+
+// ---- JSON, to cross ranks: beside each type, in its own namespace, where nlohmann's lookup by argument
+// finds it (comm's GPU inventory goes over the wire only here).
+
+namespace meridian::comm {
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GpuInfo, name, memory_bytes, major, minor)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GpuInventory, queryable, note, driver_version, runtime_version, gpus)
+}  // namespace meridian::comm
+
+namespace meridian::ops {
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(MemoryFacts, total, available)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RunDirFacts, path, free, error, sees_rank0_file)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ShmFacts, total, free, error)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(VersionFacts, build, binary, torch, mpi, nccl, cuda_build)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(NetworkFacts, resolves_to, interfaces)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DataFacts, path, kind, split, created_by, format_version, count, bytes, head, error)
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GpuFacts, driver_release, inventory)
+
+// Without --data: null.
+void to_json(json& j, const std::optional<DataFacts>& d) { j = d ? json(*d) : json(nullptr); }
+void from_json(const json& j, std::optional<DataFacts>& d) {
+  d = j.is_null() ? std::nullopt : std::optional<DataFacts>(j.get<DataFacts>());
+}
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankFacts, rank, local_rank, local_size, host, device, cores, bound_cpus, threads,
+                                   memory, run_dir, shm, gpu, versions, env, network, data)
+
+std::string file_hash(const std::string& path, size_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "unreadable";
+  std::vector<char> buf(1 << 20);
+  uint64_t h = kFnvOffset;
+  size_t done = 0;
+  while (done < limit && in) {
+    in.read(buf.data(), static_cast<std::streamsize>(std::min(buf.size(), limit - done)));
+    const auto got = static_cast<size_t>(in.gcount());
+    if (got == 0) break;
+    h = fnv1a(buf.data(), got, h);
+    done += got;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+std::vector<RankFacts> gather_facts(const comm::Runtime& rt, const std::string& run_dir,
+                                    const std::optional<DataFacts>& data) {
+  // Does every rank see the run directory rank 0 sees? Rank 0 leaves a file with a token, the others read it.
+  uint64_t token =
+      rt.rank() == 0
+          ? splitmix64(uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) ^ uint64_t(getpid()))
+          : 0;
+  rt.broadcast_bytes(&token, sizeof(token), 0);
+  const std::string token_file = run_dir + fmt::format("/.meridian-doctor-{:016x}", token);
+  if (rt.rank() == 0) std::ofstream(token_file) << token << "\n";
+  rt.barrier();
+  uint64_t seen = 0;
+  std::ifstream(token_file) >> seen;
+
+  RankFacts mine = local_facts(rt, run_dir);
+  mine.run_dir.sees_rank0_file = seen == token;
+  mine.data = data;
+  std::vector<RankFacts> facts;
+  for (const auto& text : rt.allgather(json(mine).dump())) facts.push_back(json::parse(text).get<RankFacts>());
+  rt.barrier();  // everyone has read the token file
+  if (rt.rank() == 0) {
+    std::error_code ec;
+    std::filesystem::remove(token_file, ec);
+  }
+  return facts;
+}
+
+}  // namespace meridian::ops
