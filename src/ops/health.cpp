@@ -132,12 +132,14 @@ std::vector<std::string> HealthMonitor::report(int64_t step) {
     ranks.push_back(nlohmann::json::parse(text));
     compute.push_back(ranks.back()["compute_s"].get<double>());
   }
+  constexpr double kStragglerMinExcessS = 0.005;
   const double typical = median(compute);
   for (const auto& r : ranks) {
     const int rank = r["rank"].get<int>();
     const std::string who = "rank " + std::to_string(rank) + " on " + r["host"].get<std::string>();
     const double c = r["compute_s"].get<double>(), s = r["step_s"].get<double>(), d = r["data_s"].get<double>();
-    if (ranks.size() > 1 && typical > 0 && c > 1.3 * typical)
+    // Both relative and absolute: a few milliseconds of scheduling noise on a millisecond step is not a straggler.
+    if (ranks.size() > 1 && typical > 0 && c > 1.3 * typical && c - typical > kStragglerMinExcessS)
       warnings.push_back(
           fmt::format("straggler: {} computes {:.0f} ms per step, {:.1f}x the median rank's {:.0f} ms "
                       "(every other rank waits for it)",

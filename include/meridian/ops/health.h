@@ -6,7 +6,7 @@
 // appends one JSON line to <run_dir>/health.jsonl and warns, naming host and rank, when
 //   * a rank is a straggler: its compute time (step minus data wait minus exposed communication:
 //     in data-parallel lockstep every rank's step takes as long as the slowest, the others wait
-//     in communication) is over 1.3x the median rank's;
+//     in communication) is over 1.3x the median rank's and at least 5 ms above it;
 //   * a rank's resident memory grew in each of the last 5 reports, by more than 10 % in all;
 //   * data wait exceeds 20 % of a rank's step (the loader cannot keep up).
 // report() is collective (a gather and the probe); call it at the same steps on every rank.
