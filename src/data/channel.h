@@ -1,16 +1,13 @@
-// Private to data/: a bounded FIFO between a loader's I/O thread and its consumer; close() wakes
-// everyone (push then returns false, pop returns false once the queue is empty).
+// Private to data/: a bounded FIFO between the threads of a loader's pipeline (pipeline.h) and its
+// consumer; close() wakes everyone (push then returns false, pop returns false once the queue is
+// empty).
 #pragma once
 
 #include <algorithm>
-#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
-#include <exception>
 #include <mutex>
-
-#include "meridian/core/error.h"
 
 namespace meridian::data {
 
@@ -49,20 +46,5 @@ class Channel {
   std::deque<T> q_;
   bool closed_ = false;
 };
-
-// A loader's next(): the next batch from `ready`, with the time it waited in batch.wait_s. When the
-// loader's threads closed the channel on a failure, their exception (stored in `error` before the
-// close, which the channel's mutex orders) is rethrown here.
-template <typename Batch>
-Batch next_batch(Channel<Batch>& ready, const std::exception_ptr& error, const char* loader) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Batch b;
-  if (!ready.pop(b)) {
-    if (error) std::rethrow_exception(error);
-    MERIDIAN_CHECK(false, std::string(loader) + " stopped");
-  }
-  b.wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return b;
-}
 
 }  // namespace meridian::data

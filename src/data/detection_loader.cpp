@@ -1,18 +1,16 @@
 #include "meridian/data/detection_loader.h"
 
 #include <algorithm>
-#include <chrono>
-#include <exception>
 #include <map>
 #include <opencv2/imgproc.hpp>
+#include <optional>
 #include <sstream>
-#include <thread>
 
-#include "channel.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/hash.h"
 #include "meridian/data/dataset_reader.h"
+#include "pipeline.h"
 
 namespace meridian::data {
 
@@ -39,13 +37,11 @@ namespace {
 // What the I/O thread read for one batch: the batch's rows and the mosaic partners of its samples,
 // each image as a view into `pixels`.
 struct RawDetBatch {
-  int64_t epoch = 0, step = 0, next_position = 0;
   std::vector<int64_t> rows;                   // the batch, ascending (duplicates kept, drop_last = false)
   std::vector<uint64_t> keys;                  // per sample: augmentation key
   std::vector<std::vector<int64_t>> partners;  // per sample: 3 partner rows when it makes a mosaic, else empty
   std::map<int64_t, Labeled> items;            // every row read (batch and partners)
   at::Tensor pixels;                           // [R, H, W, 3] uint8: the storage `items` view
-  std::exception_ptr error;
 };
 
 }  // namespace
@@ -55,12 +51,12 @@ struct DetectionLoader::Impl {
   std::unique_ptr<DatasetReader> reader;  // I/O thread only (after construction)
   std::unique_ptr<DistributedSampler> sampler;
   int size = 0;  // output S
-  Channel<RawDetBatch> raw;
-  Channel<DetectionBatch> ready;
-  std::thread io_thread, prep_thread;
-  std::exception_ptr error;
+  // Reads with read_batch(); assemble() runs on the I/O thread without augmentation (a copy per
+  // image, handed straight to the consumer), on a second thread with it (augmenting while the next
+  // batch is read).
+  std::optional<Pipeline<DetectionBatch, RawDetBatch>> pipeline;
 
-  explicit Impl(const DetectionLoaderOptions& options) : o(options), raw(options.prefetch), ready(options.prefetch) {}
+  explicit Impl(const DetectionLoaderOptions& options) : o(options) {}
 
   DetectionAugment augment_of(int64_t epoch) const {
     DetectionAugment a = o.augment;
@@ -68,16 +64,14 @@ struct DetectionLoader::Impl {
     return a;
   }
 
-  RawDetBatch read_batch(int64_t epoch, int64_t position) {
+  RawDetBatch read_batch(const BatchIndex& at) {
     RawDetBatch b;
-    b.epoch = epoch;
-    b.step = position / sampler->global_batch();
-    b.rows = sampler->batch(epoch, position);
+    b.rows = sampler->batch(at.epoch, at.position);
     std::sort(b.rows.begin(), b.rows.end());
-    const DetectionAugment a = augment_of(epoch);
+    const DetectionAugment a = augment_of(at.epoch);
     std::vector<int64_t> all = b.rows;
     for (int64_t r : b.rows) {
-      const uint64_t key = detection_augment_key(o.seed, epoch, r);
+      const uint64_t key = detection_augment_key(o.seed, at.epoch, r);
       b.keys.push_back(key);
       b.partners.emplace_back();
       if (wants_mosaic(a, key)) {
@@ -113,9 +107,9 @@ struct DetectionLoader::Impl {
   }
 
   // The batch tensors, augmenting each sample when enabled.
-  DetectionBatch assemble(const RawDetBatch& rb) const {
+  DetectionBatch assemble(const RawDetBatch& rb, int64_t epoch) const {
     const int64_t B = int64_t(rb.rows.size());
-    const DetectionAugment a = augment_of(rb.epoch);
+    const DetectionAugment a = augment_of(epoch);
     DetectionBatch out;
     out.images = at::empty({B, 3, size, size}, at::kByte);
     out.rows = at::tensor(rb.rows, at::kLong);
@@ -143,60 +137,7 @@ struct DetectionLoader::Impl {
     const int64_t M = int64_t(classes.size());
     out.boxes = at::from_blob(boxes.data(), {M, 4}, at::kFloat).clone();
     out.classes = at::from_blob(classes.data(), {M}, at::kLong).clone();
-    out.epoch = rb.epoch;
-    out.step = rb.step;
-    out.next_position = rb.next_position;
     return out;
-  }
-
-  void fail(std::exception_ptr e) {
-    error = e;  // published by close(): next() reads it after its pop fails
-    ready.close();
-  }
-
-  // Without augmentation the I/O thread also assembles (a copy per image) and hands each batch
-  // straight to the consumer; with it, a second thread augments while this one reads ahead.
-  void io_loop() {
-    int64_t epoch = o.epoch, position = o.position;
-    for (;;) {
-      if (position >= sampler->epoch_samples()) ++epoch, position = 0;
-      RawDetBatch b;
-      try {
-        b = read_batch(epoch, position);
-      } catch (...) {
-        if (!o.augment.enabled) return fail(std::current_exception());
-        b.error = std::current_exception();
-        raw.push(std::move(b));
-        return;
-      }
-      position += sampler->global_batch();
-      b.next_position = position;
-      if (o.augment.enabled) {
-        if (!raw.push(std::move(b))) return;
-        continue;
-      }
-      DetectionBatch batch;
-      try {
-        batch = assemble(b);
-      } catch (...) {
-        return fail(std::current_exception());
-      }
-      if (!ready.push(std::move(batch))) return;
-    }
-  }
-
-  void prep_loop() {
-    RawDetBatch rb;
-    while (raw.pop(rb)) {
-      if (rb.error) return fail(rb.error);
-      DetectionBatch b;
-      try {
-        b = assemble(rb);
-      } catch (...) {
-        return fail(std::current_exception());
-      }
-      if (!ready.push(std::move(b))) return;
-    }
   }
 };
 
@@ -242,18 +183,16 @@ DetectionLoader::DetectionLoader(const comm::Runtime& rt, const DetectionLoaderO
   impl_->size = options.image_size > 0 ? options.image_size : int(info.height);
   impl_->sampler = DistributedSampler::for_loader(options.path, info.count, "images", options.batch_size, rt.rank(),
                                                   rt.size(), options.seed, options.drop_last);
-  impl_->io_thread = std::thread([this] { impl_->io_loop(); });
-  if (options.augment.enabled) impl_->prep_thread = std::thread([this] { impl_->prep_loop(); });
+  Impl* impl = impl_.get();
+  impl->pipeline.emplace(
+      "detection loader", *impl->sampler, options.epoch, options.position, size_t(options.prefetch),
+      [impl](const BatchIndex& at) { return impl->read_batch(at); },
+      [impl](RawDetBatch&& rb, const BatchIndex& at) { return impl->assemble(rb, at.epoch); }, options.augment.enabled);
 }
 
-DetectionLoader::~DetectionLoader() {
-  impl_->raw.close();
-  impl_->ready.close();
-  if (impl_->io_thread.joinable()) impl_->io_thread.join();
-  if (impl_->prep_thread.joinable()) impl_->prep_thread.join();
-}
+DetectionLoader::~DetectionLoader() { impl_->pipeline.reset(); }  // the threads stop before what they read goes
 
-DetectionBatch DetectionLoader::next() { return next_batch(impl_->ready, impl_->error, "detection loader"); }
+DetectionBatch DetectionLoader::next() { return impl_->pipeline->next(); }
 
 const DatasetInfo& DetectionLoader::info() const { return impl_->reader->info(); }
 const DistributedSampler& DetectionLoader::sampler() const { return *impl_->sampler; }

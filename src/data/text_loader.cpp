@@ -1,19 +1,14 @@
 #include "meridian/data/text_loader.h"
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
-#include <deque>
-#include <exception>
-#include <mutex>
-#include <thread>
+#include <optional>
 #include <tuple>
 
 #include "h5.h"
-#include "channel.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/hash.h"
+#include "pipeline.h"
 
 namespace meridian::data {
 
@@ -30,14 +25,12 @@ struct TextLoader::Impl {
   std::vector<int64_t> offsets;  // /doc_offsets, [N + 1]
   int64_t samples = 0;
   std::unique_ptr<DistributedSampler> sampler;
-  Channel<TextBatch> ready;
-  std::thread io_thread;
-  std::exception_ptr error;
   // Per-sample read buffers (I/O thread only).
   std::vector<int32_t> tok_buf;
   std::vector<uint8_t> mask_buf;
+  std::optional<Pipeline<TextBatch>> pipeline;  // reads with read_batch() on its I/O thread, nothing to finish
 
-  explicit Impl(const TextLoaderOptions& options) : o(options), ready(size_t(options.prefetch)) {}
+  explicit Impl(const TextLoaderOptions& options) : o(options) {}
 
   ~Impl() {
     const auto locked = h5::lock();
@@ -118,31 +111,17 @@ struct TextLoader::Impl {
     }
   }
 
-  void io_loop() {
-    int64_t epoch = o.epoch, position = o.position;
+  TextBatch read_batch(const BatchIndex& at) {
     const int64_t B = o.batch_size, L = o.seq_len;
-    for (;;) {
-      if (position >= sampler->epoch_samples()) ++epoch, position = 0;
-      TextBatch b;
-      b.epoch = epoch;
-      b.step = position / sampler->global_batch();
-      try {
-        const auto rows = sampler->batch(epoch, position);
-        b.tokens = at::empty({B, L}, at::kLong);
-        b.targets = at::empty({B, L}, at::kLong);
-        b.rows = at::tensor(rows, at::kLong);
-        int64_t* tok = b.tokens.data_ptr<int64_t>();
-        int64_t* tgt = b.targets.data_ptr<int64_t>();
-        for (int64_t i = 0; i < B; ++i) fill(rows[size_t(i)], tok + i * L, tgt + i * L);
-      } catch (...) {
-        error = std::current_exception();  // published by close(): next() reads it after its pop fails
-        ready.close();
-        return;
-      }
-      position += sampler->global_batch();
-      b.next_position = position;
-      if (!ready.push(std::move(b))) return;
-    }
+    TextBatch b;
+    const auto rows = sampler->batch(at.epoch, at.position);
+    b.tokens = at::empty({B, L}, at::kLong);
+    b.targets = at::empty({B, L}, at::kLong);
+    b.rows = at::tensor(rows, at::kLong);
+    int64_t* tok = b.tokens.data_ptr<int64_t>();
+    int64_t* tgt = b.targets.data_ptr<int64_t>();
+    for (int64_t i = 0; i < B; ++i) fill(rows[size_t(i)], tok + i * L, tgt + i * L);
+    return b;
   }
 };
 
@@ -181,21 +160,20 @@ TextLoader::TextLoader(const comm::Runtime& rt, const TextLoaderOptions& options
                     " tokens give no sequence of data.seq_len " + std::to_string(L) +
                     " + 1 tokens; lower data.seq_len");
   const bool pack = options.mode == TextLoaderOptions::Pack;
-  impl_->sampler = DistributedSampler::for_loader(options.path, impl_->samples,
-                                                  pack ? "windows of data.seq_len + 1 tokens" : "documents",
-                                                  options.batch_size, rt.rank(), rt.size(), options.seed,
-                                                  options.drop_last, pack ? " or data.seq_len" : "");
+  impl_->sampler = DistributedSampler::for_loader(
+      options.path, impl_->samples, pack ? "windows of data.seq_len + 1 tokens" : "documents", options.batch_size,
+      rt.rank(), rt.size(), options.seed, options.drop_last, pack ? " or data.seq_len" : "");
   impl_->tok_buf.resize(size_t(L + 1));
   impl_->mask_buf.resize(size_t(L + 1));
-  impl_->io_thread = std::thread([this] { impl_->io_loop(); });
+  Impl* impl = impl_.get();
+  impl->pipeline.emplace("text loader", *impl->sampler, options.epoch, options.position, size_t(options.prefetch),
+                         [impl](const BatchIndex& at) { return impl->read_batch(at); });
 }
 
-TextLoader::~TextLoader() {
-  impl_->ready.close();
-  if (impl_->io_thread.joinable()) impl_->io_thread.join();
-}
+// The thread stops before ~Impl closes the HDF5 ids it reads.
+TextLoader::~TextLoader() { impl_->pipeline.reset(); }
 
-TextBatch TextLoader::next() { return next_batch(impl_->ready, impl_->error, "text loader"); }
+TextBatch TextLoader::next() { return impl_->pipeline->next(); }
 
 const DatasetInfo& TextLoader::info() const { return impl_->info; }
 const DistributedSampler& TextLoader::sampler() const { return *impl_->sampler; }

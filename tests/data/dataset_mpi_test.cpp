@@ -9,6 +9,7 @@
 
 #include <opencv2/imgcodecs.hpp>
 #include <set>
+#include <thread>
 
 #include "meridian/core/error.h"
 #include "meridian/data/dataset_reader.h"
@@ -202,6 +203,28 @@ TEST(Loader, AugmentationIsDeterministicAndChangesPixels) {
   EXPECT_EQ(a.sizes(), (at::IntArrayRef{24, 24, 3}));
   EXPECT_TRUE(at::equal(a, b));
   EXPECT_FALSE(at::equal(a, c));
+}
+
+// Destroying a loader mid-epoch while its threads are blocked on full queues (prefetch 1 and more,
+// with and without the augment thread) returns at once: the threads stop, nothing waits for a
+// consumer.
+TEST(Loader, DestroyedMidEpochWithBatchesInFlightStopsPromptly) {
+  for (const bool augment : {false, true}) {
+    for (const int prefetch : {1, 3}) {
+      data::LoaderOptions o;
+      o.path = synthetic_file();
+      o.batch_size = 2;
+      o.prefetch = prefetch;
+      o.augment = augment;
+      auto loader = std::make_unique<data::Loader>(runtime(), o);
+      loader->next();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the queues fill up
+      const auto t0 = std::chrono::steady_clock::now();
+      loader.reset();
+      EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0)
+          << "augment " << augment << ", prefetch " << prefetch;
+    }
+  }
 }
 
 TEST(Prep, RefusesAnExistingOutputWithoutOverwrite) {

@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 #include <sstream>
+#include <thread>
 
 #include "data_test.h"
 #include "meridian/core/error.h"
@@ -320,6 +321,22 @@ TEST(DetectionLoader, ResumesFromEpochAndPosition) {
   EXPECT_TRUE(at::equal(again.rows, second.rows));
   EXPECT_TRUE(at::equal(again.images, second.images));
   EXPECT_TRUE(at::equal(again.boxes, second.boxes));
+}
+
+// Destroyed mid-epoch with its queues full, or before its first batch, the loader stops its threads
+// at once.
+TEST(DetectionLoader, DestroyedWithBatchesInFlightStopsPromptly) {
+  for (const bool take_one : {false, true}) {
+    data::DetectionLoaderOptions o = augmented(5);
+    o.prefetch = 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    {
+      data::DetectionLoader loader(runtime(), o);
+      if (take_one) loader.next();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0) << take_one;
+  }
 }
 
 TEST(DetectionLoader, BadInputIsAUserErrorNamingTheFileOrField) {

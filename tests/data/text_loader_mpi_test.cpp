@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "meridian/core/error.h"
 #include "meridian/data/format.h"
@@ -294,6 +295,24 @@ TEST(TextLoader, ResumingAtEpochAndPositionContinuesExactly) {
         EXPECT_TRUE(b.targets.equal(straight[k].targets));
       }
     }
+  }
+}
+
+// Destroyed right after it starts (the I/O thread mid-read) or mid-epoch with its queue full, the
+// loader stops its thread at once.
+TEST(TextLoader, DestroyedWithBatchesInFlightStopsPromptly) {
+  data::TextLoaderOptions o;
+  o.path = text_file();
+  o.seq_len = 12;
+  o.batch_size = 2;
+  o.prefetch = 2;
+  for (int taken = 0; taken < 2; ++taken) {
+    auto loader = std::make_unique<data::TextLoader>(runtime(), o);
+    for (int i = 0; i < taken; ++i) loader->next();
+    if (taken > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const auto t0 = std::chrono::steady_clock::now();
+    loader.reset();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0) << taken;
   }
 }
 
