@@ -17,6 +17,7 @@
 #include "meridian/core/config.h"
 #include "meridian/core/error.h"
 #include "meridian/core/files.h"
+#include "meridian/data/image_input.h"
 #include "meridian/detect/loss.h"
 #include "meridian/tasks/detect_task.h"
 
@@ -32,21 +33,12 @@ namespace {
 std::vector<std::string> list_images(const std::string& dir, const std::string& out) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw UserError("predict: --images " + dir + " is not a directory");
-  const fs::path out_abs = fs::weakly_canonical(out, ec);
   std::vector<std::string> images;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->is_directory() && fs::weakly_canonical(it->path(), ec) == out_abs) {
-      it.disable_recursion_pending();
-      continue;
-    }
-    if (!it->is_regular_file()) continue;
-    std::string ext = it->path().extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
-    if (ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == ".tif" || ext == ".tiff" || ext == ".bmp")
-      images.push_back(fs::relative(it->path(), dir).string());
+  try {
+    images = data::list_images(dir, out);
+  } catch (const fs::filesystem_error& e) {
+    throw UserError("predict: cannot list " + dir + ": " + e.code().message());
   }
-  if (ec) throw UserError("predict: cannot list " + dir + ": " + ec.message());
-  std::sort(images.begin(), images.end());
   std::map<std::string, std::string> by_stem;
   for (const auto& name : images) {
     const std::string stem = fs::path(name).replace_extension().string();
@@ -121,18 +113,18 @@ Command predict_command() {
       }
       cv::Mat rgb;
       cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
-      const auto image = at::from_blob(rgb.data, {rgb.rows, rgb.cols, 3}, at::kByte);
-      const auto lb = tasks::letterbox(image, size);
-      const auto x = tasks::detection_input(lb.image.unsqueeze(0), rt.device());
+      const auto lb = data::letterbox(rgb, int(size));
+      const auto letterboxed = at::from_blob(lb.image.data, {size, size, 3}, at::kByte);  // lb.image's pixels
+      const auto x = tasks::detection_input(letterboxed.unsqueeze(0), rt.device());
       const auto found = detect::decode(model->forward(x), models::yolo_strides(), model->config().reg_max, conf, iou, max_det)[0];
       const auto b = found.boxes.cpu(), s = found.scores.cpu(), k = found.classes.cpu();
       std::string labels;
       for (int64_t j = 0; j < b.size(0); ++j) {
         // Back to the original image: undo the letterbox, clip.
-        const double x1 = std::clamp((b[j][0].item<double>() - lb.dx) / lb.scale, 0.0, double(rgb.cols));
-        const double y1 = std::clamp((b[j][1].item<double>() - lb.dy) / lb.scale, 0.0, double(rgb.rows));
-        const double x2 = std::clamp((b[j][2].item<double>() - lb.dx) / lb.scale, 0.0, double(rgb.cols));
-        const double y2 = std::clamp((b[j][3].item<double>() - lb.dy) / lb.scale, 0.0, double(rgb.rows));
+        const double x1 = std::clamp((b[j][0].item<double>() - lb.pad_x) / lb.scale, 0.0, double(rgb.cols));
+        const double y1 = std::clamp((b[j][1].item<double>() - lb.pad_y) / lb.scale, 0.0, double(rgb.rows));
+        const double x2 = std::clamp((b[j][2].item<double>() - lb.pad_x) / lb.scale, 0.0, double(rgb.cols));
+        const double y2 = std::clamp((b[j][3].item<double>() - lb.pad_y) / lb.scale, 0.0, double(rgb.rows));
         const int64_t cls = k[j].item<int64_t>();
         const double score = s[j].item<double>();
         char line[160];

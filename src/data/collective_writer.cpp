@@ -177,4 +177,26 @@ void Finisher::finish(const std::string& kind, const std::string& split, int64_t
   file_.reset();
 }
 
+RaggedColumns::RaggedColumns(const comm::Runtime& runtime, CollectiveWriter& writer, std::vector<std::string> columns,
+                             std::string offsets)
+    : rt_(runtime), writer_(writer), columns_(std::move(columns)), offsets_(std::move(offsets)) {}
+
+int64_t RaggedColumns::place(int64_t elements) {
+  elements_ = elements;
+  first_ = total_ + rt_.exclusive_prefix_sum(elements);
+  const int64_t round = rt_.sum(elements);
+  for (const auto& c : columns_) writer_.reserve(c, total_ + round);
+  total_ += round;
+  return first_;
+}
+
+void RaggedColumns::write(const std::string& column, hid_t mem_type, const void* data) {
+  writer_.write(column, first_, elements_, mem_type, data);
+}
+
+void RaggedColumns::write_offsets(int64_t first_row, std::vector<int64_t> starts) {
+  for (auto& s : starts) s += first_;
+  writer_.write(offsets_, first_row, int64_t(starts.size()), H5T_NATIVE_INT64, starts.data());
+}
+
 }  // namespace meridian::data

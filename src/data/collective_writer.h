@@ -9,6 +9,7 @@
 // temporary name until the caller renames it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -61,6 +62,43 @@ class Finisher {
  private:
   h5::Id file_;
   std::map<std::string, h5::Id> strings_;
+};
+
+// Ranks take blocks of `block` consecutive rows round-robin (rank r owns the blocks b with
+// b % size == r), one block per rank per round, so the file keeps the input order.
+struct BlockRounds {
+  int64_t count = 0;  // rows in all
+  int block = 1, rank = 0, size = 1;
+  int64_t per_round() const { return int64_t(block) * size; }
+  int64_t rounds() const { return (count + per_round() - 1) / per_round(); }
+  int64_t first(int64_t round) const { return round * per_round() + int64_t(rank) * block; }  // this rank's
+  int64_t last(int64_t round) const { return std::min(count, first(round) + block); }         // exclusive
+  bool owns(int64_t row) const { return (row / block) % size == rank; }
+};
+
+// Variable-length rows (an image's boxes, a document's tokens) stored flat: `columns` hold the
+// elements of all rows in row order, `offsets` each row's first element. Used once per round by
+// every rank, in the same order: place(), then write() for every column, then write_offsets().
+class RaggedColumns {
+ public:
+  RaggedColumns(const comm::Runtime& runtime, CollectiveWriter& writer, std::vector<std::string> columns,
+                std::string offsets);
+  // Collective: this round's `elements` go after those of lower ranks (exclusive prefix sum) and of
+  // all earlier rounds; every column grows to fit. Returns the index of this rank's first element.
+  int64_t place(int64_t elements);
+  // Collective: this rank's placed elements of `column` from `data`.
+  void write(const std::string& column, hid_t mem_type, const void* data);
+  // Collective: rows [first_row, first_row + starts.size()) of `offsets`: each row's first element,
+  // given relative to this rank's first placed element.
+  void write_offsets(int64_t first_row, std::vector<int64_t> starts);
+  int64_t total() const { return total_; }  // elements placed in all rounds so far, on every rank
+
+ private:
+  const comm::Runtime& rt_;
+  CollectiveWriter& writer_;
+  std::vector<std::string> columns_;
+  std::string offsets_;
+  int64_t total_ = 0, first_ = 0, elements_ = 0;
 };
 
 }  // namespace meridian::data

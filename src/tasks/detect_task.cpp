@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <opencv2/imgproc.hpp>
 
 #include "meridian/ckpt/checkpoint.h"
 #include "meridian/ckpt/file.h"
@@ -57,22 +56,6 @@ at::Tensor detection_input(const at::Tensor& images, const c10::Device& device) 
   at::Tensor x = images.size(-1) == 3 && images.size(1) != 3 ? images.permute({0, 3, 1, 2}) : images;
   if (!device.is_cpu()) x = x.contiguous().pin_memory().to(device, /*non_blocking=*/true);
   return x.to(at::kFloat).div_(255.0).contiguous();
-}
-
-Letterbox letterbox(const at::Tensor& image, int64_t size) {
-  const auto img = image.contiguous();
-  const int h = int(img.size(0)), w = int(img.size(1));
-  Letterbox out;
-  out.scale = double(size) / std::max(h, w);
-  const int nh = std::max(1, int(std::lround(h * out.scale))), nw = std::max(1, int(std::lround(w * out.scale)));
-  out.dx = (size - nw) / 2;
-  out.dy = (size - nh) / 2;
-  cv::Mat src(h, w, CV_8UC3, img.data_ptr<uint8_t>()), resized;
-  cv::resize(src, resized, cv::Size(nw, nh), 0, 0, out.scale < 1 ? cv::INTER_AREA : cv::INTER_LINEAR);
-  out.image = at::full({size, size, 3}, 114, at::kByte);
-  cv::Mat dst(static_cast<int>(size), static_cast<int>(size), CV_8UC3, out.image.data_ptr<uint8_t>());
-  resized.copyTo(dst(cv::Rect(int(out.dx), int(out.dy), nw, nh)));
-  return out;
 }
 
 DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, const std::string& path,

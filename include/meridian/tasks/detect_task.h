@@ -62,15 +62,6 @@ struct DetectEval {
 DetectEval evaluate_detection(const comm::Runtime& runtime, models::Yolo& model, const std::string& path,
                               const DetectEvalOptions& options);
 
-// Letterboxes an RGB image [H, W, 3] uint8 to [S, S, 3] (the longer side to S, centred on gray 114,
-// as prep detection stores images); returns the scale and the top-left offset to map boxes back:
-// original = (letterboxed - offset) / scale.
-struct Letterbox {
-  at::Tensor image;
-  double scale = 1, dx = 0, dy = 0;
-};
-Letterbox letterbox(const at::Tensor& image, int64_t size);
-
 // Images [B, S, S, 3] or [B, 3, S, S] uint8 -> float [B, 3, S, S] in [0, 1] on `device`.
 at::Tensor detection_input(const at::Tensor& images, const c10::Device& device);
 

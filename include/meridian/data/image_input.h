@@ -1,0 +1,38 @@
+// Image geometry shared by prep (writing datasets) and predict (running a detector on image files):
+// the image files of a directory, the square crop of image-text datasets and the letterbox of
+// detection datasets. OpenCV only; pure functions of their arguments.
+#pragma once
+
+#include <array>
+#include <opencv2/core.hpp>
+#include <string>
+#include <vector>
+
+namespace meridian::data {
+
+// Image files (.jpg, .jpeg, .png, .tif, .tiff, .bmp, any case) under `dir`, recursively: paths
+// relative to `dir`, sorted (the same list on every rank that sees the same directory). A directory
+// that is `skip` (compared canonically; empty: none), e.g. a previous run's outputs, is not entered.
+// Throws std::filesystem::filesystem_error when `dir` cannot be listed.
+std::vector<std::string> list_images(const std::string& dir, const std::string& skip = "");
+
+// Shorter side to `size`, then the central size x size square (no distortion), as image-text
+// datasets store images. `img` any type OpenCV resizes; the result is owned.
+cv::Mat resize_crop(const cv::Mat& img, int size);
+
+// Longer side to `size`, centred on a size x size canvas of gray 114 (YOLO's letterbox): nothing is
+// cut, so every box survives. Box coordinates map as x' = x * scale + pad_x (and back as
+// x = (x' - pad_x) / scale).
+struct Letterbox {
+  cv::Mat image;  // [size, size] CV_8UC3, continuous, owned
+  double scale = 1;
+  int pad_x = 0, pad_y = 0;
+};
+// `rgb` CV_8UC3 of any size; detection datasets (prep) and predict letterbox with it.
+Letterbox letterbox(const cv::Mat& rgb, int size);
+
+// Source-pixel box (x_min, y_min, x_max, y_max) into the letterboxed image `l` of `size` pixels,
+// clipped to it; false when nothing of it is left.
+bool place_box(const Letterbox& l, int size, std::array<float, 4>& box);
+
+}  // namespace meridian::data

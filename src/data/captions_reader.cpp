@@ -1,0 +1,116 @@
+#include "captions_reader.h"
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "meridian/core/error.h"
+#include "text_lines.h"
+
+namespace fs = std::filesystem;
+
+namespace meridian::data {
+
+namespace {
+
+// RFC 4180 fields of one line (quotes, "" escapes; no newlines inside fields).
+std::vector<std::string> csv_fields(const std::string& line, const std::string& file, int64_t lineno) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool quoted = false, was_quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"')
+        cur += '"', ++i;
+      else if (c == '"')
+        quoted = false;
+      else
+        cur += c;
+    } else if (c == '"' && cur.empty() && !was_quoted) {
+      quoted = was_quoted = true;
+    } else if (c == ',') {
+      out.push_back(cur), cur.clear(), was_quoted = false;
+    } else if (c != '\r') {
+      cur += c;
+    }
+  }
+  if (quoted) throw DataError(file, "line " + std::to_string(lineno), "unterminated quoted field");
+  out.push_back(cur);
+  return out;
+}
+
+}  // namespace
+
+void read_captions(const std::string& file, const std::function<void(CaptionEntry&&)>& visit) {
+  TextLines in(file);
+  if (!in) throw DataError(file, "captions file", "cannot open the file");
+  const bool csv = fs::path(file).extension() == ".csv";
+  if (!csv && fs::path(file).extension() != ".jsonl" && fs::path(file).extension() != ".json")
+    throw DataError(file, "captions file", "expected a .jsonl or .csv file");
+  std::string line;
+  int64_t lineno = 0;
+  if (csv) {
+    std::map<std::string, size_t> col;
+    CaptionEntry pending;
+    while (in.next(line)) {
+      ++lineno;
+      if (line.empty() || line == "\r") continue;
+      auto f = csv_fields(line, file, lineno);
+      if (col.empty()) {
+        for (size_t i = 0; i < f.size(); ++i) col[f[i]] = i;
+        if (!col.count("image") || !col.count("caption"))
+          throw DataError(file, "line 1", "the header must name the columns 'image' and 'caption'");
+        continue;
+      }
+      if (f.size() != col.size())
+        throw DataError(file, "line " + std::to_string(lineno),
+                        "expected " + std::to_string(col.size()) + " fields, got " + std::to_string(f.size()));
+      const auto get = [&](const char* name) { return col.count(name) ? f[col[name]] : std::string(); };
+      if (get("image").empty()) throw DataError(file, "line " + std::to_string(lineno), "empty 'image'");
+      // Rows of one image are consecutive; a new image starts a new entry.
+      if (!pending.image.empty() && pending.image != get("image")) {
+        if (pending.captions.empty())
+          throw DataError(file, "line " + std::to_string(lineno - 1), "no caption for '" + pending.image + "'");
+        visit(std::move(pending)), pending = CaptionEntry{};
+      }
+      pending.image = get("image");
+      pending.cls = get("class");
+      pending.split = get("split");
+      if (!get("caption").empty()) pending.captions.push_back(get("caption"));
+    }
+    if (!pending.image.empty()) {
+      if (pending.captions.empty())
+        throw DataError(file, "line " + std::to_string(lineno), "no caption for '" + pending.image + "'");
+      visit(std::move(pending));
+    }
+    return;
+  }
+  for_each_json_line(in, file, [&](nlohmann::json& j, const std::string& where) {
+    if (!j.is_object() || !j.contains("image") || !j["image"].is_string())
+      throw DataError(file, where, "expected an object with a string field 'image'");
+    CaptionEntry e;
+    e.image = j["image"].get<std::string>();
+    if (j.contains("captions")) {
+      if (!j["captions"].is_array()) throw DataError(file, where, "'captions' must be a list of strings");
+      for (const auto& c : j["captions"]) {
+        if (!c.is_string()) throw DataError(file, where, "'captions' must be a list of strings");
+        e.captions.push_back(c.get<std::string>());
+      }
+    } else if (j.contains("caption") && j["caption"].is_string()) {
+      e.captions.push_back(j["caption"].get<std::string>());
+    }
+    if (e.captions.empty()) throw DataError(file, where, "no captions ('captions' list or 'caption' string)");
+    if (j.contains("class")) {
+      if (!j["class"].is_string()) throw DataError(file, where, "'class' must be a string");
+      e.cls = j["class"].get<std::string>();
+    }
+    if (j.contains("split")) {
+      if (!j["split"].is_string()) throw DataError(file, where, "'split' must be a string");
+      e.split = j["split"].get<std::string>();
+    }
+    visit(std::move(e));
+  });
+}
+
+}  // namespace meridian::data

@@ -1,0 +1,81 @@
+// Private to data/: the two write drivers of prep and what they share. Every function here is
+// collective (every rank calls it with the same job) unless it says otherwise.
+//
+// run_image_job writes image_text and detection files: per round, each rank decodes its block of
+// rows (BlockRounds), all ranks agree on failures, then write their rows collectively (boxes as
+// RaggedColumns); rank 0 finishes the file (strings, tokenizer or box offsets, attributes).
+// run_text_job writes text files the same way, documents as RaggedColumns of tokens.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <opencv2/core.hpp>
+#include <string>
+#include <vector>
+
+#include "meridian/data/prep.h"
+#include "text_records_reader.h"
+
+namespace meridian::data {
+
+class Tokenizer;
+
+// One row to be: decoded on the rank that owns it.
+struct Decoded {
+  cv::Mat image;  // size x size x 3, uint8, RGB
+  std::string name;
+  std::vector<std::string> captions;  // image_text
+  int32_t label = -1;
+  std::vector<std::array<float, 4>> boxes;  // detection: x_min, y_min, x_max, y_max in stored pixels
+  std::vector<int32_t> box_classes;
+};
+
+struct ImageJob {
+  std::string kind = "image_text";               // or "detection"
+  int64_t count = 0;                             // rows to consider
+  std::function<Decoded(int64_t index)> decode;  // called only for this rank's indices; may throw SkipImage
+  std::vector<std::string> class_names;          // detection: empty = "0".."C-1" from the boxes
+  std::function<std::vector<std::string>()> tokenizer_corpus;  // image_text, rank 0, when training
+  std::string split;
+  std::string inputs;    // where the entries come from, for messages: "<file>[ with split 's' (...)]"
+  std::string no_boxes;  // detection: why a file without boxes may have come out, for the warning
+  bool strict = false;
+};
+
+struct TextJob {
+  int64_t count = 0;
+  std::function<TextRecord(int64_t)> record;  // this rank's indices only
+  std::function<std::vector<std::string>()> tokenizer_corpus;
+  std::string split;
+  std::string inputs;  // where the records come from, for messages: "<file>[ with split 's' (...)]"
+};
+
+// Writes o.out (through o.out + ".tmp", removed on failure). Throws UserError on every rank.
+PrepReport run_image_job(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& job);
+PrepReport run_text_job(const comm::Runtime& rt, const PrepCommon& o, const TextJob& job);
+
+// ---- shared by the drivers ----
+
+// The first non-empty error over all ranks (in rank order), the same string on every rank: an
+// error found on some ranks becomes everyone's, with the same message.
+std::string agree_error(const comm::Runtime& rt, const std::string& mine);
+
+// The tokenizer every rank uses: given (a .model, or another dataset's), or trained on rank 0 from
+// `corpus()` (called on rank 0 only); the model bytes are broadcast.
+Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o,
+                           const std::function<std::vector<std::string>()>& corpus, bool keep_whitespace);
+
+// The output is refused when it is a directory, exists (unless --overwrite) or its directory is
+// missing or not writable; decided on rank 0, the same error on every rank.
+void check_output(const comm::Runtime& rt, const PrepCommon& o);
+
+// Every rank read the inputs itself: they must have seen the same ones (a node-local path or a
+// directory still being filled would give ranks different files and a corrupt output).
+void check_same_inputs(const comm::Runtime& rt, int64_t count, const std::vector<std::string>& class_names);
+
+// Runs `write` (which builds `tmp` and renames it); on any failure rank 0 removes `tmp`, so nothing
+// half-made is left behind.
+void leaving_nothing_on_failure(const comm::Runtime& rt, const std::string& tmp, const std::function<void()>& write);
+
+}  // namespace meridian::data
