@@ -1,18 +1,14 @@
-// `meridian train` and `meridian bench train`: a task (tasks::make_task) trained by train::Trainer
-// from a YAML config with --set overrides.
-#include <ATen/ATen.h>
-
-#include <chrono>
+// `meridian train`, `meridian bench train` and `meridian config`: options, the config from the file
+// and --data/--set, and the report; the run itself is tasks::run_training.
 #include <cstdio>
 #include <ctime>
 
 #include "commands.h"
-#include <spdlog/spdlog.h>
 
-#include "meridian/ckpt/checkpoint.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/tasks/registry.h"
+#include "meridian/tasks/run.h"
 #include "meridian/train/trainer.h"
 
 namespace meridian::cli {
@@ -45,15 +41,6 @@ Config resolved_config(const cxxopts::ParseResult& p, const std::string& command
   return config;
 }
 
-// Collective: every rank must run the same resolved config and options (else exit 2 on every rank
-// naming the ranks and the first differing key, instead of a hang or ranks applying different updates).
-void require_same_run(const comm::Runtime& rt, const Config& config, const std::string& run_dir, const std::string& resume) {
-  const Config full = tasks::config_schema(config.get<std::string>("task.name", "siglip")).with_defaults(config);
-  std::vector<std::pair<std::string, std::string>> settings{{"--run-dir", run_dir}, {"--resume", resume}};
-  for (const auto& key : full.leaf_keys()) settings.emplace_back(key, full.text(key));
-  comm::require_same_on_every_rank(rt, "the training config", settings);
-}
-
 // --print-config: the resolved config with defaults, on rank 0. Returns the exit code.
 int print_config(const comm::Runtime& rt, const Config& config) {
   if (rt.rank() == 0)
@@ -70,52 +57,6 @@ std::string default_run_dir(const comm::Runtime& rt) {
   }
   rt.broadcast_bytes(name, sizeof name, 0);
   return name;
-}
-
-// Builds the task and trainer (resuming when asked), checkpoints as configured, and trains.
-train::TrainSummary train_with(comm::Runtime& rt, Config config, const std::string& run_dir, const std::string& resume) {
-  train::install_stop_signals();  // from the start: a signal while the data opens still ends with a checkpoint
-  tasks::describe_data(config, config.get<std::string>("data.train"));
-  const auto ckpt_settings = ckpt::CheckpointSettings::from_config(config, run_dir);
-  const auto point = ckpt::choose_resume_point(rt, resume, ckpt_settings.dir);
-  train::DataPosition start;
-  if (point) {
-    for (const auto& d : ckpt::compare_configs(Config::parse(point->config_yaml, point->path), config, point->path))
-      if (rt.rank() == 0) spdlog::info("resume: config differs from the checkpoint's: {}", d);
-    // The checkpoint's global batch, on any number of ranks (elastic): train.batch follows.
-    const Config full = tasks::config_schema(config.get<std::string>("task.name", "siglip")).with_defaults(config);
-    const int64_t batch = full.get<int64_t>("train.batch");
-    const int64_t per_rank = ckpt::resume_batch(*point, rt.size(), full.get<int64_t>("train.accumulate"), batch);
-    if (per_rank != batch) {
-      config.set("train.batch", std::to_string(per_rank));
-      if (rt.rank() == 0)
-        spdlog::info("resume: {} ranks -> {}: train.batch {} per rank keeps the global batch {}", point->world_size, rt.size(),
-                     per_rank, point->global_batch);
-    }
-    start = {point->epoch, point->position};
-  }
-  const auto settings = train::TrainerSettings::from_config(config);
-  train::seed(settings.seed);
-  auto task = tasks::make_task(rt, config, config.get<std::string>("data.train"), start);
-  train::Trainer trainer(rt, *task, settings, {config, run_dir});
-  if (point) ckpt::restore(rt, trainer, *point);
-  ckpt::Checkpointer checkpointer(rt, trainer, config, ckpt_settings);
-  return trainer.run();
-}
-
-// Float32 rate of a 1024 x 1024 x 1024 matmul on this rank's device and threads (FLOP/s), run by
-// every rank at once as in training.
-double matmul_rate(const comm::Runtime& rt) {
-  const auto options = at::TensorOptions().device(rt.device()).dtype(at::kFloat);
-  const auto a = at::randn({1024, 1024}, options), b = at::randn({1024, 1024}, options);
-  at::Tensor c = at::matmul(a, b);
-  const int iters = 10;
-  rt.barrier();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) c = at::matmul(a, b);
-  c.sum().item<double>();  // waits on CUDA
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return 2.0 * 1024 * 1024 * 1024 * iters / s;
 }
 
 }  // namespace
@@ -154,8 +95,8 @@ Command train_command() {
     if (p.count("print-config")) return print_config(rt, config);
     std::string run_dir = p["run-dir"].as<std::string>();
     if (run_dir.empty()) run_dir = default_run_dir(rt);
-    require_same_run(rt, config, run_dir, p["resume"].as<std::string>());
-    const auto r = train_with(rt, config, run_dir, p["resume"].as<std::string>());
+    tasks::require_same_run(rt, config, run_dir, p["resume"].as<std::string>());
+    const auto r = tasks::run_training(rt, config, run_dir, p["resume"].as<std::string>());
     if (r.signalled) return kExitStopped;
     if (rt.rank() == 0 && !r.losses.empty()) {
       std::printf("train: %s%zu steps, loss %.4f -> %.4f, %.1f samples/s over %d ranks, %lld bad steps, %.2fM parameters, "
@@ -178,14 +119,14 @@ Command bench_train_command() {
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     Config config = resolved_config(p, "bench train");
     if (p.count("print-config")) return print_config(rt, config);
-    require_same_run(rt, config, p["run-dir"].as<std::string>(), "");
+    tasks::require_same_run(rt, config, p["run-dir"].as<std::string>(), "");
     config.set("data.eval", "''");  // speed only
-    const double matmul = matmul_rate(rt);
+    const double matmul = tasks::matmul_rate(rt);
     const double matmul_sum = double(rt.sum(int64_t(matmul)));
     config.set("checkpoint.at_end", "false");  // speed only: no checkpoints
     config.set("checkpoint.every_steps", "0");
     config.set("checkpoint.every_minutes", "0");
-    const auto r = train_with(rt, config, p["run-dir"].as<std::string>(), "");
+    const auto r = tasks::run_training(rt, config, p["run-dir"].as<std::string>(), "");
     if (rt.rank() == 0) {
       const auto& m = r.mean_times;
       auto pct = [&](double v) { return 100.0 * v / m.total; };

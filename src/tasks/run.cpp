@@ -1,0 +1,66 @@
+#include "meridian/tasks/run.h"
+
+#include <ATen/ATen.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "meridian/ckpt/checkpoint.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/tasks/registry.h"
+
+namespace meridian::tasks {
+
+void require_same_run(const comm::Runtime& rt, const Config& config, const std::string& run_dir,
+                      const std::string& resume) {
+  const Config full = config_schema(config.get<std::string>("task.name", "siglip")).with_defaults(config);
+  std::vector<std::pair<std::string, std::string>> settings{{"--run-dir", run_dir}, {"--resume", resume}};
+  for (const auto& key : full.leaf_keys()) settings.emplace_back(key, full.text(key));
+  comm::require_same_on_every_rank(rt, "the training config", settings);
+}
+
+train::TrainSummary run_training(const comm::Runtime& rt, Config config, const std::string& run_dir,
+                                 const std::string& resume) {
+  train::install_stop_signals();  // from the start: a signal while the data opens still ends with a checkpoint
+  describe_data(config, config.get<std::string>("data.train"));
+  const auto ckpt_settings = ckpt::CheckpointSettings::from_config(config, run_dir);
+  const auto point = ckpt::choose_resume_point(rt, resume, ckpt_settings.dir);
+  train::DataPosition start;
+  if (point) {
+    for (const auto& d : ckpt::compare_configs(Config::parse(point->config_yaml, point->path), config, point->path))
+      if (rt.rank() == 0) spdlog::info("resume: config differs from the checkpoint's: {}", d);
+    // The checkpoint's global batch, on any number of ranks (elastic): train.batch follows.
+    const Config full = config_schema(config.get<std::string>("task.name", "siglip")).with_defaults(config);
+    const int64_t batch = full.get<int64_t>("train.batch");
+    const int64_t per_rank = ckpt::resume_batch(*point, rt.size(), full.get<int64_t>("train.accumulate"), batch);
+    if (per_rank != batch) {
+      config.set("train.batch", std::to_string(per_rank));
+      if (rt.rank() == 0)
+        spdlog::info("resume: {} ranks -> {}: train.batch {} per rank keeps the global batch {}", point->world_size,
+                     rt.size(), per_rank, point->global_batch);
+    }
+    start = {point->epoch, point->position};
+  }
+  const auto settings = train::TrainerSettings::from_config(config);
+  train::seed(settings.seed);
+  auto task = make_task(rt, config, config.get<std::string>("data.train"), start);
+  train::Trainer trainer(rt, *task, settings, {config, run_dir});
+  if (point) ckpt::restore(rt, trainer, *point);
+  ckpt::Checkpointer checkpointer(rt, trainer, config, ckpt_settings);
+  return trainer.run();
+}
+
+double matmul_rate(const comm::Runtime& rt) {
+  const auto options = at::TensorOptions().device(rt.device()).dtype(at::kFloat);
+  const auto a = at::randn({1024, 1024}, options), b = at::randn({1024, 1024}, options);
+  at::Tensor c = at::matmul(a, b);
+  const int iters = 10;
+  rt.barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) c = at::matmul(a, b);
+  c.sum().item<double>();  // waits on CUDA
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return 2.0 * 1024 * 1024 * 1024 * iters / s;
+}
+
+}  // namespace meridian::tasks
