@@ -1,13 +1,14 @@
 // main() for multi-rank GoogleTest binaries run under mpirun: one Runtime for the whole process,
 // full output from rank 0, failures only from the other ranks (prefixed with the rank), and one
 // verdict agreed by all ranks (exit 0 only if every test passed on every rank).
+#include "mpi_test_main.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
 
 #include "meridian/core/error.h"
-#include "mpi_test_main.h"
 
 namespace {
 meridian::comm::Runtime* g_runtime = nullptr;

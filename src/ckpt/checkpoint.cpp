@@ -40,7 +40,10 @@ void CheckpointSettings::declare(ConfigSchema& schema) {
   schema.integer("checkpoint.every_steps", d.every_steps, "steps between checkpoints; 0: not by steps").at_least(0);
   schema.number("checkpoint.every_minutes", d.every_minutes, "minutes between checkpoints; 0: not by time").at_least(0);
   schema.integer("checkpoint.keep_last", d.keep_last, "newest checkpoints kept (older ones are deleted)").at_least(1);
-  schema.integer("checkpoint.keep_every", d.keep_every, "also keep every checkpoint whose step is a multiple of this; 0: none").at_least(0);
+  schema
+      .integer("checkpoint.keep_every", d.keep_every,
+               "also keep every checkpoint whose step is a multiple of this; 0: none")
+      .at_least(0);
   schema.boolean("checkpoint.at_end", d.at_end, "save after the last step");
 }
 
@@ -117,7 +120,8 @@ std::optional<ResumePoint> find_resumable(const std::string& dir, std::vector<st
   return std::nullopt;
 }
 
-std::optional<ResumePoint> choose_resume_point(const comm::Runtime& rt, const std::string& resume, const std::string& dir) {
+std::optional<ResumePoint> choose_resume_point(const comm::Runtime& rt, const std::string& resume,
+                                               const std::string& dir) {
   if (resume.empty()) return std::nullopt;
   std::string chosen, error;
   if (rt.rank() == 0) {
@@ -126,8 +130,10 @@ std::optional<ResumePoint> choose_resume_point(const comm::Runtime& rt, const st
         std::vector<std::string> rejected;
         const auto point = find_resumable(dir, &rejected);
         for (const auto& r : rejected) spdlog::warn("resume: skipping {}", r);
-        if (point) chosen = point->path;
-        else spdlog::info("resume auto: no checkpoint in '{}'; starting from scratch", dir);
+        if (point)
+          chosen = point->path;
+        else
+          spdlog::info("resume auto: no checkpoint in '{}'; starting from scratch", dir);
       } else {
         chosen = read_resume_point(resume, /*verify=*/true).path;
       }
@@ -172,9 +178,10 @@ std::vector<std::string> compare_configs(const Config& saved, const Config& curr
     return name.empty() ? std::string("adamw") : name;
   };
   if (optimizer_name(saved) != optimizer_name(current))
-    throw UserError(path + ": the checkpoint was trained with optim.name " + optimizer_name(saved) + ", this run uses optim.name " +
-                    optimizer_name(current) + "; their optimizer states do not convert (resume with optim.name " +
-                    optimizer_name(saved) + ", or start a new run)");
+    throw UserError(path + ": the checkpoint was trained with optim.name " + optimizer_name(saved) +
+                    ", this run uses optim.name " + optimizer_name(current) +
+                    "; their optimizer states do not convert (resume with optim.name " + optimizer_name(saved) +
+                    ", or start a new run)");
   std::vector<std::string> fatal, harmless;
   for (const auto& k : keys) {
     std::string a = saved.text(k), b = current.text(k);
@@ -350,14 +357,16 @@ void load_module(const Reader& r, torch::nn::Module& module, const std::string& 
 // rank, with that rank's message, before any rank waits in the allgather.
 class SharedLoad {
  public:
-  SharedLoad(const comm::Runtime& rt, const Reader& r) : rt_(rt), r_(r), comm_(comm::make_communicator(rt, comm::Backend::MPI)) {}
+  SharedLoad(const comm::Runtime& rt, const Reader& r)
+      : rt_(rt), r_(r), comm_(comm::make_communicator(rt, comm::Backend::MPI)) {}
 
   void operator()(const std::string& name, at::Tensor target) {
     at::NoGradGuard no_grad;
     const auto shape = r_.shape(name);  // DataError when missing: the same file, so the same on every rank
     if (shape != target.sizes().vec())
-      throw DataError(r_.path(), "dataset '" + name + "'",
-                      "shape " + c10::str(c10::IntArrayRef(shape)) + " does not match the model's " + c10::str(target.sizes()));
+      throw DataError(
+          r_.path(), "dataset '" + name + "'",
+          "shape " + c10::str(c10::IntArrayRef(shape)) + " does not match the model's " + c10::str(target.sizes()));
     const int64_t world = rt_.size(), bytes = int64_t(target.numel()) * int64_t(target.element_size());
     if (world == 1 || shape.empty() || shape[0] < world || bytes < (64 << 10)) return load_tensor(r_, name, target);
     const int64_t rows = shape[0], per = (rows + world - 1) / world;
@@ -373,7 +382,8 @@ class SharedLoad {
       if (!e.empty()) throw UserError(e);
     std::vector<int64_t> piece_shape(shape);
     piece_shape[0] = per;
-    at::Tensor piece = at::zeros(piece_shape, at::TensorOptions().dtype(mine.defined() ? mine.scalar_type() : target.scalar_type()));
+    at::Tensor piece =
+        at::zeros(piece_shape, at::TensorOptions().dtype(mine.defined() ? mine.scalar_type() : target.scalar_type()));
     if (count > 0) piece.narrow(0, 0, count).copy_(mine);
     piece_shape[0] = per * world;
     at::Tensor all = at::empty(piece_shape, piece.options());
@@ -397,9 +407,12 @@ bool load_module(const std::string& path, torch::nn::Module& module, Weights wei
   const auto ema_updates = r.int_attribute("ema_updates");
   const bool ema = ema_updates.has_value() && weights == Weights::PreferEma;
   load_module(r, module, ema ? "ema/" : "model/");
-  if (ema) spdlog::info("{}: loaded the EMA weights (ema/*, {} updates)", path, *ema_updates);
-  else if (ema_updates) spdlog::info("{}: loaded the raw training weights (model/*), not its EMA weights (as asked)", path);
-  else spdlog::info("{}: loaded the training weights (model/*; the checkpoint has no EMA)", path);
+  if (ema)
+    spdlog::info("{}: loaded the EMA weights (ema/*, {} updates)", path, *ema_updates);
+  else if (ema_updates)
+    spdlog::info("{}: loaded the raw training weights (model/*), not its EMA weights (as asked)", path);
+  else
+    spdlog::info("{}: loaded the training weights (model/*; the checkpoint has no EMA)", path);
   return ema;
 }
 
@@ -415,8 +428,8 @@ void restore_optimizer(const Reader& r, train::Trainer& trainer, SharedLoad& loa
   const std::string saved = r.string_attribute("optimizer").value_or("adamw"), mine = optimizer_kind(trainer);
   if (saved != mine)
     throw UserError(r.path() + ": the checkpoint holds " + saved + " optimizer state (optim.name " + saved +
-                    "), this run uses optim.name " + mine + "; their states do not convert (resume with optim.name " + saved +
-                    ", or start a new run)");
+                    "), this run uses optim.name " + mine + "; their states do not convert (resume with optim.name " +
+                    saved + ", or start a new run)");
   if (auto* sgd = trainer.sgd()) {
     const auto names = flat_names(sgd->groups());
     std::vector<at::Tensor> params;
@@ -446,8 +459,9 @@ void restore_optimizer(const Reader& r, train::Trainer& trainer, SharedLoad& loa
   std::vector<int64_t> offsets{0};
   for (const auto& p : params) offsets.push_back(offsets.back() + p.numel());
   if (flat && r.shape("optim/flat/exp_avg") != std::vector<int64_t>{offsets.back()})
-    throw DataError(r.path(), "dataset 'optim/flat/exp_avg'",
-                    "shape " + c10::str(r.shape("optim/flat/exp_avg")) + ", expected [" + std::to_string(offsets.back()) + "]");
+    throw DataError(
+        r.path(), "dataset 'optim/flat/exp_avg'",
+        "shape " + c10::str(r.shape("optim/flat/exp_avg")) + ", expected [" + std::to_string(offsets.back()) + "]");
   std::vector<int64_t> steps(names.size());
   for (size_t i = 0; i < names.size(); ++i) steps[i] = r.read("optim/" + names[i] + "/step").item<int64_t>();
 
@@ -458,7 +472,8 @@ void restore_optimizer(const Reader& r, train::Trainer& trainer, SharedLoad& loa
       at::Tensor shard = std::string(moment) == "exp_avg" ? zero->exp_avg_shard() : zero->exp_avg_sq_shard();
       shard.zero_();
       if (flat) {
-        if (end > begin) shard.narrow(0, 0, end - begin).copy_(r.read_rows(std::string("optim/flat/") + moment, begin, end - begin));
+        if (end > begin)
+          shard.narrow(0, 0, end - begin).copy_(r.read_rows(std::string("optim/flat/") + moment, begin, end - begin));
         continue;
       }
       for (size_t i = 0; i < names.size(); ++i) {  // per-parameter state: the part inside this shard
@@ -479,8 +494,14 @@ void restore_optimizer(const Reader& r, train::Trainer& trainer, SharedLoad& loa
     st.exp_avg = st.exp_avg_sq = at::Tensor();
     const std::string base = "optim/" + names[i];
     if (flat && steps[i] > 0) {
-      st.exp_avg = exp_avg_flat.narrow(0, offsets[i], offsets[i + 1] - offsets[i]).view(params[i].sizes()).to(params[i].device()).clone();
-      st.exp_avg_sq = exp_avg_sq_flat.narrow(0, offsets[i], offsets[i + 1] - offsets[i]).view(params[i].sizes()).to(params[i].device()).clone();
+      st.exp_avg = exp_avg_flat.narrow(0, offsets[i], offsets[i + 1] - offsets[i])
+                       .view(params[i].sizes())
+                       .to(params[i].device())
+                       .clone();
+      st.exp_avg_sq = exp_avg_sq_flat.narrow(0, offsets[i], offsets[i + 1] - offsets[i])
+                          .view(params[i].sizes())
+                          .to(params[i].device())
+                          .clone();
     } else if (!flat && r.has(base + "/exp_avg")) {
       st.exp_avg = at::zeros_like(params[i]);
       st.exp_avg_sq = at::zeros_like(params[i]);
@@ -501,12 +522,15 @@ void restore(const comm::Runtime& rt, train::Trainer& trainer, const ResumePoint
   if (auto* ema = trainer.ema()) {
     const auto updates = r.int_attribute("ema_updates");
     if (!updates)
-      throw DataError(point.path, "attribute 'ema_updates'",
-                      "missing: the checkpoint has no EMA weights (trained without train.ema), this run has train.ema " +
-                          std::to_string(ema->decay()));
+      throw DataError(
+          point.path, "attribute 'ema_updates'",
+          "missing: the checkpoint has no EMA weights (trained without train.ema), this run has train.ema " +
+              std::to_string(ema->decay()));
     for (size_t i = 0; i < ema->names().size(); ++i) {
       const std::string name = "ema/" + ema->names()[i];
-      if (!r.has(name)) throw DataError(point.path, "dataset '" + name + "'", "missing (the EMA of this model's " + ema->names()[i] + ")");
+      if (!r.has(name))
+        throw DataError(point.path, "dataset '" + name + "'",
+                        "missing (the EMA of this model's " + ema->names()[i] + ")");
       load(name, ema->tensors()[i]);
     }
     ema->set_updates(*updates);
@@ -521,17 +545,19 @@ void restore(const comm::Runtime& rt, train::Trainer& trainer, const ResumePoint
   trainer.set_state(state);
   rt.barrier();
   if (rt.rank() == 0)
-    spdlog::info("resumed from {}: step {}, epoch {}, global position {} (written by {} ranks, global batch {})", point.path,
-                 point.step, point.epoch, point.position, point.world_size, point.global_batch);
+    spdlog::info("resumed from {}: step {}, epoch {}, global position {} (written by {} ranks, global batch {})",
+                 point.path, point.step, point.epoch, point.position, point.world_size, point.global_batch);
 }
 
-Checkpointer::Checkpointer(const comm::Runtime& rt, train::Trainer& trainer, const Config& config, CheckpointSettings s) {
+Checkpointer::Checkpointer(const comm::Runtime& rt, train::Trainer& trainer, const Config& config,
+                           CheckpointSettings s) {
   auto last_time = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
   trainer.add_step_hook([&rt, config, s, last_time, this](train::Trainer& t, const train::StepEvent& e) {
     bool due = e.stopping || (e.last && s.at_end) || (s.every_steps > 0 && e.steps_done % s.every_steps == 0);
     if (s.every_minutes > 0) {
       // Rank 0's clock decides, so every rank saves at the same step.
-      const bool late = std::chrono::steady_clock::now() - *last_time >= std::chrono::duration<double>(60 * s.every_minutes);
+      const bool late =
+          std::chrono::steady_clock::now() - *last_time >= std::chrono::duration<double>(60 * s.every_minutes);
       due = rt.max(int64_t(rt.rank() == 0 && late)) > 0 || due;
     }
     if (!due || s.dir.empty()) return;

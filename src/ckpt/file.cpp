@@ -29,14 +29,22 @@ struct TypeInfo {
 
 TypeInfo type_info(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return {"float32", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT};
-    case at::kDouble: return {"float64", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE};
-    case at::kLong: return {"int64", H5T_STD_I64LE, H5T_NATIVE_INT64};
-    case at::kInt: return {"int32", H5T_STD_I32LE, H5T_NATIVE_INT32};
-    case at::kByte: return {"uint8", H5T_STD_U8LE, H5T_NATIVE_UINT8};
-    case at::kBFloat16: return {"bfloat16", H5T_STD_U16LE, H5T_NATIVE_UINT16};
-    case at::kHalf: return {"float16", H5T_STD_U16LE, H5T_NATIVE_UINT16};
-    default: throw std::invalid_argument(std::string("checkpoint: unsupported dtype ") + c10::toString(t));
+    case at::kFloat:
+      return {"float32", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT};
+    case at::kDouble:
+      return {"float64", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE};
+    case at::kLong:
+      return {"int64", H5T_STD_I64LE, H5T_NATIVE_INT64};
+    case at::kInt:
+      return {"int32", H5T_STD_I32LE, H5T_NATIVE_INT32};
+    case at::kByte:
+      return {"uint8", H5T_STD_U8LE, H5T_NATIVE_UINT8};
+    case at::kBFloat16:
+      return {"bfloat16", H5T_STD_U16LE, H5T_NATIVE_UINT16};
+    case at::kHalf:
+      return {"float16", H5T_STD_U16LE, H5T_NATIVE_UINT16};
+    default:
+      throw std::invalid_argument(std::string("checkpoint: unsupported dtype ") + c10::toString(t));
   }
 }
 
@@ -85,7 +93,8 @@ void select_rows(hid_t space, const std::vector<hsize_t>& dims, int64_t first, i
 void write_u32_array_attr(hid_t obj, const std::string& name, const std::vector<uint32_t>& values) {
   const hsize_t n = values.size();
   h5::Id space = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(1, &n, nullptr)));
-  h5::Id attr = h5::attr_id(MERIDIAN_H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_STD_U32LE, space, H5P_DEFAULT, H5P_DEFAULT)));
+  h5::Id attr =
+      h5::attr_id(MERIDIAN_H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_STD_U32LE, space, H5P_DEFAULT, H5P_DEFAULT)));
   if (n) MERIDIAN_H5_CHECK(H5Awrite(attr, H5T_NATIVE_UINT32, values.data()));
 }
 
@@ -158,13 +167,15 @@ struct Writer::Impl {
       h5::Id space = create_space(dims);
       h5::Id dcpl = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)));
       MERIDIAN_H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
-      h5::Id dset = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dcreate2(file, name.c_str(), type.file, space, lcpl, dcpl, H5P_DEFAULT)));
+      h5::Id dset =
+          h5::dataset_id(MERIDIAN_H5_CHECK(H5Dcreate2(file, name.c_str(), type.file, space, lcpl, dcpl, H5P_DEFAULT)));
       h5::Id file_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(dset)));
       select_rows(file_space, dims, first_row, row_count);
       std::vector<hsize_t> mem_dims(dims);
       if (mem_dims.empty()) mem_dims.push_back(1);
       mem_dims[0] = hsize_t(std::max<int64_t>(row_count, 1));
-      h5::Id mem_space = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(int(mem_dims.size()), mem_dims.data(), nullptr)));
+      h5::Id mem_space =
+          h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(int(mem_dims.size()), mem_dims.data(), nullptr)));
       if (row_count <= 0) MERIDIAN_H5_CHECK(H5Sselect_none(mem_space));
       MERIDIAN_H5_CHECK(H5Dwrite(dset, type.memory, mem_space, file_space, xfer, data));
     });
@@ -223,14 +234,17 @@ void Writer::replicated(const std::string& name, const at::Tensor& tensor) {
   const int64_t b0 = blocks * m.rt.rank() / m.rt.size(), b1 = blocks * (m.rt.rank() + 1) / m.rt.size();
   const int64_t first = b0 * block_rows, last = std::min(rows, b1 * block_rows);
   // Only this rank's rows come to the host.
-  const at::Tensor mine =
-      (whole.dim() == 0 ? whole.reshape({1}) : whole).narrow(0, first, std::max<int64_t>(0, last - first)).to(at::kCPU).contiguous();
+  const at::Tensor mine = (whole.dim() == 0 ? whole.reshape({1}) : whole)
+                              .narrow(0, first, std::max<int64_t>(0, last - first))
+                              .to(at::kCPU)
+                              .contiguous();
   const int64_t row_bytes = last > first ? int64_t(mine.nbytes()) / (last - first) : 0;
   m.create_and_write(name, shape_of(whole), type, first, last - first, mine.data_ptr());
   Impl::Pending p{name, type.name, block_rows, {}};
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t a = b * block_rows, e = std::min(rows, a + block_rows);
-    p.crcs.push_back(crc32c(static_cast<const uint8_t*>(mine.data_ptr()) + (a - first) * row_bytes, size_t((e - a) * row_bytes)));
+    p.crcs.push_back(
+        crc32c(static_cast<const uint8_t*>(mine.data_ptr()) + (a - first) * row_bytes, size_t((e - a) * row_bytes)));
   }
   m.pending.push_back(std::move(p));
 }
@@ -243,8 +257,9 @@ void Writer::sharded(const std::string& name, int64_t total, int64_t first, cons
   m.agreed("dataset " + name + " (ranges)", [&] {
     if (block < 1 || first < 0 || end > total || (count > 0 && first % block != 0) ||
         (count > 0 && end != total && end % block != 0))
-      throw std::invalid_argument("sharded '" + name + "': rows [" + std::to_string(first) + ", " + std::to_string(end) +
-                                  ") of " + std::to_string(total) + " are not aligned to blocks of " + std::to_string(block));
+      throw std::invalid_argument("sharded '" + name + "': rows [" + std::to_string(first) + ", " +
+                                  std::to_string(end) + ") of " + std::to_string(total) +
+                                  " are not aligned to blocks of " + std::to_string(block));
   });
   const TypeInfo type = type_info(mine.scalar_type());
   m.create_and_write(name, {hsize_t(total)}, type, first, count, mine.data_ptr());
@@ -329,8 +344,10 @@ void Writer::close() {
       at += 1 + key.size() + 1;
       const std::string value(root_attrs.c_str() + at);
       at += value.size() + 1;
-      if (kind == 'i') h5::write_attr(m.file, key, int64_t(std::stoll(value)));
-      else h5::write_attr(m.file, key, value);
+      if (kind == 'i')
+        h5::write_attr(m.file, key, int64_t(std::stoll(value)));
+      else
+        h5::write_attr(m.file, key, value);
     }
   });
   m.agreed("close", [&] {
@@ -392,8 +409,9 @@ Reader::Reader(const std::string& path) : impl_(std::make_unique<Impl>()) {
       throw DataError(path, "attribute 'format'", "not a meridian checkpoint");
     const auto version = h5::read_attr_int(m.file, "format_version");
     if (version != 1)
-      throw DataError(path, "attribute 'format_version'",
-                      "unsupported (" + (version ? std::to_string(*version) : std::string("missing")) + "; this build reads 1)");
+      throw DataError(
+          path, "attribute 'format_version'",
+          "unsupported (" + (version ? std::to_string(*version) : std::string("missing")) + "; this build reads 1)");
     if (H5Ovisit(m.file, H5_INDEX_NAME, H5_ITER_INC, collect, &m.names) < 0)
       throw DataError(path, "file", "cannot list its datasets (corrupt?)");
   } catch (...) {
@@ -473,9 +491,11 @@ at::Tensor Reader::read_rows(const std::string& name, int64_t first, int64_t cou
   const int64_t row_bytes = hi > lo ? int64_t(t.nbytes()) / (hi - lo) : 0;
   for (int64_t b = b0; b < b1 && numel > 0; ++b) {
     const int64_t a = b * block_rows, e = std::min(rows, a + block_rows);
-    if (crc32c(static_cast<const uint8_t*>(t.data_ptr()) + (a - lo) * row_bytes, size_t((e - a) * row_bytes)) != crcs[size_t(b)])
-      throw DataError(m.path, "dataset '" + name + "'",
-                      "checksum mismatch in rows " + std::to_string(a) + ".." + std::to_string(e - 1) + " (corrupt file)");
+    if (crc32c(static_cast<const uint8_t*>(t.data_ptr()) + (a - lo) * row_bytes, size_t((e - a) * row_bytes)) !=
+        crcs[size_t(b)])
+      throw DataError(
+          m.path, "dataset '" + name + "'",
+          "checksum mismatch in rows " + std::to_string(a) + ".." + std::to_string(e - 1) + " (corrupt file)");
   }
   if (whole || shape.empty()) return t;
   return t.narrow(0, first - lo, count).clone();

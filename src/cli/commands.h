@@ -19,8 +19,8 @@ class Runtime;
 namespace meridian::cli {
 
 struct Command {
-  std::string name;         // as typed: "info", "bench comm"
-  std::string summary;      // one line for `meridian --help`
+  std::string name;     // as typed: "info", "bench comm"
+  std::string summary;  // one line for `meridian --help`
   std::function<void(cxxopts::Options&)> add_options;
   std::function<int(const cxxopts::ParseResult&, comm::Runtime&)> run;
 };

@@ -16,11 +16,15 @@ Command eval_command() {
   c.name = "eval";
   c.summary = "Evaluate a checkpoint on a dataset: retrieval recall@K and zero-shot accuracy (siglip), mAP (detect)";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()
-        ("checkpoint", "Checkpoint file (<run>/checkpoints/step_*.h5)", cxxopts::value<std::string>()->default_value(""))
-        ("data", "Dataset (.h5): image-text made with the training data's tokenizer (prep --tokenizer TRAIN.h5), or detection", cxxopts::value<std::string>()->default_value(""))
-        ("task", "The checkpoint's task must be this one (siglip, detect); default: whatever it is", cxxopts::value<std::string>()->default_value(""))
-        ("set", "Override a value of the checkpoint's config (e.g. task.prompts)", cxxopts::value<std::vector<std::string>>());
+    o.add_options()("checkpoint", "Checkpoint file (<run>/checkpoints/step_*.h5)",
+                    cxxopts::value<std::string>()->default_value(""))(
+        "data",
+        "Dataset (.h5): image-text made with the training data's tokenizer (prep --tokenizer TRAIN.h5), or detection",
+        cxxopts::value<std::string>()->default_value(""))(
+        "task", "The checkpoint's task must be this one (siglip, detect); default: whatever it is",
+        cxxopts::value<std::string>()->default_value(""))(
+        "set", "Override a value of the checkpoint's config (e.g. task.prompts)",
+        cxxopts::value<std::vector<std::string>>());
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     const std::string path = p["checkpoint"].as<std::string>(), data_path = p["data"].as<std::string>();
@@ -35,8 +39,8 @@ Command eval_command() {
       throw UserError(path + ": --task " + wanted + ", but this checkpoint was trained with task.name " + task);
     const auto result = tasks::evaluate_checkpoint(rt, reader, config, data_path);
     if (rt.rank() == 0) {
-      std::printf("eval %s (step %lld) on %s: %s\n%s", path.c_str(), (long long)step, data_path.c_str(), result.counts.c_str(),
-                  result.details.c_str());
+      std::printf("eval %s (step %lld) on %s: %s\n%s", path.c_str(), (long long)step, data_path.c_str(),
+                  result.counts.c_str(), result.details.c_str());
       std::printf("eval: %s\n", metrics_text(result.metrics).c_str());
     }
     return 0;

@@ -1,5 +1,7 @@
 // `meridian generate`: continue a prompt with a language-model checkpoint (task lm), greedily or by
 // top-p sampling, to see what the model learnt. Runs on rank 0 (other ranks return at once).
+#include "meridian/models/generate.h"
+
 #include <cstdio>
 
 #include "commands.h"
@@ -10,7 +12,6 @@
 #include "meridian/data/format.h"
 #include "meridian/data/prep.h"
 #include "meridian/data/tokenizer.h"
-#include "meridian/models/generate.h"
 
 namespace meridian::cli {
 
@@ -28,16 +29,19 @@ Command generate_command() {
   c.name = "generate";
   c.summary = "Continue a prompt with a language-model checkpoint (greedy or top-p sampling)";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()
-        ("checkpoint", "Checkpoint of an lm run (<run>/checkpoints/step_*.h5)", cxxopts::value<std::string>()->default_value(""))
-        ("prompt", "The instruction (put in the Alpaca template the training data used, unless --raw)", cxxopts::value<std::string>()->default_value(""))
-        ("input", "Optional input for the instruction", cxxopts::value<std::string>()->default_value(""))
-        ("raw", "Use --prompt as the text itself, without the template")
-        ("tokenizer", "A dataset .h5 or SentencePiece .model; default: the training data named in the checkpoint's config", cxxopts::value<std::string>()->default_value(""))
-        ("max-new-tokens", "Tokens to generate at most (stops at eos)", cxxopts::value<int>()->default_value("64"))
-        ("top-p", "Nucleus sampling mass; 0: greedy", cxxopts::value<double>()->default_value("0"))
-        ("temperature", "Softmax temperature for sampling", cxxopts::value<double>()->default_value("1.0"))
-        ("seed", "Sampling seed", cxxopts::value<uint64_t>()->default_value("0"));
+    o.add_options()("checkpoint", "Checkpoint of an lm run (<run>/checkpoints/step_*.h5)",
+                    cxxopts::value<std::string>()->default_value(""))(
+        "prompt", "The instruction (put in the Alpaca template the training data used, unless --raw)",
+        cxxopts::value<std::string>()->default_value(""))("input", "Optional input for the instruction",
+                                                          cxxopts::value<std::string>()->default_value(""))(
+        "raw", "Use --prompt as the text itself, without the template")(
+        "tokenizer",
+        "A dataset .h5 or SentencePiece .model; default: the training data named in the checkpoint's config",
+        cxxopts::value<std::string>()->default_value(""))("max-new-tokens", "Tokens to generate at most (stops at eos)",
+                                                          cxxopts::value<int>()->default_value("64"))(
+        "top-p", "Nucleus sampling mass; 0: greedy", cxxopts::value<double>()->default_value("0"))(
+        "temperature", "Softmax temperature for sampling", cxxopts::value<double>()->default_value("1.0"))(
+        "seed", "Sampling seed", cxxopts::value<uint64_t>()->default_value("0"));
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     const std::string path = p["checkpoint"].as<std::string>(), prompt = p["prompt"].as<std::string>();
@@ -62,7 +66,8 @@ Command generate_command() {
     }
     std::string tokenizer_path = p["tokenizer"].as<std::string>();
     if (tokenizer_path.empty()) tokenizer_path = config.get<std::string>("data.train", "");
-    if (tokenizer_path.empty()) throw UserError("generate: give --tokenizer (the checkpoint's config names no data.train)");
+    if (tokenizer_path.empty())
+      throw UserError("generate: give --tokenizer (the checkpoint's config names no data.train)");
     const data::Tokenizer tok = load_tokenizer(tokenizer_path);
 
     auto mc = models::LlamaConfig::from_config(config);

@@ -24,7 +24,8 @@ Command info_command() {
                 << rt.comm_timeout_s() << " s\n"
                 << std::left << std::setw(24) << "host" << std::right << std::setw(6) << "rank" << std::setw(12)
                 << "local_rank" << std::setw(12) << "device" << std::setw(9) << "threads" << std::setw(12)
-                << "bound_cpus" << "\n";
+                << "bound_cpus"
+                << "\n";
       for (const auto& r : rows) std::cout << r << "\n";
     }
     return 0;

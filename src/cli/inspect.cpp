@@ -24,8 +24,8 @@ int inspect_checkpoint(const std::string& path) {
   const ckpt::Reader r(path);
   auto num = [&](const char* name) { return (long long)r.int_attribute(name).value_or(-1); };
   std::printf("%s: meridian checkpoint v%lld, step %lld, written by %lld ranks (%s, %s)\n", path.c_str(),
-              num("format_version"), num("step"), num("world_size"), r.string_attribute("created_by").value_or("?").c_str(),
-              r.string_attribute("time").value_or("?").c_str());
+              num("format_version"), num("step"), num("world_size"),
+              r.string_attribute("created_by").value_or("?").c_str(), r.string_attribute("time").value_or("?").c_str());
   std::printf("  data         epoch %lld, global position %lld, global batch %lld, samples seen %lld\n", num("epoch"),
               num("position"), num("global_batch"), num("samples_seen"));
   std::printf("  bad steps    %lld (%lld in a row at the save)\n", num("bad_steps"), num("bad_in_a_row"));
@@ -48,9 +48,8 @@ Command inspect_command() {
   c.name = "inspect";
   c.summary = "Validate a dataset or checkpoint file and summarise it (checkpoints: contents, step, checksums)";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()
-        ("file", "Dataset file (.h5)", cxxopts::value<std::string>()->default_value(""))
-        ("samples", "Captions to decode and show", cxxopts::value<int>()->default_value("3"));
+    o.add_options()("file", "Dataset file (.h5)", cxxopts::value<std::string>()->default_value(""))(
+        "samples", "Captions to decode and show", cxxopts::value<int>()->default_value("3"));
     o.parse_positional({"file"});
     o.positional_help("FILE.h5");
   };
@@ -60,16 +59,18 @@ Command inspect_command() {
     if (rt.rank() != 0) return 0;  // a local check: rank 0 reports
     if (ckpt::is_checkpoint(path)) return inspect_checkpoint(path);
     const data::DatasetInfo info = data::validate_dataset(path);
-    std::printf("%s: valid %s dataset, format %s v%lld, %.1f MB\n", path.c_str(), info.kind.c_str(),
-                data::kFormatName, (long long)info.format_version, info.file_bytes / 1e6);
+    std::printf("%s: valid %s dataset, format %s v%lld, %.1f MB\n", path.c_str(), info.kind.c_str(), data::kFormatName,
+                (long long)info.format_version, info.file_bytes / 1e6);
     std::printf("  created by   %s\n", info.created_by.c_str());
     std::printf("  split        %s\n", info.split.empty() ? "(all)" : info.split.c_str());
     if (info.kind == "text") {
       const data::DatasetSummary summary = data::summarize(info, p["samples"].as<int>());
       std::printf("  documents    %lld\n", (long long)info.count);
-      std::printf("  tokens       %lld (%.1f per document), %.1f%% with loss (responses)\n", (long long)info.token_count,
-                  double(info.token_count) / std::max<int64_t>(1, info.count), 100 * summary.supervised_fraction);
-      std::printf("  tokenizer    sentencepiece, vocab %lld, eos %lld\n", (long long)info.vocab_size, (long long)info.eos_id);
+      std::printf("  tokens       %lld (%.1f per document), %.1f%% with loss (responses)\n",
+                  (long long)info.token_count, double(info.token_count) / std::max<int64_t>(1, info.count),
+                  100 * summary.supervised_fraction);
+      std::printf("  tokenizer    sentencepiece, vocab %lld, eos %lld\n", (long long)info.vocab_size,
+                  (long long)info.eos_id);
       for (const auto& s : summary.examples)
         std::printf("  %s\n    prompt  : %s\n    response: %s\n", s.name.c_str(), s.caption.c_str(), s.decoded.c_str());
       return 0;
@@ -94,7 +95,8 @@ Command inspect_command() {
     if (summary.unlabelled)
       std::printf("    %-20s %lld\n", detection ? "(images, no box)" : "(no class)", (long long)summary.unlabelled);
     for (const auto& s : summary.examples)
-      std::printf("  sample %s\n    stored : %s\n    decoded: %s\n", s.name.c_str(), s.caption.c_str(), s.decoded.c_str());
+      std::printf("  sample %s\n    stored : %s\n    decoded: %s\n", s.name.c_str(), s.caption.c_str(),
+                  s.decoded.c_str());
     return 0;
   };
   return c;

@@ -25,9 +25,9 @@ std::vector<Command> all_commands() {
   using namespace meridian::cli;
   std::vector<Command> commands{info_command(), doctor_command(), bench_comm_command(), bench_ddp_command()};
 #ifdef MERIDIAN_WITH_DATA
-  for (auto c : {prep_image_text_command(), prep_detection_command(), prep_text_command(), prep_synthetic_command(), inspect_command(),
-                 bench_io_command(), train_command(), bench_train_command(), config_command(), eval_command(),
-                 bench_ckpt_command(), generate_command(), predict_command()})
+  for (auto c : {prep_image_text_command(), prep_detection_command(), prep_text_command(), prep_synthetic_command(),
+                 inspect_command(), bench_io_command(), train_command(), bench_train_command(), config_command(),
+                 eval_command(), bench_ckpt_command(), generate_command(), predict_command()})
     commands.push_back(c);
 #endif
   return commands;
@@ -41,7 +41,8 @@ bool launcher_rank0() {
 }
 
 std::string version_text() {
-  std::string s = std::string("meridian ") + MERIDIAN_VERSION + " (git " + MERIDIAN_GIT + ", " + MERIDIAN_BUILD_TYPE + ")\n";
+  std::string s =
+      std::string("meridian ") + MERIDIAN_VERSION + " (git " + MERIDIAN_GIT + ", " + MERIDIAN_BUILD_TYPE + ")\n";
   s += std::string("  LibTorch ") + TORCH_VERSION + "\n";
 #ifdef MERIDIAN_WITH_NCCL
   s += std::string("  CUDA     compiled in (toolkit ") + MERIDIAN_CUDA_VERSION + ")\n";
@@ -59,13 +60,17 @@ std::string version_text() {
 }
 
 void add_common_options(cxxopts::Options& options) {
-  options.add_options("common")
-      ("h,help", "Show this help")
-      ("log-level", "Log level: trace, debug, info, warn, error, critical, off", cxxopts::value<std::string>()->default_value("info"))
-      ("run-dir", "Run directory; every rank logs to <run-dir>/logs/rank_<r>.log", cxxopts::value<std::string>()->default_value(""))
-      ("device", "Device: auto (cuda:<local rank> when CUDA is available), cpu or cuda", cxxopts::value<std::string>()->default_value("auto"))
-      ("threads", "Torch intra-op threads per rank; 0: OMP_NUM_THREADS, else cores per node / ranks per node", cxxopts::value<int>()->default_value("0"))
-      ("comm-timeout", "Seconds a collective may take before the watchdog aborts the job", cxxopts::value<double>()->default_value("600"));
+  options.add_options("common")("h,help", "Show this help")("log-level",
+                                                            "Log level: trace, debug, info, warn, error, critical, off",
+                                                            cxxopts::value<std::string>()->default_value("info"))(
+      "run-dir", "Run directory; every rank logs to <run-dir>/logs/rank_<r>.log",
+      cxxopts::value<std::string>()->default_value(""))(
+      "device", "Device: auto (cuda:<local rank> when CUDA is available), cpu or cuda",
+      cxxopts::value<std::string>()->default_value("auto"))(
+      "threads", "Torch intra-op threads per rank; 0: OMP_NUM_THREADS, else cores per node / ranks per node",
+      cxxopts::value<int>()->default_value("0"))("comm-timeout",
+                                                 "Seconds a collective may take before the watchdog aborts the job",
+                                                 cxxopts::value<double>()->default_value("600"));
 }
 
 // The commands whose names start with `prefix` ("" for all, "prep " for prep's), one per line.

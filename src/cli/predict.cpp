@@ -52,7 +52,7 @@ std::vector<std::string> list_images(const std::string& dir, const std::string& 
 
 cv::Scalar class_colour(int64_t c) {  // BGR, well apart for neighbouring classes
   static const int palette[][3] = {{56, 56, 255}, {151, 157, 255}, {31, 112, 255}, {29, 178, 255}, {49, 210, 207},
-                                   {10, 249, 72},  {23, 204, 146},  {134, 219, 61}, {52, 147, 26},  {187, 212, 0}};
+                                   {10, 249, 72}, {23, 204, 146},  {134, 219, 61}, {52, 147, 26},  {187, 212, 0}};
   const auto& p = palette[c % 10];
   return cv::Scalar(p[0], p[1], p[2]);
 }
@@ -64,19 +64,22 @@ Command predict_command() {
   c.name = "predict";
   c.summary = "Detect objects in a directory of images with a detect checkpoint: drawn images + YOLO txt labels";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()
-        ("checkpoint", "Checkpoint file of a detect run", cxxopts::value<std::string>()->default_value(""))
-        ("images", "Directory of images (jpg, png, tif, bmp; searched recursively)", cxxopts::value<std::string>()->default_value(""))
-        ("out", "Output directory: <name>.jpg with boxes drawn, labels/<name>.txt (class cx cy w h confidence)", cxxopts::value<std::string>()->default_value(""))
-        ("conf", "Confidence threshold", cxxopts::value<double>()->default_value("0.25"))
-        ("iou", "NMS IoU threshold (class-aware)", cxxopts::value<double>()->default_value("0.7"))
-        ("max-det", "Detections per image at most", cxxopts::value<int64_t>()->default_value("300"))
-        ("size", "Inference size (multiple of 32); default: the training size", cxxopts::value<int64_t>()->default_value("0"));
+    o.add_options()("checkpoint", "Checkpoint file of a detect run", cxxopts::value<std::string>()->default_value(""))(
+        "images", "Directory of images (jpg, png, tif, bmp; searched recursively)",
+        cxxopts::value<std::string>()->default_value(""))(
+        "out", "Output directory: <name>.jpg with boxes drawn, labels/<name>.txt (class cx cy w h confidence)",
+        cxxopts::value<std::string>()->default_value(""))("conf", "Confidence threshold",
+                                                          cxxopts::value<double>()->default_value("0.25"))(
+        "iou", "NMS IoU threshold (class-aware)", cxxopts::value<double>()->default_value("0.7"))(
+        "max-det", "Detections per image at most", cxxopts::value<int64_t>()->default_value("300"))(
+        "size", "Inference size (multiple of 32); default: the training size",
+        cxxopts::value<int64_t>()->default_value("0"));
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     const std::string path = p["checkpoint"].as<std::string>(), dir = p["images"].as<std::string>(),
                       out = p["out"].as<std::string>();
-    if (path.empty() || dir.empty() || out.empty()) throw UserError("predict: --checkpoint, --images and --out are required");
+    if (path.empty() || dir.empty() || out.empty())
+      throw UserError("predict: --checkpoint, --images and --out are required");
     const double conf = p["conf"].as<double>(), iou = p["iou"].as<double>();
     const int64_t max_det = p["max-det"].as<int64_t>();
     if (!(conf >= 0 && conf < 1)) throw UserError("predict: --conf must be within [0, 1)");
@@ -84,7 +87,8 @@ Command predict_command() {
     if (max_det < 1) throw UserError("predict: --max-det must be at least 1");
     const Config config = ckpt::saved_config(ckpt::Reader(path));
     if (config.get<std::string>("task.name", "siglip") != "detect")
-      throw UserError(path + ": predict needs a detect checkpoint (task.name is " + config.get<std::string>("task.name", "siglip") + ")");
+      throw UserError(path + ": predict needs a detect checkpoint (task.name is " +
+                      config.get<std::string>("task.name", "siglip") + ")");
     int64_t size = p["size"].as<int64_t>();
     if (size == 0) size = config.get<int64_t>("data.image_size", 0);
     if (size <= 0 || size % 32 != 0)
@@ -116,7 +120,8 @@ Command predict_command() {
       const auto lb = data::letterbox(rgb, int(size));
       const auto letterboxed = at::from_blob(lb.image.data, {size, size, 3}, at::kByte);  // lb.image's pixels
       const auto x = tasks::detection_input(letterboxed.unsqueeze(0), rt.device());
-      const auto found = detect::decode(model->forward(x), models::yolo_strides(), model->config().reg_max, conf, iou, max_det)[0];
+      const auto found =
+          detect::decode(model->forward(x), models::yolo_strides(), model->config().reg_max, conf, iou, max_det)[0];
       const auto b = found.boxes.cpu(), s = found.scores.cpu(), k = found.classes.cpu();
       std::string labels;
       for (int64_t j = 0; j < b.size(0); ++j) {
@@ -134,8 +139,8 @@ Command predict_command() {
         const cv::Scalar colour = class_colour(cls);
         const int thick = std::max(1, int(std::lround(std::max(rgb.cols, rgb.rows) / 400.0)));
         cv::rectangle(bgr, cv::Point(int(x1), int(y1)), cv::Point(int(x2), int(y2)), colour, thick);
-        const std::string text = (size_t(cls) < names.size() ? names[size_t(cls)] : std::to_string(cls)) +
-                                 " " + std::to_string(int(std::lround(100 * score))) + "%";
+        const std::string text = (size_t(cls) < names.size() ? names[size_t(cls)] : std::to_string(cls)) + " " +
+                                 std::to_string(int(std::lround(100 * score))) + "%";
         cv::putText(bgr, text, cv::Point(int(x1) + 2, std::max(10, int(y1) - 3)), cv::FONT_HERSHEY_SIMPLEX,
                     0.35 * thick, colour, std::max(1, thick / 2));
       }

@@ -4,7 +4,6 @@
 #include <ctime>
 
 #include "commands.h"
-
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/tasks/registry.h"
@@ -16,13 +15,20 @@ namespace meridian::cli {
 namespace {
 
 void add_config_options(cxxopts::Options& o) {
-  o.add_options()
-      ("config", "YAML with model:, task:, data:, train: and optim: sections (jobs/configs/*.yaml)", cxxopts::value<std::string>()->default_value(""))
-      ("data", "Training dataset (.h5, from meridian prep); overrides data.train", cxxopts::value<std::string>()->default_value(""))
-      ("set", "Override a config value, key=value (repeatable), e.g. --set optim.lr=3e-4", cxxopts::value<std::vector<std::string>>())
-      ("health-every", "Steps between health reports (health.jsonl; stragglers, memory growth, data stalls); 0: off; default train.health_every or 100", cxxopts::value<int64_t>())
-      ("resume", "auto (the newest valid checkpoint in the run's checkpoint directory, else from scratch) or a checkpoint file", cxxopts::value<std::string>()->default_value(""))
-      ("print-config", "Print the resolved config (file, --data and --set applied, defaults filled in) and exit; docs/config.md lists every key");
+  o.add_options()("config", "YAML with model:, task:, data:, train: and optim: sections (jobs/configs/*.yaml)",
+                  cxxopts::value<std::string>()->default_value(""))(
+      "data", "Training dataset (.h5, from meridian prep); overrides data.train",
+      cxxopts::value<std::string>()->default_value(""))(
+      "set", "Override a config value, key=value (repeatable), e.g. --set optim.lr=3e-4",
+      cxxopts::value<std::vector<std::string>>())("health-every",
+                                                  "Steps between health reports (health.jsonl; stragglers, memory "
+                                                  "growth, data stalls); 0: off; default train.health_every or 100",
+                                                  cxxopts::value<int64_t>())(
+      "resume",
+      "auto (the newest valid checkpoint in the run's checkpoint directory, else from scratch) or a checkpoint file",
+      cxxopts::value<std::string>()->default_value(""))("print-config",
+                                                        "Print the resolved config (file, --data and --set applied, "
+                                                        "defaults filled in) and exit; docs/config.md lists every key");
 }
 
 // The config file with --data and every --set applied (in order), checked against the schema
@@ -31,7 +37,8 @@ Config resolved_config(const cxxopts::ParseResult& p, const std::string& command
   const std::string path = p["config"].as<std::string>();
   if (path.empty()) throw UserError(command + ": --config is required (e.g. jobs/configs/siglip-tiny.yaml)");
   Config config = Config::load_file(path);
-  if (!p["data"].as<std::string>().empty()) config.set("data.train", yaml_quoted(p["data"].as<std::string>()), "--data");
+  if (!p["data"].as<std::string>().empty())
+    config.set("data.train", yaml_quoted(p["data"].as<std::string>()), "--data");
   apply_overrides(p, config);
   if (p.count("health-every"))
     config.set("train.health_every", std::to_string(p["health-every"].as<int64_t>()), "--health-every");
@@ -44,7 +51,9 @@ Config resolved_config(const cxxopts::ParseResult& p, const std::string& command
 // --print-config: the resolved config with defaults, on rank 0. Returns the exit code.
 int print_config(const comm::Runtime& rt, const Config& config) {
   if (rt.rank() == 0)
-    std::printf("%s\n", tasks::config_schema(config.get<std::string>("task.name", "siglip")).with_defaults(config).dump().c_str());
+    std::printf(
+        "%s\n",
+        tasks::config_schema(config.get<std::string>("task.name", "siglip")).with_defaults(config).dump().c_str());
   return 0;
 }
 
@@ -65,7 +74,8 @@ void apply_overrides(const cxxopts::ParseResult& p, Config& config) {
   if (!p.count("set")) return;
   // The overrides alone are checked too (eval and generate change a saved config, which train checked).
   Config overrides = Config::parse("", "--set");
-  if (!config.text("task.name").empty()) overrides.set("task.name", config.text("task.name"), config.source("task.name"));
+  if (!config.text("task.name").empty())
+    overrides.set("task.name", config.text("task.name"), config.source("task.name"));
   for (const auto& kv : p["set"].as<std::vector<std::string>>()) {
     const auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) throw UserError("--set: expected key=value, got '" + kv + "'");
@@ -99,10 +109,11 @@ Command train_command() {
     const auto r = tasks::run_training(rt, config, run_dir, p["resume"].as<std::string>());
     if (r.signalled) return kExitStopped;
     if (rt.rank() == 0 && !r.losses.empty()) {
-      std::printf("train: %s%zu steps, loss %.4f -> %.4f, %.1f samples/s over %d ranks, %lld bad steps, %.2fM parameters, "
-                  "run directory %s\n",
-                  r.stopped ? "stopped after " : "", r.losses.size(), r.losses.front(), r.losses.back(), r.samples_per_s, rt.size(), (long long)r.bad_steps,
-                  r.parameters / 1e6, run_dir.c_str());
+      std::printf(
+          "train: %s%zu steps, loss %.4f -> %.4f, %.1f samples/s over %d ranks, %lld bad steps, %.2fM parameters, "
+          "run directory %s\n",
+          r.stopped ? "stopped after " : "", r.losses.size(), r.losses.front(), r.losses.back(), r.samples_per_s,
+          rt.size(), (long long)r.bad_steps, r.parameters / 1e6, run_dir.c_str());
       if (!r.first_eval.empty()) std::printf("eval before: %s\n", metrics_text(r.first_eval).c_str());
       if (!r.last_eval.empty()) std::printf("eval after: %s\n", metrics_text(r.last_eval).c_str());
     }
@@ -130,15 +141,17 @@ Command bench_train_command() {
     if (rt.rank() == 0) {
       const auto& m = r.mean_times;
       auto pct = [&](double v) { return 100.0 * v / m.total; };
-      std::printf("bench train: %d ranks, %.1f samples/s (%.1f per rank), step %.1f ms: data %.1f (%.0f%%), forward %.1f "
-                  "(%.0f%%), backward %.1f (%.0f%%), exposed comm %.1f (%.0f%%), optimizer %.1f (%.0f%%)\n",
-                  rt.size(), r.samples_per_s, r.samples_per_s / rt.size(), 1e3 * m.total, 1e3 * m.data, pct(m.data),
-                  1e3 * m.forward, pct(m.forward), 1e3 * m.backward, pct(m.backward), 1e3 * m.comm, pct(m.comm),
-                  1e3 * m.optimizer, pct(m.optimizer));
-      std::printf("bench train: slowest rank step %.1f ms; model %.2f GFLOP/s (3 x forward FLOPs x samples/s) = %.1f%% of "
-                  "the 1024^3 float matmul rate (%.2f GFLOP/s per rank, %.2f over ranks)\n",
-                  1e3 * r.max_times.total, r.model_flops_per_s / 1e9, 100.0 * r.model_flops_per_s / matmul_sum,
-                  matmul / 1e9, matmul_sum / 1e9);
+      std::printf(
+          "bench train: %d ranks, %.1f samples/s (%.1f per rank), step %.1f ms: data %.1f (%.0f%%), forward %.1f "
+          "(%.0f%%), backward %.1f (%.0f%%), exposed comm %.1f (%.0f%%), optimizer %.1f (%.0f%%)\n",
+          rt.size(), r.samples_per_s, r.samples_per_s / rt.size(), 1e3 * m.total, 1e3 * m.data, pct(m.data),
+          1e3 * m.forward, pct(m.forward), 1e3 * m.backward, pct(m.backward), 1e3 * m.comm, pct(m.comm),
+          1e3 * m.optimizer, pct(m.optimizer));
+      std::printf(
+          "bench train: slowest rank step %.1f ms; model %.2f GFLOP/s (3 x forward FLOPs x samples/s) = %.1f%% of "
+          "the 1024^3 float matmul rate (%.2f GFLOP/s per rank, %.2f over ranks)\n",
+          1e3 * r.max_times.total, r.model_flops_per_s / 1e9, 100.0 * r.model_flops_per_s / matmul_sum, matmul / 1e9,
+          matmul_sum / 1e9);
     }
     return 0;
   };

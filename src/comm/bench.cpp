@@ -23,7 +23,8 @@ at::ScalarType parse_dtype(const std::string& name) {
   if (name == "float16") return at::kHalf;
   if (name == "int32") return at::kInt;
   if (name == "int64") return at::kLong;
-  throw UserError("--dtypes: unknown dtype '" + name + "' (expected float32, float64, bfloat16, float16, int32, int64)");
+  throw UserError("--dtypes: unknown dtype '" + name +
+                  "' (expected float32, float64, bfloat16, float16, int32, int64)");
 }
 
 using Clock = std::chrono::steady_clock;
@@ -46,10 +47,14 @@ at::Tensor expected(const std::string& collective, ReduceOp op, int64_t count, i
   const int64_t first = collective == "reduce_scatter" ? int64_t(rank) * count : 0;
   auto k = at::arange(first, first + count, at::kLong).remainder(13).to(at::kDouble);
   switch (op) {
-    case ReduceOp::Sum: return k * n + n * (n + 1) / 2.0;
-    case ReduceOp::Avg: return k + (n + 1) / 2.0;
-    case ReduceOp::Max: return k + n;
-    case ReduceOp::Min: return k + 1;
+    case ReduceOp::Sum:
+      return k * n + n * (n + 1) / 2.0;
+    case ReduceOp::Avg:
+      return k + (n + 1) / 2.0;
+    case ReduceOp::Max:
+      return k + n;
+    case ReduceOp::Min:
+      return k + 1;
   }
   return k;
 }
@@ -75,10 +80,14 @@ Buffers make_buffers(const std::string& collective, int64_t count, int n, at::Sc
 }
 
 void run_blocking(Communicator& comm, const std::string& collective, Buffers& b, ReduceOp op) {
-  if (collective == "allreduce") comm.allreduce(b.input, op);
-  else if (collective == "broadcast") comm.broadcast(b.input, 0);
-  else if (collective == "allgather") comm.allgather(b.input, b.output);
-  else comm.reduce_scatter(b.input, b.output, op);
+  if (collective == "allreduce")
+    comm.allreduce(b.input, op);
+  else if (collective == "broadcast")
+    comm.broadcast(b.input, 0);
+  else if (collective == "allgather")
+    comm.allgather(b.input, b.output);
+  else
+    comm.reduce_scatter(b.input, b.output, op);
 }
 
 WorkPtr launch(Communicator& comm, const std::string& collective, Buffers& b, ReduceOp op) {
@@ -105,7 +114,8 @@ double bus_factor(const std::string& collective, int n) {
 void validate(const CommBenchOptions& o) {
   for (const auto& c : o.collectives)
     if (std::find(kCollectives.begin(), kCollectives.end(), c) == kCollectives.end())
-      throw UserError("--ops: unknown collective '" + c + "' (expected allreduce, broadcast, allgather, reduce_scatter)");
+      throw UserError("--ops: unknown collective '" + c +
+                      "' (expected allreduce, broadcast, allgather, reduce_scatter)");
   for (const auto& d : o.dtypes) {
     const auto t = parse_dtype(d);
     if (o.op == ReduceOp::Avg && !at::isFloatingType(t))
@@ -163,8 +173,8 @@ std::vector<CommBenchRow> run_comm_bench(const Runtime& runtime, Communicator& c
         Buffers checked = make_buffers(collective, count, n, dtype, dev, comm.rank(), /*fill=*/true);
         launch(comm, collective, checked, o.op)->wait();
         const at::Tensor result = (checked.output.defined() ? checked.output : checked.input).cpu().to(at::kDouble);
-        const at::Tensor want = expected(collective, o.op, collective == "reduce_scatter" ? count / n : count,
-                                         comm.rank(), n);
+        const at::Tensor want =
+            expected(collective, o.op, collective == "reduce_scatter" ? count / n : count, comm.rank(), n);
         auto wrong = (result != want).sum().to(at::kLong).to(dev).reshape({1});
         comm.allreduce(wrong, ReduceOp::Sum);
         row.wrong = wrong.cpu().item<int64_t>();

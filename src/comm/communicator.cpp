@@ -14,10 +14,14 @@ namespace meridian::comm {
 
 const char* to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
   }
   return "?";
 }
@@ -40,15 +44,14 @@ void Communicator::reduce_scatter(const at::Tensor& input, at::Tensor& output, R
 }
 void Communicator::barrier() { barrier_async()->wait(); }
 
-Backend default_backend(const Runtime& runtime) {
-  return runtime.device().is_cuda() ? Backend::NCCL : Backend::MPI;
-}
+Backend default_backend(const Runtime& runtime) { return runtime.device().is_cuda() ? Backend::NCCL : Backend::MPI; }
 
 std::unique_ptr<Communicator> make_communicator(const Runtime& runtime, Backend backend) {
   if (backend == Backend::MPI) return detail::make_mpi_communicator(runtime, {});
   if (!nccl_available()) {
-    throw UserError("the NCCL backend is not compiled into this build; reconfigure with -DMERIDIAN_NCCL=ON "
-                    "(needs the CUDA toolkit and NCCL) or use the MPI backend");
+    throw UserError(
+        "the NCCL backend is not compiled into this build; reconfigure with -DMERIDIAN_NCCL=ON "
+        "(needs the CUDA toolkit and NCCL) or use the MPI backend");
   }
   return detail::make_nccl_communicator(runtime);
 }
@@ -81,7 +84,8 @@ void check_tensor(const at::Tensor& t, c10::DeviceType device_type, const char* 
        << c10::DeviceTypeName(device_type, /*lower_case=*/true) << " tensors";
     throw std::invalid_argument(os.str());
   }
-  if (!t.is_contiguous()) throw std::invalid_argument(std::string(collective) + ": " + name + " tensor is not contiguous");
+  if (!t.is_contiguous())
+    throw std::invalid_argument(std::string(collective) + ": " + name + " tensor is not contiguous");
 }
 
 void check_split(const at::Tensor& big, const at::Tensor& small, int parts, const char* collective) {

@@ -17,11 +17,10 @@ inline std::string mpi_error_string(int code) {
 }
 }  // namespace meridian::comm::detail
 
-#define MERIDIAN_MPI_CHECK(call)                                                                      \
-  do {                                                                                                \
-    const int meridian_mpi_rc_ = (call);                                                              \
-    if (meridian_mpi_rc_ != MPI_SUCCESS)                                                              \
-      ::meridian::detail::throw_check_failure("MPI", #call,                                           \
-                                              ::meridian::comm::detail::mpi_error_string(meridian_mpi_rc_), \
-                                              __FILE__, __LINE__);                                    \
+#define MERIDIAN_MPI_CHECK(call)                                                                           \
+  do {                                                                                                     \
+    const int meridian_mpi_rc_ = (call);                                                                   \
+    if (meridian_mpi_rc_ != MPI_SUCCESS)                                                                   \
+      ::meridian::detail::throw_check_failure(                                                             \
+          "MPI", #call, ::meridian::comm::detail::mpi_error_string(meridian_mpi_rc_), __FILE__, __LINE__); \
   } while (0)

@@ -40,9 +40,15 @@ void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
   F f;
   for (int i = 0; i < *len; ++i) b[i] = T(f(static_cast<float>(a[i]), static_cast<float>(b[i])));
 }
-struct FSum { float operator()(float a, float b) const { return a + b; } };
-struct FMax { float operator()(float a, float b) const { return std::max(a, b); } };
-struct FMin { float operator()(float a, float b) const { return std::min(a, b); } };
+struct FSum {
+  float operator()(float a, float b) const { return a + b; }
+};
+struct FMax {
+  float operator()(float a, float b) const { return std::max(a, b); }
+};
+struct FMin {
+  float operator()(float a, float b) const { return std::min(a, b); }
+};
 
 struct HalfOps {
   MPI_Op bf16[3], fp16[3];  // sum, max, min
@@ -62,15 +68,23 @@ const HalfOps& half_ops() {
 
 MPI_Datatype mpi_type(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return MPI_FLOAT;
-    case at::kDouble: return MPI_DOUBLE;
-    case at::kInt: return MPI_INT32_T;
-    case at::kLong: return MPI_INT64_T;
-    case at::kShort: return MPI_INT16_T;
-    case at::kChar: return MPI_INT8_T;
-    case at::kByte: return MPI_UINT8_T;
+    case at::kFloat:
+      return MPI_FLOAT;
+    case at::kDouble:
+      return MPI_DOUBLE;
+    case at::kInt:
+      return MPI_INT32_T;
+    case at::kLong:
+      return MPI_INT64_T;
+    case at::kShort:
+      return MPI_INT16_T;
+    case at::kChar:
+      return MPI_INT8_T;
+    case at::kByte:
+      return MPI_UINT8_T;
     case at::kBFloat16:
-    case at::kHalf: return MPI_UINT16_T;
+    case at::kHalf:
+      return MPI_UINT16_T;
     default:
       throw std::invalid_argument(std::string("MPI backend: unsupported dtype ") + c10::toString(t));
   }
@@ -162,7 +176,8 @@ class MpiCommunicator final : public Communicator {
     check_reduce(tensor, op, "allreduce");
     const MPI_Datatype type = mpi_type(tensor.scalar_type());
     const MPI_Op mop = mpi_op(tensor.scalar_type(), op);
-    return {describe("allreduce", tensor, to_string(op)), [this, tensor, op, type, mop]() mutable {
+    return {describe("allreduce", tensor, to_string(op)),
+            [this, tensor, op, type, mop]() mutable {
               const int64_t elem = tensor.element_size();
               const int64_t step = std::max<int64_t>(1, static_cast<int64_t>(segment_bytes_) / elem);
               char* base = static_cast<char*>(tensor.data_ptr());
@@ -171,13 +186,16 @@ class MpiCommunicator final : public Communicator {
                 MERIDIAN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, base + off * elem, n, type, mop, comm_));
               }
               if (op == ReduceOp::Avg) tensor.div_(size_);
-            }, nullptr};
+            },
+            nullptr};
   }
 
   Task broadcast_task(at::Tensor& tensor, int root) {
     check_tensor(tensor, c10::kCPU, "broadcast", "input");
-    if (root < 0 || root >= size_) throw std::invalid_argument("broadcast: root " + std::to_string(root) + " out of range");
-    return {describe("broadcast", tensor, ("root " + std::to_string(root)).c_str()), [this, tensor, root]() {
+    if (root < 0 || root >= size_)
+      throw std::invalid_argument("broadcast: root " + std::to_string(root) + " out of range");
+    return {describe("broadcast", tensor, ("root " + std::to_string(root)).c_str()),
+            [this, tensor, root]() {
               const size_t bytes = tensor.numel() * tensor.element_size();
               char* base = static_cast<char*>(tensor.data_ptr());
               const size_t step = std::min<size_t>(segment_bytes_ * 4, INT32_MAX);
@@ -185,7 +203,8 @@ class MpiCommunicator final : public Communicator {
                 const int n = static_cast<int>(std::min(step, bytes - off));
                 MERIDIAN_MPI_CHECK(MPI_Bcast(base + off, n, MPI_BYTE, root, comm_));
               }
-            }, nullptr};
+            },
+            nullptr};
   }
 
   Task allgather_task(const at::Tensor& input, at::Tensor& output) {
@@ -194,9 +213,11 @@ class MpiCommunicator final : public Communicator {
     check_split(output, input, size_, "allgather");
     const int n = checked_count(input.numel(), "allgather");
     const MPI_Datatype type = mpi_type(input.scalar_type());
-    return {describe("allgather", input), [this, input, output, n, type]() {
+    return {describe("allgather", input),
+            [this, input, output, n, type]() {
               MERIDIAN_MPI_CHECK(MPI_Allgather(input.data_ptr(), n, type, output.data_ptr(), n, type, comm_));
-            }, nullptr};
+            },
+            nullptr};
   }
 
   Task reduce_scatter_task(const at::Tensor& input, at::Tensor& output, ReduceOp op) {
@@ -207,10 +228,12 @@ class MpiCommunicator final : public Communicator {
     const int n = checked_count(output.numel(), "reduce_scatter");
     const MPI_Datatype type = mpi_type(input.scalar_type());
     const MPI_Op mop = mpi_op(input.scalar_type(), op);
-    return {describe("reduce_scatter", input, to_string(op)), [this, input, output, n, type, mop, op]() mutable {
+    return {describe("reduce_scatter", input, to_string(op)),
+            [this, input, output, n, type, mop, op]() mutable {
               MERIDIAN_MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), n, type, mop, comm_));
               if (op == ReduceOp::Avg) output.div_(size_);
-            }, nullptr};
+            },
+            nullptr};
   }
 
   Task barrier_task() {

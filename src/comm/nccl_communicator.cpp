@@ -28,20 +28,20 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
-#define MERIDIAN_CUDA_CHECK(call)                                                                          \
-  do {                                                                                                     \
-    const cudaError_t meridian_cuda_rc_ = (call);                                                          \
-    if (meridian_cuda_rc_ != cudaSuccess)                                                                  \
+#define MERIDIAN_CUDA_CHECK(call)                                                                             \
+  do {                                                                                                        \
+    const cudaError_t meridian_cuda_rc_ = (call);                                                             \
+    if (meridian_cuda_rc_ != cudaSuccess)                                                                     \
       ::meridian::detail::throw_check_failure("CUDA", #call, cudaGetErrorString(meridian_cuda_rc_), __FILE__, \
-                                              __LINE__);                                                   \
+                                              __LINE__);                                                      \
   } while (0)
 
-#define MERIDIAN_NCCL_CHECK(call)                                                                          \
-  do {                                                                                                     \
-    const ncclResult_t meridian_nccl_rc_ = (call);                                                         \
-    if (meridian_nccl_rc_ != ncclSuccess)                                                                  \
+#define MERIDIAN_NCCL_CHECK(call)                                                                             \
+  do {                                                                                                        \
+    const ncclResult_t meridian_nccl_rc_ = (call);                                                            \
+    if (meridian_nccl_rc_ != ncclSuccess)                                                                     \
       ::meridian::detail::throw_check_failure("NCCL", #call, ncclGetErrorString(meridian_nccl_rc_), __FILE__, \
-                                              __LINE__, "set NCCL_DEBUG=WARN for NCCL's own report");      \
+                                              __LINE__, "set NCCL_DEBUG=WARN for NCCL's own report");         \
   } while (0)
 
 namespace meridian::comm::detail {
@@ -50,24 +50,37 @@ namespace {
 
 ncclDataType_t nccl_type(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return ncclFloat32;
-    case at::kDouble: return ncclFloat64;
-    case at::kHalf: return ncclFloat16;
-    case at::kBFloat16: return ncclBfloat16;
-    case at::kInt: return ncclInt32;
-    case at::kLong: return ncclInt64;
-    case at::kChar: return ncclInt8;
-    case at::kByte: return ncclUint8;
-    default: throw std::invalid_argument(std::string("NCCL backend: unsupported dtype ") + c10::toString(t));
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kInt:
+      return ncclInt32;
+    case at::kLong:
+      return ncclInt64;
+    case at::kChar:
+      return ncclInt8;
+    case at::kByte:
+      return ncclUint8;
+    default:
+      throw std::invalid_argument(std::string("NCCL backend: unsupported dtype ") + c10::toString(t));
   }
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return ncclSum;
-    case ReduceOp::Avg: return ncclAvg;
-    case ReduceOp::Max: return ncclMax;
-    case ReduceOp::Min: return ncclMin;
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Avg:
+      return ncclAvg;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Min:
+      return ncclMin;
   }
   return ncclSum;
 }
@@ -162,17 +175,19 @@ class NcclCommunicator final : public Communicator {
     check_reduce(tensor, op, "allreduce");
     const auto type = nccl_type(tensor.scalar_type());
     return launch(describe("allreduce", tensor, to_string(op)), {tensor}, [&] {
-      MERIDIAN_NCCL_CHECK(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), type, nccl_op(op), comm_,
-                                        stream_));
+      MERIDIAN_NCCL_CHECK(
+          ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), type, nccl_op(op), comm_, stream_));
     });
   }
 
   WorkPtr broadcast_async(at::Tensor& tensor, int root) override {
     check_tensor(tensor, c10::kCUDA, "broadcast", "input");
-    if (root < 0 || root >= size_) throw std::invalid_argument("broadcast: root " + std::to_string(root) + " out of range");
+    if (root < 0 || root >= size_)
+      throw std::invalid_argument("broadcast: root " + std::to_string(root) + " out of range");
     const auto type = nccl_type(tensor.scalar_type());
     return launch(describe("broadcast", tensor), {tensor}, [&] {
-      MERIDIAN_NCCL_CHECK(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), type, root, comm_, stream_));
+      MERIDIAN_NCCL_CHECK(
+          ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), type, root, comm_, stream_));
     });
   }
 

@@ -19,10 +19,10 @@
 #include <thread>
 
 #include "meridian/build_config.h"
+#include "meridian/comm/mpi_interop.h"
 #include "meridian/core/error.h"
 #include "meridian/core/hash.h"
 #include "meridian/core/log.h"
-#include "meridian/comm/mpi_interop.h"
 #include "mpi_check.h"
 
 namespace meridian::comm {
@@ -138,8 +138,8 @@ std::vector<std::string> Runtime::gather_to_root(const std::string& mine) const 
     for (int l : lens) offsets.push_back(total), total += l;
     all.resize(total);
   }
-  MERIDIAN_MPI_CHECK(MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, 0,
-                                 MPI_COMM_WORLD));
+  MERIDIAN_MPI_CHECK(
+      MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD));
   std::vector<std::string> out;
   for (int r = 0; r < static_cast<int>(lens.size()); ++r) out.push_back(all.substr(offsets[r], lens[r]));
   return out;
@@ -315,9 +315,18 @@ void require_same_on_every_rank(const Runtime& rt, const std::string& what,
   const auto a = parse(texts[0]), b = parse(texts[first]);
   std::string key;  // the first key (in order) whose value differs or that only one of them has
   for (auto ia = a.begin(), ib = b.begin(); ia != a.end() || ib != b.end();) {
-    if (ib == b.end() || (ia != a.end() && ia->first < ib->first)) { key = ia->first; break; }
-    if (ia == a.end() || ib->first < ia->first) { key = ib->first; break; }
-    if (ia->second != ib->second) { key = ia->first; break; }
+    if (ib == b.end() || (ia != a.end() && ia->first < ib->first)) {
+      key = ia->first;
+      break;
+    }
+    if (ia == a.end() || ib->first < ia->first) {
+      key = ib->first;
+      break;
+    }
+    if (ia->second != ib->second) {
+      key = ia->first;
+      break;
+    }
     ++ia, ++ib;
   }
   auto value = [&](const std::map<std::string, std::string>& m) {
@@ -329,8 +338,9 @@ void require_same_on_every_rank(const Runtime& rt, const std::string& what,
     ranks += (i ? ", " : "") + std::to_string(differ[i]) + " on " + host_of(differ[i]);
   if (differ.size() > 8) ranks += " and " + std::to_string(differ.size() - 8) + " more";
   throw UserError(what + " differs between ranks: rank" + (differ.size() > 1 ? "s " : " ") + ranks + " differ" +
-                  (differ.size() > 1 ? "" : "s") + " from rank 0 on " + host_of(0) + ", first at '" + key + "': " + value(b) +
-                  " on rank " + std::to_string(first) + " vs " + value(a) + " on rank 0 (every rank must run the same command and config)");
+                  (differ.size() > 1 ? "" : "s") + " from rank 0 on " + host_of(0) + ", first at '" + key +
+                  "': " + value(b) + " on rank " + std::to_string(first) + " vs " + value(a) +
+                  " on rank 0 (every rank must run the same command and config)");
 }
 
 }  // namespace meridian::comm

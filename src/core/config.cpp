@@ -39,8 +39,9 @@ Config Config::parse(const std::string& text, const std::string& origin) {
   try {
     root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
-    throw ConfigError(origin, "<syntax>", "invalid YAML at line " + std::to_string(e.mark.line + 1) + ", column " +
-                                              std::to_string(e.mark.column + 1) + ": " + e.msg);
+    throw ConfigError(origin, "<syntax>",
+                      "invalid YAML at line " + std::to_string(e.mark.line + 1) + ", column " +
+                          std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   if (!root.IsMap()) throw ConfigError(origin, "<root>", "expected a map of settings at the top level");
@@ -62,7 +63,8 @@ YAML::Node Config::lookup(const std::string& key) const {
 }
 
 YAML::Node Config::read(const std::string& key) const {
-  MERIDIAN_CHECK(!readable_ || readable_->count(key), "config key '" + key + "' is read but not declared in the config schema");
+  MERIDIAN_CHECK(!readable_ || readable_->count(key),
+                 "config key '" + key + "' is read but not declared in the config schema");
   return lookup(key);
 }
 

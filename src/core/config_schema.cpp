@@ -36,7 +36,8 @@ std::string joined(const std::vector<std::string>& items, const std::string& las
 std::string range_text(const ConfigKey& k) {
   auto bound = [](double v) { return std::isinf(v) ? std::string(v > 0 ? "inf" : "-inf") : number_text(v); };
   if (k.min && k.max)
-    return std::string(" in ") + (k.min_exclusive ? "(" : "[") + bound(*k.min) + ", " + bound(*k.max) + (k.max_exclusive ? ")" : "]");
+    return std::string(" in ") + (k.min_exclusive ? "(" : "[") + bound(*k.min) + ", " + bound(*k.max) +
+           (k.max_exclusive ? ")" : "]");
   if (k.min) return std::string(k.min_exclusive ? " > " : " >= ") + bound(*k.min);
   if (k.max) return std::string(k.max_exclusive ? " < " : " <= ") + bound(*k.max);
   return "";
@@ -58,19 +59,26 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   for (size_t i = 1; i <= n; ++i)
     for (size_t j = 1; j <= m; ++j) {
       d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   return d[n][m];
 }
 
 std::string ConfigKey::type_text() const {
   switch (type) {
-    case ConfigType::Integer: return "integer" + range_text(*this);
-    case ConfigType::Number: return "number" + range_text(*this);
-    case ConfigType::Boolean: return "true or false";
-    case ConfigType::String: return "string";
-    case ConfigType::Choice: return joined(choices, " or ");
-    case ConfigType::StringList: return "list of strings";
+    case ConfigType::Integer:
+      return "integer" + range_text(*this);
+    case ConfigType::Number:
+      return "number" + range_text(*this);
+    case ConfigType::Boolean:
+      return "true or false";
+    case ConfigType::String:
+      return "string";
+    case ConfigType::Choice:
+      return joined(choices, " or ");
+    case ConfigType::StringList:
+      return "list of strings";
   }
   return "";
 }
@@ -81,7 +89,8 @@ std::string ConfigKey::default_text() const {
   return "(none)";
 }
 
-ConfigKey& ConfigSchema::declare(const std::string& key, ConfigType type, std::string fallback, const std::string& description) {
+ConfigKey& ConfigSchema::declare(const std::string& key, ConfigType type, std::string fallback,
+                                 const std::string& description) {
   MERIDIAN_CHECK(find(key) == nullptr, "config key '" + key + "' is declared twice");
   ConfigKey k;
   k.key = key;
@@ -92,11 +101,13 @@ ConfigKey& ConfigSchema::declare(const std::string& key, ConfigType type, std::s
   return keys_.back();
 }
 
-ConfigKey& ConfigSchema::integer(const std::string& key, std::optional<long long> fallback, const std::string& description) {
+ConfigKey& ConfigSchema::integer(const std::string& key, std::optional<long long> fallback,
+                                 const std::string& description) {
   return declare(key, ConfigType::Integer, fallback ? std::to_string(*fallback) : "", description);
 }
 
-ConfigKey& ConfigSchema::number(const std::string& key, std::optional<double> fallback, const std::string& description) {
+ConfigKey& ConfigSchema::number(const std::string& key, std::optional<double> fallback,
+                                const std::string& description) {
   return declare(key, ConfigType::Number, fallback ? number_text(*fallback) : "", description);
 }
 
@@ -104,12 +115,14 @@ ConfigKey& ConfigSchema::boolean(const std::string& key, std::optional<bool> fal
   return declare(key, ConfigType::Boolean, fallback ? (*fallback ? "true" : "false") : "", description);
 }
 
-ConfigKey& ConfigSchema::string(const std::string& key, std::optional<std::string> fallback, const std::string& description) {
-  return declare(key, ConfigType::String, fallback ? (fallback->empty() ? "''" : yaml_quoted(*fallback)) : "", description);
+ConfigKey& ConfigSchema::string(const std::string& key, std::optional<std::string> fallback,
+                                const std::string& description) {
+  return declare(key, ConfigType::String, fallback ? (fallback->empty() ? "''" : yaml_quoted(*fallback)) : "",
+                 description);
 }
 
-ConfigKey& ConfigSchema::choice(const std::string& key, std::vector<std::string> choices, std::optional<std::string> fallback,
-                                const std::string& description) {
+ConfigKey& ConfigSchema::choice(const std::string& key, std::vector<std::string> choices,
+                                std::optional<std::string> fallback, const std::string& description) {
   ConfigKey& k = declare(key, ConfigType::Choice, fallback.value_or(""), description);
   k.choices = std::move(choices);
   return k;
@@ -142,15 +155,16 @@ const ConfigKey* ConfigSchema::find(const std::string& key) const {
 void ConfigSchema::check_value(const Config& config, const ConfigKey& spec) const {
   const std::string& key = spec.key;
   const YAML::Node node = YAML::Clone(YAML::Load(config.text(key)));  // the value alone (flow YAML)
-  if (node.IsNull()) return;  // `key:` with no value: the default
+  if (node.IsNull()) return;                                          // `key:` with no value: the default
   auto fail = [&](const std::string& expected) {
     throw ConfigError(config.source(key), key, "expected " + expected + ", got " + shown(node));
   };
-  const std::string expected = spec.type == ConfigType::Choice ? "one of " + joined(spec.choices, " or ")
-                               : spec.type == ConfigType::Boolean ? "true or false"
+  const std::string expected = spec.type == ConfigType::Choice       ? "one of " + joined(spec.choices, " or ")
+                               : spec.type == ConfigType::Boolean    ? "true or false"
                                : spec.type == ConfigType::StringList ? "a list of strings"
-                               : spec.type == ConfigType::String ? "a string"
-                               : (spec.type == ConfigType::Integer ? "an integer" : "a number") + range_text(spec);
+                               : spec.type == ConfigType::String
+                                   ? "a string"
+                                   : (spec.type == ConfigType::Integer ? "an integer" : "a number") + range_text(spec);
   if (spec.type == ConfigType::StringList) {
     if (!node.IsSequence()) fail(expected);
     for (const auto& item : node)
@@ -160,8 +174,11 @@ void ConfigSchema::check_value(const Config& config, const ConfigKey& spec) cons
   if (!node.IsScalar()) fail(expected);
   try {
     switch (spec.type) {
-      case ConfigType::Boolean: node.as<bool>(); return;
-      case ConfigType::String: return;
+      case ConfigType::Boolean:
+        node.as<bool>();
+        return;
+      case ConfigType::String:
+        return;
       case ConfigType::Choice:
         if (std::find(spec.choices.begin(), spec.choices.end(), node.Scalar()) == spec.choices.end()) fail(expected);
         return;
@@ -173,7 +190,8 @@ void ConfigSchema::check_value(const Config& config, const ConfigKey& spec) cons
         if (spec.max && (spec.max_exclusive ? !(v < *spec.max) : !(v <= *spec.max))) fail(expected);
         return;
       }
-      case ConfigType::StringList: return;
+      case ConfigType::StringList:
+        return;
     }
   } catch (const YAML::Exception&) {
     fail(expected);
@@ -194,7 +212,8 @@ std::string ConfigSchema::unknown_key_message(const std::string& key) const {
   std::vector<std::string> in_section, sections;
   for (const auto& k : keys_) {
     if (section_of(k.key) == section) in_section.push_back(k.key);
-    if (std::find(sections.begin(), sections.end(), section_of(k.key)) == sections.end()) sections.push_back(section_of(k.key));
+    if (std::find(sections.begin(), sections.end(), section_of(k.key)) == sections.end())
+      sections.push_back(section_of(k.key));
   }
   if (!in_section.empty()) return "unknown key (the keys of '" + section + "': " + joined(in_section) + ")";
   for (const auto& s : sections)
@@ -214,7 +233,8 @@ void ConfigSchema::check(Config& config, const std::function<std::string(const s
       if (leaf.rfind(k.key + ".", 0) == 0) above = &k;
     if (above)
       throw ConfigError(config.source(above->key), above->key, "expected " + above->type_text() + ", got a map");
-    const bool is_section = std::any_of(keys_.begin(), keys_.end(), [&](const ConfigKey& k) { return k.key.rfind(leaf + ".", 0) == 0; });
+    const bool is_section =
+        std::any_of(keys_.begin(), keys_.end(), [&](const ConfigKey& k) { return k.key.rfind(leaf + ".", 0) == 0; });
     if (is_section) {
       if (config.text(leaf).empty()) continue;  // "checkpoint:" with nothing under it
       throw ConfigError(config.source(leaf), leaf, "expected a map of settings, got '" + config.text(leaf) + "'");
@@ -241,7 +261,8 @@ std::string ConfigSchema::markdown_table() const {
   };
   std::string out = "| key | type | default | meaning |\n|---|---|---|---|\n";
   for (const auto& k : keys_)
-    out += "| `" + k.key + "` | " + cell(k.type_text()) + " | " + cell(k.default_text()) + " | " + cell(k.description) + " |\n";
+    out += "| `" + k.key + "` | " + cell(k.type_text()) + " | " + cell(k.default_text()) + " | " + cell(k.description) +
+           " |\n";
   return out;
 }
 

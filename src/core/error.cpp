@@ -33,15 +33,17 @@ std::string where() {
   const auto& id = process_identity();
   std::ostringstream os;
   os << "[rank ";
-  if (id.rank < 0) os << "?";
-  else os << id.rank << "/" << id.world_size;
+  if (id.rank < 0)
+    os << "?";
+  else
+    os << id.rank << "/" << id.world_size;
   os << " @ " << id.host << "]";
   return os.str();
 }
 
 namespace detail {
-void throw_check_failure(const char* lib, const char* expr, const std::string& lib_message, const char* file,
-                         int line, const char* hint) {
+void throw_check_failure(const char* lib, const char* expr, const std::string& lib_message, const char* file, int line,
+                         const char* hint) {
   std::ostringstream os;
   os << where() << " " << lib << " error at " << file << ":" << line << ": `" << expr << "` failed: " << lib_message;
   if (hint && *hint) os << " (hint: " << hint << ")";

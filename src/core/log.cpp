@@ -1,10 +1,10 @@
-#include <chrono>
 #include "meridian/core/log.h"
 
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include "meridian/core/error.h"

@@ -25,10 +25,16 @@ std::string Trace::events_json() const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& e : events_) {
     const int tid = lanes.emplace(e.lane, int(lanes.size())).first->second;
-    events.push_back({{"name", e.name}, {"cat", e.category}, {"ph", "X"}, {"ts", e.ts_us}, {"dur", e.dur_us},
-                      {"pid", rank_}, {"tid", tid}});
+    events.push_back({{"name", e.name},
+                      {"cat", e.category},
+                      {"ph", "X"},
+                      {"ts", e.ts_us},
+                      {"dur", e.dur_us},
+                      {"pid", rank_},
+                      {"tid", tid}});
   }
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"name", "rank " + std::to_string(rank_)}}}});
+  events.push_back(
+      {{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"name", "rank " + std::to_string(rank_)}}}});
   for (const auto& [lane, tid] : lanes)
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", tid}, {"args", {{"name", lane}}}});
   return events.dump();
@@ -44,7 +50,11 @@ void Trace::write(const std::string& path, const std::vector<std::string>& event
 }
 
 Trace::Scope::Scope(Trace* trace, std::string name, std::string category, std::string lane)
-    : trace_(trace), name_(std::move(name)), category_(std::move(category)), lane_(std::move(lane)), start_(Clock::now()) {}
+    : trace_(trace),
+      name_(std::move(name)),
+      category_(std::move(category)),
+      lane_(std::move(lane)),
+      start_(Clock::now()) {}
 
 Trace::Scope::~Scope() {
   if (trace_) trace_->span(name_, category_, start_, Clock::now(), lane_);

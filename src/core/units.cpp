@@ -19,10 +19,14 @@ uint64_t parse_bytes(const std::string& text, const std::string& what) {
   }
   const std::string unit = text.substr(pos);
   double scale = 1;
-  if (unit == "K" || unit == "k") scale = 1024.0;
-  else if (unit == "M" || unit == "m") scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "g") scale = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) throw bad("has an unknown unit");
+  if (unit == "K" || unit == "k")
+    scale = 1024.0;
+  else if (unit == "M" || unit == "m")
+    scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g")
+    scale = 1024.0 * 1024 * 1024;
+  else if (!unit.empty())
+    throw bad("has an unknown unit");
   const double bytes = v * scale;
   if (!std::isfinite(bytes) || bytes < 1 || bytes > 1e18) throw bad("is out of range");
   return static_cast<uint64_t>(bytes);

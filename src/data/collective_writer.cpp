@@ -54,8 +54,8 @@ void CollectiveWriter::create(const std::string& name, hid_t file_type, const st
   // Space at creation (parallel HDF5 allocates early anyway), no fill: every kept row is written.
   MERIDIAN_H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
   MERIDIAN_H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
-  s_->datasets[name] =
-      h5::dataset_id(MERIDIAN_H5_CHECK(H5Dcreate2(s_->file, name.c_str(), file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
+  s_->datasets[name] = h5::dataset_id(
+      MERIDIAN_H5_CHECK(H5Dcreate2(s_->file, name.c_str(), file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
 }
 
 void CollectiveWriter::reserve(const std::string& name, int64_t rows) {
@@ -113,11 +113,12 @@ void Finisher::create_strings(const std::string& name, const std::vector<hsize_t
   const auto locked = h5::lock();
   h5::Id type = h5::vlen_string_type();
   h5::Id space = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(int(dims.size()), dims.data(), nullptr)));
-  strings_[name] =
-      h5::dataset_id(MERIDIAN_H5_CHECK(H5Dcreate2(file_, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  strings_[name] = h5::dataset_id(
+      MERIDIAN_H5_CHECK(H5Dcreate2(file_, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
 }
 
-void Finisher::write_strings(const std::string& name, int64_t first, int64_t rows, const std::vector<std::string>& values) {
+void Finisher::write_strings(const std::string& name, int64_t first, int64_t rows,
+                             const std::vector<std::string>& values) {
   const auto locked = h5::lock();
   if (rows == 0) return;
   hid_t dset = strings_.at(name);
@@ -155,7 +156,8 @@ void Finisher::write_string_list(const std::string& name, const std::vector<std:
 
 void Finisher::write_tokenizer(const Tokenizer& tokenizer) {
   const auto locked = h5::lock();
-  h5::Id group = h5::group_id(MERIDIAN_H5_CHECK(H5Gcreate2(file_, "/tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  h5::Id group =
+      h5::group_id(MERIDIAN_H5_CHECK(H5Gcreate2(file_, "/tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
   h5::write_bytes(group, "model", tokenizer.model_bytes());
   h5::write_attr(group, "type", std::string("sentencepiece"));
   h5::write_attr(group, "vocab_size", int64_t(tokenizer.vocab_size()));

@@ -22,8 +22,8 @@ IoDriver parse_io_driver(const std::string& name) {
 
 struct DatasetReader::Handles {
   h5::Id file, images, tokens, lengths, labels, names, captions;  // image_text: all; detection: file, images, names
-  h5::Id boxes, box_classes;                                       // detection
-  std::vector<int64_t> box_offsets;                                // detection: [N + 1], read once
+  h5::Id boxes, box_classes;                                      // detection
+  std::vector<int64_t> box_offsets;                               // detection: [N + 1], read once
 };
 
 DatasetReader::DatasetReader(const std::string& path, IoDriver driver)
@@ -35,8 +35,10 @@ DatasetReader::DatasetReader(const DatasetInfo& info, IoDriver driver)
   const std::string& path = info_.path;
   const bool detection = info_.kind == "detection";
   if (info_.kind != "image_text" && !detection)
-    throw DataError(path, "attribute 'kind'", "this reader (the image-text and detection loaders) reads 'image_text' "
-                                              "and 'detection' files, not '" + info_.kind + "'");
+    throw DataError(path, "attribute 'kind'",
+                    "this reader (the image-text and detection loaders) reads 'image_text' "
+                    "and 'detection' files, not '" +
+                        info_.kind + "'");
   h5::Id fapl = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
   if (driver == IoDriver::MPIO) MERIDIAN_H5_CHECK(H5Pset_fapl_mpio(fapl, MPI_COMM_SELF, MPI_INFO_NULL));
   h_->file = h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl)));
@@ -160,7 +162,8 @@ std::vector<RowBoxes> DatasetReader::read_boxes(const std::vector<int64_t>& rows
       MERIDIAN_H5_CHECK(H5Dread(h_->boxes, H5T_NATIVE_FLOAT, box_mem, box_space, H5P_DEFAULT, boxes.data()));
       MERIDIAN_H5_CHECK(H5Sselect_hyperslab(class_space, H5S_SELECT_SET, start, nullptr, count, nullptr));
       h5::Id class_mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(1, count, nullptr)));
-      MERIDIAN_H5_CHECK(H5Dread(h_->box_classes, H5T_NATIVE_INT32, class_mem, class_space, H5P_DEFAULT, classes.data()));
+      MERIDIAN_H5_CHECK(
+          H5Dread(h_->box_classes, H5T_NATIVE_INT32, class_mem, class_space, H5P_DEFAULT, classes.data()));
     }
     for (size_t k = i; k < e; ++k) {
       const int64_t a = off[size_t(rows[k])] - first, b = off[size_t(rows[k]) + 1] - first;
@@ -175,7 +178,8 @@ std::vector<RowBoxes> DatasetReader::read_boxes(const std::vector<int64_t>& rows
 std::string DatasetReader::fingerprint() {
   const auto locked = h5::lock();
   std::string text = std::to_string(info_.file_bytes) + "|" + info_.kind + "|" + info_.created_by + "|" +
-                     std::to_string(info_.count) + "|" + std::to_string(info_.height) + "x" + std::to_string(info_.width);
+                     std::to_string(info_.count) + "|" + std::to_string(info_.height) + "x" +
+                     std::to_string(info_.width);
   if (info_.kind == "detection") text += "|" + std::to_string(info_.box_count);
   std::vector<uint8_t> first(image_bytes());
   read_union(h_->images, {0}, H5T_NATIVE_UINT8, first.data(), false);
@@ -220,7 +224,8 @@ std::unique_ptr<DatasetReader> open_on_every_rank(const comm::Runtime& rt, const
   }
   const auto errors = rt.allgather(error);
   for (int r = 0; r < rt.size(); ++r)
-    if (!errors[r].empty()) throw UserError(r == rt.rank() ? errors[r] : "rank " + std::to_string(r) + ": " + errors[r]);
+    if (!errors[r].empty())
+      throw UserError(r == rt.rank() ? errors[r] : "rank " + std::to_string(r) + ": " + errors[r]);
   const auto prints = rt.allgather(fingerprint + " " + rt.host());
   for (int r = 1; r < rt.size(); ++r) {
     if (prints[r].substr(0, 16) != prints[0].substr(0, 16))
@@ -238,7 +243,8 @@ h5::Id open_read_only(const std::string& path) {
 
 // Elements [first, first + count) of a 1-D (or the rows of a 2-D) dataset.
 template <typename T>
-std::vector<T> read_range(hid_t file, const char* name, hid_t mem_type, int64_t first, int64_t count, int64_t width = 1) {
+std::vector<T> read_range(hid_t file, const char* name, hid_t mem_type, int64_t first, int64_t count,
+                          int64_t width = 1) {
   h5::Id dset = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file, name, H5P_DEFAULT)));
   std::vector<T> out(size_t(count * width));
   if (count == 0) return out;
@@ -278,7 +284,8 @@ DatasetSummary summarize(const DatasetInfo& info, int examples) {
     int64_t supervised = 0;
     const int64_t step = 1 << 22;
     for (int64_t first = 0; first < info.token_count; first += step)
-      for (uint8_t m : read_range<uint8_t>(file, "/loss_mask", H5T_NATIVE_UINT8, first, std::min(step, info.token_count - first)))
+      for (uint8_t m :
+           read_range<uint8_t>(file, "/loss_mask", H5T_NATIVE_UINT8, first, std::min(step, info.token_count - first)))
         supervised += m;
     s.supervised_fraction = info.token_count ? double(supervised) / info.token_count : 0;
     h5::Id model = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file, "/tokenizer/model", H5P_DEFAULT)));
@@ -303,7 +310,8 @@ DatasetSummary summarize(const DatasetInfo& info, int examples) {
     s.class_counts.assign(info.class_names.size(), 0);
     const int64_t step = 1 << 20;
     for (int64_t first = 0; first < info.box_count; first += step) {
-      for (int32_t c : read_range<int32_t>(file, "/box_classes", H5T_NATIVE_INT32, first, std::min(step, info.box_count - first)))
+      for (int32_t c :
+           read_range<int32_t>(file, "/box_classes", H5T_NATIVE_INT32, first, std::min(step, info.box_count - first)))
         if (c >= 0 && c < int32_t(s.class_counts.size())) ++s.class_counts[c];
     }
     const auto off = read_range<int64_t>(file, "/box_offsets", H5T_NATIVE_INT64, 0, info.count + 1);
@@ -322,8 +330,10 @@ DatasetSummary summarize(const DatasetInfo& info, int examples) {
     labels.resize(n);
     reader.read_rows(rows, nullptr, nullptr, nullptr, labels.data());
     for (int32_t l : labels) {
-      if (l >= 0 && l < int32_t(s.class_counts.size())) ++s.class_counts[l];
-      else ++s.unlabelled;
+      if (l >= 0 && l < int32_t(s.class_counts.size()))
+        ++s.class_counts[l];
+      else
+        ++s.unlabelled;
     }
   }
   const Tokenizer tok = reader.tokenizer();

@@ -18,7 +18,8 @@ h5::Id open_dataset(hid_t file, const std::string& path, const std::string& name
 void expect_type(hid_t dset, const std::string& path, const std::string& name, H5T_class_t cls, size_t size,
                  const char* what) {
   h5::Id t = h5::type_id(MERIDIAN_H5_CHECK(H5Dget_type(dset)));
-  if (H5Tget_class(t) != cls || (size && H5Tget_size(t) != size)) throw DataError(path, name, std::string("expected ") + what);
+  if (H5Tget_class(t) != cls || (size && H5Tget_size(t) != size))
+    throw DataError(path, name, std::string("expected ") + what);
 }
 
 // Strings are stored variable-length (as prep writes them, and h5py does for str); fixed-length ones
@@ -118,8 +119,9 @@ DatasetInfo validate_dataset(const std::string& path) {
   info.file_bytes = std::filesystem::file_size(path);
   const auto format = h5::read_attr_string(file, "format");
   if (!format || *format != kFormatName)
-    throw DataError(path, "attribute 'format'", "expected \"" + std::string(kFormatName) + "\"" +
-                                                   (format ? ", got \"" + *format + "\"" : " (missing)"));
+    throw DataError(
+        path, "attribute 'format'",
+        "expected \"" + std::string(kFormatName) + "\"" + (format ? ", got \"" + *format + "\"" : " (missing)"));
   info.format_version = h5::read_attr_int(file, "format_version").value_or(0);
   if (info.format_version != kFormatVersion)
     throw DataError(path, "attribute 'format_version'",
@@ -149,7 +151,8 @@ DatasetInfo validate_dataset(const std::string& path) {
 
   const auto check_shape = [&](const char* name, std::vector<hsize_t> want) {
     h5::Id ds = open_dataset(file, path, name);
-    if (h5::dims(ds) != want) throw DataError(path, name, "expected shape " + shape_text(want) + ", got " + shape_text(h5::dims(ds)));
+    if (h5::dims(ds) != want)
+      throw DataError(path, name, "expected shape " + shape_text(want) + ", got " + shape_text(h5::dims(ds)));
   };
   check_shape("/names", {d[0]});
   expect_strings(file, path, "/names");
@@ -170,11 +173,13 @@ DatasetInfo validate_dataset(const std::string& path) {
     // Every box class must name a class.
     h5::Id classes = open_dataset(file, path, "/box_classes");
     std::vector<int32_t> values(info.box_count);
-    if (info.box_count) MERIDIAN_H5_CHECK(H5Dread(classes, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
+    if (info.box_count)
+      MERIDIAN_H5_CHECK(H5Dread(classes, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
     for (size_t i = 0; i < values.size(); ++i)
       if (values[i] < 0 || values[i] >= int32_t(info.class_names.size()))
-        throw DataError(path, "/box_classes", "entry " + std::to_string(i) + " is " + std::to_string(values[i]) +
-                                                  ", outside the " + std::to_string(info.class_names.size()) + " classes");
+        throw DataError(path, "/box_classes",
+                        "entry " + std::to_string(i) + " is " + std::to_string(values[i]) + ", outside the " +
+                            std::to_string(info.class_names.size()) + " classes");
   }
   return info;
 }

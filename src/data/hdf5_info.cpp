@@ -4,7 +4,6 @@
 
 namespace meridian::data {
 
-
 std::string hdf5_version() {
   unsigned major = 0, minor = 0, release = 0;
   MERIDIAN_H5_CHECK(H5get_libversion(&major, &minor, &release));

@@ -44,15 +44,17 @@ int64_t DistributedSampler::steps_per_epoch() const {
   return drop_last_ ? n_ / g : (n_ + g - 1) / g;
 }
 
-std::unique_ptr<DistributedSampler> DistributedSampler::for_loader(const std::string& path, int64_t n, const std::string& what,
-                                                                   int64_t per_rank_batch, int rank, int world_size,
-                                                                   uint64_t seed, bool drop_last, const std::string& also) {
+std::unique_ptr<DistributedSampler> DistributedSampler::for_loader(const std::string& path, int64_t n,
+                                                                   const std::string& what, int64_t per_rank_batch,
+                                                                   int rank, int world_size, uint64_t seed,
+                                                                   bool drop_last, const std::string& also) {
   if (n < 1) throw UserError(path + ": it has no " + what);
   auto s = std::make_unique<DistributedSampler>(n, per_rank_batch, rank, world_size, seed, drop_last);
   if (s->steps_per_epoch() > 0) return s;
   throw UserError(path + ": " + std::to_string(n) + " " + what + " are fewer than one global batch (" +
-                  std::to_string(s->global_batch()) + " = train.batch " + std::to_string(per_rank_batch) + " per rank x " +
-                  std::to_string(world_size) + (world_size == 1 ? " rank" : " ranks") + "); lower train.batch" + also);
+                  std::to_string(s->global_batch()) + " = train.batch " + std::to_string(per_rank_batch) +
+                  " per rank x " + std::to_string(world_size) + (world_size == 1 ? " rank" : " ranks") +
+                  "); lower train.batch" + also);
 }
 
 int64_t DistributedSampler::row(int64_t epoch, int64_t position) const {

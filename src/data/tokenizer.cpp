@@ -103,13 +103,14 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
 Tokenizer Tokenizer::train(const std::vector<std::string>& sentences, int vocab_size, bool keep_whitespace) {
   if (sentences.empty()) throw UserError("tokenizer training: no captions to train on");
   if (vocab_size < 8) throw UserError("--vocab-size: must be at least 8, got " + std::to_string(vocab_size));
-  const std::string args = "model_type=unigram\nvocab_size=" + std::to_string(vocab_size) +
-                           "\nhard_vocab_limit=false\npad_id=0\nunk_id=1\nbos_id=2\neos_id=3\n"
-                           "character_coverage=1.0\nnum_threads=1\ninput_sentence_size=2000000\n"
-                           "shuffle_input_sentence=false\nminloglevel=2\n" +
-                           std::string(keep_whitespace ? "normalization_rule_name=identity\nremove_extra_whitespaces=false\n"
-                                                         "split_by_whitespace=true\nbyte_fallback=true\n"
-                                                       : "");
+  const std::string args =
+      "model_type=unigram\nvocab_size=" + std::to_string(vocab_size) +
+      "\nhard_vocab_limit=false\npad_id=0\nunk_id=1\nbos_id=2\neos_id=3\n"
+      "character_coverage=1.0\nnum_threads=1\ninput_sentence_size=2000000\n"
+      "shuffle_input_sentence=false\nminloglevel=2\n" +
+      std::string(keep_whitespace ? "normalization_rule_name=identity\nremove_extra_whitespaces=false\n"
+                                    "split_by_whitespace=true\nbyte_fallback=true\n"
+                                  : "");
   std::vector<const char*> ptrs;
   for (const auto& s : sentences) ptrs.push_back(s.c_str());
   char* model = nullptr;

@@ -1,7 +1,5 @@
 #include "meridian/detect/coco_map.h"
 
-#include "meridian/detect/boxes.h"
-
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -10,6 +8,8 @@
 #include <numeric>
 #include <stdexcept>
 #include <utility>
+
+#include "meridian/detect/boxes.h"
 
 namespace meridian::detect {
 namespace {

@@ -5,17 +5,17 @@ namespace meridian::h5 {
 namespace detail {
 std::string h5_error_message() {
   std::string message;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD,
-           [](unsigned, const H5E_error2_t* err, void* out) -> herr_t {
-             auto* m = static_cast<std::string*>(out);
-             if (m->empty() && err && err->desc) *m = std::string(err->func_name ? err->func_name : "") + ": " + err->desc;
-             return 0;
-           },
-           &message);
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned, const H5E_error2_t* err, void* out) -> herr_t {
+        auto* m = static_cast<std::string*>(out);
+        if (m->empty() && err && err->desc) *m = std::string(err->func_name ? err->func_name : "") + ": " + err->desc;
+        return 0;
+      },
+      &message);
   return message.empty() ? "no message on the HDF5 error stack" : message;
 }
 }  // namespace detail
-
 
 std::unique_lock<std::recursive_mutex> lock() {
   static std::recursive_mutex mu;
@@ -120,7 +120,8 @@ void write_strings(hid_t loc, const std::string& name, const std::vector<std::st
   Id type = vlen_string_type();
   const hsize_t n = values.size();
   Id space = space_id(MERIDIAN_H5_CHECK(H5Screate_simple(1, &n, nullptr)));
-  Id dset = dataset_id(MERIDIAN_H5_CHECK(H5Dcreate2(loc, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  Id dset =
+      dataset_id(MERIDIAN_H5_CHECK(H5Dcreate2(loc, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
   std::vector<const char*> ptrs;
   for (const auto& v : values) ptrs.push_back(v.c_str());
   if (n) MERIDIAN_H5_CHECK(H5Dwrite(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()));

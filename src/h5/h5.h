@@ -1,13 +1,13 @@
-// Internal to meridian (data/ and ckpt/ link it; no public header): small RAII layer over HDF5's C API, written by hand because the HDF5 C++ API is
-// not built for Debian's parallel (MPI) HDF5. Every call is checked (MERIDIAN_H5_CHECK).
+// Internal to meridian (data/ and ckpt/ link it; no public header): small RAII layer over HDF5's C API, written by hand
+// because the HDF5 C++ API is not built for Debian's parallel (MPI) HDF5. Every call is checked (MERIDIAN_H5_CHECK).
 // HDF5 in this build is not thread-safe: one thread at a time may call into it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <optional>
-#include <algorithm>
-#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>

@@ -13,11 +13,11 @@ namespace meridian::h5::detail {
 std::string h5_error_message();
 }  // namespace meridian::h5::detail
 
-#define MERIDIAN_H5_CHECK(call)                                                                         \
-  ([&]() {                                                                                              \
-    const auto meridian_h5_rc_ = (call);                                                                \
-    if (meridian_h5_rc_ < 0)                                                                            \
-      ::meridian::detail::throw_check_failure("HDF5", #call, ::meridian::h5::detail::h5_error_message(), \
-                                              __FILE__, __LINE__);                                      \
-    return meridian_h5_rc_;                                                                             \
+#define MERIDIAN_H5_CHECK(call)                                                                                    \
+  ([&]() {                                                                                                         \
+    const auto meridian_h5_rc_ = (call);                                                                           \
+    if (meridian_h5_rc_ < 0)                                                                                       \
+      ::meridian::detail::throw_check_failure("HDF5", #call, ::meridian::h5::detail::h5_error_message(), __FILE__, \
+                                              __LINE__);                                                           \
+    return meridian_h5_rc_;                                                                                        \
   }())

@@ -13,12 +13,16 @@ namespace meridian::models {
 
 void LlamaConfig::declare(ConfigSchema& schema) {
   const LlamaConfig d;
-  schema.integer("model.vocab_size", d.vocab_size, "vocabulary; raised to the dataset tokenizer's when smaller").at_least(2);
+  schema.integer("model.vocab_size", d.vocab_size, "vocabulary; raised to the dataset tokenizer's when smaller")
+      .at_least(2);
   schema.integer("model.dim", d.dim, "model width; a multiple of model.heads").at_least(1);
   schema.integer("model.layers", d.layers, "decoder blocks").at_least(1);
   schema.integer("model.heads", d.heads, "query heads").at_least(1);
-  schema.integer("model.kv_heads", std::nullopt, "key/value heads (grouped-query attention when fewer); divides model.heads")
-      .at_least(1).defaults_to("model.heads");
+  schema
+      .integer("model.kv_heads", std::nullopt,
+               "key/value heads (grouped-query attention when fewer); divides model.heads")
+      .at_least(1)
+      .defaults_to("model.heads");
   schema.integer("model.hidden", d.hidden, "SwiGLU inner width").at_least(1);
   schema.integer("model.max_seq_len", d.max_seq_len, "longest sequence (RoPE positions)").at_least(1);
   schema.number("model.rope_theta", d.rope_theta, "RoPE base").above(0);
@@ -43,7 +47,8 @@ LlamaConfig LlamaConfig::from_config(const Config& c) {
   if (s.layers < 1) throw ConfigError(f, "model.layers", "must be at least 1");
   if (s.heads < 1 || s.dim < 1 || s.dim % s.heads != 0)
     throw ConfigError(f, "model.heads", "must be positive and divide model.dim (" + std::to_string(s.dim) + ")");
-  if (s.head_dim() % 2 != 0) throw ConfigError(f, "model.heads", "the head size dim / heads must be even (rotary pairs)");
+  if (s.head_dim() % 2 != 0)
+    throw ConfigError(f, "model.heads", "the head size dim / heads must be even (rotary pairs)");
   if (s.kv_heads < 1 || s.heads % s.kv_heads != 0)
     throw ConfigError(f, "model.kv_heads", "must be positive and divide model.heads (" + std::to_string(s.heads) + ")");
   if (s.hidden < 1) throw ConfigError(f, "model.hidden", "must be positive");
@@ -69,7 +74,9 @@ double LlamaConfig::flops_per_token(int64_t seq) const {
   return 2.0 * (layers * (projections + attention + mlp) + double(dim) * vocab_size);
 }
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) { weight_ = register_parameter("weight", at::ones({dim})); }
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight_ = register_parameter("weight", at::ones({dim}));
+}
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
   const auto x32 = x.to(at::kFloat);
@@ -77,10 +84,11 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
   return normed.to(x.scalar_type()) * weight_;
 }
 
-std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t seq, int64_t head_dim, double theta, const at::TensorOptions& options) {
+std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t seq, int64_t head_dim, double theta,
+                                                const at::TensorOptions& options) {
   const auto f32 = options.dtype(at::kFloat);
   const auto inv_freq = at::pow(theta, -at::arange(0, head_dim, 2, f32) / double(head_dim));  // [head_dim / 2]
-  const auto freqs = at::outer(at::arange(seq, f32), inv_freq);                                  // [seq, head_dim / 2]
+  const auto freqs = at::outer(at::arange(seq, f32), inv_freq);                               // [seq, head_dim / 2]
   const auto emb = at::cat({freqs, freqs}, -1);
   return {emb.cos(), emb.sin()};
 }
@@ -93,7 +101,9 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c)
     : heads_(c.heads), kv_heads_(c.kv_heads), head_dim_(c.head_dim()) {
-  auto linear = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  auto linear = [](int64_t in, int64_t out) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+  };
   q_proj_ = register_module("q_proj", linear(c.dim, c.heads * head_dim_));
   k_proj_ = register_module("k_proj", linear(c.dim, c.kv_heads * head_dim_));
   v_proj_ = register_module("v_proj", linear(c.dim, c.kv_heads * head_dim_));
@@ -101,7 +111,7 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c)
 }
 
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                      at::Tensor* past_keys, at::Tensor* past_values) {
+                                       at::Tensor* past_keys, at::Tensor* past_values) {
   const int64_t b = x.size(0), t = x.size(1);
   auto q = apply_rotary(q_proj_(x).view({b, t, heads_, head_dim_}).transpose(1, 2), cos, sin);     // [B, H, T, d]
   auto k = apply_rotary(k_proj_(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2), cos, sin);  // [B, KV, T, d]
@@ -129,7 +139,9 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
 }
 
 LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& c) {
-  auto linear = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
+  auto linear = [](int64_t in, int64_t out) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+  };
   gate_proj_ = register_module("gate_proj", linear(c.dim, c.hidden));
   up_proj_ = register_module("up_proj", linear(c.dim, c.hidden));
   down_proj_ = register_module("down_proj", linear(c.hidden, c.dim));
@@ -146,8 +158,8 @@ LlamaBlockImpl::LlamaBlockImpl(const LlamaConfig& c) {
   post_attention_layernorm_ = register_module("post_attention_layernorm", RMSNorm(c.dim, c.norm_eps));
 }
 
-at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, at::Tensor* past_keys,
-                                   at::Tensor* past_values) {
+at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                   at::Tensor* past_keys, at::Tensor* past_values) {
   const auto h = x + self_attn_->forward(input_layernorm_(x), cos, sin, past_keys, past_values);
   return h + mlp_(post_attention_layernorm_(h));
 }
@@ -165,14 +177,16 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c) : config_(c) {
 at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, KvCache* cache) {
   const int64_t t = tokens.size(1), offset = cache ? cache->length : 0;
   if (offset + t > config_.max_seq_len)
-    throw std::invalid_argument("llama: sequence of " + std::to_string(offset + t) + " tokens exceeds model.max_seq_len " +
-                                std::to_string(config_.max_seq_len));
+    throw std::invalid_argument("llama: sequence of " + std::to_string(offset + t) +
+                                " tokens exceeds model.max_seq_len " + std::to_string(config_.max_seq_len));
   auto x = embed_tokens_(tokens);
   auto [cos, sin] = rotary_tables(offset + t, config_.head_dim(), config_.rope_theta, x.options());
   cos = cos.narrow(0, offset, t), sin = sin.narrow(0, offset, t);
-  if (cache && cache->keys.empty()) cache->keys.resize(size_t(config_.layers)), cache->values.resize(size_t(config_.layers));
+  if (cache && cache->keys.empty())
+    cache->keys.resize(size_t(config_.layers)), cache->values.resize(size_t(config_.layers));
   for (size_t i = 0; i < layers_->size(); ++i)
-    x = layers_[i]->as<LlamaBlock>()->forward(x, cos, sin, cache ? &cache->keys[i] : nullptr, cache ? &cache->values[i] : nullptr);
+    x = layers_[i]->as<LlamaBlock>()->forward(x, cos, sin, cache ? &cache->keys[i] : nullptr,
+                                              cache ? &cache->values[i] : nullptr);
   if (cache) cache->length += t;
   return norm_(x);
 }
@@ -180,7 +194,8 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, KvCache* cache) {
 LlamaImpl::LlamaImpl(const LlamaConfig& config) : config_(config) {
   model_ = register_module("model", LlamaModel(config));
   if (!config.tie_embeddings)
-    lm_head_ = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(config.dim, config.vocab_size).bias(false)));
+    lm_head_ = register_module("lm_head",
+                               torch::nn::Linear(torch::nn::LinearOptions(config.dim, config.vocab_size).bias(false)));
   if (lm_head_) torch::nn::init::normal_(lm_head_->weight, 0.0, 0.02);
 }
 

@@ -136,8 +136,9 @@ uint64_t to_index(const std::string& path, const std::string& where, const std::
 Entry parse_entry(const std::string& path, const std::string& name, const Json& v, uint64_t buffer_bytes) {
   const std::string where = tensor_where(name);
   if (!v.is_object())
-    throw DataError(path, where, "entry is not an object with \"dtype\", \"shape\" and \"data_offsets\" (" +
-                                     std::string(v.type_name()) + ")");
+    throw DataError(
+        path, where,
+        "entry is not an object with \"dtype\", \"shape\" and \"data_offsets\" (" + std::string(v.type_name()) + ")");
   Entry e;
   e.name = name;
 
@@ -146,8 +147,8 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
   if (!dtype->is_string()) throw DataError(path, where, "'dtype' is not a string (" + dtype->dump() + ")");
   e.dtype = dtype_by_name(dtype->get<std::string>());
   if (!e.dtype)
-    throw DataError(path, where, "unknown dtype '" + dtype->get<std::string>() + "' (supported: " +
-                                     supported_dtypes() + ")");
+    throw DataError(path, where,
+                    "unknown dtype '" + dtype->get<std::string>() + "' (supported: " + supported_dtypes() + ")");
 
   const auto shape = v.find("shape");
   if (shape == v.end()) throw DataError(path, where, "'shape' is missing");
@@ -172,11 +173,12 @@ Entry parse_entry(const std::string& path, const std::string& name, const Json& 
   const std::string range = "'data_offsets' " + fmt_list(std::vector<uint64_t>{e.begin, e.end});
   if (e.begin > e.end) throw DataError(path, where, range + ": begin is after end");
   if (e.end > buffer_bytes)
-    throw DataError(path, where, range + " run past the end of the data buffer (" + std::to_string(buffer_bytes) +
-                                     " bytes)");
+    throw DataError(path, where,
+                    range + " run past the end of the data buffer (" + std::to_string(buffer_bytes) + " bytes)");
   if (e.end - e.begin != bytes)
-    throw DataError(path, where, range + " hold " + std::to_string(e.end - e.begin) + " bytes but shape " +
-                                     fmt_list(e.shape) + " of " + e.dtype->name + " needs " + std::to_string(bytes));
+    throw DataError(path, where,
+                    range + " hold " + std::to_string(e.end - e.begin) + " bytes but shape " + fmt_list(e.shape) +
+                        " of " + e.dtype->name + " needs " + std::to_string(bytes));
   return e;
 }
 
@@ -186,16 +188,19 @@ Header read_header(const std::string& path, int fd) {
   if (::fstat(fd, &st) != 0) throw SystemError(path + ": cannot stat: " + std::strerror(errno));
   const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
   if (file_bytes < 8)
-    throw DataError(path, "header", "the file is " + std::to_string(file_bytes) +
-                                        " bytes, shorter than the 8-byte header length (not a safetensors file?)");
+    throw DataError(path, "header",
+                    "the file is " + std::to_string(file_bytes) +
+                        " bytes, shorter than the 8-byte header length (not a safetensors file?)");
   uint64_t header_bytes = 0;
   pread_all(path, fd, &header_bytes, 8, 0);
   if (header_bytes > kMaxHeaderBytes)
-    throw DataError(path, "header", "header length " + std::to_string(header_bytes) +
-                                        " bytes is over the 100 MB limit (not a safetensors file?)");
+    throw DataError(
+        path, "header",
+        "header length " + std::to_string(header_bytes) + " bytes is over the 100 MB limit (not a safetensors file?)");
   if (header_bytes > file_bytes - 8)
-    throw DataError(path, "header", "header length " + std::to_string(header_bytes) + " bytes runs past the end of the " +
-                                        std::to_string(file_bytes) + "-byte file (truncated?)");
+    throw DataError(path, "header",
+                    "header length " + std::to_string(header_bytes) + " bytes runs past the end of the " +
+                        std::to_string(file_bytes) + "-byte file (truncated?)");
   std::string text(header_bytes, '\0');
   if (header_bytes > 0) pread_all(path, fd, text.data(), header_bytes, 8);
 
@@ -215,8 +220,7 @@ Header read_header(const std::string& path, int fd) {
       why = why.substr(close + 2);
     throw DataError(path, "header", "not valid JSON: " + why);
   }
-  if (!json.is_object())
-    throw DataError(path, "header", std::string("not a JSON object (") + json.type_name() + ")");
+  if (!json.is_object()) throw DataError(path, "header", std::string("not a JSON object (") + json.type_name() + ")");
 
   Header h;
   h.data_start = 8 + header_bytes;
@@ -227,7 +231,8 @@ Header read_header(const std::string& path, int fd) {
       if (!value.is_object())
         throw DataError(path, "__metadata__", std::string("not an object of strings (") + value.type_name() + ")");
       for (const auto& [k, v] : value.items()) {
-        if (!v.is_string()) throw DataError(path, "__metadata__", "value of '" + k + "' is not a string (" + v.dump() + ")");
+        if (!v.is_string())
+          throw DataError(path, "__metadata__", "value of '" + k + "' is not a string (" + v.dump() + ")");
         h.metadata[k] = v.get<std::string>();
       }
       continue;
@@ -353,8 +358,8 @@ NamedTensors load_safetensors(const std::string& path) {
       const auto* p = static_cast<const uint8_t*>(t.data_ptr());
       for (uint64_t i = 0; i < bytes; ++i)
         if (p[i] > 1)
-          throw DataError(path, tensor_where(e.name), "BOOL element " + std::to_string(i) + " is byte " +
-                                                          std::to_string(p[i]) + ", not 0 or 1");
+          throw DataError(path, tensor_where(e.name),
+                          "BOOL element " + std::to_string(i) + " is byte " + std::to_string(p[i]) + ", not 0 or 1");
     }
     out.emplace_back(e.name, std::move(t));
   }

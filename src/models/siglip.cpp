@@ -33,7 +33,9 @@ double block_flops(double t, const TowerConfig& c) {
 
 void SiglipConfig::declare(ConfigSchema& schema) {
   const SiglipConfig d;
-  schema.integer("model.image_size", d.image_size, "input image side in pixels (the dataset's images are resized to it)").at_least(1);
+  schema
+      .integer("model.image_size", d.image_size, "input image side in pixels (the dataset's images are resized to it)")
+      .at_least(1);
   schema.integer("model.patch", d.patch, "ViT patch side in pixels; divides model.image_size").at_least(1);
   for (const auto& [tower, t] : {std::pair<std::string, TowerConfig>{"vision", d.vision}, {"text", d.text}}) {
     const std::string p = "model." + tower;
@@ -42,8 +44,11 @@ void SiglipConfig::declare(ConfigSchema& schema) {
     schema.integer(p + ".heads", t.heads, tower + " tower attention heads").at_least(1);
     schema.number(p + ".mlp_ratio", t.mlp_ratio, tower + " tower MLP width / its width").above(0);
   }
-  schema.integer("model.context_length", d.context_length, "caption tokens the text tower reads (at most the dataset's)").at_least(2);
-  schema.integer("model.vocab_size", d.vocab_size, "text vocabulary; raised to the dataset tokenizer's when smaller").at_least(2);
+  schema
+      .integer("model.context_length", d.context_length, "caption tokens the text tower reads (at most the dataset's)")
+      .at_least(2);
+  schema.integer("model.vocab_size", d.vocab_size, "text vocabulary; raised to the dataset tokenizer's when smaller")
+      .at_least(2);
   schema.integer("model.embed", d.embed, "shared embedding width").at_least(1);
 }
 
@@ -84,7 +89,7 @@ BlockImpl::BlockImpl(int64_t width, int64_t heads, double mlp_ratio) : heads_(he
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& key_padding) {
   const int64_t b = x.size(0), t = x.size(1), w = x.size(2), d = w / heads_;
-  auto qkv = qkv_(ln1_(x)).view({b, t, 3, heads_, d}).permute({2, 0, 3, 1, 4});  // [3, B, H, T, D]
+  auto qkv = qkv_(ln1_(x)).view({b, t, 3, heads_, d}).permute({2, 0, 3, 1, 4});       // [3, B, H, T, D]
   auto scores = at::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(double(d));  // [B, H, T, T]
   if (key_padding.defined()) scores = scores.masked_fill(key_padding.view({b, 1, 1, t}), -1e9);
   auto attn = at::matmul(at::softmax(scores, -1), qkv[2]).transpose(1, 2).reshape({b, t, w});
@@ -98,15 +103,19 @@ SiglipImpl::SiglipImpl(const SiglipConfig& c) : config_(c) {
       "patch_embed", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, c.vision.width, c.patch).stride(c.patch)));
   vision_pos_ = register_parameter("vision_pos", at::randn({1, grid * grid, c.vision.width}) * 0.02);
   vision_blocks_ = register_module("vision_blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.vision.depth; ++i) vision_blocks_->push_back(Block(c.vision.width, c.vision.heads, c.vision.mlp_ratio));
+  for (int64_t i = 0; i < c.vision.depth; ++i)
+    vision_blocks_->push_back(Block(c.vision.width, c.vision.heads, c.vision.mlp_ratio));
   vision_ln_ = register_module("vision_ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.vision.width})));
-  vision_proj_ = register_module("vision_proj", torch::nn::Linear(torch::nn::LinearOptions(c.vision.width, c.embed).bias(false)));
+  vision_proj_ =
+      register_module("vision_proj", torch::nn::Linear(torch::nn::LinearOptions(c.vision.width, c.embed).bias(false)));
   token_embed_ = register_module("token_embed", torch::nn::Embedding(c.vocab_size, c.text.width));
   text_pos_ = register_parameter("text_pos", at::randn({1, c.context_length, c.text.width}) * 0.01);
   text_blocks_ = register_module("text_blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.text.depth; ++i) text_blocks_->push_back(Block(c.text.width, c.text.heads, c.text.mlp_ratio));
+  for (int64_t i = 0; i < c.text.depth; ++i)
+    text_blocks_->push_back(Block(c.text.width, c.text.heads, c.text.mlp_ratio));
   text_ln_ = register_module("text_ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.text.width})));
-  text_proj_ = register_module("text_proj", torch::nn::Linear(torch::nn::LinearOptions(c.text.width, c.embed).bias(false)));
+  text_proj_ =
+      register_module("text_proj", torch::nn::Linear(torch::nn::LinearOptions(c.text.width, c.embed).bias(false)));
   logit_scale_ = register_parameter("logit_scale", at::full({1}, std::log(10.0)));
   logit_bias_ = register_parameter("logit_bias", at::full({1}, -10.0));
 }

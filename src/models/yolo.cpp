@@ -163,12 +163,17 @@ void YoloConfig::declare(ConfigSchema& schema) {
   const YoloConfig d;
   std::vector<std::string> scales;
   for (const auto& p : kPresets) scales.push_back(p.name);
-  schema.choice("model.scale", scales, std::nullopt, "YOLOv12 scale: sets model.depth, model.width, model.max_channels (each may still be set)")
+  schema
+      .choice("model.scale", scales, std::nullopt,
+              "YOLOv12 scale: sets model.depth, model.width, model.max_channels (each may still be set)")
       .defaults_to("model.depth, model.width and model.max_channels as given");
-  schema.integer("model.num_classes", std::nullopt, "object classes").at_least(1).defaults_to("the dataset's class count");
+  schema.integer("model.num_classes", std::nullopt, "object classes")
+      .at_least(1)
+      .defaults_to("the dataset's class count");
   schema.number("model.width", d.width, "channel multiplier").above(0);
   schema.number("model.depth", d.depth, "block repeat multiplier").above(0);
-  schema.integer("model.max_channels", d.max_channels, "cap on a layer's base channels, before model.width").at_least(8);
+  schema.integer("model.max_channels", d.max_channels, "cap on a layer's base channels, before model.width")
+      .at_least(8);
   schema.integer("model.reg_max", d.reg_max, "DFL bins per box side").at_least(2);
   schema.boolean("model.area_attention", d.area_attention, "area attention (A2C2f) in the P4 and P5 stages");
   schema.integer("model.areas", d.areas, "strips of the P4 area attention").at_least(1);
@@ -226,8 +231,10 @@ ConvBNImpl::ConvBNImpl(int64_t in, int64_t out, int64_t kernel, int64_t stride, 
       torch::nn::Conv2d(
           torch::nn::Conv2dOptions(in, out, kernel).stride(stride).padding(kernel / 2).groups(groups).bias(false)));
   const auto bn = torch::nn::BatchNorm2dOptions(out).eps(1e-3).momentum(0.03);
-  if (sync) sync_bn_ = register_module("bn", parallel::SyncBatchNorm2d(bn, sync));
-  else bn_ = register_module("bn", torch::nn::BatchNorm2d(bn));
+  if (sync)
+    sync_bn_ = register_module("bn", parallel::SyncBatchNorm2d(bn, sync));
+  else
+    bn_ = register_module("bn", torch::nn::BatchNorm2d(bn));
 }
 
 at::Tensor ConvBNImpl::forward(const at::Tensor& x) {
@@ -302,8 +309,7 @@ A2C2fImpl::A2C2fImpl(int64_t in, int64_t out, int64_t n, int64_t areas, double m
   cv1_ = register_module("cv1", ConvBN(in, c, 1, 1, 1, true, sync));
   m_ = register_module("m", torch::nn::ModuleList());
   for (int64_t i = 0; i < n; ++i)
-    m_->push_back(
-        torch::nn::Sequential(ABlock(c, heads, hidden, areas, sync), ABlock(c, heads, hidden, areas, sync)));
+    m_->push_back(torch::nn::Sequential(ABlock(c, heads, hidden, areas, sync), ABlock(c, heads, hidden, areas, sync)));
   cv2_ = register_module("cv2", ConvBN((1 + n) * c, out, 1, 1, 1, true, sync));
   // A small residual scale (YOLOv12's layer scale) keeps the fresh attention stage near identity.
   if (in == out) gamma_ = register_parameter("gamma", at::full({out}, 0.01));

@@ -93,7 +93,8 @@ struct DistributedDataParallel::Impl {
       while (i < mine.size() && i < ref.size() && mine[i] == ref[i]) ++i;
       message += " rank " + std::to_string(r) + " on " + hosts[r] + " has ";
       message += i < mine.size() ? "'" + mine[i] + "'" : "no more parameters";
-      message += " where rank 0 on " + hosts[0] + " has " + (i < ref.size() ? "'" + ref[i] + "'" : "no more parameters") + ";";
+      message +=
+          " where rank 0 on " + hosts[0] + " has " + (i < ref.size() ? "'" + ref[i] + "'" : "no more parameters") + ";";
     }
     throw UserError(message);
   }
@@ -107,7 +108,8 @@ struct DistributedDataParallel::Impl {
     const auto close_bucket = [&]() {
       if (current.slots.empty()) return;
       int64_t numel = 0;
-      for (size_t i : current.slots) slots[i].bucket = int64_t(buckets.size()), slots[i].offset = numel, numel += slots[i].numel;
+      for (size_t i : current.slots)
+        slots[i].bucket = int64_t(buckets.size()), slots[i].offset = numel, numel += slots[i].numel;
       current.buffer = at::zeros({numel}, slots[current.slots[0]].param.options().dtype(dtype));
       buckets.push_back(std::move(current));
       current = Bucket{};
@@ -143,8 +145,10 @@ struct DistributedDataParallel::Impl {
     at::Tensor view = view_of(s);
     const at::Tensor& grad = s.param.grad();
     if (grad.defined() && grad.data_ptr() == view.data_ptr()) return;
-    if (grad.defined()) view.copy_(grad);
-    else view.zero_();
+    if (grad.defined())
+      view.copy_(grad);
+    else
+      view.zero_();
     s.param.mutable_grad() = view;
   }
 
@@ -152,8 +156,10 @@ struct DistributedDataParallel::Impl {
   void on_accumulated(size_t i) {
     if (!sync) return;
     if (slots[i].ready)
-      throw UserError("DistributedDataParallel: parameter '" + slots[i].name + "' received a second gradient before "
-                      "finish() (two backward passes in one synchronised step; use set_sync(false) for all but the last)");
+      throw UserError(
+          "DistributedDataParallel: parameter '" + slots[i].name +
+          "' received a second gradient before "
+          "finish() (two backward passes in one synchronised step; use set_sync(false) for all but the last)");
     adopt_grad(slots[i]);
     mark_ready(i);
   }
@@ -164,7 +170,8 @@ struct DistributedDataParallel::Impl {
     if (!sync) return;
     Slot& s = slots[i];
     if (s.ready)
-      throw UserError("DistributedDataParallel: parameter '" + s.name + "' received a second gradient before finish() "
+      throw UserError("DistributedDataParallel: parameter '" + s.name +
+                      "' received a second gradient before finish() "
                       "(two backward passes in one synchronised step; use set_sync(false) for all but the last)");
     at::NoGradGuard no_grad;
     const at::Tensor& accumulated = s.param.grad();  // micro-steps without sync accumulate here
@@ -210,8 +217,10 @@ struct DistributedDataParallel::Impl {
         } else {
           auto dst = buckets[slots[i].bucket].buffer.narrow(0, slots[i].offset, slots[i].numel);
           const at::Tensor& g = slots[i].param.grad();
-          if (g.defined()) dst.copy_(g.reshape({-1}));
-          else dst.zero_();
+          if (g.defined())
+            dst.copy_(g.reshape({-1}));
+          else
+            dst.zero_();
         }
         mark_ready(i);
       }
@@ -221,7 +230,8 @@ struct DistributedDataParallel::Impl {
     for (size_t k = 0; k < buckets.size(); ++k) {
       auto& b = buckets[k];
       b.work->wait();
-      if (trace) trace->span("allreduce bucket " + std::to_string(k), "comm", b.launched, b.work->completed_at(), "comm");
+      if (trace)
+        trace->span("allreduce bucket " + std::to_string(k), "comm", b.launched, b.work->completed_at(), "comm");
     }
     const auto t1 = Clock::now();
     last_wait = std::chrono::duration<double>(t1 - t0).count();
@@ -234,8 +244,10 @@ struct DistributedDataParallel::Impl {
       for (int r = 0; r < rt.size(); ++r)
         if (!all_unused[r].empty()) message += " rank " + std::to_string(r) + ": " + all_unused[r] + ";";
       if (!message.empty())
-        throw UserError("parameters received no gradient in this step (pass find_unused_parameters if that is "
-                        "intended):" + message);
+        throw UserError(
+            "parameters received no gradient in this step (pass find_unused_parameters if that is "
+            "intended):" +
+            message);
     }
     // Only now, after the wait, the average.
     at::NoGradGuard no_grad;
@@ -330,14 +342,16 @@ DistributedDataParallel::DistributedDataParallel(const comm::Runtime& runtime, c
       m.accumulators.push_back(std::move(accumulator));
     } else {
       Impl* self = impl_.get();
-      m.hook_ids.push_back(m.slots[i].param.register_hook([self, i](const at::Tensor& grad) { self->on_grad(i, grad); }));
+      m.hook_ids.push_back(
+          m.slots[i].param.register_hook([self, i](const at::Tensor& grad) { self->on_grad(i, grad); }));
     }
   }
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
   impl_->alive.reset();  // hooks that outlive us find nothing
-  for (size_t i = 0; i < impl_->accumulators.size(); ++i) impl_->accumulators[i]->del_post_hook(impl_->post_hook_keys[i]);
+  for (size_t i = 0; i < impl_->accumulators.size(); ++i)
+    impl_->accumulators[i]->del_post_hook(impl_->post_hook_keys[i]);
   for (size_t i = 0; i < impl_->slots.size() && i < impl_->hook_ids.size(); ++i)
     impl_->slots[i].param.remove_hook(impl_->hook_ids[i]);
   // In-flight reductions keep their buffers alive (the Work holds them); wait for them unless we are

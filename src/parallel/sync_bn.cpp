@@ -11,9 +11,7 @@ namespace meridian::parallel {
 namespace {
 
 // The dtype the arithmetic runs in: float32 for reduced-precision inputs, else the input's own.
-at::ScalarType compute_type(const at::Tensor& x) {
-  return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
+at::ScalarType compute_type(const at::Tensor& x) { return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
 
 at::Tensor per_channel(const at::Tensor& v) { return v.view({1, -1, 1, 1}); }
 
@@ -53,8 +51,10 @@ at::Tensor global_stats(comm::Communicator& comm, const at::Tensor& x, double& c
   const double n = buf.narrow(0, 2 * C, 1).item<double>();
   count = n;
   if (n <= 1)
-    throw std::invalid_argument("SyncBatchNorm2d: expected more than 1 value per channel over all ranks in training, "
-                                "got " + std::to_string(int64_t(n)));
+    throw std::invalid_argument(
+        "SyncBatchNorm2d: expected more than 1 value per channel over all ranks in training, "
+        "got " +
+        std::to_string(int64_t(n)));
   const at::Tensor mean = buf.narrow(0, 0, C) / n;
   const at::Tensor var = (buf.narrow(0, C, C) / n - mean * mean).clamp_min(0);
   return at::cat({mean, var, var * (n / (n - 1))});
@@ -103,8 +103,8 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
       const at::Tensor mean_dy = sums.narrow(0, 0, C) / count, mean_dy_xhat = sums.narrow(0, C, C) / count;
       at::Tensor scale = invstd;
       if (weight.defined()) scale = scale * weight.to(type);
-      grad_x = ((dy - per_channel(mean_dy) - x_hat * per_channel(mean_dy_xhat)) * per_channel(scale))
-                   .to(x.scalar_type());
+      grad_x =
+          ((dy - per_channel(mean_dy) - x_hat * per_channel(mean_dy_xhat)) * per_channel(scale)).to(x.scalar_type());
     }
     return {grad_x, grad_weight, grad_bias, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -126,8 +126,7 @@ at::Tensor sync_batch_norm(comm::Communicator& comm, const at::Tensor& x, const 
     invstd = (stats.narrow(0, C, C) + eps).rsqrt().to(type);
   }
   if (stats_out)
-    *stats_out = at::cat({stats.narrow(0, 0, C), stats.narrow(0, 2 * C, C),
-                          at::full({1}, count, stats.options())});
+    *stats_out = at::cat({stats.narrow(0, 0, C), stats.narrow(0, 2 * C, C), at::full({1}, count, stats.options())});
   // Undefined affine tensors are passed as such; the function returns no gradient for them.
   return SyncBatchNormFunction::apply(x, weight, bias, mean, invstd, reinterpret_cast<int64_t>(&comm), count);
 }
@@ -164,7 +163,8 @@ at::Tensor SyncBatchNorm2dImpl::forward(const at::Tensor& x) {
   if (!is_training())
     return at::batch_norm(x, weight, bias, running_mean, running_var, /*training=*/false,
                           options_.momentum().value_or(0.0), options_.eps(), at::globalContext().userEnabledCuDNN());
-  if (!comm_) throw std::invalid_argument("SyncBatchNorm2d: training mode needs a communicator (constructed with null)");
+  if (!comm_)
+    throw std::invalid_argument("SyncBatchNorm2d: training mode needs a communicator (constructed with null)");
   at::Tensor stats;
   at::Tensor y = sync_batch_norm(*comm_, x, weight, bias, options_.eps(), &stats);
   at::NoGradGuard no_grad;

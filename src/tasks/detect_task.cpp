@@ -67,12 +67,14 @@ DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, cons
   const auto& info = reader.info();
   if (info.kind != "detection") throw DataError(path, "kind", "detection evaluation needs a detection dataset");
   if (info.height != info.width)
-    throw DataError(path, "/images", "images of " + std::to_string(info.height) + " x " + std::to_string(info.width) +
-                                         ": detection evaluation needs square (letterboxed) images, as prep detection writes");
+    throw DataError(path, "/images",
+                    "images of " + std::to_string(info.height) + " x " + std::to_string(info.width) +
+                        ": detection evaluation needs square (letterboxed) images, as prep detection writes");
   const int64_t classes = model->config().num_classes;
   if (int64_t(info.class_names.size()) > classes)
-    throw DataError(path, "class_names",
-                    std::to_string(info.class_names.size()) + " classes, more than the model's " + std::to_string(classes));
+    throw DataError(
+        path, "class_names",
+        std::to_string(info.class_names.size()) + " classes, more than the model's " + std::to_string(classes));
   const int64_t n = info.count, stored = info.height, size = o.image_size > 0 ? o.image_size : stored;
   const int64_t share = (n + rt.size() - 1) / rt.size(), first = std::min(n, rt.rank() * share),
                 last = std::min(n, first + share);
@@ -90,9 +92,13 @@ DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, cons
     at::Tensor x = detection_input(images, device);
     if (size != stored) {
       namespace F = torch::nn::functional;
-      x = F::interpolate(x, F::InterpolateFuncOptions().size(std::vector<int64_t>{size, size}).mode(torch::kBilinear).align_corners(false));
+      x = F::interpolate(x, F::InterpolateFuncOptions()
+                                .size(std::vector<int64_t>{size, size})
+                                .mode(torch::kBilinear)
+                                .align_corners(false));
     }
-    const auto found = detect::decode(model->forward(x), models::yolo_strides(), model->config().reg_max, o.conf, o.iou, o.max_det);
+    const auto found =
+        detect::decode(model->forward(x), models::yolo_strides(), model->config().reg_max, o.conf, o.iou, o.max_det);
     const auto truth = reader.read_boxes(rows);
     for (int64_t i = 0; i < m; ++i) {
       const auto& gt = truth[size_t(i)];
@@ -101,7 +107,8 @@ DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, cons
         for (int k = 0; k < 4; ++k) gt_boxes[int64_t(b)][k] = gt.boxes[b][size_t(k)];
       const auto gt_classes = at::tensor(std::vector<int64_t>(gt.classes.begin(), gt.classes.end()), at::kLong);
       const auto& d = found[size_t(i)];
-      acc.add_image(gt_boxes, gt_classes, d.boxes.cpu() * (double(stored) / double(size)), d.scores.cpu(), d.classes.cpu());
+      acc.add_image(gt_boxes, gt_classes, d.boxes.cpu() * (double(stored) / double(size)), d.scores.cpu(),
+                    d.classes.cpu());
       r.boxes += gt_boxes.size(0);
       detections += d.scores.size(0);
     }
@@ -145,19 +152,24 @@ struct DetectTask::Impl {
     loss_options.dfl = c.get<double>("task.dfl", loss_options.dfl);
 
     const data::DatasetInfo info = data::validate_dataset(train_data);
-    if (info.kind != "detection") throw DataError(train_data, "kind", "the detect task needs a detection dataset (got " + info.kind + ")");
+    if (info.kind != "detection")
+      throw DataError(train_data, "kind", "the detect task needs a detection dataset (got " + info.kind + ")");
     mc = models::YoloConfig::from_config(c);
     const int64_t data_classes = int64_t(info.class_names.size());
-    if (!c.has("model.num_classes")) mc.num_classes = std::max<int64_t>(1, data_classes);
+    if (!c.has("model.num_classes"))
+      mc.num_classes = std::max<int64_t>(1, data_classes);
     else if (mc.num_classes < data_classes)
-      throw ConfigError(file, "model.num_classes",
-                        std::to_string(mc.num_classes) + " is fewer than the dataset's " + std::to_string(data_classes) + " classes");
+      throw ConfigError(
+          file, "model.num_classes",
+          std::to_string(mc.num_classes) + " is fewer than the dataset's " + std::to_string(data_classes) + " classes");
     loss_options.reg_max = mc.reg_max;
     image_size = eval_options.image_size > 0 ? eval_options.image_size : info.height;
     if (rt.rank() == 0) {  // where the config and the dataset disagree, say what the run does
       if (image_size != info.height)
-        spdlog::warn("data.image_size {} differs from the dataset's {} px images ({}): they are letterboxed to {} px on load "
-                     "(data.image_size: 0 trains at the stored size)", image_size, info.height, train_data, image_size);
+        spdlog::warn(
+            "data.image_size {} differs from the dataset's {} px images ({}): they are letterboxed to {} px on load "
+            "(data.image_size: 0 trains at the stored size)",
+            image_size, info.height, train_data, image_size);
       if (mc.num_classes > data_classes && c.has("model.num_classes"))
         spdlog::warn("model.num_classes {} is above the dataset's {} classes ({}): classes {}..{} have no examples",
                      mc.num_classes, data_classes, train_data, data_classes, mc.num_classes - 1);
@@ -192,10 +204,12 @@ struct DetectTask::Impl {
     model = models::Yolo(mc, bn_comm.get());
     model->to(rt.device());
     if (rt.rank() == 0)
-      spdlog::info("detect: {} classes, {} px, {} training images ({} epochs of {} steps{}), {:.2f} GFLOP per image forward",
-                   mc.num_classes, image_size, info.count, epochs, steps_per_epoch,
-                   lo.close_mosaic_epoch >= 0 && a.enabled ? ", mosaic off from epoch " + std::to_string(lo.close_mosaic_epoch) : "",
-                   mc.flops(image_size) / 1e9);
+      spdlog::info(
+          "detect: {} classes, {} px, {} training images ({} epochs of {} steps{}), {:.2f} GFLOP per image forward",
+          mc.num_classes, image_size, info.count, epochs, steps_per_epoch,
+          lo.close_mosaic_epoch >= 0 && a.enabled ? ", mosaic off from epoch " + std::to_string(lo.close_mosaic_epoch)
+                                                  : "",
+          mc.flops(image_size) / 1e9);
   }
 };
 
@@ -205,17 +219,21 @@ void DetectTask::declare(ConfigSchema& schema) {
   const detect::DetectionLossOptions l;
   const data::DetectionAugment a;
   schema.integer("train.batch", Impl::kBatch, "images per rank per micro-step").at_least(1);
-  schema.integer("data.image_size", 0, "training and evaluation image side, a multiple of 32; 0: the dataset's").at_least(0);
+  schema.integer("data.image_size", 0, "training and evaluation image side, a multiple of 32; 0: the dataset's")
+      .at_least(0);
   schema.boolean("data.augment", true, "YOLO augmentation (mosaic, affine, HSV, flip) of the training images");
   schema.number("data.mosaic", a.mosaic_prob, "probability of a 4-image mosaic").at_least(0).at_most(1);
   schema.number("data.flip", a.flip_prob, "probability of a horizontal flip").at_least(0).at_most(1);
   schema.number("data.scale", a.scale, "scale drawn in [1 - scale, 1 + scale]").at_least(0).at_most(0.95);
-  schema.number("data.translate", a.translate, "translation drawn in +-translate x the image size").at_least(0).at_most(1);
+  schema.number("data.translate", a.translate, "translation drawn in +-translate x the image size")
+      .at_least(0)
+      .at_most(1);
   schema.number("data.degrees", a.degrees, "rotation drawn in +-degrees").at_least(0).at_most(180);
   schema.number("data.hsv_h", a.hsv_h, "hue gain").at_least(0).at_most(1);
   schema.number("data.hsv_s", a.hsv_s, "saturation gain").at_least(0).at_most(1);
   schema.number("data.hsv_v", a.hsv_v, "value gain").at_least(0).at_most(1);
-  schema.integer("data.close_mosaic", Impl::kCloseMosaic, "the last epochs of the run without mosaic; 0: none").at_least(0);
+  schema.integer("data.close_mosaic", Impl::kCloseMosaic, "the last epochs of the run without mosaic; 0: none")
+      .at_least(0);
   schema.number("task.box", l.box, "weight of the CIoU box loss").at_least(0);
   schema.number("task.cls", l.cls, "weight of the classification loss").at_least(0);
   schema.number("task.dfl", l.dfl, "weight of the distribution focal loss").at_least(0);
@@ -225,18 +243,20 @@ void DetectTask::declare(ConfigSchema& schema) {
   schema.strings("task.class_names", std::nullopt, "class names, for predict's labels").defaults_to("the dataset's");
 }
 
-CheckpointEval DetectTask::evaluate_checkpoint(const comm::Runtime& rt, const ckpt::Reader& reader, const Config& config,
-                                               const std::string& data_path) {
+CheckpointEval DetectTask::evaluate_checkpoint(const comm::Runtime& rt, const ckpt::Reader& reader,
+                                               const Config& config, const std::string& data_path) {
   models::Yolo model(models::YoloConfig::from_config(config));
   ckpt::load_module(reader.path(), *model);
   model->to(rt.device());
   const auto r = evaluate_detection(rt, model, data_path, DetectEvalOptions::from_config(config));
-  return {std::to_string(r.images) + " images, " + std::to_string(r.boxes) + " boxes, " + std::to_string(r.detections) + " detections",
+  return {std::to_string(r.images) + " images, " + std::to_string(r.boxes) + " boxes, " + std::to_string(r.detections) +
+              " detections",
           r.per_class(),
           {{"map50", 100 * std::max(0.0, r.map.map50)}, {"map50_95", 100 * std::max(0.0, r.map.map50_95)}}};
 }
 
-DetectTask::DetectTask(const comm::Runtime& rt, const Config& config, const std::string& train_data, train::DataPosition start)
+DetectTask::DetectTask(const comm::Runtime& rt, const Config& config, const std::string& train_data,
+                       train::DataPosition start)
     : impl_(std::make_unique<Impl>(rt, config, train_data, start)) {}
 DetectTask::~DetectTask() = default;
 
@@ -260,7 +280,8 @@ at::Tensor DetectTask::forward() {
   auto& m = *impl_;
   auto levels = m.model->forward(m.images);
   for (auto& l : levels) l = l.to(at::kFloat);  // the loss in float32 under bf16 autocast
-  const auto loss = detect::detection_loss(levels, models::yolo_strides(), m.boxes, m.classes, m.offsets, m.loss_options);
+  const auto loss =
+      detect::detection_loss(levels, models::yolo_strides(), m.boxes, m.classes, m.offsets, m.loss_options);
   m.last_parts = {{"box_loss", loss.box.item<double>()},
                   {"cls_loss", loss.cls.item<double>()},
                   {"dfl_loss", loss.dfl.item<double>()},

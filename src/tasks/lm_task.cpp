@@ -24,7 +24,8 @@ data::TextLoaderOptions loader_options(const Config& c, const std::string& path,
 }
 
 // Sum of token losses and the number of tokens with a target (ignored targets excluded).
-std::pair<at::Tensor, int64_t> token_loss_sum(models::Llama& model, const at::Tensor& tokens, const at::Tensor& targets) {
+std::pair<at::Tensor, int64_t> token_loss_sum(models::Llama& model, const at::Tensor& tokens,
+                                              const at::Tensor& targets) {
   const auto logits = model->forward(tokens).to(at::kFloat);
   const auto flat_targets = targets.reshape({-1});
   const auto sum = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), flat_targets, {}, at::Reduction::Sum,
@@ -52,7 +53,8 @@ struct LmTask::Impl {
     batch = c.get<int64_t>("train.batch", batch);
     seq_len = c.get<int64_t>("data.seq_len", mc.max_seq_len);
     if (seq_len > mc.max_seq_len)
-      throw ConfigError(c.source("data.seq_len"), "data.seq_len", "must be within [1, model.max_seq_len = " + std::to_string(mc.max_seq_len) + "]");
+      throw ConfigError(c.source("data.seq_len"), "data.seq_len",
+                        "must be within [1, model.max_seq_len = " + std::to_string(mc.max_seq_len) + "]");
     eval_data = c.get<std::string>("data.eval", "");
     if (train_data.empty()) throw ConfigError(c.origin(), "data.train", "missing: give --data or data.train");
     auto o = loader_options(c, train_data, seq_len, batch);
@@ -75,8 +77,11 @@ struct LmTask::Impl {
 void LmTask::declare(ConfigSchema& schema) {
   models::LlamaConfig::declare(schema);
   schema.integer("train.batch", Impl::kBatch, "sequences per rank per micro-step").at_least(1);
-  schema.integer("data.seq_len", std::nullopt, "tokens per training sequence").at_least(1).defaults_to("model.max_seq_len");
-  schema.choice("data.mode", {"pack", "pad"}, "pack", "pack: windows of the token stream; pad: one document per sequence");
+  schema.integer("data.seq_len", std::nullopt, "tokens per training sequence")
+      .at_least(1)
+      .defaults_to("model.max_seq_len");
+  schema.choice("data.mode", {"pack", "pad"}, "pack",
+                "pack: windows of the token stream; pad: one document per sequence");
   schema.string("task.init", "", "safetensors file with the initial weights (Hugging Face names); '': random");
 }
 

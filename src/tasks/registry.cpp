@@ -21,11 +21,13 @@ struct TaskKind {
   const char* name;
   void (*declare)(ConfigSchema&);
   std::unique_ptr<train::Task> (*make)(const comm::Runtime&, const Config&, const std::string&, train::DataPosition);
-  CheckpointEval (*evaluate)(const comm::Runtime&, const ckpt::Reader&, const Config&, const std::string&);  // null: none
+  CheckpointEval (*evaluate)(const comm::Runtime&, const ckpt::Reader&, const Config&,
+                             const std::string&);  // null: none
 };
 
 template <typename T>
-std::unique_ptr<train::Task> make(const comm::Runtime& rt, const Config& c, const std::string& data, train::DataPosition start) {
+std::unique_ptr<train::Task> make(const comm::Runtime& rt, const Config& c, const std::string& data,
+                                  train::DataPosition start) {
   return std::make_unique<T>(rt, c, data, start);
 }
 
@@ -51,8 +53,10 @@ const TaskKind& kind_of(const Config& config) {
 
 ConfigSchema common_schema() {
   ConfigSchema s;
-  s.choice("task.name", task_names(), kDefaultTask, "the workload: siglip (image-text), lm (language-model SFT), detect");
-  s.string("data.train", std::nullopt, "training dataset (.h5 from meridian prep); --data sets it").defaults_to("--data");
+  s.choice("task.name", task_names(), kDefaultTask,
+           "the workload: siglip (image-text), lm (language-model SFT), detect");
+  s.string("data.train", std::nullopt, "training dataset (.h5 from meridian prep); --data sets it")
+      .defaults_to("--data");
   s.string("data.eval", "", "evaluation dataset; '': no evaluation");
   train::TrainerSettings::declare(s);
   ckpt::CheckpointSettings::declare(s);
@@ -108,8 +112,8 @@ std::string config_reference() {
   return out;
 }
 
-std::unique_ptr<train::Task> make_task(const comm::Runtime& runtime, const Config& config, const std::string& train_data,
-                                       train::DataPosition start) {
+std::unique_ptr<train::Task> make_task(const comm::Runtime& runtime, const Config& config,
+                                       const std::string& train_data, train::DataPosition start) {
   return kind_of(config).make(runtime, config, train_data, start);
 }
 
@@ -120,14 +124,17 @@ CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Rea
     std::string supported;
     for (const auto& k : kinds())
       if (k.evaluate) supported += std::string(supported.empty() ? "" : " and ") + k.name;
-    throw UserError(reader.path() + ": eval supports the " + supported + " tasks (this checkpoint is " + kind.name + ")");
+    throw UserError(reader.path() + ": eval supports the " + supported + " tasks (this checkpoint is " + kind.name +
+                    ")");
   }
   return kind.evaluate(runtime, reader, config, data_path);
 }
 
 void describe_data(Config& config, const std::string& train_data) {
   if (config.get<std::string>("task.name", kDefaultTask) != "detect") return;
-  if (config.has("task.class_names") && config.has("model.num_classes") && config.get<int64_t>("data.image_size", 0) > 0) return;
+  if (config.has("task.class_names") && config.has("model.num_classes") &&
+      config.get<int64_t>("data.image_size", 0) > 0)
+    return;
   const auto info = data::validate_dataset(train_data);
   if (!config.has("task.class_names")) {
     std::string names;

@@ -34,7 +34,9 @@ at::Tensor image_input(const at::Tensor& images, int64_t size) {
   auto x = images.permute({0, 3, 1, 2}).to(at::kFloat).div_(127.5).sub_(1.0);
   if (x.size(2) == size && x.size(3) == size) return x.contiguous();
   namespace F = torch::nn::functional;
-  return F::interpolate(x, F::InterpolateFuncOptions().size(std::vector<int64_t>{size, size}).mode(torch::kBilinear).align_corners(false));
+  return F::interpolate(
+      x,
+      F::InterpolateFuncOptions().size(std::vector<int64_t>{size, size}).mode(torch::kBilinear).align_corners(false));
 }
 
 std::vector<std::string> default_prompts() {
@@ -49,16 +51,15 @@ train::Metrics SiglipEval::metrics() const {
   return m;
 }
 
-SiglipEval evaluate_siglip(const comm::Runtime& rt, comm::Communicator& comm, models::Siglip& model, const std::string& path,
-                           const std::vector<std::string>& prompts) {
+SiglipEval evaluate_siglip(const comm::Runtime& rt, comm::Communicator& comm, models::Siglip& model,
+                           const std::string& path, const std::vector<std::string>& prompts) {
   at::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
   const auto device = rt.device();
   data::DatasetReader reader(path, data::IoDriver::POSIX);
   const auto& info = reader.info();
-  if (info.kind != "image_text")
-    throw DataError(path, "kind", "evaluation needs an image_text dataset");
+  if (info.kind != "image_text") throw DataError(path, "kind", "evaluation needs an image_text dataset");
   const int64_t context = std::min<int64_t>(model->config().context_length, info.context_length);
   const int64_t n = info.count, K = info.captions_per_sample, L = info.context_length, E = model->config().embed;
   const int64_t share = (n + rt.size() - 1) / rt.size(), first = std::min(n, rt.rank() * share),
@@ -77,7 +78,8 @@ SiglipEval evaluate_siglip(const comm::Runtime& rt, comm::Communicator& comm, mo
     auto lab = at::empty({m}, at::kInt);
     reader.read_rows(rows, images.data_ptr<uint8_t>(), tokens.data_ptr<int32_t>(), lengths.data_ptr<int32_t>(),
                      lab.data_ptr<int32_t>());
-    img.narrow(0, a - first, m).copy_(model->encode_images(image_input(to_device(images, device), model->config().image_size)));
+    img.narrow(0, a - first, m)
+        .copy_(model->encode_images(image_input(to_device(images, device), model->config().image_size)));
     txt.narrow(0, (a - first) * K, m * K)
         .copy_(model->encode_text(to_device(tokens.reshape({m * K, L}).narrow(1, 0, context).to(at::kLong), device),
                                   to_device(lengths.reshape({m * K}).clamp_max(context).to(at::kLong), device)));
@@ -181,8 +183,10 @@ struct SiglipTask::Impl {
         spdlog::warn("model.vocab_size {} is below the dataset tokenizer's {} ({}): the model gets {}", mc.vocab_size,
                      info.vocab_size, train_data, info.vocab_size);
       if (info.height != mc.image_size || info.width != mc.image_size)
-        spdlog::warn("model.image_size {} differs from the dataset's {}x{} px images ({}): they are resized to {} px on the device",
-                     mc.image_size, info.width, info.height, train_data, mc.image_size);
+        spdlog::warn(
+            "model.image_size {} differs from the dataset's {}x{} px images ({}): they are resized to {} px on the "
+            "device",
+            mc.image_size, info.width, info.height, train_data, mc.image_size);
       if (mc.context_length > info.context_length)
         spdlog::warn("model.context_length {} is above the dataset's {} tokens per caption ({}): the model reads {}",
                      mc.context_length, info.context_length, train_data, info.context_length);
@@ -205,8 +209,8 @@ void SiglipTask::declare(ConfigSchema& schema) {
   schema.boolean("data.augment", false, "random resized crop and flip of the training images");
 }
 
-CheckpointEval SiglipTask::evaluate_checkpoint(const comm::Runtime& rt, const ckpt::Reader& reader, const Config& config,
-                                               const std::string& data_path) {
+CheckpointEval SiglipTask::evaluate_checkpoint(const comm::Runtime& rt, const ckpt::Reader& reader,
+                                               const Config& config, const std::string& data_path) {
   const data::DatasetInfo info = data::validate_dataset(data_path);
   auto mc = models::SiglipConfig::from_config(config);
   mc.vocab_size = reader.shape("model/token_embed.weight").at(0);  // raised to the tokenizer's in training
@@ -215,8 +219,10 @@ CheckpointEval SiglipTask::evaluate_checkpoint(const comm::Runtime& rt, const ck
   ckpt::load_module(reader.path(), *model);
   model->to(rt.device());
   auto comm = comm::make_communicator(rt, comm::default_backend(rt));
-  const auto result = evaluate_siglip(rt, *comm, model, data_path, config.get<std::vector<std::string>>("task.prompts", default_prompts()));
-  return {std::to_string(result.images) + " images, " + std::to_string(result.captions) + " captions", "", result.metrics()};
+  const auto result = evaluate_siglip(rt, *comm, model, data_path,
+                                      config.get<std::vector<std::string>>("task.prompts", default_prompts()));
+  return {std::to_string(result.images) + " images, " + std::to_string(result.captions) + " captions", "",
+          result.metrics()};
 }
 
 SiglipTask::SiglipTask(const comm::Runtime& rt, const Config& config, const std::string& train_data,
@@ -267,7 +273,8 @@ train::Metrics SiglipTask::evaluate() {
 train::DataPosition SiglipTask::data_position() const { return impl_->position; }
 
 train::Metrics SiglipTask::step_metrics() {
-  return {{"temperature", impl_->model->logit_scale().exp().item<double>()}, {"bias", impl_->model->logit_bias().item<double>()}};
+  return {{"temperature", impl_->model->logit_scale().exp().item<double>()},
+          {"bias", impl_->model->logit_bias().item<double>()}};
 }
 
 }  // namespace meridian::tasks

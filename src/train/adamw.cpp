@@ -4,7 +4,8 @@
 
 namespace meridian::train {
 
-AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options) : groups_(std::move(groups)), options_(options) {
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamWOptions& options)
+    : groups_(std::move(groups)), options_(options) {
   size_t n = 0;
   for (const auto& g : groups_) n += g.params.size();
   state_.resize(n);

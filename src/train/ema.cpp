@@ -8,7 +8,8 @@
 namespace meridian::train {
 
 Ema::Ema(torch::nn::Module& module, double decay, double tau) : decay_(decay), tau_(tau) {
-  if (!(decay > 0 && decay < 1)) throw std::invalid_argument("Ema: decay must be within (0, 1), got " + std::to_string(decay));
+  if (!(decay > 0 && decay < 1))
+    throw std::invalid_argument("Ema: decay must be within (0, 1), got " + std::to_string(decay));
   if (!(tau > 0)) throw std::invalid_argument("Ema: tau must be > 0, got " + std::to_string(tau));
   at::NoGradGuard no_grad;
   auto add = [&](const std::string& name, const at::Tensor& t) {
@@ -28,8 +29,10 @@ void Ema::update() {
   const double d = decay_at(updates_);
   for (size_t i = 0; i < ema_.size(); ++i) {
     const at::Tensor& m = model_[i];
-    if (c10::isFloatingType(ema_[i].scalar_type())) ema_[i].mul_(d).add_(m.detach(), 1 - d);
-    else ema_[i].copy_(m.detach());
+    if (c10::isFloatingType(ema_[i].scalar_type()))
+      ema_[i].mul_(d).add_(m.detach(), 1 - d);
+    else
+      ema_[i].copy_(m.detach());
   }
 }
 

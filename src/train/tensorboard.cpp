@@ -135,7 +135,8 @@ bool parse_event(const char* data, int size, ParsedEvent& event) {
       event.has_file_version = false;
       return parse_submessage(in, [&] {
         return parse_fields(in, [&](int f, WFL::WireType t, uint32_t raw) {
-          if (f == 1 && t == WFL::WIRETYPE_LENGTH_DELIMITED) return parse_submessage(in, [&] { return parse_value(in, event); });
+          if (f == 1 && t == WFL::WIRETYPE_LENGTH_DELIMITED)
+            return parse_submessage(in, [&] { return parse_value(in, event); });
           return WFL::SkipField(&in, raw);
         });
       });
@@ -171,7 +172,8 @@ EventWriter::EventWriter(const std::string& dir) {
   const std::string host = process_identity().host.empty() ? "localhost" : process_identity().host;
   const double wall_time = now_seconds();
   const std::string base =
-      (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(int64_t(wall_time)) + "." + host)).string();
+      (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(int64_t(wall_time)) + "." + host))
+          .string();
   // x: never overwrite another writer's file. A writer started in the same second (a run resumed
   // at once in the same directory) takes the next free suffix: TensorBoard reads every
   // events.out.tfevents.* file.

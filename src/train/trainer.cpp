@@ -1,17 +1,17 @@
 #include "meridian/train/trainer.h"
 
 #include <ATen/autocast_mode.h>
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <torch/utils.h>
 #include <torch/version.h>
-#include <malloc.h>
-#include <csignal>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -28,24 +28,38 @@ namespace meridian::train {
 void TrainerSettings::declare(ConfigSchema& schema) {
   const TrainerSettings d;
   schema.integer("train.steps", d.steps, "optimizer steps to train").at_least(1);
-  schema.integer("train.accumulate", d.accumulate, "micro-batches per optimizer step (gradient accumulation)").at_least(1);
+  schema.integer("train.accumulate", d.accumulate, "micro-batches per optimizer step (gradient accumulation)")
+      .at_least(1);
   schema.integer("train.seed", 0, "seed of the model's initialisation, the data order and augmentation").at_least(0);
   schema.choice("train.precision", {"float32", "bf16"}, "float32", "forward precision (bf16: autocast)");
   schema.integer("train.log_every", d.log_every, "steps between log lines and metrics.csv rows").at_least(1);
-  schema.integer("train.eval_every", d.eval_every, "steps between evaluations on data.eval; 0: after the last step only").at_least(0);
-  schema.boolean("train.eval_at_start", d.eval_at_start, "also evaluate before the first step (the untrained baseline)");
-  schema.integer("train.max_bad_steps", d.max_bad_steps, "non-finite steps in a row (skipped) before the job stops").at_least(1);
-  schema.integer("train.stop_at", d.stop_at, "end this run after this step, with a checkpoint; 0: run to train.steps").at_least(0);
-  schema.integer("train.health_every", d.health_every, "steps between health reports (health.jsonl); 0: none").at_least(0);
-  schema.choice("train.progress", {"auto", "bar", "lines"}, "auto", "rank 0's progress display (auto: a bar on a terminal)");
-  schema.number("train.ema", d.ema, "model EMA decay (e.g. 0.9999), used by evaluations and checkpoints; 0: no EMA").at_least(0).below(1);
+  schema
+      .integer("train.eval_every", d.eval_every, "steps between evaluations on data.eval; 0: after the last step only")
+      .at_least(0);
+  schema.boolean("train.eval_at_start", d.eval_at_start,
+                 "also evaluate before the first step (the untrained baseline)");
+  schema.integer("train.max_bad_steps", d.max_bad_steps, "non-finite steps in a row (skipped) before the job stops")
+      .at_least(1);
+  schema.integer("train.stop_at", d.stop_at, "end this run after this step, with a checkpoint; 0: run to train.steps")
+      .at_least(0);
+  schema.integer("train.health_every", d.health_every, "steps between health reports (health.jsonl); 0: none")
+      .at_least(0);
+  schema.choice("train.progress", {"auto", "bar", "lines"}, "auto",
+                "rank 0's progress display (auto: a bar on a terminal)");
+  schema.number("train.ema", d.ema, "model EMA decay (e.g. 0.9999), used by evaluations and checkpoints; 0: no EMA")
+      .at_least(0)
+      .below(1);
   schema.number("train.ema_tau", d.ema_tau, "updates over which the EMA decay ramps up").above(0);
-  schema.number("train.peak_flops", d.peak_flops, "one device's peak FLOP/s, for the reported MFU; 0: no MFU").at_least(0);
+  schema.number("train.peak_flops", d.peak_flops, "one device's peak FLOP/s, for the reported MFU; 0: no MFU")
+      .at_least(0);
   schema.choice("optim.name", {"adamw", "sgd"}, "adamw", "optimizer");
   schema.number("optim.lr", d.lr, "peak learning rate (after warmup; cosine decay to optim.min_lr)").above(0);
-  schema.number("optim.min_lr", std::nullopt, "learning rate at the last step").at_least(0).defaults_to("the smaller of 1e-05 and optim.lr");
+  schema.number("optim.min_lr", std::nullopt, "learning rate at the last step")
+      .at_least(0)
+      .defaults_to("the smaller of 1e-05 and optim.lr");
   schema.integer("optim.warmup", d.warmup, "steps of linear learning-rate warmup").at_least(0);
-  schema.number("optim.weight_decay", d.weight_decay, "decoupled weight decay (not on biases, norms, embeddings)").at_least(0);
+  schema.number("optim.weight_decay", d.weight_decay, "decoupled weight decay (not on biases, norms, embeddings)")
+      .at_least(0);
   schema.number("optim.beta1", d.beta1, "adamw: first-moment decay").at_least(0).below(1);
   schema.number("optim.beta2", d.beta2, "adamw: second-moment decay").at_least(0).below(1);
   schema.number("optim.eps", d.eps, "adamw: epsilon").above(0);
@@ -53,7 +67,11 @@ void TrainerSettings::declare(ConfigSchema& schema) {
   schema.boolean("optim.zero", d.zero, "ZeRO-1: AdamW state sharded across ranks (adamw only)");
   schema.number("optim.momentum", d.momentum, "sgd: momentum after the warmup").at_least(0).below(1);
   schema.boolean("optim.nesterov", d.nesterov, "sgd: Nesterov momentum");
-  schema.number("optim.warmup_momentum", d.warmup_momentum, "sgd: momentum at step 0, ramped to optim.momentum over optim.warmup").at_least(0).below(1);
+  schema
+      .number("optim.warmup_momentum", d.warmup_momentum,
+              "sgd: momentum at step 0, ramped to optim.momentum over optim.warmup")
+      .at_least(0)
+      .below(1);
 }
 
 // Types, choices and single-key ranges are the schema's (declare, checked by ConfigSchema::check); the
@@ -64,9 +82,13 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   s.accumulate = c.get<int64_t>("train.accumulate", s.accumulate);
   s.seed = uint64_t(c.get<int64_t>("train.seed", 0));
   const std::string precision = c.get<std::string>("train.precision", "float32");
-  if (precision == "float32") s.precision = Precision::Float32;
-  else if (precision == "bf16") s.precision = Precision::BFloat16;
-  else throw ConfigError(c.source("train.precision"), "train.precision", "expected float32 or bf16, got '" + precision + "'");
+  if (precision == "float32")
+    s.precision = Precision::Float32;
+  else if (precision == "bf16")
+    s.precision = Precision::BFloat16;
+  else
+    throw ConfigError(c.source("train.precision"), "train.precision",
+                      "expected float32 or bf16, got '" + precision + "'");
   s.log_every = c.get<int64_t>("train.log_every", s.log_every);
   s.eval_every = c.get<int64_t>("train.eval_every", s.eval_every);
   s.eval_at_start = c.get<bool>("train.eval_at_start", s.eval_at_start);
@@ -74,10 +96,15 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   s.stop_at = c.get<int64_t>("train.stop_at", s.stop_at);
   s.health_every = c.get<int64_t>("train.health_every", s.health_every);
   const std::string progress = c.get<std::string>("train.progress", "auto");
-  if (progress == "auto") s.progress = Progress::Auto;
-  else if (progress == "bar") s.progress = Progress::Bar;
-  else if (progress == "lines") s.progress = Progress::Lines;
-  else throw ConfigError(c.source("train.progress"), "train.progress", "expected auto, bar or lines, got '" + progress + "'");
+  if (progress == "auto")
+    s.progress = Progress::Auto;
+  else if (progress == "bar")
+    s.progress = Progress::Bar;
+  else if (progress == "lines")
+    s.progress = Progress::Lines;
+  else
+    throw ConfigError(c.source("train.progress"), "train.progress",
+                      "expected auto, bar or lines, got '" + progress + "'");
   s.lr = c.get<double>("optim.lr", s.lr);
   s.min_lr = c.get<double>("optim.min_lr", std::min(s.min_lr, s.lr));
   s.weight_decay = c.get<double>("optim.weight_decay", s.weight_decay);
@@ -88,9 +115,12 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   s.warmup = c.get<int64_t>("optim.warmup", s.warmup);
   s.zero = c.get<bool>("optim.zero", s.zero);
   const std::string optimizer = c.get<std::string>("optim.name", "adamw");
-  if (optimizer == "adamw") s.optimizer = Optimizer::AdamW;
-  else if (optimizer == "sgd") s.optimizer = Optimizer::SGD;
-  else throw ConfigError(c.source("optim.name"), "optim.name", "expected adamw or sgd, got '" + optimizer + "'");
+  if (optimizer == "adamw")
+    s.optimizer = Optimizer::AdamW;
+  else if (optimizer == "sgd")
+    s.optimizer = Optimizer::SGD;
+  else
+    throw ConfigError(c.source("optim.name"), "optim.name", "expected adamw or sgd, got '" + optimizer + "'");
   s.momentum = c.get<double>("optim.momentum", s.momentum);
   s.nesterov = c.get<bool>("optim.nesterov", s.nesterov);
   s.warmup_momentum = c.get<double>("optim.warmup_momentum", s.warmup_momentum);
@@ -99,7 +129,8 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   s.peak_flops = c.get<double>("train.peak_flops", s.peak_flops);
   if (!(s.min_lr <= s.lr)) throw ConfigError(c.source("optim.min_lr"), "optim.min_lr", "must be within [0, optim.lr]");
   if (s.optimizer == Optimizer::SGD) {
-    if (s.zero) throw ConfigError(c.source("optim.zero"), "optim.zero", "ZeRO-1 shards AdamW only: not with optim.name sgd");
+    if (s.zero)
+      throw ConfigError(c.source("optim.zero"), "optim.zero", "ZeRO-1 shards AdamW only: not with optim.name sgd");
     if (s.nesterov && s.momentum == 0)
       throw ConfigError(c.source("optim.momentum"), "optim.momentum",
                         "must be > 0 with optim.nesterov true (or set optim.nesterov: false)");
@@ -171,8 +202,10 @@ class Autocast {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
     at::autocast::set_autocast_enabled(device_, false);
 #else
-    if (device_ == c10::kCUDA) at::autocast::set_enabled(false);
-    else at::autocast::set_cpu_enabled(false);
+    if (device_ == c10::kCUDA)
+      at::autocast::set_enabled(false);
+    else
+      at::autocast::set_cpu_enabled(false);
 #endif
     at::autocast::clear_cache();
   }
@@ -186,8 +219,8 @@ class Autocast {
 // blocks to the kernel (mmap above a threshold that adapts, trimming the heap top), so each step
 // page-faults them back in; keeping them in the heap is about 3% of a CPU step (bench train).
 void keep_freed_memory() {
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);   // glibc's maximum: blocks below 32 MiB come from the heap
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);    // give the heap top back only beyond 1 GiB free
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's maximum: blocks below 32 MiB come from the heap
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);   // give the heap top back only beyond 1 GiB free
   mallopt(M_TOP_PAD, 64 << 20);
 }
 
@@ -198,8 +231,8 @@ bool cpu_has_bf16() {
   char line[8192];
   bool found = false;
   while (!found && std::fgets(line, sizeof line, f))
-    found = std::string(line).rfind("flags", 0) == 0 &&
-            (std::string(line).find(" avx512_bf16") != std::string::npos || std::string(line).find(" amx_bf16") != std::string::npos);
+    found = std::string(line).rfind("flags", 0) == 0 && (std::string(line).find(" avx512_bf16") != std::string::npos ||
+                                                         std::string(line).find(" amx_bf16") != std::string::npos);
   std::fclose(f);
   return found;
 }
@@ -208,8 +241,10 @@ std::string duration_text(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const int64_t s = int64_t(seconds + 0.5);
   char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", long(s / 3600), long(s / 60 % 60));
-  else std::snprintf(buf, sizeof buf, "%ldm%02lds", long(s / 60), long(s % 60));
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", long(s / 3600), long(s / 60 % 60));
+  else
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", long(s / 60), long(s % 60));
   return buf;
 }
 
@@ -235,12 +270,12 @@ struct Trainer::Impl {
   std::unique_ptr<SGD> sgd;                                // optim.name sgd
   std::unique_ptr<Ema> ema;                                // train.ema > 0
   std::unique_ptr<ShardedAdamW> sharded;                   // with optim.zero (reduces the gradients itself)
-  std::unique_ptr<RunFiles> files;  // rank 0 with a run directory
-  std::unique_ptr<ops::HealthMonitor> health;  // every rank, when train.health_every > 0
+  std::unique_ptr<RunFiles> files;                         // rank 0 with a run directory
+  std::unique_ptr<ops::HealthMonitor> health;              // every rank, when train.health_every > 0
   std::vector<StepHook> hooks;
   int64_t step = 0, bad_in_a_row = 0, bad_total = 0, samples_seen = 0;
   bool stopping = false, signalled = false;  // agreed this step: the run ends here (stop_at, or a signal on some rank)
-  bool bar = false;  // rank 0 on a terminal: progress bar
+  bool bar = false;                          // rank 0 on a terminal: progress bar
 
   Impl(const comm::Runtime& runtime, Task& t, const TrainerSettings& settings, const TrainerOptions& options)
       : rt(runtime), task(t), s(settings), o(options), model(t.model()) {
@@ -250,8 +285,10 @@ struct Trainer::Impl {
     keep_freed_memory();
     grad_comm = comm::make_communicator(rt, comm::default_backend(rt));
     control = comm::make_communicator(rt, comm::Backend::MPI);
-    if (s.zero) parallel::broadcast_module(*grad_comm, *model);
-    else ddp = std::make_unique<parallel::DistributedDataParallel>(rt, *grad_comm, model);
+    if (s.zero)
+      parallel::broadcast_module(*grad_comm, *model);
+    else
+      ddp = std::make_unique<parallel::DistributedDataParallel>(rt, *grad_comm, model);
 
     // AdamW with two groups: decayed and not (Task::decays; biases, norms, temperature, bias).
     ParamGroup decaying{{}, s.weight_decay, {}}, constant{{}, 0.0, {}};
@@ -264,9 +301,12 @@ struct Trainer::Impl {
     const auto& plain = constant.params;
     const AdamWOptions adamw_options{s.lr, s.beta1, s.beta2, s.eps};
     if (s.optimizer == Optimizer::SGD)
-      sgd = std::make_unique<SGD>(std::vector<ParamGroup>{decaying, constant}, SGDOptions{s.lr, momentum_at(s, 0), s.nesterov, 0});
-    else if (s.zero) sharded = std::make_unique<ShardedAdamW>(std::vector<ParamGroup>{decaying, constant}, adamw_options, *grad_comm);
-    else optimizer = std::make_unique<AdamW>(std::vector<ParamGroup>{decaying, constant}, adamw_options);
+      sgd = std::make_unique<SGD>(std::vector<ParamGroup>{decaying, constant},
+                                  SGDOptions{s.lr, momentum_at(s, 0), s.nesterov, 0});
+    else if (s.zero)
+      sharded = std::make_unique<ShardedAdamW>(std::vector<ParamGroup>{decaying, constant}, adamw_options, *grad_comm);
+    else
+      optimizer = std::make_unique<AdamW>(std::vector<ParamGroup>{decaying, constant}, adamw_options);
 
     // After the broadcast: every rank starts its EMA from the same weights.
     if (s.ema > 0) ema = std::make_unique<Ema>(*model, s.ema, s.ema_tau);
@@ -282,11 +322,12 @@ struct Trainer::Impl {
       int64_t decayed_count = 0, plain_count = 0;
       for (const auto& p : decayed) decayed_count += p.numel();
       for (const auto& p : plain) plain_count += p.numel();
-      spdlog::info("{}: {:.2f}M parameters ({} tensors with weight decay {}, {} without: {} values), {:.3f} GFLOP per "
-                   "sample forward; {} ranks x batch {} x accumulate {} = {} samples per step; {} steps; {}",
-                   task.name(), (decayed_count + plain_count) / 1e6, decayed.size(), s.weight_decay, plain.size(),
-                   plain_count, task.flops_per_sample() / 1e9, rt.size(), task.batch_size(), s.accumulate,
-                   global_batch(), s.steps, s.precision == Precision::BFloat16 ? "bf16 autocast" : "float32");
+      spdlog::info(
+          "{}: {:.2f}M parameters ({} tensors with weight decay {}, {} without: {} values), {:.3f} GFLOP per "
+          "sample forward; {} ranks x batch {} x accumulate {} = {} samples per step; {} steps; {}",
+          task.name(), (decayed_count + plain_count) / 1e6, decayed.size(), s.weight_decay, plain.size(), plain_count,
+          task.flops_per_sample() / 1e9, rt.size(), task.batch_size(), s.accumulate, global_batch(), s.steps,
+          s.precision == Precision::BFloat16 ? "bf16 autocast" : "float32");
       if (sgd) {
         spdlog::info("optimizer: SGD, {} momentum {} (from {} over the {} warmup steps), coupled weight decay",
                      s.nesterov ? "Nesterov" : "plain", s.momentum, s.warmup_momentum, s.warmup);
@@ -297,7 +338,8 @@ struct Trainer::Impl {
       }
       if (ema) spdlog::info("model EMA: decay {} (tau {} updates); evaluations use the EMA weights", s.ema, s.ema_tau);
       if (s.precision == Precision::BFloat16 && rt.device().is_cpu() && !cpu_has_bf16())
-        spdlog::warn("train.precision bf16: this CPU has no native bfloat16 (avx512_bf16/amx_bf16); expect it to be slow");
+        spdlog::warn(
+            "train.precision bf16: this CPU has no native bfloat16 (avx512_bf16/amx_bf16); expect it to be slow");
     }
   }
 
@@ -340,8 +382,9 @@ struct Trainer::Impl {
     if (sharded) grad_norm = sharded->reduce_gradients();
     // Every rank learns whether any rank's loss was not finite, and the mean loss.
     const double local = loss_sum.item<double>();
-    auto agreed = at::tensor({std::isfinite(local) ? local : 0.0, std::isfinite(local) ? 0.0 : 1.0, stop_requested() ? 1.0 : 0.0},
-                             at::kDouble);
+    auto agreed =
+        at::tensor({std::isfinite(local) ? local : 0.0, std::isfinite(local) ? 0.0 : 1.0, stop_requested() ? 1.0 : 0.0},
+                   at::kDouble);
     control->allreduce(agreed, comm::ReduceOp::Sum);
     t.comm += since(t0);
     // A signal during the last step just lets the run finish (its at_end checkpoint and evaluation).
@@ -363,8 +406,9 @@ struct Trainer::Impl {
       ++bad_in_a_row;
       if (rt.rank() == 0)
         spdlog::warn("step {}: non-finite {} ({} bad step(s) in a row, {} in all): update skipped on every rank", step,
-                     agreed[1].item<double>() > 0 ? "loss on " + std::to_string(int(agreed[1].item<double>())) + " rank(s)"
-                                                  : "gradient norm (" + std::to_string(grad_norm) + ")",
+                     agreed[1].item<double>() > 0
+                         ? "loss on " + std::to_string(int(agreed[1].item<double>())) + " rank(s)"
+                         : "gradient norm (" + std::to_string(grad_norm) + ")",
                      bad_in_a_row, bad_total);
       if (bad_in_a_row >= s.max_bad_steps)
         throw TrainingError("training stopped at step " + std::to_string(step) + ": " + std::to_string(bad_in_a_row) +
@@ -400,7 +444,7 @@ struct Trainer::Impl {
     model->eval();
     Metrics m;
     {
-      at::NoGradGuard no_grad;  // float32 even with precision bf16: the same numbers as `meridian eval`
+      at::NoGradGuard no_grad;               // float32 even with precision bf16: the same numbers as `meridian eval`
       std::optional<Ema::Swap> ema_weights;  // the EMA in the model while evaluating, then the training weights back
       if (ema) ema_weights.emplace(*ema);
       m = task.evaluate();
@@ -432,12 +476,13 @@ struct Trainer::Impl {
     TrainSummary summary;
     for (const auto& p : parameters) summary.parameters += p.numel();
     if (s.stop_at > 0 && step >= s.stop_at && s.stop_at < s.steps) {
-      if (rt.rank() == 0) spdlog::info("train.stop_at {} already reached (resumed at step {}): nothing to do", s.stop_at, step);
+      if (rt.rank() == 0)
+        spdlog::info("train.stop_at {} already reached (resumed at step {}): nothing to do", s.stop_at, step);
       summary.stopped = true;
       return summary;
     }
     if (s.eval_at_start && step == 0) summary.first_eval = evaluate();
-    StepTimes measured, interval;      // measured: every step after the first; interval: since the last log line
+    StepTimes measured, interval;  // measured: every step after the first; interval: since the last log line
     int64_t measured_steps = 0, interval_steps = 0;
     auto interval_start = Clock::now(), last_bar = Clock::now() - std::chrono::seconds(1);
     double grad_norm = 0;
@@ -482,12 +527,13 @@ struct Trainer::Impl {
         if (files) files->write(step, "train", m);
         if (!bar || last) {
           clear_bar();
-          spdlog::info("step {:>6}/{}  loss {:.4f}  lr {:.2e}  |g| {:.3g}  {:.1f} samples/s{}  step {:.0f} ms (data {:.0f}, "
-                       "fwd {:.0f}, bwd {:.0f}, comm {:.0f}, opt {:.0f}){}",
-                       step, s.steps, loss, learning_rate(s, step - 1), grad_norm, samples_per_s, extra, 1e3 * interval.total / n,
-                       1e3 * interval.data / n, 1e3 * interval.forward / n, 1e3 * interval.backward / n,
-                       1e3 * interval.comm / n, 1e3 * interval.optimizer / n,
-                       bad_total ? fmt::format("  bad steps {}", bad_total) : "");
+          spdlog::info(
+              "step {:>6}/{}  loss {:.4f}  lr {:.2e}  |g| {:.3g}  {:.1f} samples/s{}  step {:.0f} ms (data {:.0f}, "
+              "fwd {:.0f}, bwd {:.0f}, comm {:.0f}, opt {:.0f}){}",
+              step, s.steps, loss, learning_rate(s, step - 1), grad_norm, samples_per_s, extra,
+              1e3 * interval.total / n, 1e3 * interval.data / n, 1e3 * interval.forward / n,
+              1e3 * interval.backward / n, 1e3 * interval.comm / n, 1e3 * interval.optimizer / n,
+              bad_total ? fmt::format("  bad steps {}", bad_total) : "");
         }
         interval = StepTimes{};
         interval_steps = 0;
@@ -515,8 +561,10 @@ struct Trainer::Impl {
     }
     if (stopping) {
       if (rt.rank() == 0) {
-        if (signalled) spdlog::warn("stopped at step {} on request (SIGTERM/SIGUSR1)", step);
-        else spdlog::info("stopped at step {} (train.stop_at)", step);
+        if (signalled)
+          spdlog::warn("stopped at step {} on request (SIGTERM/SIGUSR1)", step);
+        else
+          spdlog::info("stopped at step {} (train.stop_at)", step);
       }
       summary.stopped = true;
       summary.signalled = signalled;
@@ -532,7 +580,8 @@ struct Trainer::Impl {
   // Mean over measured steps and ranks, and the slowest rank's mean, per phase.
   void summarise_times(TrainSummary& summary, const StepTimes& t, int64_t steps) {
     const double n = double(std::max<int64_t>(steps, 1));
-    auto mean = at::tensor({t.data / n, t.forward / n, t.backward / n, t.comm / n, t.optimizer / n, t.total / n}, at::kDouble);
+    auto mean =
+        at::tensor({t.data / n, t.forward / n, t.backward / n, t.comm / n, t.optimizer / n, t.total / n}, at::kDouble);
     auto slowest = mean.clone();
     control->allreduce(mean, comm::ReduceOp::Avg);
     control->allreduce(slowest, comm::ReduceOp::Max);
@@ -551,7 +600,8 @@ struct Trainer::Impl {
   Trainer* o_trainer = nullptr;  // the owner, passed to hooks
 };
 
-Trainer::Trainer(const comm::Runtime& runtime, Task& task, const TrainerSettings& settings, const TrainerOptions& options)
+Trainer::Trainer(const comm::Runtime& runtime, Task& task, const TrainerSettings& settings,
+                 const TrainerOptions& options)
     : impl_(std::make_unique<Impl>(runtime, task, settings, options)) {
   impl_->o_trainer = this;
 }
@@ -559,7 +609,9 @@ Trainer::~Trainer() = default;
 TrainSummary Trainer::run() { return impl_->run(); }
 void Trainer::add_step_hook(StepHook hook) { impl_->hooks.push_back(std::move(hook)); }
 int64_t Trainer::step() const { return impl_->step; }
-TrainerState Trainer::state() const { return {impl_->step, impl_->bad_total, impl_->bad_in_a_row, impl_->samples_seen}; }
+TrainerState Trainer::state() const {
+  return {impl_->step, impl_->bad_total, impl_->bad_in_a_row, impl_->samples_seen};
+}
 void Trainer::set_state(const TrainerState& state) {
   impl_->step = state.step;
   impl_->samples_seen = state.samples_seen;

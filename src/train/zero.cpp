@@ -67,7 +67,8 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
       if (p.scalar_type() != at::kFloat)
         throw UserError(std::string("ShardedAdamW: parameters must be float32, got ") + c10::toString(p.scalar_type()));
       if (device && *device != p.device())
-        throw UserError("ShardedAdamW: parameters on different devices (" + device->str() + ", " + p.device().str() + ")");
+        throw UserError("ShardedAdamW: parameters on different devices (" + device->str() + ", " + p.device().str() +
+                        ")");
       device = p.device();
       params_.push_back({p, group.weight_decay});
       offsets_.push_back(offsets_.back() + p.numel());

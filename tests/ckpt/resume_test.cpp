@@ -3,13 +3,13 @@
 
 #include "meridian/ckpt/checkpoint.h"
 
-using meridian::ckpt::ResumePoint;
 using meridian::ckpt::resume_batch;
+using meridian::ckpt::ResumePoint;
 
 TEST(ResumeBatch, KeepsTheGlobalBatchOnAnyWorldSize) {
   ResumePoint p;
   p.path = "step_00000010.h5";
-  p.global_batch = 64;  // e.g. 2 ranks x 32, or 4 x 8 x accumulate 2
+  p.global_batch = 64;                       // e.g. 2 ranks x 32, or 4 x 8 x accumulate 2
   EXPECT_EQ(resume_batch(p, 2, 1, 32), 32);  // same shape: unchanged
   EXPECT_EQ(resume_batch(p, 4, 1, 32), 16);  // 2 -> 4 ranks
   EXPECT_EQ(resume_batch(p, 1, 1, 32), 64);  // 2 -> 1

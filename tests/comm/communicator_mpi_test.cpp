@@ -7,9 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <stdexcept>
-
 #include <map>
+#include <stdexcept>
 
 #include "meridian/comm/communicator.h"
 #include "mpi_test_main.h"

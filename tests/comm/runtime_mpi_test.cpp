@@ -24,8 +24,10 @@ TEST(Runtime, SingleHostTopology) {
   EXPECT_EQ(rt.local_rank(), rt.rank());
   EXPECT_FALSE(rt.host().empty());
   const char* device = std::getenv("MERIDIAN_TEST_DEVICE");
-  if (device && std::string(device) == "cuda") EXPECT_EQ(rt.device(), c10::Device(c10::kCUDA, rt.local_rank()));
-  else EXPECT_TRUE(rt.device().is_cpu());
+  if (device && std::string(device) == "cuda")
+    EXPECT_EQ(rt.device(), c10::Device(c10::kCUDA, rt.local_rank()));
+  else
+    EXPECT_TRUE(rt.device().is_cpu());
   EXPECT_GE(rt.threads(), 1);
 }
 
@@ -36,8 +38,10 @@ TEST(Runtime, AllgatherAndGatherStrings) {
   ASSERT_EQ(static_cast<int>(all.size()), rt.size());
   for (int r = 0; r < rt.size(); ++r) EXPECT_EQ(all[r], std::string(r + 1, static_cast<char>('a' + r)));
   const auto at_root = rt.gather_to_root(mine);
-  if (rt.rank() == 0) EXPECT_EQ(at_root, all);
-  else EXPECT_TRUE(at_root.empty());
+  if (rt.rank() == 0)
+    EXPECT_EQ(at_root, all);
+  else
+    EXPECT_TRUE(at_root.empty());
 }
 
 TEST(Runtime, AllTrueAgreesAcrossRanks) {

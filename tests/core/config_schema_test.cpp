@@ -51,14 +51,20 @@ TEST(ConfigSchema, AcceptsDeclaredKeysAndNulls) {
 }
 
 TEST(ConfigSchema, UnknownKeysNameTheSourceAndTheNearestKey) {
-  EXPECT_EQ(check_yaml("train:\n  steps: 3\n  bach: 16\n"), "run.yaml line 3: field 'train.bach': unknown key; did you mean 'train.batch'?");
+  EXPECT_EQ(check_yaml("train:\n  steps: 3\n  bach: 16\n"),
+            "run.yaml line 3: field 'train.bach': unknown key; did you mean 'train.batch'?");
   EXPECT_EQ(check_set("optim.lrr", "1e-3"), "--set: field 'optim.lrr': unknown key; did you mean 'optim.lr'?");
-  EXPECT_EQ(check_set("model.vision.widht", "8"), "--set: field 'model.vision.widht': unknown key; did you mean 'model.vision.width'?");
-  EXPECT_EQ(check_set("data.drop_last", "false"), "--set: field 'data.drop_last': unknown key (the keys of 'data': data.eval)");
-  EXPECT_EQ(check_yaml("trainer:\n  batch: 4\n"), "run.yaml line 2: field 'trainer.batch': unknown key; did you mean 'train.batch'?");
-  EXPECT_EQ(check_yaml("trainr:\n  warmup: 4\n"), "run.yaml line 2: field 'trainr.warmup': unknown section 'trainr'; did you mean 'train'?");
+  EXPECT_EQ(check_set("model.vision.widht", "8"),
+            "--set: field 'model.vision.widht': unknown key; did you mean 'model.vision.width'?");
+  EXPECT_EQ(check_set("data.drop_last", "false"),
+            "--set: field 'data.drop_last': unknown key (the keys of 'data': data.eval)");
+  EXPECT_EQ(check_yaml("trainer:\n  batch: 4\n"),
+            "run.yaml line 2: field 'trainer.batch': unknown key; did you mean 'train.batch'?");
+  EXPECT_EQ(check_yaml("trainr:\n  warmup: 4\n"),
+            "run.yaml line 2: field 'trainr.warmup': unknown section 'trainr'; did you mean 'train'?");
   EXPECT_EQ(check_yaml("schedule: {warmup: 4}\n"),
-            "run.yaml line 1: field 'schedule.warmup': unknown section 'schedule' (sections: train, optim, data, task, model)");
+            "run.yaml line 1: field 'schedule.warmup': unknown section 'schedule' (sections: train, optim, data, task, "
+            "model)");
 }
 
 TEST(ConfigSchema, TypesRangesAndChoices) {
@@ -73,7 +79,8 @@ TEST(ConfigSchema, TypesRangesAndChoices) {
   EXPECT_EQ(check_set("data.eval", "[a]"), "--set: field 'data.eval': expected a string, got a list");
   EXPECT_EQ(check_set("optim.lr", ".nan"), "--set: field 'optim.lr': expected a number > 0, got '.nan'");
   EXPECT_EQ(check_yaml("train: 5\n"), "run.yaml line 1: field 'train': expected a map of settings, got '5'");
-  EXPECT_EQ(check_yaml("train: {batch: {x: 1}}\n"), "run.yaml line 1: field 'train.batch': expected integer >= 1, got a map");
+  EXPECT_EQ(check_yaml("train: {batch: {x: 1}}\n"),
+            "run.yaml line 1: field 'train.batch': expected integer >= 1, got a map");
 }
 
 TEST(ConfigSchema, ChecksRestrictReadsToDeclaredKeys) {

@@ -44,7 +44,8 @@ TEST(Config, TypedDottedAccess) {
 
 TEST(Config, ErrorsNameFileFieldAndExpectation) {
   const auto c = Config::parse(kText, "tiny.yaml");
-  EXPECT_EQ(message_of([&] { c.get<int>("model.heads"); }), "tiny.yaml: field 'model.heads': missing (expected an integer)");
+  EXPECT_EQ(message_of([&] { c.get<int>("model.heads"); }),
+            "tiny.yaml: field 'model.heads': missing (expected an integer)");
   EXPECT_EQ(message_of([&] { c.get<int>("model.name"); }),
             "tiny.yaml line 5: field 'model.name': expected an integer, got 'tiny'");
   EXPECT_EQ(message_of([&] { c.get<double>("model", 1.0); }),
@@ -52,7 +53,10 @@ TEST(Config, ErrorsNameFileFieldAndExpectation) {
 }
 
 TEST(Config, SyntaxErrorsAndMissingFiles) {
-  EXPECT_EQ(message_of([] { Config::parse("a: [1, 2\nb: 3\n", "bad.yaml"); }).rfind("bad.yaml: field '<syntax>': invalid YAML at line", 0), 0u);
+  EXPECT_EQ(message_of([] {
+              Config::parse("a: [1, 2\nb: 3\n", "bad.yaml");
+            }).rfind("bad.yaml: field '<syntax>': invalid YAML at line", 0),
+            0u);
   EXPECT_EQ(message_of([] { Config::parse("- 1\n- 2\n", "list.yaml"); }),
             "list.yaml: field '<root>': expected a map of settings at the top level");
   EXPECT_EQ(message_of([] { Config::load_file("/nonexistent/x.yaml"); }),

@@ -1,12 +1,13 @@
 // CRC-32C against a bit-by-bit reference (the polynomial applied one bit at a time), on buffers of
 // every length up to 300 bytes and at odd offsets, so the 8-byte hardware path and its byte tail
 // are both covered; plus the standard check value.
+#include "meridian/core/crc32c.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <vector>
 
-#include "meridian/core/crc32c.h"
 #include "meridian/core/hash.h"
 
 namespace {
@@ -28,5 +29,6 @@ TEST(Crc32c, MatchesBitwiseReferenceAtEveryLengthAndOffset) {
   for (auto& b : data) b = uint8_t(meridian::splitmix64(state++) >> 56);
   for (size_t offset = 0; offset < 8; offset += 3)
     for (size_t n = 0; n <= 300; ++n)
-      ASSERT_EQ(meridian::crc32c(data.data() + offset, n), bitwise_crc32c(data.data() + offset, n)) << offset << " " << n;
+      ASSERT_EQ(meridian::crc32c(data.data() + offset, n), bitwise_crc32c(data.data() + offset, n))
+          << offset << " " << n;
 }

@@ -1,16 +1,16 @@
 // prep -> file -> validate -> reader -> loader, on 2 and 4 ranks, against what was put in
 // (synthetic scenes are deterministic, so every row's pixels and captions are known).
 #include <gtest/gtest.h>
+#include <tiffio.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-#include <tiffio.h>
-
 #include <opencv2/imgcodecs.hpp>
 #include <set>
 #include <thread>
 
+#include "data_test.h"
 #include "meridian/core/error.h"
 #include "meridian/data/dataset_reader.h"
 #include "meridian/data/format.h"
@@ -19,7 +19,6 @@
 #include "meridian/data/synthetic.h"
 #include "meridian/data/tokenizer.h"
 #include "mpi_test_main.h"
-#include "data_test.h"
 
 namespace fs = std::filesystem;
 using meridian::test::runtime;
@@ -53,7 +52,6 @@ class Cleanup : public ::testing::Environment {
 namespace {
 
 using meridian::test::shared_dir;
-
 
 constexpr int64_t kCount = 37;  // not a multiple of any block x ranks
 constexpr uint64_t kSeed = 11;
@@ -257,9 +255,11 @@ TEST(Prep, BadInputsAreReportedWithFileAndLine) {
   EXPECT_EQ(message_of([&] { data::prep_image_text(runtime(), o); }),
             dir + "/broken.jsonl: line 2: expected an object with a string field 'image'");
   o.captions_file = dir + "/bad.csv";
-  EXPECT_EQ(message_of([&] { data::prep_image_text(runtime(), o); }), dir + "/bad.csv: line 2: unterminated quoted field");
+  EXPECT_EQ(message_of([&] { data::prep_image_text(runtime(), o); }),
+            dir + "/bad.csv: line 2: unterminated quoted field");
   o.captions_file = dir + "/empty.csv";
-  EXPECT_EQ(message_of([&] { data::prep_image_text(runtime(), o); }), dir + "/empty.csv: line 2: no caption for 'img/a.png'");
+  EXPECT_EQ(message_of([&] { data::prep_image_text(runtime(), o); }),
+            dir + "/empty.csv: line 2: no caption for 'img/a.png'");
   data::PrepSyntheticOptions tiny;
   tiny.out = dir + "/tiny.h5";
   tiny.size = 16;
@@ -353,8 +353,9 @@ TEST(Detection, SyntheticBoxesArriveExactlyPerRow) {
   data::LoaderOptions lo;
   lo.path = o.out;
   lo.batch_size = 1;
-  EXPECT_NE(message_of([&] { data::Loader l(runtime(), lo); })
-                .find(o.out + ": attribute 'kind': the image-text loader reads 'image_text' files, not 'detection'"),
+  EXPECT_NE(message_of([&] {
+              data::Loader l(runtime(), lo);
+            }).find(o.out + ": attribute 'kind': the image-text loader reads 'image_text' files, not 'detection'"),
             std::string::npos);
 }
 
@@ -372,7 +373,8 @@ TEST(Detection, YoloAndCocoGiveTheSameLetterboxedBoxes) {
     std::ofstream(dir + "/labels/a.txt") << "0 0.5 0.5 0.25 0.5\n";
     std::ofstream(dir + "/labels/sub/c.txt") << "1 0.5\n";
     std::ofstream(dir + "/names.txt") << "car\nboat\n";
-    std::ofstream(dir + "/coco.json") << R"({"images": [{"id": 4, "file_name": "a.png"}, {"id": 5, "file_name": "sub/b.png"}],
+    std::ofstream(dir + "/coco.json")
+        << R"({"images": [{"id": 4, "file_name": "a.png"}, {"id": 5, "file_name": "sub/b.png"}],
       "categories": [{"id": 9, "name": "boat"}, {"id": 7, "name": "car"}],
       "annotations": [{"image_id": 4, "category_id": 7, "bbox": [24, 8, 16, 16]},
                       {"image_id": 5, "category_id": 9, "bbox": [0, 0, 32, 32]},
@@ -426,10 +428,14 @@ TEST(Text, InstructionAndPlainRecordsBecomeTokensWithLossMasks) {
   if (runtime().rank() == 0) {
     fs::create_directories(dir);
     std::ofstream(dir + "/sft.jsonl")
-        << R"({"instruction": "Name the colour of grass.", "output": "Green."})" << "\n"
-        << R"({"instruction": "Add the numbers.", "input": "2 and 3", "output": "2 + 3 = 5"})" << "\n\n"
-        << R"({"text": "Plain text for continued pre-training.\nSecond line."})" << "\n";
-    std::ofstream(dir + "/bad.jsonl") << R"({"instruction": "no output"})" << "\n";
+        << R"({"instruction": "Name the colour of grass.", "output": "Green."})"
+        << "\n"
+        << R"({"instruction": "Add the numbers.", "input": "2 and 3", "output": "2 + 3 = 5"})"
+        << "\n\n"
+        << R"({"text": "Plain text for continued pre-training.\nSecond line."})"
+        << "\n";
+    std::ofstream(dir + "/bad.jsonl") << R"({"instruction": "no output"})"
+                                      << "\n";
   }
   runtime().barrier();
   data::PrepTextOptions o;
@@ -447,7 +453,8 @@ TEST(Text, InstructionAndPlainRecordsBecomeTokensWithLossMasks) {
   const auto summary = data::summarize(info, 3);
   ASSERT_EQ(summary.examples.size(), 3u);
   EXPECT_NE(summary.examples[0].caption.find("### Instruction:\nName the colour of grass.\n\n### Response:\n"),
-            std::string::npos) << summary.examples[0].caption;
+            std::string::npos)
+      << summary.examples[0].caption;
   EXPECT_EQ(summary.examples[0].decoded, "Green.");
   EXPECT_NE(summary.examples[1].caption.find("### Input:\n2 and 3"), std::string::npos);
   EXPECT_EQ(summary.examples[1].decoded, "2 + 3 = 5");
@@ -458,7 +465,8 @@ TEST(Text, InstructionAndPlainRecordsBecomeTokensWithLossMasks) {
 
   o.jsonl = dir + "/bad.jsonl";
   o.out = dir + "/bad.h5";
-  EXPECT_EQ(message_of([&] { data::prep_text(runtime(), o); }), dir + "/bad.jsonl: line 1: an instruction record needs 'output'");
+  EXPECT_EQ(message_of([&] { data::prep_text(runtime(), o); }),
+            dir + "/bad.jsonl: line 1: an instruction record needs 'output'");
 
   data::PrepSyntheticOptions so;
   so.out = dir + "/synthetic_text.h5";
@@ -492,7 +500,8 @@ TEST(Prep, MultiBandTiffBandsAreChosenWithBands) {
       for (int b = 0; b < 5; ++b) row[x * 5 + b] = uint16_t(1000 * (b + 1));
     for (uint32_t y = 0; y < 16; ++y) TIFFWriteScanline(t, row.data(), y, 0);
     TIFFClose(t);
-    std::ofstream(dir + "/index.jsonl") << R"({"image": "five.tif", "caption": "five bands"})" << "\n";
+    std::ofstream(dir + "/index.jsonl") << R"({"image": "five.tif", "caption": "five bands"})"
+                                        << "\n";
   }
   runtime().barrier();
   data::PrepImageTextOptions o;

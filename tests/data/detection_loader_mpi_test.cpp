@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <numeric>
 #include <set>
-#include <stdexcept>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "data_test.h"
@@ -165,8 +165,8 @@ TEST(DetectionLoader, DatasetReaderReadsImagesAndBoxesOfSortedRows) {
   std::vector<uint8_t> pixels(rows.size() * kSize * kSize * 3);
   reader.read_rows(rows, pixels.data(), nullptr, nullptr, nullptr);
   for (size_t i = 0; i < rows.size(); ++i)
-    EXPECT_TRUE(same_pixels(cv::Mat(kSize, kSize, CV_8UC3, pixels.data() + i * kSize * kSize * 3),
-                            stored_image(rows[i])))
+    EXPECT_TRUE(
+        same_pixels(cv::Mat(kSize, kSize, CV_8UC3, pixels.data() + i * kSize * kSize * 3), stored_image(rows[i])))
         << "row " << rows[i];
   // Every row at once (one run): all the file's boxes, each row's as read one by one.
   std::vector<int64_t> all(kCount);

@@ -26,7 +26,8 @@ TEST(Permute, IsABijectionForManySizesAndKeys) {
   }
   // Different keys give different orders (a shuffle, not the identity).
   int same = 0, identity = 0;
-  for (int64_t i = 0; i < 1000; ++i) same += permute(i, 1000, 1) == permute(i, 1000, 2), identity += permute(i, 1000, 1) == i;
+  for (int64_t i = 0; i < 1000; ++i)
+    same += permute(i, 1000, 1) == permute(i, 1000, 2), identity += permute(i, 1000, 1) == i;
   EXPECT_LT(same, 50);
   EXPECT_LT(identity, 50);
 }
@@ -125,7 +126,9 @@ TEST(DistributedSampler, ForLoaderNamesTheFileAndTheConfigKey) {
     return std::string("no error");
   };
   EXPECT_EQ(message(0, 4, 2), "d.h5: it has no samples");
-  EXPECT_EQ(message(7, 4, 2), "d.h5: 7 samples are fewer than one global batch (8 = train.batch 4 per rank x 2 ranks); lower train.batch");
+  EXPECT_EQ(
+      message(7, 4, 2),
+      "d.h5: 7 samples are fewer than one global batch (8 = train.batch 4 per rank x 2 ranks); lower train.batch");
   EXPECT_EQ(message(8, 4, 2), "no error");
   EXPECT_EQ(DistributedSampler::for_loader("d.h5", 9, "samples", 4, 1, 2, 0, true)->steps_per_epoch(), 1);
 }

@@ -11,12 +11,12 @@
 #include <sstream>
 #include <thread>
 
+#include "data_test.h"
 #include "meridian/core/error.h"
 #include "meridian/data/format.h"
 #include "meridian/data/prep.h"
 #include "meridian/data/text_loader.h"
 #include "mpi_test_main.h"
-#include "data_test.h"
 
 namespace fs = std::filesystem;
 using meridian::test::runtime;

@@ -2,6 +2,8 @@
 // counts (the 7b preset against Llama-2-7B's published 6,738,415,616), causality, grouped-query
 // attention against multi-head attention with repeated key/value weights, the rotary embedding's
 // relative-position property, and a safetensors round trip by name.
+#include "meridian/models/llama.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -9,7 +11,6 @@
 
 #include "meridian/core/config.h"
 #include "meridian/models/generate.h"
-#include "meridian/models/llama.h"
 #include "meridian/models/safetensors.h"
 
 namespace models = meridian::models;
@@ -162,7 +163,8 @@ TEST(Llama, GenerateEqualsArgmaxOfFullForwards) {
   models::SamplingOptions stop = greedy;
   stop.eos_id = reference[4];
   const auto first_eos = std::find(reference.begin(), reference.end(), reference[4]) - reference.begin();
-  EXPECT_EQ(models::generate(model, prompt, stop), std::vector<int64_t>(reference.begin(), reference.begin() + first_eos));
+  EXPECT_EQ(models::generate(model, prompt, stop),
+            std::vector<int64_t>(reference.begin(), reference.begin() + first_eos));
   models::SamplingOptions nucleus = greedy;
   nucleus.top_p = 1e-12;
   EXPECT_EQ(models::generate(model, prompt, nucleus), reference);

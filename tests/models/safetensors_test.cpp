@@ -26,8 +26,7 @@ class SafetensorsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("meridian_safetensors_" + std::to_string(::getpid()) + "_" + info->name());
+    dir_ = fs::temp_directory_path() / ("meridian_safetensors_" + std::to_string(::getpid()) + "_" + info->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -52,8 +51,7 @@ class SafetensorsTest : public ::testing::Test {
     return s;
   }
   // A safetensors file by hand: length prefix (the header's own unless given), header, buffer.
-  std::string raw(const std::string& name, const std::string& header, const std::string& buffer,
-                  int64_t length = -1) {
+  std::string raw(const std::string& name, const std::string& header, const std::string& buffer, int64_t length = -1) {
     const std::string p = path(name);
     write_bytes(p, le64(length < 0 ? header.size() : static_cast<uint64_t>(length)) + header + buffer);
     return p;
@@ -68,11 +66,13 @@ class SafetensorsTest : public ::testing::Test {
     } catch (const DataError& e) {
       const std::string what = e.what();
       EXPECT_EQ(what.rfind(file + ": ", 0), 0u) << what;
-      for (const auto& piece : expected) EXPECT_NE(what.find(piece), std::string::npos) << "'" << piece << "' not in: " << what;
+      for (const auto& piece : expected)
+        EXPECT_NE(what.find(piece), std::string::npos) << "'" << piece << "' not in: " << what;
     }
   }
   static void expect_bad_file(const std::string& file, const std::vector<std::string>& expected) {
-    expect_data_error(file, [&] { load_safetensors(file); }, expected);
+    expect_data_error(
+        file, [&] { load_safetensors(file); }, expected);
   }
 
   static bool same_bytes(const at::Tensor& a, const at::Tensor& b) {
@@ -197,8 +197,7 @@ TEST_F(SafetensorsTest, MalformedFilesAreRejectedWithFileAndProblem) {
     expect_bad_file(p, {"header", "the file is 3 bytes, shorter than the 8-byte header length"});
   }
   expect_bad_file(raw("len_past_end.safetensors", "{}", "", 1000), {"header length 1000", "runs past the end"});
-  expect_bad_file(raw("len_absurd.safetensors", "{}", std::string(16, ' '), 200ll << 20),
-                  {"over the 100 MB limit"});
+  expect_bad_file(raw("len_absurd.safetensors", "{}", std::string(16, ' '), 200ll << 20), {"over the 100 MB limit"});
 
   // Header JSON.
   expect_bad_file(raw("not_json.safetensors", "{not json", ""), {"header", "not valid JSON"});
@@ -226,8 +225,9 @@ TEST_F(SafetensorsTest, MalformedFilesAreRejectedWithFileAndProblem) {
                   {"tensor 'x'", "'shape' is not an array"});
   expect_bad_file(raw("shape_neg.safetensors", R"({"x":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", eight),
                   {"tensor 'x'", "'shape'[0] is negative (-2)"});
-  expect_bad_file(raw("shape_float.safetensors", R"({"x":{"dtype":"F32","shape":[1,2.5],"data_offsets":[0,8]}})", eight),
-                  {"tensor 'x'", "'shape'[1] is not a non-negative integer (2.5)"});
+  expect_bad_file(
+      raw("shape_float.safetensors", R"({"x":{"dtype":"F32","shape":[1,2.5],"data_offsets":[0,8]}})", eight),
+      {"tensor 'x'", "'shape'[1] is not a non-negative integer (2.5)"});
   expect_bad_file(raw("shape_huge.safetensors",
                       R"({"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", eight),
                   {"tensor 'x'", "too large"});
@@ -264,7 +264,8 @@ TEST_F(SafetensorsTest, MalformedFilesAreRejectedWithFileAndProblem) {
                   {"tensor 'm'", "BOOL element 2 is byte 2"});
 
   // The metadata reader validates the same header.
-  const std::string p = raw("meta_check.safetensors", R"({"__metadata__":{},"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight);
+  const std::string p = raw("meta_check.safetensors",
+                            R"({"__metadata__":{},"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight);
   expect_data_error(p, [&] { safetensors_metadata(p); }, {"needs 12"});
 }
 
@@ -287,9 +288,7 @@ TEST_F(SafetensorsTest, IoFailuresAndBadArguments) {
   EXPECT_FALSE(fs::exists(p + ".tmp"));
 }
 
-torch::nn::Sequential small_model() {
-  return torch::nn::Sequential(torch::nn::Linear(4, 3), torch::nn::Linear(3, 2));
-}
+torch::nn::Sequential small_model() { return torch::nn::Sequential(torch::nn::Linear(4, 3), torch::nn::Linear(3, 2)); }
 
 NamedTensors tensors_of(torch::nn::Module& m) {
   NamedTensors out;
@@ -339,8 +338,10 @@ TEST_F(SafetensorsTest, LoadIntoReportsMissingUnusedAndMismatchedInOneMessage) {
                 tensors.end());
   tensors.emplace_back("extra.weight", at::ones({2}));
   for (auto& [name, t] : tensors)
-    if (name == "0.weight") t = at::zeros({3, 5});
-    else if (name == "1.weight") t = at::full({2, 3}, 7.0);
+    if (name == "0.weight")
+      t = at::zeros({3, 5});
+    else if (name == "1.weight")
+      t = at::full({2, 3}, 7.0);
 
   const std::string source = "ckpt.safetensors";
   try {

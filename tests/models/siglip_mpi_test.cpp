@@ -108,7 +108,8 @@ TEST_F(Siglip, DistributedClipLossAndGradientsEqualTheWholeBatchOnOneProcess) {
 }
 
 TEST_F(Siglip, TinyPresetShapesParametersAndFlops) {
-  const auto config = models::SiglipConfig::from_config(meridian::Config::load_file(MERIDIAN_SOURCE_DIR "/jobs/configs/siglip-tiny.yaml"));
+  const auto config = models::SiglipConfig::from_config(
+      meridian::Config::load_file(MERIDIAN_SOURCE_DIR "/jobs/configs/siglip-tiny.yaml"));
   torch::manual_seed(0);
   models::Siglip model(config);
   // Closed form: per block 12 w^2 + 13 w (qkv, proj, mlp x4, two layer norms); towers, embeddings, heads.
@@ -126,12 +127,13 @@ TEST_F(Siglip, TinyPresetShapesParametersAndFlops) {
   auto tokens = torch::randint(4, 8000, {1, 32});
   auto changed = tokens.clone();
   changed.narrow(1, 10, 22).fill_(7);
-  EXPECT_TRUE(torch::allclose(model->encode_text(tokens, torch::tensor({10})), model->encode_text(changed, torch::tensor({10})),
-                              1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(model->encode_text(tokens, torch::tensor({10})),
+                              model->encode_text(changed, torch::tensor({10})), 1e-5, 1e-6));
   // ... and neither does cutting the padding off (the trainer trims batches to their longest caption).
   const auto lengths = torch::tensor({10, 7});
   const auto two = torch::randint(4, 8000, {2, 32});
-  EXPECT_TRUE(torch::allclose(model->encode_text(two, lengths), model->encode_text(two.narrow(1, 0, 10), lengths), 1e-5, 1e-6));
+  EXPECT_TRUE(
+      torch::allclose(model->encode_text(two, lengths), model->encode_text(two.narrow(1, 0, 10), lengths), 1e-5, 1e-6));
   // 2 x multiply-adds of the matmuls: about 0.26 GFLOP in the image tower (64 patches) and 0.12 in
   // the text tower (32 tokens); attention scores included.
   EXPECT_GT(config.flops_per_sample(), 3.5e8);

@@ -276,8 +276,8 @@ TEST(Yolo, DISABLED_TimeForwardBackward) {
 }
 
 TEST(Yolo, SyncBatchNormKeepsNamesAndEqualsBatchNormOnOneRank) {
-  const auto c = models::YoloConfig::from_config(meridian::Config::parse(
-      "model:\n  scale: n\n  num_classes: 3\n  sync_bn: true\n", "sync.yaml"));
+  const auto c = models::YoloConfig::from_config(
+      meridian::Config::parse("model:\n  scale: n\n  num_classes: 3\n  sync_bn: true\n", "sync.yaml"));
   ASSERT_TRUE(c.sync_bn);
   EXPECT_FALSE(scale("n").sync_bn);  // off by default
   auto plain_config = c;
@@ -317,8 +317,8 @@ TEST(Yolo, SyncBatchNormKeepsNamesAndEqualsBatchNormOnOneRank) {
   const auto got = forward_backward(sync);
   EXPECT_EQ(solo.allreduces, 2 * plain_bn);  // statistics in forward, gradient sums in backward
   for (size_t l = 0; l < 3; ++l)
-    EXPECT_TRUE(torch::allclose(got[l], want[l], 1e-3, 1e-4)) << "level " << l << " max diff "
-                                                              << (got[l] - want[l]).abs().max().item<double>();
+    EXPECT_TRUE(torch::allclose(got[l], want[l], 1e-3, 1e-4))
+        << "level " << l << " max diff " << (got[l] - want[l]).abs().max().item<double>();
   const auto plain_params = plain->named_parameters();
   for (const auto& p : sync->named_parameters()) {
     const auto& ref = plain_params[p.key()].grad();
@@ -328,5 +328,6 @@ TEST(Yolo, SyncBatchNormKeepsNamesAndEqualsBatchNormOnOneRank) {
   }
   const auto plain_buffers = plain->named_buffers();
   for (const auto& b : sync->named_buffers())
-    EXPECT_TRUE(torch::allclose(b.value().to(at::kDouble), plain_buffers[b.key()].to(at::kDouble), 1e-4, 1e-5)) << b.key();
+    EXPECT_TRUE(torch::allclose(b.value().to(at::kDouble), plain_buffers[b.key()].to(at::kDouble), 1e-4, 1e-5))
+        << b.key();
 }

@@ -1,9 +1,9 @@
 // DistributedDataParallel on N ranks against one process training on the concatenated batch, and
 // all_gather_with_grad against the single-process loss on the concatenated embeddings.
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <cstdlib>
-#include <torch/torch.h>
 
 #include "meridian/comm/communicator.h"
 #include "meridian/core/error.h"
@@ -92,7 +92,8 @@ double train_and_compare(std::function<Model()> make, at::IntArrayRef x_shape, c
   parallel::DistributedDataParallel ddp(runtime(), c, distributed.ptr(), options);
   if (!options.bf16_communication) EXPECT_GT(ddp.bucket_count(), 1);  // bf16 halves the bytes: one bucket
   const auto make_opt = [&](Model& m) -> std::unique_ptr<torch::optim::Optimizer> {
-    if (optimizer_name == "sgd") return std::make_unique<torch::optim::SGD>(m->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    if (optimizer_name == "sgd")
+      return std::make_unique<torch::optim::SGD>(m->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     return std::make_unique<torch::optim::AdamW>(m->parameters(), torch::optim::AdamWOptions(1e-2).weight_decay(0.01));
   };
   auto opt = make_opt(distributed), ref_opt = make_opt(reference);
@@ -216,7 +217,8 @@ TEST_F(Ddp, ClippingGivesTheSameNormOnEveryRank) {
   Mlp model;
   parallel::DistributedDataParallel ddp(runtime(), comm(), model.ptr());
   auto [x, y] = global_batch(4 * runtime().size(), {8}, 9);
-  torch::mse_loss(model->forward(x.narrow(0, 4 * runtime().rank(), 4)), y.narrow(0, 4 * runtime().rank(), 4)).backward();
+  torch::mse_loss(model->forward(x.narrow(0, 4 * runtime().rank(), 4)), y.narrow(0, 4 * runtime().rank(), 4))
+      .backward();
   ddp.finish();
   const double norm = parallel::clip_grad_norm(model->parameters(), 1e-3);
   auto t = torch::full({1}, norm, torch::kDouble), lo = t.clone();

@@ -10,7 +10,6 @@
 // reference (so DDP's average equals the gradient of the mean of the ranks' losses, the same scale
 // DDP gives every other parameter).
 #include <gtest/gtest.h>
-
 #include <torch/torch.h>
 
 #include <optional>
@@ -53,8 +52,10 @@ at::Tensor upstream_of(int r, int step) {
 
 torch::nn::BatchNorm2dOptions options(std::optional<double> momentum) {
   auto o = torch::nn::BatchNorm2dOptions(kC).eps(1e-3);
-  if (momentum) o.momentum(*momentum);
-  else o.momentum(c10::optional<double>());  // unset: cumulative average
+  if (momentum)
+    o.momentum(*momentum);
+  else
+    o.momentum(c10::optional<double>());  // unset: cumulative average
   return o;
 }
 
@@ -95,14 +96,16 @@ void check_against_reference(std::optional<double> momentum) {
     (y * gs[size_t(me)]).sum().backward();
 
     const int64_t b = batch_of(me);
-    EXPECT_TRUE(at::allclose(y, y_all.detach().narrow(0, offset, b), 1e-4, 1e-4)) << (y - y_all.narrow(0, offset, b)).abs().max();
+    EXPECT_TRUE(at::allclose(y, y_all.detach().narrow(0, offset, b), 1e-4, 1e-4))
+        << (y - y_all.narrow(0, offset, b)).abs().max();
     EXPECT_TRUE(at::allclose(x.grad(), x_all.grad().narrow(0, offset, b), 1e-4, 1e-4))
         << (x.grad() - x_all.grad().narrow(0, offset, b)).abs().max();
     // Each rank holds its share: the sum over ranks is the reference's gradient; a rank's share alone
     // is not (unless it is the only rank), so forgetting the reduction would be caught.
     EXPECT_TRUE(at::allclose(summed_over_ranks(sync->weight.grad()), ref->weight.grad(), 1e-4, 1e-3));
     EXPECT_TRUE(at::allclose(summed_over_ranks(sync->bias.grad()), ref->bias.grad(), 1e-4, 1e-3));
-    EXPECT_TRUE(at::allclose(sync->running_mean, ref->running_mean, 1e-5, 1e-5)) << sync->running_mean << ref->running_mean;
+    EXPECT_TRUE(at::allclose(sync->running_mean, ref->running_mean, 1e-5, 1e-5))
+        << sync->running_mean << ref->running_mean;
     EXPECT_TRUE(at::allclose(sync->running_var, ref->running_var, 1e-5, 1e-5)) << sync->running_var << ref->running_var;
     EXPECT_EQ(sync->num_batches_tracked.item<int64_t>(), step + 1);
     sync->zero_grad();

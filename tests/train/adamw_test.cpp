@@ -1,10 +1,10 @@
 // train::AdamW against torch::optim::AdamW (the reference): bit-identical parameters and moments
 // over several steps, with two weight-decay groups and a parameter that has no gradient in a step.
+#include "meridian/train/adamw.h"
+
 #include <gtest/gtest.h>
 #include <torch/optim/adamw.h>
 #include <torch/torch.h>
-
-#include "meridian/train/adamw.h"
 
 namespace train = meridian::train;
 
@@ -21,9 +21,11 @@ TEST(AdamW, MatchesTorchBitForBit) {
   train::AdamW ours({{{mine[0], mine[2]}, wd}, {{mine[1], mine[3]}, 0.0}}, {lr, 0.9, 0.98, 1e-6});
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(std::vector<torch::Tensor>{theirs[0], theirs[2]},
-                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(lr).betas({0.9, 0.98}).eps(1e-6).weight_decay(wd)));
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(lr).betas({0.9, 0.98}).eps(1e-6).weight_decay(wd)));
   groups.emplace_back(std::vector<torch::Tensor>{theirs[1], theirs[3]},
-                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(lr).betas({0.9, 0.98}).eps(1e-6).weight_decay(0)));
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(lr).betas({0.9, 0.98}).eps(1e-6).weight_decay(0)));
   torch::optim::AdamW reference(std::move(groups), torch::optim::AdamWOptions(lr));
   for (int step = 0; step < 6; ++step) {
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -37,7 +39,8 @@ TEST(AdamW, MatchesTorchBitForBit) {
     for (auto& group : reference.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr_now);
     ours.step();
     reference.step();
-    for (size_t i = 0; i < shapes.size(); ++i) EXPECT_TRUE(torch::equal(mine[i], theirs[i])) << "parameter " << i << " step " << step;
+    for (size_t i = 0; i < shapes.size(); ++i)
+      EXPECT_TRUE(torch::equal(mine[i], theirs[i])) << "parameter " << i << " step " << step;
   }
   // Flat state order: group 0 (params 0, 2), then group 1 (params 1, 3).
   EXPECT_EQ(ours.state()[0].step, 6);

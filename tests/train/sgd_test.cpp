@@ -2,13 +2,13 @@
 // over several steps, with two weight-decay groups, a parameter that has no gradient in a step, and
 // the learning rate and momentum changed between steps (as the trainer's warmup does); plain
 // momentum and no momentum too; invalid options.
+#include "meridian/train/sgd.h"
+
 #include <gtest/gtest.h>
 #include <torch/optim/sgd.h>
 #include <torch/torch.h>
 
 #include <stdexcept>
-
-#include "meridian/train/sgd.h"
 
 namespace train = meridian::train;
 
@@ -32,7 +32,8 @@ void compare(bool nesterov, double momentum0, double dampening) {
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(std::vector<torch::Tensor>{theirs[0], theirs[2]}, options(wd));
   groups.emplace_back(std::vector<torch::Tensor>{theirs[1], theirs[3]}, options(0));
-  torch::optim::SGD reference(std::move(groups), torch::optim::SGDOptions(lr).momentum(momentum0).nesterov(nesterov).dampening(dampening));
+  torch::optim::SGD reference(std::move(groups),
+                              torch::optim::SGDOptions(lr).momentum(momentum0).nesterov(nesterov).dampening(dampening));
   const int steps = 7;
   for (int step = 0; step < steps; ++step) {
     for (size_t i = 0; i < shapes.size(); ++i) {
@@ -54,7 +55,8 @@ void compare(bool nesterov, double momentum0, double dampening) {
     ours.step();
     reference.step();
     for (size_t i = 0; i < shapes.size(); ++i)
-      ASSERT_TRUE(torch::equal(mine[i], theirs[i])) << "parameter " << i << " step " << step << " nesterov " << nesterov;
+      ASSERT_TRUE(torch::equal(mine[i], theirs[i]))
+          << "parameter " << i << " step " << step << " nesterov " << nesterov;
   }
   // Flat state order: group 0 (params 0, 2), then group 1 (params 1, 3).
   EXPECT_EQ(ours.state()[0].step, steps);
@@ -100,8 +102,8 @@ TEST(SGD, BufferStartsAtTheFirstGradientAndIsUsedAfterwards) {
 
 TEST(SGD, InvalidOptionsAreRejected) {
   auto p = torch::ones({2}).set_requires_grad(true);
-  EXPECT_THROW(train::SGD({{{p}, 0.0}}, {0.1, 0.0, true, 0}), std::invalid_argument);   // Nesterov without momentum
-  EXPECT_THROW(train::SGD({{{p}, 0.0}}, {0.1, 0.9, true, 0.1}), std::invalid_argument); // Nesterov with dampening
+  EXPECT_THROW(train::SGD({{{p}, 0.0}}, {0.1, 0.0, true, 0}), std::invalid_argument);    // Nesterov without momentum
+  EXPECT_THROW(train::SGD({{{p}, 0.0}}, {0.1, 0.9, true, 0.1}), std::invalid_argument);  // Nesterov with dampening
   EXPECT_THROW(train::SGD({{{p}, 0.0}}, {0.1, 1.0, false, 0}), std::invalid_argument);
   EXPECT_THROW(train::SGD({{{p}, 0.0}}, {-0.1, 0.9, false, 0}), std::invalid_argument);
   train::SGD sgd({{{p}, 0.0}}, {0.1, 0.9, true, 0});

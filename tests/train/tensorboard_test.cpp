@@ -163,8 +163,8 @@ TEST_F(EventFile, ScalarRecordIsTheEventProtoByteForByte) {
   w.add_scalar("x", 5, 0.5, 2.0);
   w.flush();
   const std::string value = std::string("\x0a\x01x\x15", 4) + le_bytes(0x3F000000u, 4);  // tag "x", simple_value 0.5f
-  const std::string summary = "\x0a" + std::string(1, char(value.size())) + value;     // Summary.value
-  const std::string event = "\x09" + le_bytes(0x4000000000000000ull, 8) +               // wall_time 2.0
+  const std::string summary = "\x0a" + std::string(1, char(value.size())) + value;       // Summary.value
+  const std::string event = "\x09" + le_bytes(0x4000000000000000ull, 8) +                // wall_time 2.0
                             "\x10\x05" + "\x2a" + std::string(1, char(summary.size())) + summary;  // step, summary
   EXPECT_EQ(read_bytes(w.path()).substr(first), frame(event));
 }
@@ -274,14 +274,17 @@ TEST_F(EventFile, MalformedProtobufWithGoodCrcsIsADataError) {
   EXPECT_TRUE(read_scalar_events(path).empty());
 
   const std::vector<std::string> malformed = {
-      "\x10\xff",                                    // varint cut short
-      std::string("\x2a\x05" "ab"),                  // summary longer than the event
-      std::string("\x10\x01\x00", 3),                // tag 0
-      std::string("\x02\x00", 2),                    // field number 0
-      "\x0f",                                        // wire type 7
-      std::string("\x09\x00\x00", 3),                // double cut short
-      std::string("\x2a\x03\x0a\x05" "a"),           // value longer than its summary
-      std::string("\x2a\x02\x0a\x05" "\x10\x81\x01\x10\x02"),  // value longer than its summary, rest parses as an event
+      "\x10\xff",  // varint cut short
+      std::string("\x2a\x05"
+                  "ab"),               // summary longer than the event
+      std::string("\x10\x01\x00", 3),  // tag 0
+      std::string("\x02\x00", 2),      // field number 0
+      "\x0f",                          // wire type 7
+      std::string("\x09\x00\x00", 3),  // double cut short
+      std::string("\x2a\x03\x0a\x05"
+                  "a"),  // value longer than its summary
+      std::string("\x2a\x02\x0a\x05"
+                  "\x10\x81\x01\x10\x02"),  // value longer than its summary, rest parses as an event
   };
   for (const auto& data : malformed) {
     write_bytes(path, first + frame(data));
@@ -297,19 +300,25 @@ TEST_F(EventFile, FirstEventMustBeFileVersion) {
   write_bytes(path, frame("\x10\x05"));
   EXPECT_NE(data_error(path).find(path + ": record at byte 0: the first event is not a file_version"),
             std::string::npos);
-  write_bytes(path, frame("\x1a\x03" "abc"));
+  write_bytes(path, frame("\x1a\x03"
+                          "abc"));
   EXPECT_NE(data_error(path).find("record at byte 0: the first event is not a file_version"), std::string::npos);
-  write_bytes(path, frame("\x1a\x0c" "brain.Event:"));
+  write_bytes(path, frame("\x1a\x0c"
+                          "brain.Event:"));
   EXPECT_TRUE(read_scalar_events(path).empty());
 }
 
 TEST_F(EventFile, UnknownFieldsAndNonScalarValuesAreSkipped) {
   const std::string path = dir_ + "/events.out.tfevents.0.handmade";
   // Value{tag "img", image (field 4) {}} and Value{tag "s", node_name (7) "n", simple_value 1.0f}; event field 99.
-  const std::string image = std::string("\x0a\x03" "img" "\x22\x00", 7);
+  const std::string image = std::string(
+      "\x0a\x03"
+      "img"
+      "\x22\x00",
+      7);
   const std::string scalar = std::string("\x0a\x01s\x3a\x01n\x15", 7) + le_bytes(0x3F800000u, 4);
-  const std::string summary = "\x0a" + std::string(1, char(image.size())) + image + "\x0a" +
-                              std::string(1, char(scalar.size())) + scalar;
+  const std::string summary =
+      "\x0a" + std::string(1, char(image.size())) + image + "\x0a" + std::string(1, char(scalar.size())) + scalar;
   const std::string event = "\x10\x03\x98\x06\x01\x2a" + std::string(1, char(summary.size())) + summary;
   write_bytes(path, frame(file_version_event()) + frame(event));
   const auto events = read_scalar_events(path);

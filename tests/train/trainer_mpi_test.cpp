@@ -5,6 +5,7 @@
 // model EMA (against a reference recomputed from per-step snapshots; evaluations on the EMA weights).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -13,7 +14,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-#include <unistd.h>
 
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
@@ -30,7 +30,9 @@ namespace {
 // data is the same for any batch split. Rank r reads samples r * 1e6 + its running count.
 class LinearTask : public train::Task {
  public:
-  explicit LinearTask(int64_t batch) : batch_(batch), model_(torch::nn::Linear(4, 1)) { model_->to(runtime().device()); }
+  explicit LinearTask(int64_t batch) : batch_(batch), model_(torch::nn::Linear(4, 1)) {
+    model_->to(runtime().device());
+  }
   std::string name() const override { return "linear"; }
   std::shared_ptr<torch::nn::Module> model() override { return model_.ptr(); }
   int64_t batch_size() const override { return batch_; }
@@ -43,7 +45,8 @@ class LinearTask : public train::Task {
     }
     const auto ids = torch::arange(next_, next_ + batch_, torch::kDouble) + 1e6 * runtime().rank();
     next_ += batch_;
-    x_ = torch::stack({torch::sin(ids), torch::cos(0.7 * ids), torch::sin(1.3 * ids + 1), torch::cos(ids / 3)}, 1).to(torch::kFloat);
+    x_ = torch::stack({torch::sin(ids), torch::cos(0.7 * ids), torch::sin(1.3 * ids + 1), torch::cos(ids / 3)}, 1)
+             .to(torch::kFloat);
     y_ = (torch::matmul(x_, torch::tensor({1.0f, -2.0f, 3.0f, 0.5f})).unsqueeze(1) + 0.25).to(runtime().device());
     x_ = x_.to(runtime().device());
   }
@@ -65,8 +68,8 @@ class LinearTask : public train::Task {
   void poison(int64_t from, int64_t until, int rank) { nan_from_ = from, nan_until_ = until, nan_rank_ = rank; }
   void slow_last_rank(int ms) { slow_ms_ = ms; }  // an injected straggler
   int evaluations_ = 0;
-  std::vector<double> evaluated_;                      // weight0 at each evaluation
-  bool record_weights_ = false;                        // batch = 1 micro-step per optimizer step: one entry per step
+  std::vector<double> evaluated_;  // weight0 at each evaluation
+  bool record_weights_ = false;    // batch = 1 micro-step per optimizer step: one entry per step
   std::vector<torch::Tensor> weights_at_next_batch_;
 
  private:
@@ -105,7 +108,8 @@ std::string message(const std::string& yaml) {
 std::string shared_temp_dir(const std::string& name) {
   char path[256] = {0};
   if (runtime().rank() == 0) {
-    std::snprintf(path, sizeof path, "%s/meridian_%s_%d", std::filesystem::temp_directory_path().c_str(), name.c_str(), getpid());
+    std::snprintf(path, sizeof path, "%s/meridian_%s_%d", std::filesystem::temp_directory_path().c_str(), name.c_str(),
+                  getpid());
     std::filesystem::remove_all(path);
   }
   runtime().broadcast_bytes(path, sizeof path, 0);
@@ -118,9 +122,9 @@ TEST(Schedule, WarmupThenCosineToMinLr) {
   const auto s = settings("optim: {lr: 1.0, min_lr: 0.1, warmup: 4}\ntrain: {steps: 14}\n");
   EXPECT_DOUBLE_EQ(train::learning_rate(s, 0), 0.25);
   EXPECT_DOUBLE_EQ(train::learning_rate(s, 2), 0.75);
-  EXPECT_DOUBLE_EQ(train::learning_rate(s, 4), 1.0);    // the peak right after warmup
+  EXPECT_DOUBLE_EQ(train::learning_rate(s, 4), 1.0);  // the peak right after warmup
   EXPECT_NEAR(train::learning_rate(s, 8), 0.1 + 0.45 * (1 + std::cos(M_PI * 4 / 9)), 1e-15);
-  EXPECT_DOUBLE_EQ(train::learning_rate(s, 13), 0.1);   // the last step reaches min_lr
+  EXPECT_DOUBLE_EQ(train::learning_rate(s, 13), 0.1);  // the last step reaches min_lr
   const auto no_warmup = settings("optim: {lr: 2.0, min_lr: 0, warmup: 0}\ntrain: {steps: 3}\n");
   EXPECT_DOUBLE_EQ(train::learning_rate(no_warmup, 0), 2.0);
   EXPECT_NEAR(train::learning_rate(no_warmup, 1), 1.0, 1e-15);
@@ -128,13 +132,17 @@ TEST(Schedule, WarmupThenCosineToMinLr) {
 }
 
 TEST(Settings, ErrorsNameTheFileAndField) {
-  EXPECT_EQ(message("train: {precision: fp8}"), "test.yaml line 1: field 'train.precision': expected one of float32 or bf16, got 'fp8'");
-  EXPECT_EQ(message("train: {accumulate: 0}"), "test.yaml line 1: field 'train.accumulate': expected an integer >= 1, got '0'");
-  EXPECT_EQ(message("optim: {lr: 1e-3, min_lr: 1e-2}"), "test.yaml line 1: field 'optim.min_lr': must be within [0, optim.lr]");
+  EXPECT_EQ(message("train: {precision: fp8}"),
+            "test.yaml line 1: field 'train.precision': expected one of float32 or bf16, got 'fp8'");
+  EXPECT_EQ(message("train: {accumulate: 0}"),
+            "test.yaml line 1: field 'train.accumulate': expected an integer >= 1, got '0'");
+  EXPECT_EQ(message("optim: {lr: 1e-3, min_lr: 1e-2}"),
+            "test.yaml line 1: field 'optim.min_lr': must be within [0, optim.lr]");
   EXPECT_EQ(message("optim: {clip: -1}"), "test.yaml line 1: field 'optim.clip': expected a number >= 0, got '-1'");
   EXPECT_EQ(message("train:\n  steps: 3\n  max_bad_steps: x\n"),
             "test.yaml line 3: field 'train.max_bad_steps': expected an integer >= 1, got 'x'");
-  EXPECT_EQ(message("train: {stesp: 5}"), "test.yaml line 1: field 'train.stesp': unknown key; did you mean 'train.steps'?");
+  EXPECT_EQ(message("train: {stesp: 5}"),
+            "test.yaml line 1: field 'train.stesp': unknown key; did you mean 'train.steps'?");
 }
 
 // optim.zero: the same run with the AdamW state sharded (gradients reduce-scattered, the global norm
@@ -147,7 +155,8 @@ TEST(Trainer, ZeroShardedStateMatchesUnsharded) {
     train::seed(3);
     LinearTask task(4);
     task.poison(10, 12, 0);  // micro-steps 10 and 11 (optimizer step 5) on rank 0 only
-    train::Trainer trainer(runtime(), task, settings(yaml + (more.empty() ? ", clip: 0.5" : more) + (zero ? ", zero: true}" : "}")), {});
+    train::Trainer trainer(runtime(), task,
+                           settings(yaml + (more.empty() ? ", clip: 0.5" : more) + (zero ? ", zero: true}" : "}")), {});
     EXPECT_EQ(trainer.sharded_adamw() != nullptr, zero);
     EXPECT_EQ(trainer.adamw() != nullptr, !zero);
     summary = trainer.run();
@@ -177,7 +186,8 @@ TEST(Trainer, ZeroShardedStateMatchesUnsharded) {
 // write each tensor's blocks from different ranks, and evaluation runs on every rank's share).
 class NormTask : public train::Task {
  public:
-  NormTask() : model_(torch::nn::Sequential(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4), torch::nn::Linear(4, 1))) {
+  NormTask()
+      : model_(torch::nn::Sequential(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4), torch::nn::Linear(4, 1))) {
     model_->to(runtime().device());
   }
   std::string name() const override { return "norm"; }
@@ -201,7 +211,8 @@ class NormTask : public train::Task {
 TEST(Trainer, BatchNormStatisticsAreTheSameOnEveryRank) {
   train::seed(5);
   NormTask task;
-  train::Trainer trainer(runtime(), task, settings("train: {steps: 4, log_every: 1000}\noptim: {lr: 0.01, warmup: 0}\n"), {});
+  train::Trainer trainer(runtime(), task,
+                         settings("train: {steps: 4, log_every: 1000}\noptim: {lr: 0.01, warmup: 0}\n"), {});
   std::vector<torch::Tensor> before;
   for (const auto& b : task.model()->buffers()) before.push_back(b.clone());
   trainer.run();
@@ -213,7 +224,8 @@ TEST(Trainer, BatchNormStatisticsAreTheSameOnEveryRank) {
   auto all = torch::empty({mine.numel() * runtime().size()}, mine.options());
   meridian::comm::make_communicator(runtime(), meridian::comm::default_backend(runtime()))->allgather(mine, all);
   for (int q = 0; q < runtime().size(); ++q)
-    EXPECT_TRUE(torch::equal(all.narrow(0, q * mine.numel(), mine.numel()), mine)) << "rank " << q << "'s BatchNorm statistics differ";
+    EXPECT_TRUE(torch::equal(all.narrow(0, q * mine.numel(), mine.numel()), mine))
+        << "rank " << q << "'s BatchNorm statistics differ";
 }
 
 // A step skipped for a non-finite loss also drops the statistics its forward gathered: they stay
@@ -222,7 +234,8 @@ TEST(Trainer, SkippedStepPutsBatchNormStatisticsBack) {
   train::seed(6);
   NormTask task;
   task.poison_at = 3;
-  train::Trainer trainer(runtime(), task, settings("train: {steps: 5, log_every: 1000}\noptim: {lr: 0.01, warmup: 0}\n"), {});
+  train::Trainer trainer(runtime(), task,
+                         settings("train: {steps: 5, log_every: 1000}\noptim: {lr: 0.01, warmup: 0}\n"), {});
   const auto summary = trainer.run();
   EXPECT_EQ(summary.bad_steps, 1);
   for (const auto& b : task.model()->buffers())
@@ -232,7 +245,8 @@ TEST(Trainer, SkippedStepPutsBatchNormStatisticsBack) {
 TEST(Trainer, LossFallsAndParameterGroupsSplitDecay) {
   train::seed(1);
   LinearTask task(8);
-  train::Trainer trainer(runtime(), task, settings("train: {steps: 150, log_every: 1000}\noptim: {lr: 0.1, warmup: 5}\n"), {});
+  train::Trainer trainer(runtime(), task,
+                         settings("train: {steps: 150, log_every: 1000}\noptim: {lr: 0.1, warmup: 5}\n"), {});
   // The weight matrix decays, the bias does not.
   ASSERT_EQ(trainer.sharded_adamw(), nullptr);
   const auto& groups = trainer.adamw()->groups();
@@ -258,7 +272,8 @@ TEST(Trainer, NonFiniteStepIsSkippedOnEveryRank) {
   LinearTask task(4);
   // Only the last rank's loss is NaN, at step 3; the update must be skipped everywhere.
   task.poison(3, 4, runtime().size() - 1);
-  train::Trainer trainer(runtime(), task, settings("train: {steps: 6, log_every: 1}\noptim: {lr: 0.01, warmup: 0}\n"), {});
+  train::Trainer trainer(runtime(), task, settings("train: {steps: 6, log_every: 1}\noptim: {lr: 0.01, warmup: 0}\n"),
+                         {});
   std::vector<torch::Tensor> after;  // parameters after each step
   trainer.add_step_hook([&](train::Trainer&, const train::StepEvent& e) {
     EXPECT_EQ(e.steps_done, int64_t(after.size()) + 1);
@@ -285,8 +300,11 @@ TEST(Trainer, TooManyBadStepsInARowStopTheJobOnEveryRank) {
     trainer.run();
     FAIL() << "no error";
   } catch (const train::TrainingError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("training stopped at step 4: 3 steps in a row had a non-finite loss or gradient norm "
-                                          "(train.max_bad_steps = 3)", 0), 0u)
+    EXPECT_EQ(std::string(e.what()).rfind(
+                  "training stopped at step 4: 3 steps in a row had a non-finite loss or gradient norm "
+                  "(train.max_bad_steps = 3)",
+                  0),
+              0u)
         << e.what();
   }
   EXPECT_EQ(trainer.step(), 4);
@@ -311,7 +329,9 @@ TEST(Trainer, AccumulationEqualsTheBiggerBatch) {
 TEST(Trainer, Bf16AutocastTrains) {
   train::seed(5);
   LinearTask task(8);
-  train::Trainer trainer(runtime(), task, settings("train: {steps: 150, precision: bf16, log_every: 1000}\noptim: {lr: 0.1, warmup: 5}\n"), {});
+  train::Trainer trainer(
+      runtime(), task, settings("train: {steps: 150, precision: bf16, log_every: 1000}\noptim: {lr: 0.1, warmup: 5}\n"),
+      {});
   const auto summary = trainer.run();
   EXPECT_LT(summary.losses.back(), 0.1 * summary.losses.front());
   // Autocast is off again outside the trainer's forward: a float matmul stays float.
@@ -320,7 +340,8 @@ TEST(Trainer, Bf16AutocastTrains) {
 
 TEST(Trainer, RunFilesHoldTheConfigMetricsAndTensorboardEvents) {
   const std::string dir = shared_temp_dir("trainer_files");
-  const auto config = meridian::Config::parse("train: {steps: 7, log_every: 3, eval_every: 4, eval_at_start: true}\n", "run.yaml");
+  const auto config =
+      meridian::Config::parse("train: {steps: 7, log_every: 3, eval_every: 4, eval_at_start: true}\n", "run.yaml");
   train::seed(6);
   LinearTask task(4);
   train::Trainer trainer(runtime(), task, train::TrainerSettings::from_config(config), {config, dir});
@@ -405,17 +426,22 @@ TEST(Trainer, HealthMonitorFlagsAnInjectedStraggler) {
 }
 
 TEST(Settings, OptimizerAndEmaErrors) {
-  EXPECT_EQ(message("optim: {name: lion}"), "test.yaml line 1: field 'optim.name': expected one of adamw or sgd, got 'lion'");
+  EXPECT_EQ(message("optim: {name: lion}"),
+            "test.yaml line 1: field 'optim.name': expected one of adamw or sgd, got 'lion'");
   EXPECT_EQ(message("optim: {name: sgd, zero: true}"),
             "test.yaml line 1: field 'optim.zero': ZeRO-1 shards AdamW only: not with optim.name sgd");
-  EXPECT_EQ(message("optim: {name: sgd, momentum: 1}"), "test.yaml line 1: field 'optim.momentum': expected a number in [0, 1), got '1'");
-  EXPECT_EQ(message("optim: {name: sgd, momentum: 0}"),
-            "test.yaml line 1: field 'optim.momentum': must be > 0 with optim.nesterov true (or set optim.nesterov: false)");
+  EXPECT_EQ(message("optim: {name: sgd, momentum: 1}"),
+            "test.yaml line 1: field 'optim.momentum': expected a number in [0, 1), got '1'");
+  EXPECT_EQ(
+      message("optim: {name: sgd, momentum: 0}"),
+      "test.yaml line 1: field 'optim.momentum': must be > 0 with optim.nesterov true (or set optim.nesterov: false)");
   EXPECT_EQ(message("optim: {name: sgd, momentum: 0, nesterov: false}"), "no error");
   EXPECT_EQ(message("optim: {name: sgd, warmup_momentum: -0.1}"),
             "test.yaml line 1: field 'optim.warmup_momentum': expected a number in [0, 1), got '-0.1'");
-  EXPECT_EQ(message("train: {ema: 1.5}"), "test.yaml line 1: field 'train.ema': expected a number in [0, 1), got '1.5'");
-  EXPECT_EQ(message("train: {ema: 0.99, ema_tau: 0}"), "test.yaml line 1: field 'train.ema_tau': expected a number > 0, got '0'");
+  EXPECT_EQ(message("train: {ema: 1.5}"),
+            "test.yaml line 1: field 'train.ema': expected a number in [0, 1), got '1.5'");
+  EXPECT_EQ(message("train: {ema: 0.99, ema_tau: 0}"),
+            "test.yaml line 1: field 'train.ema_tau': expected a number > 0, got '0'");
   const auto defaults = settings("optim: {name: sgd}");
   EXPECT_EQ(defaults.optimizer, train::Optimizer::SGD);
   EXPECT_DOUBLE_EQ(defaults.momentum, 0.937);
@@ -441,8 +467,9 @@ TEST(Schedule, MomentumRampsDuringWarmupThenStays) {
 TEST(Trainer, SgdLossFallsWithMomentumWarmup) {
   train::seed(11);
   LinearTask task(8);
-  const auto s = settings("train: {steps: 150, log_every: 1000}\noptim: {name: sgd, lr: 0.05, warmup: 6, momentum: 0.9, "
-                          "warmup_momentum: 0.6, weight_decay: 5e-4}\n");
+  const auto s = settings(
+      "train: {steps: 150, log_every: 1000}\noptim: {name: sgd, lr: 0.05, warmup: 6, momentum: 0.9, "
+      "warmup_momentum: 0.6, weight_decay: 5e-4}\n");
   train::Trainer trainer(runtime(), task, s, {});
   ASSERT_NE(trainer.sgd(), nullptr);
   EXPECT_EQ(trainer.adamw(), nullptr);
@@ -481,8 +508,8 @@ TEST(Trainer, EmaFollowsTheReferenceAndEvaluationsUseIt) {
     const double decay = 0.9;
     const int64_t steps = 12;
     train::Trainer trainer(runtime(), task,
-                           settings("train: {steps: 12, log_every: 1000, eval_every: 4, ema: 0.9, ema_tau: " + std::to_string(tau) +
-                                    "}\noptim: {lr: 0.05, warmup: 2}\n"),
+                           settings("train: {steps: 12, log_every: 1000, eval_every: 4, ema: 0.9, ema_tau: " +
+                                    std::to_string(tau) + "}\noptim: {lr: 0.05, warmup: 2}\n"),
                            {});
     ASSERT_NE(trainer.ema(), nullptr);
     EXPECT_DOUBLE_EQ(trainer.ema()->decay_at(3), decay * (1 - std::exp(-3 / tau)));
@@ -492,8 +519,8 @@ TEST(Trainer, EmaFollowsTheReferenceAndEvaluationsUseIt) {
     for (const auto& p : task.model()->parameters()) reference.push_back(p.detach().clone());
     EXPECT_TRUE(torch::equal(trainer.ema()->tensors()[0], reference[0]));
     int64_t updates = 0;
-    std::vector<torch::Tensor> after_step;   // flat parameters after each step (before any evaluation)
-    std::map<int64_t, double> ema_weight0;   // the reference EMA's weight0 after each step
+    std::vector<torch::Tensor> after_step;  // flat parameters after each step (before any evaluation)
+    std::map<int64_t, double> ema_weight0;  // the reference EMA's weight0 after each step
     trainer.add_step_hook([&](train::Trainer& t, const train::StepEvent& e) {
       after_step.push_back(flat(*task.model()));
       if (t.state().bad_in_a_row == 0) {  // applied: one update with the next decay
@@ -504,7 +531,8 @@ TEST(Trainer, EmaFollowsTheReferenceAndEvaluationsUseIt) {
       ema_weight0[e.steps_done] = reference[0][0][0].item<double>();
       EXPECT_EQ(t.ema()->updates(), updates) << "step " << e.steps_done;
       for (size_t i = 0; i < reference.size(); ++i)
-        EXPECT_TRUE(torch::equal(t.ema()->tensors()[i], reference[i])) << "tensor " << i << " step " << e.steps_done << " tau " << tau;
+        EXPECT_TRUE(torch::equal(t.ema()->tensors()[i], reference[i]))
+            << "tensor " << i << " step " << e.steps_done << " tau " << tau;
     });
     const auto summary = trainer.run();
     EXPECT_EQ(summary.bad_steps, 1);
@@ -516,8 +544,11 @@ TEST(Trainer, EmaFollowsTheReferenceAndEvaluationsUseIt) {
     EXPECT_EQ(task.evaluated_[1], ema_weight0[8]);
     EXPECT_EQ(task.evaluated_[2], ema_weight0[12]);
     EXPECT_EQ(summary.last_eval.at(0).second, ema_weight0[12]);
-    if (tau == 2.0) EXPECT_NE(task.evaluated_[2], after_step.back()[0].item<double>());  // the comparison can fail
-    else EXPECT_TRUE(torch::allclose(trainer.ema()->tensors()[0].reshape({-1}), after_step.back().narrow(0, 0, 4), 1e-6, 1e-7));
+    if (tau == 2.0)
+      EXPECT_NE(task.evaluated_[2], after_step.back()[0].item<double>());  // the comparison can fail
+    else
+      EXPECT_TRUE(
+          torch::allclose(trainer.ema()->tensors()[0].reshape({-1}), after_step.back().narrow(0, 0, 4), 1e-6, 1e-7));
     // Training weights after each evaluation exactly as before it: the next step started from them,
     // and the final evaluation left them too.
     ASSERT_EQ(task.weights_at_next_batch_.size(), size_t(steps));

@@ -49,7 +49,8 @@ struct Model {
   }
 
   std::vector<train::ParamGroup> groups() {
-    train::ParamGroup decaying{{fc1->weight, fc2->weight}, 0.3, {}}, constant{{fc1->bias, norm->weight, norm->bias, fc2->bias}, 0.0, {}};
+    train::ParamGroup decaying{{fc1->weight, fc2->weight}, 0.3, {}},
+        constant{{fc1->bias, norm->weight, norm->bias, fc2->bias}, 0.0, {}};
     if (extras) {
       decaying.params.push_back(unused);
       constant.params.push_back(rank0_only);
@@ -131,8 +132,8 @@ TEST_F(Zero, MatchesUnshardedAdamW) {
   const auto a = sharded.flat().cpu(), b = reference.flat().cpu();
   const double max_diff = (a - b).abs().max().item<double>();
   if (runtime().rank() == 0)
-    std::printf("[ zero ] %d ranks: max |sharded - reference| after 5 steps = %.3g (%s)\n", runtime().size(),
-                max_diff, torch::equal(a, b) ? "bit-identical" : "not bit-identical");
+    std::printf("[ zero ] %d ranks: max |sharded - reference| after 5 steps = %.3g (%s)\n", runtime().size(), max_diff,
+                torch::equal(a, b) ? "bit-identical" : "not bit-identical");
   EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << "max difference " << max_diff;
   EXPECT_GT((a - Model(false).flat().cpu()).abs().max().item<double>(), 1e-3);  // it did train
   // A second reference, closer to the sharded path: AdamW on local gradients averaged with an
@@ -180,7 +181,8 @@ TEST_F(Zero, SmallBucketsMatchOneBucket) {
   train::ShardedAdamW zero_one(one.groups(), options, communicator());
   train::AdamW adamw(reference.groups(), options);
   const int64_t s = zero_small.shard_numel();
-  EXPECT_EQ(zero_small.memory_report().buffer_bytes, 4 * (std::max<int64_t>(1, std::min<int64_t>(s, 7 / runtime().size())) * runtime().size() + 2 * s));
+  EXPECT_EQ(zero_small.memory_report().buffer_bytes,
+            4 * (std::max<int64_t>(1, std::min<int64_t>(s, 7 / runtime().size())) * runtime().size() + 2 * s));
   train_both(small, reference, zero_small, adamw);
   for (int t = 0; t < 5; ++t) {
     one.zero_grad();
@@ -219,9 +221,9 @@ TEST_F(Zero, ParameterWithoutGradientIsUntouched) {
 
 TEST(ZeroLayout, ShardsAboveTheAlignmentAreMultiplesOfIt) {
   const int64_t a = train::kShardAlign;
-  EXPECT_EQ(train::zero_shard_numel(81, 4), 21);               // small: ceil(N / W)
-  EXPECT_EQ(train::zero_shard_numel(2 * a, 2), a);             // exactly one block each
-  EXPECT_EQ(train::zero_shard_numel(2 * a + 2, 2), 2 * a);     // a + 1 rounds up to 2 blocks
+  EXPECT_EQ(train::zero_shard_numel(81, 4), 21);            // small: ceil(N / W)
+  EXPECT_EQ(train::zero_shard_numel(2 * a, 2), a);          // exactly one block each
+  EXPECT_EQ(train::zero_shard_numel(2 * a + 2, 2), 2 * a);  // a + 1 rounds up to 2 blocks
   EXPECT_EQ(train::zero_shard_numel(3 * a + 5, 1), 4 * a);
   EXPECT_EQ(train::zero_bucket_piece(train::zero_shard_numel(3 * a + 5, 1), 1, 1000), 1000);
   EXPECT_EQ(train::ZeroMemoryReport::of(2 * a + 2, 2).optimizer_bytes_sharded, 8 * 2 * a);

@@ -44,12 +44,12 @@ class Reader;
 
 // The `checkpoint:` section; ConfigError names the field.
 struct CheckpointSettings {
-  std::string dir;            // default <run_dir>/checkpoints
-  int64_t every_steps = 0;    // 0: not by steps
-  double every_minutes = 0;   // 0: not by time
-  int64_t keep_last = 3;      // checkpoints kept (older ones deleted), >= 1
-  int64_t keep_every = 0;     // also keep every checkpoint whose step is a multiple of this (0: none)
-  bool at_end = true;         // save after the last step
+  std::string dir;           // default <run_dir>/checkpoints
+  int64_t every_steps = 0;   // 0: not by steps
+  double every_minutes = 0;  // 0: not by time
+  int64_t keep_last = 3;     // checkpoints kept (older ones deleted), >= 1
+  int64_t keep_every = 0;    // also keep every checkpoint whose step is a multiple of this (0: none)
+  bool at_end = true;        // save after the last step
   static CheckpointSettings from_config(const Config& config, const std::string& run_dir);
   // Declares the checkpoint: keys (types, defaults from this struct, ranges, meanings).
   static void declare(ConfigSchema& schema);
@@ -119,7 +119,8 @@ void load_module(const std::string& path, torch::nn::Module& module);
 // the trainer stops on a signal (SIGTERM/SIGUSR1): registers a step hook on the trainer.
 class Checkpointer {
  public:
-  Checkpointer(const comm::Runtime& runtime, train::Trainer& trainer, const Config& config, CheckpointSettings settings);
+  Checkpointer(const comm::Runtime& runtime, train::Trainer& trainer, const Config& config,
+               CheckpointSettings settings);
   const std::string& last_saved() const { return last_; }
 
  private:

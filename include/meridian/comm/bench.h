@@ -40,8 +40,8 @@ struct CommBenchRow {
   std::string collective, dtype, op;
   uint64_t bytes = 0, count = 0;  // count: elements per rank's input (allreduce/broadcast: of the buffer)
   double time_us = 0, algbw_gbs = 0, busbw_gbs = 0;
-  int64_t wrong = 0;                                  // summed over ranks
-  double ref_time_us = -1, ref_busbw_gbs = -1;        // -1: not measured
+  int64_t wrong = 0;                            // summed over ranks
+  double ref_time_us = -1, ref_busbw_gbs = -1;  // -1: not measured
 };
 
 // Throws UserError on bad options (unknown collective or dtype, min > max, factor <= 1, avg on integers).

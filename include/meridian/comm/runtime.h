@@ -16,9 +16,9 @@ namespace meridian::comm {
 
 struct RuntimeOptions {
   std::string device = "auto";  // auto (cuda:<local_rank> when CUDA is available, else cpu), cpu, cuda
-  int threads = 0;  // torch intra-op threads; 0: OMP_NUM_THREADS if set, else cores on node / local ranks,
-                    // capped by the CPUs the rank is bound to (mpirun binds 1 core per rank for np <= 2:
-                    // use --bind-to none or --map-by socket:PE=<n> to give ranks more)
+  int threads = 0;              // torch intra-op threads; 0: OMP_NUM_THREADS if set, else cores on node / local ranks,
+                                // capped by the CPUs the rank is bound to (mpirun binds 1 core per rank for np <= 2:
+                                // use --bind-to none or --map-by socket:PE=<n> to give ranks more)
   double comm_timeout_s = 600;  // watchdog: a collective not done within this ends the job
 };
 
@@ -54,7 +54,8 @@ class Runtime {
   bool all_true(bool ok) const;
   // Collective: rank 0 calls consume(r, data) for every rank r in order, holding one rank's data at
   // a time (for results too large to gather at once); other ranks send theirs and return.
-  void stream_to_root(const std::string& mine, const std::function<void(int rank, const std::string& data)>& consume) const;
+  void stream_to_root(const std::string& mine,
+                      const std::function<void(int rank, const std::string& data)>& consume) const;
   // Collective integer reductions over the world.
   int64_t sum(int64_t mine) const;
   int64_t max(int64_t mine) const;

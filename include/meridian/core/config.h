@@ -35,7 +35,8 @@ class Config {
   template <typename T>
   T get(const std::string& key) const {
     const YAML::Node node = read(key);
-    if (!node.IsDefined() || node.IsNull()) throw ConfigError(source(key), key, "missing (expected " + type_name<T>() + ")");
+    if (!node.IsDefined() || node.IsNull())
+      throw ConfigError(source(key), key, "missing (expected " + type_name<T>() + ")");
     return convert<T>(node, key);
   }
 
@@ -83,27 +84,58 @@ class Config {
     try {
       return node.as<T>();
     } catch (const YAML::Exception&) {
-      std::string shown = node.IsScalar() ? "'" + node.Scalar() + "'" : "a " + std::string(node.IsMap() ? "map" : "sequence");
+      std::string shown =
+          node.IsScalar() ? "'" + node.Scalar() + "'" : "a " + std::string(node.IsMap() ? "map" : "sequence");
       throw ConfigError(source(key), key, "expected " + type_name<T>() + ", got " + shown);
     }
   }
 
   YAML::Node root_;
   std::string origin_;
-  std::map<std::string, std::string> set_from_;  // key given to set() -> where its value came from
+  std::map<std::string, std::string> set_from_;            // key given to set() -> where its value came from
   std::shared_ptr<const std::set<std::string>> readable_;  // null: every key
 };
 
-template <> inline std::string Config::type_name<int>() { return "an integer"; }
-template <> inline std::string Config::type_name<long>() { return "an integer"; }
-template <> inline std::string Config::type_name<long long>() { return "an integer"; }
-template <> inline std::string Config::type_name<double>() { return "a number"; }
-template <> inline std::string Config::type_name<float>() { return "a number"; }
-template <> inline std::string Config::type_name<bool>() { return "true or false"; }
-template <> inline std::string Config::type_name<std::string>() { return "a string"; }
-template <> inline std::string Config::type_name<std::vector<int>>() { return "a list of integers"; }
-template <> inline std::string Config::type_name<std::vector<double>>() { return "a list of numbers"; }
-template <> inline std::string Config::type_name<std::vector<std::string>>() { return "a list of strings"; }
+template <>
+inline std::string Config::type_name<int>() {
+  return "an integer";
+}
+template <>
+inline std::string Config::type_name<long>() {
+  return "an integer";
+}
+template <>
+inline std::string Config::type_name<long long>() {
+  return "an integer";
+}
+template <>
+inline std::string Config::type_name<double>() {
+  return "a number";
+}
+template <>
+inline std::string Config::type_name<float>() {
+  return "a number";
+}
+template <>
+inline std::string Config::type_name<bool>() {
+  return "true or false";
+}
+template <>
+inline std::string Config::type_name<std::string>() {
+  return "a string";
+}
+template <>
+inline std::string Config::type_name<std::vector<int>>() {
+  return "a list of integers";
+}
+template <>
+inline std::string Config::type_name<std::vector<double>>() {
+  return "a list of numbers";
+}
+template <>
+inline std::string Config::type_name<std::vector<std::string>>() {
+  return "a list of strings";
+}
 
 // `text` as a single-quoted YAML scalar (for Config::set of arbitrary strings: paths, names).
 std::string yaml_quoted(const std::string& text);

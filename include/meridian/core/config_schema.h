@@ -53,7 +53,8 @@ class ConfigSchema {
   ConfigKey& string(const std::string& key, std::optional<std::string> fallback, const std::string& description);
   ConfigKey& choice(const std::string& key, std::vector<std::string> choices, std::optional<std::string> fallback,
                     const std::string& description);
-  ConfigKey& strings(const std::string& key, std::optional<std::vector<std::string>> fallback, const std::string& description);
+  ConfigKey& strings(const std::string& key, std::optional<std::vector<std::string>> fallback,
+                     const std::string& description);
 
   // Appends `other`'s keys (a key in both is a bug).
   void add(const ConfigSchema& other);

@@ -16,10 +16,10 @@ namespace meridian {
 
 // Process exit codes, identical on every rank.
 constexpr int kExitOk = 0;
-constexpr int kExitCheckFailed = 1; // a check found a problem (bench comm wrong elements, doctor FAIL)
-constexpr int kExitUserError = 2;   // bad input; message printed
-constexpr int kExitFatal = 3;       // failed or hung collective, library failure: job aborted
-constexpr int kExitStopped = 4;     // training stopped on SIGTERM/SIGUSR1 after writing a checkpoint
+constexpr int kExitCheckFailed = 1;  // a check found a problem (bench comm wrong elements, doctor FAIL)
+constexpr int kExitUserError = 2;    // bad input; message printed
+constexpr int kExitFatal = 3;        // failed or hung collective, library failure: job aborted
+constexpr int kExitStopped = 4;      // training stopped on SIGTERM/SIGUSR1 after writing a checkpoint
 
 class UserError : public std::runtime_error {
  public:
@@ -71,8 +71,7 @@ namespace detail {
 }  // namespace meridian
 
 // Internal invariant (not user input): throws SystemError with location.
-#define MERIDIAN_CHECK(cond, message)                                                         \
-  do {                                                                                        \
-    if (!(cond)) ::meridian::detail::throw_check_failure("meridian", #cond, (message),        \
-                                                         __FILE__, __LINE__);                 \
+#define MERIDIAN_CHECK(cond, message)                                                                       \
+  do {                                                                                                      \
+    if (!(cond)) ::meridian::detail::throw_check_failure("meridian", #cond, (message), __FILE__, __LINE__); \
   } while (0)

@@ -49,8 +49,7 @@ class DatasetReader {
   // images [rows, H, W, C], tokens [rows, K, L], lengths [rows, K], labels [rows]; a null pointer
   // skips that dataset. Detection files have images only: tokens, lengths and labels must be null
   // (std::invalid_argument). Rows out of range or not ascending: std::logic_error (MERIDIAN_CHECK).
-  void read_rows(const std::vector<int64_t>& rows, uint8_t* images, int32_t* tokens, int32_t* lengths,
-                 int32_t* labels);
+  void read_rows(const std::vector<int64_t>& rows, uint8_t* images, int32_t* tokens, int32_t* lengths, int32_t* labels);
 
   // Detection files: the boxes and classes of `rows` (ascending, unique; as read_rows), one entry
   // per row in that order. The boxes of consecutive rows are contiguous in /boxes, so it reads one

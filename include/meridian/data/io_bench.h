@@ -8,11 +8,11 @@
 
 namespace meridian::data {
 
-struct IoBenchResult {  // this rank's
-  double random_per_s = 0;      // samples/s through the loader (random rows, sorted, one read per run)
-  double sequential_per_s = 0;  // samples/s reading contiguous rows, the same datasets and buffers
-  double wait_fraction = 0;     // time next() waited for a batch / the loop's time
-  int64_t bytes_per_sample = 0; // image + token bytes
+struct IoBenchResult {           // this rank's
+  double random_per_s = 0;       // samples/s through the loader (random rows, sorted, one read per run)
+  double sequential_per_s = 0;   // samples/s reading contiguous rows, the same datasets and buffers
+  double wait_fraction = 0;      // time next() waited for a batch / the loop's time
+  int64_t bytes_per_sample = 0;  // image + token bytes
 };
 
 // Collective (the loader opens the file on every rank; barriers before each timing). Times `steps`

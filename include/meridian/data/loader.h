@@ -25,14 +25,14 @@ namespace meridian::data {
 
 struct LoaderOptions {
   std::string path;
-  int64_t batch_size = 32;      // per rank
-  int prefetch = 4;             // batches ready ahead
+  int64_t batch_size = 32;  // per rank
+  int prefetch = 4;         // batches ready ahead
   uint64_t seed = 0;
   bool drop_last = true;
-  bool augment = false;         // random resized crop (area 0.5-1, aspect 3/4-4/3) + horizontal flip
-  int crop_size = 0;            // output image size with augment; 0: the stored size
-  int64_t epoch = 0;            // where to start (from a checkpoint)
-  int64_t position = 0;         // global samples already consumed in `epoch`
+  bool augment = false;  // random resized crop (area 0.5-1, aspect 3/4-4/3) + horizontal flip
+  int crop_size = 0;     // output image size with augment; 0: the stored size
+  int64_t epoch = 0;     // where to start (from a checkpoint)
+  int64_t position = 0;  // global samples already consumed in `epoch`
   // MPI-IO on MPI_COMM_SELF (independent reads) or POSIX; within noise of each other on random
   // batches (docs/performance.md).
   IoDriver driver = IoDriver::MPIO;
@@ -45,9 +45,9 @@ struct Batch {
   at::Tensor labels;   // [B] int32, -1 when unknown
   at::Tensor rows;     // [B] int64 dataset rows, in the order of the tensors above
   int64_t epoch = 0;
-  int64_t step = 0;            // global batch index within the epoch
-  int64_t next_position = 0;   // global position after this batch (checkpoint this with `epoch` of the next batch)
-  double wait_s = 0;           // time next() waited for this batch (data stall)
+  int64_t step = 0;           // global batch index within the epoch
+  int64_t next_position = 0;  // global position after this batch (checkpoint this with `epoch` of the next batch)
+  double wait_s = 0;          // time next() waited for this batch (data stall)
 };
 
 class Loader {

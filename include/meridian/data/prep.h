@@ -17,13 +17,13 @@ namespace meridian::data {
 
 struct PrepCommon {
   std::string out;
-  bool overwrite = false;     // else an existing <out> is an error
-  int size = 256;             // images are resized (shorter side) and center-cropped to size x size
-  int captions_per_image = 5; // K: extra captions are dropped, missing ones repeat the ones given
-  int context_length = 64;    // L tokens per caption (eos included)
-  std::string tokenizer;      // a SentencePiece .model, or a dataset .h5 to take it from; empty: train one
-  int vocab_size = 8000;      // upper bound for a trained tokenizer
-  int block = 32;             // images per rank per collective write
+  bool overwrite = false;      // else an existing <out> is an error
+  int size = 256;              // images are resized (shorter side) and center-cropped to size x size
+  int captions_per_image = 5;  // K: extra captions are dropped, missing ones repeat the ones given
+  int context_length = 64;     // L tokens per caption (eos included)
+  std::string tokenizer;       // a SentencePiece .model, or a dataset .h5 to take it from; empty: train one
+  int vocab_size = 8000;       // upper bound for a trained tokenizer
+  int block = 32;              // images per rank per collective write
 };
 
 struct PrepImageTextOptions : PrepCommon {
@@ -37,12 +37,12 @@ struct PrepImageTextOptions : PrepCommon {
 // Detection: images are letterboxed (longer side to `size`, padded with gray 114, centred) so no
 // box is cut; boxes are stored as x_min, y_min, x_max, y_max in pixels of the stored image.
 struct PrepDetectionOptions : PrepCommon {
-  std::string images_dir;         // every image under it (sorted by path), or the COCO file names' root
-  std::string labels_dir;         // YOLO: <labels_dir>/<image path relative to images_dir, .txt>
-  std::string coco;               // COCO instances JSON (instead of labels_dir)
-  std::string class_names_file;   // YOLO: one name per line; default "0".."C-1"
+  std::string images_dir;        // every image under it (sorted by path), or the COCO file names' root
+  std::string labels_dir;        // YOLO: <labels_dir>/<image path relative to images_dir, .txt>
+  std::string coco;              // COCO instances JSON (instead of labels_dir)
+  std::string class_names_file;  // YOLO: one name per line; default "0".."C-1"
   std::vector<int> bands;
-  bool strict = false;            // an unreadable image or label file is fatal instead of skipped
+  bool strict = false;  // an unreadable image or label file is fatal instead of skipped
 };
 
 // Text for language models: one JSONL record per document, either an instruction record
@@ -59,13 +59,13 @@ struct PrepSyntheticOptions : PrepCommon {
 };
 
 struct PrepReport {
-  int64_t inputs = 0;                  // entries considered
-  int64_t written = 0;                 // rows in the file
-  int64_t boxes = 0;                   // detection: boxes in the file
-  int64_t tokens = 0;                  // text: tokens in the file
-  std::vector<std::string> skipped;    // "<name>: <reason>", on rank 0 (empty elsewhere)
-  int64_t skipped_count = 0;           // on every rank
-  std::vector<std::string> warnings;   // e.g. a detection file without boxes; on every rank
+  int64_t inputs = 0;                 // entries considered
+  int64_t written = 0;                // rows in the file
+  int64_t boxes = 0;                  // detection: boxes in the file
+  int64_t tokens = 0;                 // text: tokens in the file
+  std::vector<std::string> skipped;   // "<name>: <reason>", on rank 0 (empty elsewhere)
+  int64_t skipped_count = 0;          // on every rank
+  std::vector<std::string> warnings;  // e.g. a detection file without boxes; on every rank
   double seconds = 0;
 };
 

@@ -19,21 +19,21 @@
 namespace meridian {
 class Config;
 class ConfigSchema;
-}
+}  // namespace meridian
 
 namespace meridian::models {
 
 struct LlamaConfig {
   int64_t vocab_size = 32000;
-  int64_t dim = 4096;          // model width
+  int64_t dim = 4096;  // model width
   int64_t layers = 32;
-  int64_t heads = 32;          // query heads; head size = dim / heads
-  int64_t kv_heads = 32;       // key/value heads (grouped-query attention when < heads; divides heads)
-  int64_t hidden = 11008;      // SwiGLU inner width
+  int64_t heads = 32;      // query heads; head size = dim / heads
+  int64_t kv_heads = 32;   // key/value heads (grouped-query attention when < heads; divides heads)
+  int64_t hidden = 11008;  // SwiGLU inner width
   int64_t max_seq_len = 4096;
   double rope_theta = 10000;
   double norm_eps = 1e-5;
-  bool tie_embeddings = false; // output head shares the embedding matrix
+  bool tie_embeddings = false;  // output head shares the embedding matrix
 
   // From the `model:` section (jobs/configs/lm-*.yaml, llama-7b.yaml); ConfigError names the field.
   static LlamaConfig from_config(const Config& config);
@@ -139,7 +139,8 @@ TORCH_MODULE(Llama);
 
 // Rotary embedding tables for positions [0, seq): cos and sin [seq, head_dim] (rotate-half layout:
 // frequencies repeated for both halves).
-std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t seq, int64_t head_dim, double theta, const at::TensorOptions& options);
+std::pair<at::Tensor, at::Tensor> rotary_tables(int64_t seq, int64_t head_dim, double theta,
+                                                const at::TensorOptions& options);
 // x [..., T, head_dim] rotated by position: x * cos + rotate_half(x) * sin.
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 

@@ -17,7 +17,7 @@
 namespace meridian {
 class Config;
 class ConfigSchema;
-}
+}  // namespace meridian
 
 namespace meridian::models {
 

@@ -40,7 +40,7 @@
 namespace meridian {
 class Config;
 class ConfigSchema;
-}
+}  // namespace meridian
 
 namespace meridian::models {
 
@@ -95,7 +95,7 @@ class ConvBNImpl : public torch::nn::Module {
 
  private:
   torch::nn::Conv2d conv_{nullptr};
-  torch::nn::BatchNorm2d bn_{nullptr};           // one of the two is set
+  torch::nn::BatchNorm2d bn_{nullptr};  // one of the two is set
   parallel::SyncBatchNorm2d sync_bn_{nullptr};
   bool act_;
 };

@@ -56,11 +56,11 @@ void broadcast_module(comm::Communicator& comm, torch::nn::Module& module);
 void average_buffers(comm::Communicator& comm, torch::nn::Module& module);
 
 struct DdpOptions {
-  double bucket_mb = 25;          // as PyTorch DDP
-  double first_bucket_mb = 1;     // a small first bucket: the last layers' gradients leave early
+  double bucket_mb = 25;                // as PyTorch DDP
+  double first_bucket_mb = 1;           // a small first bucket: the last layers' gradients leave early
   bool find_unused_parameters = false;  // false: a parameter without gradient in a step is an error
   bool bf16_communication = false;      // reduce in bfloat16 (half the bytes); gradients stay float32
-  bool overlap = true;            // false: reduce everything in finish() (the baseline for bench ddp)
+  bool overlap = true;                  // false: reduce everything in finish() (the baseline for bench ddp)
 };
 
 class DistributedDataParallel {

@@ -60,7 +60,7 @@ class SyncBatchNorm2dImpl : public torch::nn::Module {
   const torch::nn::BatchNorm2dOptions& options() const { return options_; }
   comm::Communicator* communicator() const { return comm_; }
 
-  at::Tensor weight, bias;                                  // [C]: 1 and 0 at construction (undefined if !affine)
+  at::Tensor weight, bias;                                    // [C]: 1 and 0 at construction (undefined if !affine)
   at::Tensor running_mean, running_var, num_batches_tracked;  // [C], [C], scalar int64
 
  private:

@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "meridian/core/config_schema.h"
-#include "meridian/tasks/checkpoint_eval.h"
 #include "meridian/detect/coco_map.h"
 #include "meridian/models/yolo.h"
+#include "meridian/tasks/checkpoint_eval.h"
 #include "meridian/train/task.h"
 
 namespace meridian::comm {
@@ -43,7 +43,7 @@ struct DetectEvalOptions {
   int64_t image_size = 0;  // 0: the stored size
   double conf = 0.001, iou = 0.7;
   int64_t max_det = 300;
-  int64_t batch = 16;      // images per forward
+  int64_t batch = 16;  // images per forward
   static DetectEvalOptions from_config(const Config& config);
 };
 
@@ -68,12 +68,13 @@ at::Tensor detection_input(const at::Tensor& images, const c10::Device& device);
 class DetectTask : public train::Task {
  public:
   // Collective: opens the data (every rank the same file), builds the model on the runtime's device.
-  DetectTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data, train::DataPosition start = {});
+  DetectTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data,
+             train::DataPosition start = {});
   // Declares this task's keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
   static void declare(ConfigSchema& schema);
   // Collective: tasks::evaluate_checkpoint for this task (the model from the checkpoint `reader`).
-  static CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader, const Config& config,
-                                            const std::string& data_path);
+  static CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader,
+                                            const Config& config, const std::string& data_path);
   ~DetectTask() override;
 
   std::string name() const override { return "detect"; }
@@ -81,9 +82,9 @@ class DetectTask : public train::Task {
   int64_t batch_size() const override;
   double flops_per_sample() const override;  // models::YoloConfig::flops at the training size
   void next_batch() override;
-  at::Tensor forward() override;             // the per-image detection loss of this rank's batch
-  train::Metrics evaluate() override;        // map50, map50_95 on data.eval
-  train::Metrics step_metrics() override;    // box, cls, dfl parts of the last loss; boxes in the batch
+  at::Tensor forward() override;           // the per-image detection loss of this rank's batch
+  train::Metrics evaluate() override;      // map50, map50_95 on data.eval
+  train::Metrics step_metrics() override;  // box, cls, dfl parts of the last loss; boxes in the batch
   train::DataPosition data_position() const override;
 
  private:

@@ -26,7 +26,8 @@ class LmTask : public train::Task {
  public:
   // Collective: opens the data (every rank the same file), builds the model on the runtime's device
   // (model.vocab_size raised to the tokenizer's if smaller), loads task.init if given.
-  LmTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data, train::DataPosition start = {});
+  LmTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data,
+         train::DataPosition start = {});
   // Declares this task's keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
   static void declare(ConfigSchema& schema);
   ~LmTask() override;
@@ -34,13 +35,13 @@ class LmTask : public train::Task {
   std::string name() const override { return "lm"; }
   std::shared_ptr<torch::nn::Module> model() override;
   int64_t batch_size() const override;
-  double flops_per_sample() const override;  // per sequence of seq_len tokens
+  double flops_per_sample() const override;   // per sequence of seq_len tokens
   double tokens_per_sample() const override;  // seq_len (every position is computed, padded or not)
   void next_batch() override;
-  at::Tensor forward() override;             // mean cross-entropy over this rank's target tokens
+  at::Tensor forward() override;  // mean cross-entropy over this rank's target tokens
   bool decays(const std::string& name, const at::Tensor& parameter) const override;
-  train::Metrics evaluate() override;        // eval_loss, eval_perplexity (token-weighted over all ranks)
-  train::Metrics step_metrics() override;    // tokens with loss in the last batch (this rank), perplexity
+  train::Metrics evaluate() override;      // eval_loss, eval_perplexity (token-weighted over all ranks)
+  train::Metrics step_metrics() override;  // tokens with loss in the last batch (this rank), perplexity
   train::DataPosition data_position() const override;
 
  private:

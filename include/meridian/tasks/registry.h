@@ -37,8 +37,8 @@ std::string config_reference();
 // Collective (tasks open their data collectively). `train_data` is the training dataset (the CLI's
 // --data or data.train). ConfigError naming task.name for an unknown task.
 // `start`: where the training data resumes (a checkpoint's epoch and position).
-std::unique_ptr<train::Task> make_task(const comm::Runtime& runtime, const Config& config, const std::string& train_data,
-                                       train::DataPosition start = {});
+std::unique_ptr<train::Task> make_task(const comm::Runtime& runtime, const Config& config,
+                                       const std::string& train_data, train::DataPosition start = {});
 
 // Collective. Evaluates the checkpoint `reader` (whose saved config, with any overrides, is `config`)
 // on `data_path` with its task's own evaluation (siglip: retrieval and zero-shot; detect: mAP).

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "meridian/core/config_schema.h"
-#include "meridian/tasks/checkpoint_eval.h"
 #include "meridian/models/siglip.h"
+#include "meridian/tasks/checkpoint_eval.h"
 #include "meridian/train/task.h"
 
 namespace meridian::comm {
@@ -57,8 +57,8 @@ class SiglipTask : public train::Task {
   // Declares this task's keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
   static void declare(ConfigSchema& schema);
   // Collective: tasks::evaluate_checkpoint for this task (the model from the checkpoint `reader`).
-  static CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader, const Config& config,
-                                            const std::string& data_path);
+  static CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader,
+                                            const Config& config, const std::string& data_path);
   ~SiglipTask() override;
 
   std::string name() const override;

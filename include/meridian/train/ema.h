@@ -27,7 +27,7 @@ namespace meridian::train {
 
 class Ema {
  public:
-  // Copies the module's current parameters and buffers (the EMA starts at the model). 
+  // Copies the module's current parameters and buffers (the EMA starts at the model).
   // std::invalid_argument unless 0 < decay < 1 and tau > 0.
   Ema(torch::nn::Module& module, double decay, double tau);
 
@@ -43,7 +43,7 @@ class Ema {
 
   // Parameter names then buffer names (module order), parallel to tensors() and to the module's.
   const std::vector<std::string>& names() const { return names_; }
-  std::vector<at::Tensor>& tensors() { return ema_; }            // the averages (load into them in place)
+  std::vector<at::Tensor>& tensors() { return ema_; }  // the averages (load into them in place)
   const std::vector<at::Tensor>& tensors() const { return ema_; }
 
   // While alive, the module holds the EMA values; the destructor copies the module's own values back

@@ -8,11 +8,11 @@
 //
 // One optimizer step: `accumulate` micro-steps (next_batch, forward under autocast when
 // precision is bf16, backward; gradients reduced by DistributedDataParallel during the last
-// backward only; with optim.zero, by ShardedAdamW's reduce-scatter after it), then floating-point buffers (BatchNorm statistics) averaged over ranks, then clip by global norm, then AdamW (no weight decay where Task::decays says
-// so) at the learning rate of a linear warmup followed by a cosine decay to min_lr. optim.name: sgd
-// uses train::SGD instead (Nesterov momentum, coupled weight decay; the same schedule, and the
-// momentum ramped from warmup_momentum during the warmup: momentum_at()).
-// Model EMA (train.ema > 0): after every applied step train::Ema averages the weights; every
+// backward only; with optim.zero, by ShardedAdamW's reduce-scatter after it), then floating-point buffers (BatchNorm
+// statistics) averaged over ranks, then clip by global norm, then AdamW (no weight decay where Task::decays says so) at
+// the learning rate of a linear warmup followed by a cosine decay to min_lr. optim.name: sgd uses train::SGD instead
+// (Nesterov momentum, coupled weight decay; the same schedule, and the momentum ramped from warmup_momentum during the
+// warmup: momentum_at()). Model EMA (train.ema > 0): after every applied step train::Ema averages the weights; every
 // evaluation runs on the EMA weights, swapped in and then out again (training weights restored bit
 // for bit).
 // NaN/Inf guard: when the loss on any rank or the gradient norm is not finite, every rank skips the
@@ -66,33 +66,33 @@ enum class Progress { Auto, Bar, Lines };
 // The `train:` and `optim:` sections, with defaults; ConfigError names the file and the field.
 struct TrainerSettings {
   // train:
-  int64_t steps = 100;          // optimizer steps
-  int64_t accumulate = 1;       // micro-batches per optimizer step (gradient accumulation)
+  int64_t steps = 100;     // optimizer steps
+  int64_t accumulate = 1;  // micro-batches per optimizer step (gradient accumulation)
   uint64_t seed = 0;
   Precision precision = Precision::Float32;  // precision: float32 | bf16 (autocast in forward)
   int64_t log_every = 10;
-  int64_t eval_every = 0;       // 0: evaluate only after the last step
-  bool eval_at_start = false;   // also evaluate before the first step (the untrained baseline)
-  int64_t max_bad_steps = 5;    // non-finite steps in a row before the job stops
-  int64_t stop_at = 0;          // end this run after this step (hooks see stopping: a checkpoint); a run
-                                // resumed at or past it does nothing; 0: no
-  int64_t health_every = 100;   // steps between health reports (<run_dir>/health.jsonl, straggler / memory /
-                                // data-wait warnings); 0: none
+  int64_t eval_every = 0;              // 0: evaluate only after the last step
+  bool eval_at_start = false;          // also evaluate before the first step (the untrained baseline)
+  int64_t max_bad_steps = 5;           // non-finite steps in a row before the job stops
+  int64_t stop_at = 0;                 // end this run after this step (hooks see stopping: a checkpoint); a run
+                                       // resumed at or past it does nothing; 0: no
+  int64_t health_every = 100;          // steps between health reports (<run_dir>/health.jsonl, straggler / memory /
+                                       // data-wait warnings); 0: none
   Progress progress = Progress::Auto;  // progress: auto | bar | lines
-  double ema = 0;               // train.ema: model EMA decay within (0, 1) (e.g. 0.9999); 0: no EMA
-  double ema_tau = 2000;        // train.ema_tau: updates over which the EMA's decay ramps up (> 0)
+  double ema = 0;                      // train.ema: model EMA decay within (0, 1) (e.g. 0.9999); 0: no EMA
+  double ema_tau = 2000;               // train.ema_tau: updates over which the EMA's decay ramps up (> 0)
   // optim:
   Optimizer optimizer = Optimizer::AdamW;  // optim.name: adamw | sgd
-  double momentum = 0.937;      // sgd: momentum after the warmup, within [0, 1)
-  bool nesterov = true;         // sgd: Nesterov momentum (needs momentum and warmup_momentum > 0)
-  double warmup_momentum = 0.8; // sgd: momentum at step 0, ramped linearly to `momentum` over `warmup` steps
+  double momentum = 0.937;                 // sgd: momentum after the warmup, within [0, 1)
+  bool nesterov = true;                    // sgd: Nesterov momentum (needs momentum and warmup_momentum > 0)
+  double warmup_momentum = 0.8;            // sgd: momentum at step 0, ramped linearly to `momentum` over `warmup` steps
   double lr = 5e-4, min_lr = 1e-5, weight_decay = 1e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  double clip = 1.0;            // max global gradient norm; 0: no clipping (the norm is still checked)
-  int64_t warmup = 10;          // steps of linear warmup
-  bool zero = false;            // ZeRO-1: AdamW state sharded across ranks (train::ShardedAdamW) instead of
-                                // DistributedDataParallel + AdamW; the same updates to rounding (not with sgd)
-  double peak_flops = 0;        // train.peak_flops: one device's peak FLOP/s (e.g. 989e12 for an H100's
-                                // bf16 dense): reported as model FLOPs utilisation (mfu); 0: not reported
+  double clip = 1.0;      // max global gradient norm; 0: no clipping (the norm is still checked)
+  int64_t warmup = 10;    // steps of linear warmup
+  bool zero = false;      // ZeRO-1: AdamW state sharded across ranks (train::ShardedAdamW) instead of
+                          // DistributedDataParallel + AdamW; the same updates to rounding (not with sgd)
+  double peak_flops = 0;  // train.peak_flops: one device's peak FLOP/s (e.g. 989e12 for an H100's
+                          // bf16 dense): reported as model FLOPs utilisation (mfu); 0: not reported
 
   // Declares the train: and optim: keys (types, defaults from this struct, ranges, meanings).
   static void declare(ConfigSchema& schema);
@@ -120,17 +120,17 @@ struct StepTimes {
 
 // The counters a checkpoint saves.
 struct TrainerState {
-  int64_t step = 0;           // optimizer steps done (bad ones included)
+  int64_t step = 0;  // optimizer steps done (bad ones included)
   int64_t bad_steps = 0, bad_in_a_row = 0;
-  int64_t samples_seen = 0;   // global samples consumed (sums over resumes with other global batches)
+  int64_t samples_seen = 0;  // global samples consumed (sums over resumes with other global batches)
 };
 
 // After each optimizer step, to every hook on every rank (all ranks agree on every field).
 struct StepEvent {
   int64_t steps_done = 0;
-  bool last = false;          // the last step of the run
-  bool stopping = false;      // the run ends here early (train.stop_at, or SIGTERM/SIGUSR1 on some rank before
-                              // the last step): run() returns after the hooks
+  bool last = false;      // the last step of the run
+  bool stopping = false;  // the run ends here early (train.stop_at, or SIGTERM/SIGUSR1 on some rank before
+                          // the last step): run() returns after the hooks
 };
 
 // Installs handlers for SIGTERM and SIGUSR1 that ask running Trainers to stop after the current
@@ -139,22 +139,22 @@ void install_stop_signals();
 bool stop_requested();
 
 struct TrainSummary {
-  std::vector<double> losses;   // per step, mean over ranks (NaN for bad steps)
+  std::vector<double> losses;  // per step, mean over ranks (NaN for bad steps)
   int64_t bad_steps = 0;
-  double samples_per_s = 0;     // global, over the steps after the first (warm-up) step
-  StepTimes mean_times;         // per step, mean over steps after the first and over ranks
-  StepTimes max_times;          // the slowest rank's mean per phase
-  double model_flops_per_s = 0; // 3 x forward FLOPs (forward + backward) x samples/s, global
+  double samples_per_s = 0;      // global, over the steps after the first (warm-up) step
+  StepTimes mean_times;          // per step, mean over steps after the first and over ranks
+  StepTimes max_times;           // the slowest rank's mean per phase
+  double model_flops_per_s = 0;  // 3 x forward FLOPs (forward + backward) x samples/s, global
   int64_t parameters = 0;
-  Metrics first_eval, last_eval;  // eval_at_start's and the last evaluation's (empty if none)
-  bool stopped = false;           // ended early (train.stop_at or a signal; the hooks saw stopping = true)
-  bool signalled = false;         // ... because of SIGTERM/SIGUSR1
+  Metrics first_eval, last_eval;             // eval_at_start's and the last evaluation's (empty if none)
+  bool stopped = false;                      // ended early (train.stop_at or a signal; the hooks saw stopping = true)
+  bool signalled = false;                    // ... because of SIGTERM/SIGUSR1
   std::vector<std::string> health_warnings;  // rank 0: what the health monitor warned about
 };
 
 struct TrainerOptions {
-  Config config;            // the resolved config (saved as <run_dir>/config.yaml)
-  std::string run_dir;      // empty: no files written
+  Config config;        // the resolved config (saved as <run_dir>/config.yaml)
+  std::string run_dir;  // empty: no files written
 };
 
 class Trainer {
@@ -173,10 +173,10 @@ class Trainer {
   using StepHook = std::function<void(Trainer& trainer, const StepEvent& event)>;
   void add_step_hook(StepHook hook);
 
-  int64_t step() const;                     // optimizer steps done (bad ones included)
+  int64_t step() const;  // optimizer steps done (bad ones included)
   TrainerState state() const;
   void set_state(const TrainerState& state);  // on resume, before run()
-  int64_t global_batch() const;             // samples per optimizer step over all ranks
+  int64_t global_batch() const;               // samples per optimizer step over all ranks
   // The optimizer: exactly one of these is non-null (sharded when optim.zero is true, sgd with
   // optim.name: sgd).
   AdamW* adamw();

@@ -34,7 +34,8 @@
 //  2. the flat gradient (every .grad) reduce-scattered (Avg) into this rank's shard, one bucket at a
 //     time (see kBucketNumel); the
 //     global norm of the averaged gradient from one allreduce of the shards' sums of squares;
-//  3. the gradient shard scaled by update()'s factor (when not 1), then AdamW on this rank's shard, parameter segment by parameter segment, with exactly the
+//  3. the gradient shard scaled by update()'s factor (when not 1), then AdamW on this rank's shard, parameter segment
+//  by parameter segment, with exactly the
 //     operations of train::AdamW::step (its group's weight decay, its own step count and bias
 //     corrections) applied to the slices of the parameter/moment/gradient shards;
 //  4. allgather of the updated parameter shards, bucket by bucket, copied back into every
@@ -74,13 +75,13 @@ constexpr int64_t kBucketNumel = int64_t(1) << 24;
 // state: parameters and gradients are replicated on every rank either way.
 struct ZeroMemoryReport {
   int64_t world_size = 1;
-  int64_t numel = 0;           // N: parameter elements
-  int64_t shard_numel = 0;     // S = ceil(N / W)
-  int64_t parameter_bytes = 0;  // 4 N
-  int64_t gradient_bytes = 0;   // 4 N (the .grad tensors)
+  int64_t numel = 0;                      // N: parameter elements
+  int64_t shard_numel = 0;                // S = ceil(N / W)
+  int64_t parameter_bytes = 0;            // 4 N
+  int64_t gradient_bytes = 0;             // 4 N (the .grad tensors)
   int64_t optimizer_bytes_unsharded = 0;  // 8 N: exp_avg + exp_avg_sq for every element (train::AdamW)
   int64_t optimizer_bytes_sharded = 0;    // 8 S: the same for this rank's shard only
-  int64_t buffer_bytes = 0;    // ShardedAdamW's work buffers: 4 (W C + 2 S), C the bucket piece
+  int64_t buffer_bytes = 0;               // ShardedAdamW's work buffers: 4 (W C + 2 S), C the bucket piece
   int64_t total_unsharded() const { return parameter_bytes + gradient_bytes + optimizer_bytes_unsharded; }
   int64_t total_sharded() const { return parameter_bytes + gradient_bytes + optimizer_bytes_sharded + buffer_bytes; }
   // One line per figure, for the log at start ("parameters 1.2 GiB, ...").
@@ -130,10 +131,10 @@ class ShardedAdamW {
   // --- For checkpoints (not collective) ---
   int64_t world_size() const { return world_; }
   int64_t rank() const { return rank_; }
-  int64_t numel() const { return numel_; }                  // N
-  int64_t padded_numel() const { return shard_numel_ * world_; }  // N_pad
-  int64_t shard_numel() const { return shard_numel_; }      // S
-  int64_t shard_begin() const { return rank_ * shard_numel_; }  // this rank owns [begin, end) of the
+  int64_t numel() const { return numel_; }                          // N
+  int64_t padded_numel() const { return shard_numel_ * world_; }    // N_pad
+  int64_t shard_numel() const { return shard_numel_; }              // S
+  int64_t shard_begin() const { return rank_ * shard_numel_; }      // this rank owns [begin, end) of the
   int64_t shard_end() const { return (rank_ + 1) * shard_numel_; }  // padded flat vector
   // Offset of parameter i (flat index, group order then parameter order) in the flat vector; the
   // vector has one more entry, N, so parameter i spans [offsets()[i], offsets()[i+1]).
@@ -154,8 +155,8 @@ class ShardedAdamW {
   std::vector<ParamGroup> groups_;
   AdamWOptions options_;
   comm::Communicator& comm_;
-  std::vector<Param> params_;      // flat index order
-  std::vector<int64_t> offsets_;   // size params_.size() + 1
+  std::vector<Param> params_;     // flat index order
+  std::vector<int64_t> offsets_;  // size params_.size() + 1
   std::vector<int64_t> steps_;
   int64_t world_ = 1, rank_ = 0, numel_ = 0, shard_numel_ = 0;
   // Calls f(parameter i, offset in the range, offset in the parameter, count) for every parameter
@@ -163,11 +164,11 @@ class ShardedAdamW {
   template <typename F>
   void for_each_segment(int64_t begin, int64_t count, F&& f) const;
   int64_t bucket_numel_ = kBucketNumel;
-  int64_t piece_ = 1;              // C: elements per rank and bucket
-  at::Tensor bucket_;              // W * C: a bucket of gradients, then of gathered parameters
+  int64_t piece_ = 1;  // C: elements per rank and bucket
+  at::Tensor bucket_;  // W * C: a bucket of gradients, then of gathered parameters
   at::Tensor grad_shard_, param_shard_, exp_avg_, exp_avg_sq_;  // S each
-  at::Tensor flags_;               // one float per parameter: has a gradient
-  std::vector<char> any_;          // reduce_gradients(): parameters some rank has a gradient for
+  at::Tensor flags_;                                            // one float per parameter: has a gradient
+  std::vector<char> any_;  // reduce_gradients(): parameters some rank has a gradient for
 };
 
 }  // namespace meridian::train
