@@ -20,6 +20,7 @@ PACKAGES=(
   libprotobuf-dev                    # TensorBoard event files (wire format written by hand)
   python3-h5py                       # tests read checkpoints as users do (docs/formats.md)
   python3-yaml                       # tests read resolved configs
+  clang-format                       # the test suite checks the formatting (tests/tools/format_check.sh)
   slurm-wlm munge                    # Slurm + its authentication: tests/cluster/slurm_test.sh runs a one-node cluster
 )
 
