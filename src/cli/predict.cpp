@@ -18,7 +18,6 @@
 #include "meridian/core/error.h"
 #include "meridian/core/files.h"
 #include "meridian/data/image_input.h"
-#include "meridian/detect/loss.h"
 #include "meridian/tasks/detect_task.h"
 
 namespace meridian::cli {
@@ -95,6 +94,11 @@ Command predict_command() {
       throw UserError("predict: --size must be a positive multiple of 32 (the checkpoint's data.image_size is " +
                       config.text("data.image_size") + ")");
     const auto names = config.get<std::vector<std::string>>("task.class_names", {});
+    tasks::DetectEvalOptions eo;
+    eo.image_size = size;
+    eo.conf = conf;
+    eo.iou = iou;
+    eo.max_det = max_det;
     models::Yolo model(models::YoloConfig::from_config(config));
     ckpt::load_module(path, *model);
     model->to(rt.device());
@@ -117,31 +121,20 @@ Command predict_command() {
       }
       cv::Mat rgb;
       cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
-      const auto lb = data::letterbox(rgb, int(size));
-      const auto letterboxed = at::from_blob(lb.image.data, {size, size, 3}, at::kByte);  // lb.image's pixels
-      const auto x = tasks::detection_input(letterboxed.unsqueeze(0), rt.device());
-      const auto found =
-          detect::decode(model->forward(x), models::yolo_strides(), model->config().reg_max, conf, iou, max_det)[0];
-      const auto b = found.boxes.cpu(), s = found.scores.cpu(), k = found.classes.cpu();
+      const auto found = tasks::detect_image(model, rgb, eo, rt.device());
       std::string labels;
-      for (int64_t j = 0; j < b.size(0); ++j) {
-        // Back to the original image: undo the letterbox, clip.
-        const double x1 = std::clamp((b[j][0].item<double>() - lb.pad_x) / lb.scale, 0.0, double(rgb.cols));
-        const double y1 = std::clamp((b[j][1].item<double>() - lb.pad_y) / lb.scale, 0.0, double(rgb.rows));
-        const double x2 = std::clamp((b[j][2].item<double>() - lb.pad_x) / lb.scale, 0.0, double(rgb.cols));
-        const double y2 = std::clamp((b[j][3].item<double>() - lb.pad_y) / lb.scale, 0.0, double(rgb.rows));
-        const int64_t cls = k[j].item<int64_t>();
-        const double score = s[j].item<double>();
+      for (const auto& d : found) {
         char line[160];
-        std::snprintf(line, sizeof line, "%lld %.6f %.6f %.6f %.6f %.6f\n", (long long)cls, (x1 + x2) / 2 / rgb.cols,
-                      (y1 + y2) / 2 / rgb.rows, (x2 - x1) / rgb.cols, (y2 - y1) / rgb.rows, score);
+        std::snprintf(line, sizeof line, "%lld %.6f %.6f %.6f %.6f %.6f\n", (long long)d.cls,
+                      (d.x1 + d.x2) / 2 / rgb.cols, (d.y1 + d.y2) / 2 / rgb.rows, (d.x2 - d.x1) / rgb.cols,
+                      (d.y2 - d.y1) / rgb.rows, d.score);
         labels += line;
-        const cv::Scalar colour = class_colour(cls);
+        const cv::Scalar colour = class_colour(d.cls);
         const int thick = std::max(1, int(std::lround(std::max(rgb.cols, rgb.rows) / 400.0)));
-        cv::rectangle(bgr, cv::Point(int(x1), int(y1)), cv::Point(int(x2), int(y2)), colour, thick);
-        const std::string text = (size_t(cls) < names.size() ? names[size_t(cls)] : std::to_string(cls)) + " " +
-                                 std::to_string(int(std::lround(100 * score))) + "%";
-        cv::putText(bgr, text, cv::Point(int(x1) + 2, std::max(10, int(y1) - 3)), cv::FONT_HERSHEY_SIMPLEX,
+        cv::rectangle(bgr, cv::Point(int(d.x1), int(d.y1)), cv::Point(int(d.x2), int(d.y2)), colour, thick);
+        const std::string text = (size_t(d.cls) < names.size() ? names[size_t(d.cls)] : std::to_string(d.cls)) + " " +
+                                 std::to_string(int(std::lround(100 * d.score))) + "%";
+        cv::putText(bgr, text, cv::Point(int(d.x1) + 2, std::max(10, int(d.y1) - 3)), cv::FONT_HERSHEY_SIMPLEX,
                     0.35 * thick, colour, std::max(1, thick / 2));
       }
       fs::path drawn = fs::path(out) / name, label = fs::path(out) / "labels" / name;
@@ -151,7 +144,7 @@ Command predict_command() {
       fs::create_directories(label.parent_path(), ec);
       if (!cv::imwrite(drawn.string(), bgr)) throw SystemError("predict: cannot write " + drawn.string());
       write_file_atomically(label.string(), labels);
-      boxes += b.size(0);
+      boxes += int64_t(found.size());
       ++done;
     }
     done = rt.sum(done);

@@ -15,6 +15,7 @@
 #include "meridian/data/dataset_reader.h"
 #include "meridian/data/detection_loader.h"
 #include "meridian/data/format.h"
+#include "meridian/data/image_input.h"
 #include "meridian/detect/loss.h"
 
 namespace meridian::tasks {
@@ -212,6 +213,29 @@ struct DetectTask::Impl {
           mc.flops(image_size) / 1e9);
   }
 };
+
+std::vector<ImageDetection> detect_image(models::Yolo& model, const cv::Mat& rgb, const DetectEvalOptions& options,
+                                         const c10::Device& device) {
+  const int64_t size = options.image_size;
+  const auto lb = data::letterbox(rgb, int(size));
+  const auto letterboxed = at::from_blob(lb.image.data, {size, size, 3}, at::kByte);  // lb.image's pixels
+  const auto found =
+      detect::decode(model->forward(detection_input(letterboxed.unsqueeze(0), device)), models::yolo_strides(),
+                     model->config().reg_max, options.conf, options.iou, options.max_det)[0];
+  const auto b = found.boxes.cpu().to(at::kDouble), s = found.scores.cpu().to(at::kDouble), k = found.classes.cpu();
+  std::vector<ImageDetection> out;
+  for (int64_t j = 0; j < b.size(0); ++j) {
+    // Back to the original image: undo the letterbox, clip.
+    const auto x = [&](int64_t c) {
+      return std::clamp((b[j][c].item<double>() - lb.pad_x) / lb.scale, 0.0, double(rgb.cols));
+    };
+    const auto y = [&](int64_t c) {
+      return std::clamp((b[j][c].item<double>() - lb.pad_y) / lb.scale, 0.0, double(rgb.rows));
+    };
+    out.push_back({k[j].item<int64_t>(), s[j].item<double>(), x(0), y(1), x(2), y(3)});
+  }
+  return out;
+}
 
 void DetectTask::declare(ConfigSchema& schema) {
   models::YoloConfig::declare(schema);

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <memory>
+#include <opencv2/core.hpp>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,18 @@ DetectEval evaluate_detection(const comm::Runtime& runtime, models::Yolo& model,
 
 // Images [B, S, S, 3] or [B, 3, S, S] uint8 -> float [B, 3, S, S] in [0, 1] on `device`.
 at::Tensor detection_input(const at::Tensor& images, const c10::Device& device);
+
+// A detection in the pixels of the original image (clipped to it).
+struct ImageDetection {
+  int64_t cls = 0;
+  double score = 0, x1 = 0, y1 = 0, x2 = 0, y2 = 0;
+};
+
+// Not collective; `model` in eval mode on `device`. Detects objects in one RGB image of any size:
+// letterboxed to options.image_size (data::letterbox, as prep writes detection datasets; a positive
+// multiple of 32), decoded with options.conf / iou / max_det, boxes mapped back to the image.
+std::vector<ImageDetection> detect_image(models::Yolo& model, const cv::Mat& rgb, const DetectEvalOptions& options,
+                                         const c10::Device& device);
 
 class DetectTask : public train::Task {
  public:
