@@ -83,10 +83,15 @@ grep -q "none.h5" "$tmp/o" || { cat "$tmp/o"; fail "equal configs did not get as
 "$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --kind detection --count 32 --size 64 --out "$tmp/det.h5" \
   --log-level warn >/dev/null || fail "prep detection"
 "$mpirun" --oversubscribe -np 2 "$meridian" train --config "$src/jobs/configs/detect-synthetic.yaml" --data "$tmp/det.h5" \
-  --set data.image_size=96 --set train.steps=1 --set train.batch=2 --set checkpoint.at_end=false --run-dir "$tmp/det" \
+  --set data.image_size=96 --set train.steps=1 --set train.batch=2 --run-dir "$tmp/det" \
   >"$tmp/o" 2>&1 || { cat "$tmp/o"; fail "detect with data.image_size 96 exited $?"; }
 grep -qF "data.image_size 96 differs from the dataset's 64 px images ($tmp/det.h5): they are letterboxed to 96 px on load" "$tmp/o" ||
   { cat "$tmp/o"; fail "no warning for data.image_size"; }
+# eval and predict check the keys they are given with --set against the checkpoint's task.
+ck=$(ls "$tmp"/det/checkpoints/step_*.h5 | tail -1)
+"$mpirun" --oversubscribe -np 2 "$meridian" eval --checkpoint "$ck" --data "$tmp/det.h5" --set task.confx=0.5 >"$tmp/o" 2>&1; rc=$?
+[[ $rc -eq 2 ]] && grep -qF -- "--set: field 'task.confx': unknown key; did you mean 'task.conf'?" "$tmp/o" ||
+  { cat "$tmp/o"; fail "eval --set task.confx: exit $rc"; }
 "$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --count 32 --size 32 --vocab-size 300 --context-length 16 \
   --out "$tmp/it.h5" --log-level warn >/dev/null || fail "prep image-text"
 "$mpirun" --oversubscribe -np 2 "$meridian" train --config "$src/jobs/configs/demo.yaml" --data "$tmp/it.h5" \
