@@ -13,12 +13,13 @@ Command bench_ckpt_command() {
   c.name = "bench ckpt";
   c.summary = "Checkpoint write/read GB/s (collective HDF5) vs a plain sequential write/read of the same bytes";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()("size", "Checkpoint size (float32 tensors), e.g. 256M, 1G",
-                    cxxopts::value<std::string>()->default_value("256M"))(
-        "tensors", "Number of tensors the size is split into", cxxopts::value<int>()->default_value("32"))(
-        "dir", "Directory to write in (the checkpoint directory's file system)",
-        cxxopts::value<std::string>()->default_value("/tmp/meridian-bench-ckpt"))(
-        "repeat", "Measurements of each (the best is reported)", cxxopts::value<int>()->default_value("2"));
+    // clang-format off
+    o.add_options()
+        ("size", "Checkpoint size (float32 tensors), e.g. 256M, 1G", cxxopts::value<std::string>()->default_value("256M"))
+        ("tensors", "Number of tensors the size is split into", cxxopts::value<int>()->default_value("32"))
+        ("dir", "Directory to write in (the checkpoint directory's file system)", cxxopts::value<std::string>()->default_value("/tmp/meridian-bench-ckpt"))
+        ("repeat", "Measurements of each (the best is reported)", cxxopts::value<int>()->default_value("2"));
+    // clang-format on
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     ckpt::CkptBenchOptions o;

@@ -47,21 +47,21 @@ Command bench_comm_command() {
     o.custom_help(
         "[options]   (busbw: allreduce = algbw*2(n-1)/n; allgather, reduce_scatter = algbw*(n-1)/n; broadcast = "
         "algbw)");
-    o.add_options()("backend", "Communicator: auto (nccl on CUDA devices, else mpi), mpi or nccl",
-                    cxxopts::value<std::string>()->default_value("auto"))(
-        "min-bytes", "Smallest message (suffix K, M, G)", cxxopts::value<std::string>()->default_value("8"))(
-        "max-bytes", "Largest message (suffix K, M, G)", cxxopts::value<std::string>()->default_value("256M"))(
-        "factor", "Size multiplier between steps", cxxopts::value<double>()->default_value("2"))(
-        "ops", "Collectives, comma-separated: allreduce, broadcast, allgather, reduce_scatter",
-        cxxopts::value<std::string>()->default_value("allreduce"))(
-        "dtypes", "Data types, comma-separated: float32, float64, bfloat16, float16, int32, int64",
-        cxxopts::value<std::string>()->default_value("float32"))("op", "Reduction: sum, avg, max, min",
-                                                                 cxxopts::value<std::string>()->default_value("sum"))(
-        "warmup", "Untimed iterations per size", cxxopts::value<int>()->default_value("3"))(
-        "iters", "Timed iterations per size", cxxopts::value<int>()->default_value("10"))(
-        "no-reference", "Skip the raw MPI reference columns")(
-        "blocking", "Time blocking calls one at a time (default: back-to-back async operations, then wait)")(
-        "json", "Also write the table to this JSON file (rank 0)", cxxopts::value<std::string>()->default_value(""));
+    // clang-format off
+    o.add_options()
+        ("backend", "Communicator: auto (nccl on CUDA devices, else mpi), mpi or nccl", cxxopts::value<std::string>()->default_value("auto"))
+        ("min-bytes", "Smallest message (suffix K, M, G)", cxxopts::value<std::string>()->default_value("8"))
+        ("max-bytes", "Largest message (suffix K, M, G)", cxxopts::value<std::string>()->default_value("256M"))
+        ("factor", "Size multiplier between steps", cxxopts::value<double>()->default_value("2"))
+        ("ops", "Collectives, comma-separated: allreduce, broadcast, allgather, reduce_scatter", cxxopts::value<std::string>()->default_value("allreduce"))
+        ("dtypes", "Data types, comma-separated: float32, float64, bfloat16, float16, int32, int64", cxxopts::value<std::string>()->default_value("float32"))
+        ("op", "Reduction: sum, avg, max, min", cxxopts::value<std::string>()->default_value("sum"))
+        ("warmup", "Untimed iterations per size", cxxopts::value<int>()->default_value("3"))
+        ("iters", "Timed iterations per size", cxxopts::value<int>()->default_value("10"))
+        ("no-reference", "Skip the raw MPI reference columns")
+        ("blocking", "Time blocking calls one at a time (default: back-to-back async operations, then wait)")
+        ("json", "Also write the table to this JSON file (rank 0)", cxxopts::value<std::string>()->default_value(""));
+    // clang-format on
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     comm::CommBenchOptions o;

@@ -13,16 +13,17 @@ Command bench_ddp_command() {
   c.name = "bench ddp";
   c.summary = "Data-parallel step time with overlapped vs. after-backward gradient reduction";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()("params", "Model size in parameters (suffix K, M, G; a deep MLP of square layers)",
-                    cxxopts::value<std::string>()->default_value("16M"))("depth", "Layers of the MLP",
-                                                                         cxxopts::value<int>()->default_value("8"))(
-        "batch", "Samples per rank per step", cxxopts::value<int64_t>()->default_value("32"))(
-        "steps", "Timed steps", cxxopts::value<int>()->default_value("10"))("warmup", "Untimed steps first",
-                                                                            cxxopts::value<int>()->default_value("2"))(
-        "bucket-mb", "Bucket size in MB", cxxopts::value<double>()->default_value("25"))(
-        "bf16-comm", "Reduce gradients in bfloat16")(
-        "trace", "Write a Chrome trace (all ranks, Perfetto / chrome://tracing) of the overlapped steps to this file",
-        cxxopts::value<std::string>()->default_value(""));
+    // clang-format off
+    o.add_options()
+        ("params", "Model size in parameters (suffix K, M, G; a deep MLP of square layers)", cxxopts::value<std::string>()->default_value("16M"))
+        ("depth", "Layers of the MLP", cxxopts::value<int>()->default_value("8"))
+        ("batch", "Samples per rank per step", cxxopts::value<int64_t>()->default_value("32"))
+        ("steps", "Timed steps", cxxopts::value<int>()->default_value("10"))
+        ("warmup", "Untimed steps first", cxxopts::value<int>()->default_value("2"))
+        ("bucket-mb", "Bucket size in MB", cxxopts::value<double>()->default_value("25"))
+        ("bf16-comm", "Reduce gradients in bfloat16")
+        ("trace", "Write a Chrome trace (all ranks, Perfetto / chrome://tracing) of the overlapped steps to this file", cxxopts::value<std::string>()->default_value(""));
+    // clang-format on
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     parallel::DdpBenchOptions o;

@@ -13,16 +13,17 @@ Command bench_io_command() {
   c.name = "bench io";
   c.summary = "Loader throughput (random batches) vs a sequential read of the same file";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()("file", "Dataset file (.h5)", cxxopts::value<std::string>()->default_value(""))(
-        "batch", "Samples per rank per batch", cxxopts::value<int64_t>()->default_value("32"))(
-        "steps", "Batches per rank to time", cxxopts::value<int64_t>()->default_value("50"))(
-        "compute-ms", "Fake compute per batch (sleep), to measure the data-wait fraction",
-        cxxopts::value<double>()->default_value("0"))("prefetch", "Batches read ahead",
-                                                      cxxopts::value<int>()->default_value("4"))(
-        "io-driver", "HDF5 driver: mpio (MPI-IO, independent reads) or posix (direct chunk reads)",
-        cxxopts::value<std::string>()->default_value("mpio"))("augment",
-                                                              "Random resized crop + flip on the preparation thread")(
-        "seed", "Sampler seed", cxxopts::value<uint64_t>()->default_value("0"));
+    // clang-format off
+    o.add_options()
+        ("file", "Dataset file (.h5)", cxxopts::value<std::string>()->default_value(""))
+        ("batch", "Samples per rank per batch", cxxopts::value<int64_t>()->default_value("32"))
+        ("steps", "Batches per rank to time", cxxopts::value<int64_t>()->default_value("50"))
+        ("compute-ms", "Fake compute per batch (sleep), to measure the data-wait fraction", cxxopts::value<double>()->default_value("0"))
+        ("prefetch", "Batches read ahead", cxxopts::value<int>()->default_value("4"))
+        ("io-driver", "HDF5 driver: mpio (MPI-IO, independent reads) or posix (direct chunk reads)", cxxopts::value<std::string>()->default_value("mpio"))
+        ("augment", "Random resized crop + flip on the preparation thread")
+        ("seed", "Sampler seed", cxxopts::value<uint64_t>()->default_value("0"));
+    // clang-format on
     o.parse_positional({"file"});
     o.positional_help("FILE.h5");
   };

@@ -16,15 +16,13 @@ Command eval_command() {
   c.name = "eval";
   c.summary = "Evaluate a checkpoint on a dataset: retrieval recall@K and zero-shot accuracy (siglip), mAP (detect)";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()("checkpoint", "Checkpoint file (<run>/checkpoints/step_*.h5)",
-                    cxxopts::value<std::string>()->default_value(""))(
-        "data",
-        "Dataset (.h5): image-text made with the training data's tokenizer (prep --tokenizer TRAIN.h5), or detection",
-        cxxopts::value<std::string>()->default_value(""))(
-        "task", "The checkpoint's task must be this one (siglip, detect); default: whatever it is",
-        cxxopts::value<std::string>()->default_value(""))(
-        "set", "Override a value of the checkpoint's config (e.g. task.prompts)",
-        cxxopts::value<std::vector<std::string>>());
+    // clang-format off
+    o.add_options()
+        ("checkpoint", "Checkpoint file (<run>/checkpoints/step_*.h5)", cxxopts::value<std::string>()->default_value(""))
+        ("data", "Dataset (.h5): image-text made with the training data's tokenizer (prep --tokenizer TRAIN.h5), or detection", cxxopts::value<std::string>()->default_value(""))
+        ("task", "The checkpoint's task must be this one (siglip, detect); default: whatever it is", cxxopts::value<std::string>()->default_value(""))
+        ("set", "Override a value of the checkpoint's config (e.g. task.prompts)", cxxopts::value<std::vector<std::string>>());
+    // clang-format on
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     const std::string path = p["checkpoint"].as<std::string>(), data_path = p["data"].as<std::string>();

@@ -29,19 +29,18 @@ Command generate_command() {
   c.name = "generate";
   c.summary = "Continue a prompt with a language-model checkpoint (greedy or top-p sampling)";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()("checkpoint", "Checkpoint of an lm run (<run>/checkpoints/step_*.h5)",
-                    cxxopts::value<std::string>()->default_value(""))(
-        "prompt", "The instruction (put in the Alpaca template the training data used, unless --raw)",
-        cxxopts::value<std::string>()->default_value(""))("input", "Optional input for the instruction",
-                                                          cxxopts::value<std::string>()->default_value(""))(
-        "raw", "Use --prompt as the text itself, without the template")(
-        "tokenizer",
-        "A dataset .h5 or SentencePiece .model; default: the training data named in the checkpoint's config",
-        cxxopts::value<std::string>()->default_value(""))("max-new-tokens", "Tokens to generate at most (stops at eos)",
-                                                          cxxopts::value<int>()->default_value("64"))(
-        "top-p", "Nucleus sampling mass; 0: greedy", cxxopts::value<double>()->default_value("0"))(
-        "temperature", "Softmax temperature for sampling", cxxopts::value<double>()->default_value("1.0"))(
-        "seed", "Sampling seed", cxxopts::value<uint64_t>()->default_value("0"));
+    // clang-format off
+    o.add_options()
+        ("checkpoint", "Checkpoint of an lm run (<run>/checkpoints/step_*.h5)", cxxopts::value<std::string>()->default_value(""))
+        ("prompt", "The instruction (put in the Alpaca template the training data used, unless --raw)", cxxopts::value<std::string>()->default_value(""))
+        ("input", "Optional input for the instruction", cxxopts::value<std::string>()->default_value(""))
+        ("raw", "Use --prompt as the text itself, without the template")
+        ("tokenizer", "A dataset .h5 or SentencePiece .model; default: the training data named in the checkpoint's config", cxxopts::value<std::string>()->default_value(""))
+        ("max-new-tokens", "Tokens to generate at most (stops at eos)", cxxopts::value<int>()->default_value("64"))
+        ("top-p", "Nucleus sampling mass; 0: greedy", cxxopts::value<double>()->default_value("0"))
+        ("temperature", "Softmax temperature for sampling", cxxopts::value<double>()->default_value("1.0"))
+        ("seed", "Sampling seed", cxxopts::value<uint64_t>()->default_value("0"));
+    // clang-format on
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     const std::string path = p["checkpoint"].as<std::string>(), prompt = p["prompt"].as<std::string>();

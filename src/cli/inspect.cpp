@@ -48,8 +48,11 @@ Command inspect_command() {
   c.name = "inspect";
   c.summary = "Validate a dataset or checkpoint file and summarise it (checkpoints: contents, step, checksums)";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()("file", "Dataset file (.h5)", cxxopts::value<std::string>()->default_value(""))(
-        "samples", "Captions to decode and show", cxxopts::value<int>()->default_value("3"));
+    // clang-format off
+    o.add_options()
+        ("file", "Dataset file (.h5)", cxxopts::value<std::string>()->default_value(""))
+        ("samples", "Captions to decode and show", cxxopts::value<int>()->default_value("3"));
+    // clang-format on
     o.parse_positional({"file"});
     o.positional_help("FILE.h5");
   };

@@ -63,16 +63,16 @@ Command predict_command() {
   c.name = "predict";
   c.summary = "Detect objects in a directory of images with a detect checkpoint: drawn images + YOLO txt labels";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()("checkpoint", "Checkpoint file of a detect run", cxxopts::value<std::string>()->default_value(""))(
-        "images", "Directory of images (jpg, png, tif, bmp; searched recursively)",
-        cxxopts::value<std::string>()->default_value(""))(
-        "out", "Output directory: <name>.jpg with boxes drawn, labels/<name>.txt (class cx cy w h confidence)",
-        cxxopts::value<std::string>()->default_value(""))("conf", "Confidence threshold",
-                                                          cxxopts::value<double>()->default_value("0.25"))(
-        "iou", "NMS IoU threshold (class-aware)", cxxopts::value<double>()->default_value("0.7"))(
-        "max-det", "Detections per image at most", cxxopts::value<int64_t>()->default_value("300"))(
-        "size", "Inference size (multiple of 32); default: the training size",
-        cxxopts::value<int64_t>()->default_value("0"));
+    // clang-format off
+    o.add_options()
+        ("checkpoint", "Checkpoint file of a detect run", cxxopts::value<std::string>()->default_value(""))
+        ("images", "Directory of images (jpg, png, tif, bmp; searched recursively)", cxxopts::value<std::string>()->default_value(""))
+        ("out", "Output directory: <name>.jpg with boxes drawn, labels/<name>.txt (class cx cy w h confidence)", cxxopts::value<std::string>()->default_value(""))
+        ("conf", "Confidence threshold", cxxopts::value<double>()->default_value("0.25"))
+        ("iou", "NMS IoU threshold (class-aware)", cxxopts::value<double>()->default_value("0.7"))
+        ("max-det", "Detections per image at most", cxxopts::value<int64_t>()->default_value("300"))
+        ("size", "Inference size (multiple of 32); default: the training size", cxxopts::value<int64_t>()->default_value("0"));
+    // clang-format on
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     const std::string path = p["checkpoint"].as<std::string>(), dir = p["images"].as<std::string>(),

@@ -14,21 +14,17 @@ namespace meridian::cli {
 namespace {
 
 void add_common(cxxopts::Options& o) {
-  o.add_options("prep")("out", "Output dataset file (.h5); written as <out>.tmp and renamed when complete",
-                        cxxopts::value<std::string>()->default_value(""))("overwrite",
-                                                                          "Replace an existing output file")(
-      "size", "Image size: shorter side resized to it, then center-cropped to size x size",
-      cxxopts::value<int>()->default_value("256"))("captions-per-image",
-                                                   "Captions stored per image (extra dropped, missing ones repeated)",
-                                                   cxxopts::value<int>()->default_value("5"))(
-      "context-length", "Tokens per caption, eos included", cxxopts::value<int>()->default_value("64"))(
-      "tokenizer",
-      "SentencePiece .model, or a dataset .h5 whose tokenizer to reuse (e.g. the train split's for the test split); "
-      "default: train one",
-      cxxopts::value<std::string>()->default_value(""))("vocab-size",
-                                                        "Vocabulary size (upper bound) of a trained tokenizer",
-                                                        cxxopts::value<int>()->default_value("8000"))(
-      "block", "Images per rank per collective write", cxxopts::value<int>()->default_value("32"));
+  // clang-format off
+  o.add_options("prep")
+      ("out", "Output dataset file (.h5); written as <out>.tmp and renamed when complete", cxxopts::value<std::string>()->default_value(""))
+      ("overwrite", "Replace an existing output file")
+      ("size", "Image size: shorter side resized to it, then center-cropped to size x size", cxxopts::value<int>()->default_value("256"))
+      ("captions-per-image", "Captions stored per image (extra dropped, missing ones repeated)", cxxopts::value<int>()->default_value("5"))
+      ("context-length", "Tokens per caption, eos included", cxxopts::value<int>()->default_value("64"))
+      ("tokenizer", "SentencePiece .model, or a dataset .h5 whose tokenizer to reuse (e.g. the train split's for the test split); default: train one", cxxopts::value<std::string>()->default_value(""))
+      ("vocab-size", "Vocabulary size (upper bound) of a trained tokenizer", cxxopts::value<int>()->default_value("8000"))
+      ("block", "Images per rank per collective write", cxxopts::value<int>()->default_value("32"));
+  // clang-format on
 }
 
 void fill_common(const cxxopts::ParseResult& p, data::PrepCommon& c) {
@@ -86,17 +82,14 @@ Command prep_image_text_command() {
   c.name = "prep image-text";
   c.summary = "Images + captions (.jsonl/.csv) -> one image-text dataset file (run under mpirun)";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()("images", "Directory the image paths in the captions file are relative to",
-                    cxxopts::value<std::string>()->default_value(""))(
-        "captions",
-        "Captions file: .jsonl ({\"image\", \"captions\": [...], \"class\", \"split\"}) or .csv "
-        "(image,caption[,class,split])",
-        cxxopts::value<std::string>()->default_value(""))("split",
-                                                          "Keep only entries of this split (e.g. train); default: all",
-                                                          cxxopts::value<std::string>()->default_value(""))(
-        "bands", "Bands (1-based) to use as R,G,B for multi-band images, e.g. 3,2,1",
-        cxxopts::value<std::string>()->default_value(""))(
-        "strict", "An unreadable image is an error instead of being skipped and reported");
+    // clang-format off
+    o.add_options()
+        ("images", "Directory the image paths in the captions file are relative to", cxxopts::value<std::string>()->default_value(""))
+        ("captions", "Captions file: .jsonl ({\"image\", \"captions\": [...], \"class\", \"split\"}) or .csv (image,caption[,class,split])", cxxopts::value<std::string>()->default_value(""))
+        ("split", "Keep only entries of this split (e.g. train); default: all", cxxopts::value<std::string>()->default_value(""))
+        ("bands", "Bands (1-based) to use as R,G,B for multi-band images, e.g. 3,2,1", cxxopts::value<std::string>()->default_value(""))
+        ("strict", "An unreadable image is an error instead of being skipped and reported");
+    // clang-format on
     add_common(o);
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
@@ -117,18 +110,15 @@ Command prep_detection_command() {
   c.name = "prep detection";
   c.summary = "Images + YOLO labels or a COCO file -> one detection dataset (letterboxed; run under mpirun)";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()("images", "Image directory (every image under it for YOLO; the file names' root for COCO)",
-                    cxxopts::value<std::string>()->default_value(""))(
-        "labels", "YOLO label directory: <labels>/<image path>.txt with 'class cx cy w h' (normalised) per line",
-        cxxopts::value<std::string>()->default_value(""))("coco", "COCO instances JSON (instead of --labels)",
-                                                          cxxopts::value<std::string>()->default_value(""))(
-        "class-names", "YOLO: file with one class name per line (default: 0..C-1)",
-        cxxopts::value<std::string>()->default_value(""))(
-        "bands", "Bands (1-based) to use as R,G,B for multi-band images, e.g. 3,2,1",
-        cxxopts::value<std::string>()->default_value(""))(
-        "strict",
-        "An unreadable image, or a label that is malformed or off its image, is an error instead of being skipped and "
-        "reported");
+    // clang-format off
+    o.add_options()
+        ("images", "Image directory (every image under it for YOLO; the file names' root for COCO)", cxxopts::value<std::string>()->default_value(""))
+        ("labels", "YOLO label directory: <labels>/<image path>.txt with 'class cx cy w h' (normalised) per line", cxxopts::value<std::string>()->default_value(""))
+        ("coco", "COCO instances JSON (instead of --labels)", cxxopts::value<std::string>()->default_value(""))
+        ("class-names", "YOLO: file with one class name per line (default: 0..C-1)", cxxopts::value<std::string>()->default_value(""))
+        ("bands", "Bands (1-based) to use as R,G,B for multi-band images, e.g. 3,2,1", cxxopts::value<std::string>()->default_value(""))
+        ("strict", "An unreadable image, or a label that is malformed or off its image, is an error instead of being skipped and reported");
+    // clang-format on
     add_common(o);
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
@@ -150,10 +140,11 @@ Command prep_text_command() {
   c.name = "prep text";
   c.summary = "Instruction (Alpaca-style) or plain-text JSONL -> one token dataset with loss masks";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()("jsonl", "Records: {\"instruction\", \"input\"?, \"output\"} (loss on the response) or {\"text\"}",
-                    cxxopts::value<std::string>()->default_value(""))(
-        "split", "Keep only records whose \"split\" is this; default: all",
-        cxxopts::value<std::string>()->default_value(""));
+    // clang-format off
+    o.add_options()
+        ("jsonl", "Records: {\"instruction\", \"input\"?, \"output\"} (loss on the response) or {\"text\"}", cxxopts::value<std::string>()->default_value(""))
+        ("split", "Keep only records whose \"split\" is this; default: all", cxxopts::value<std::string>()->default_value(""));
+    // clang-format on
     add_common(o);
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
@@ -171,12 +162,12 @@ Command prep_synthetic_command() {
   c.name = "prep synthetic";
   c.summary = "Procedurally drawn aerial-like scenes with captions -> a dataset (tests, demos)";
   c.add_options = [](cxxopts::Options& o) {
-    o.add_options()("kind",
-                    "What to make: image-text (scenes with captions), detection (objects with exact boxes) or text "
-                    "(instruction records)",
-                    cxxopts::value<std::string>()->default_value("image-text"))(
-        "count", "Number of scenes", cxxopts::value<int64_t>()->default_value("1000"))(
-        "seed", "Seed: the same seed gives the same file", cxxopts::value<uint64_t>()->default_value("0"));
+    // clang-format off
+    o.add_options()
+        ("kind", "What to make: image-text (scenes with captions), detection (objects with exact boxes) or text (instruction records)", cxxopts::value<std::string>()->default_value("image-text"))
+        ("count", "Number of scenes", cxxopts::value<int64_t>()->default_value("1000"))
+        ("seed", "Seed: the same seed gives the same file", cxxopts::value<uint64_t>()->default_value("0"));
+    // clang-format on
     add_common(o);
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {

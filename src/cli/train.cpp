@@ -15,20 +15,15 @@ namespace meridian::cli {
 namespace {
 
 void add_config_options(cxxopts::Options& o) {
-  o.add_options()("config", "YAML with model:, task:, data:, train: and optim: sections (jobs/configs/*.yaml)",
-                  cxxopts::value<std::string>()->default_value(""))(
-      "data", "Training dataset (.h5, from meridian prep); overrides data.train",
-      cxxopts::value<std::string>()->default_value(""))(
-      "set", "Override a config value, key=value (repeatable), e.g. --set optim.lr=3e-4",
-      cxxopts::value<std::vector<std::string>>())("health-every",
-                                                  "Steps between health reports (health.jsonl; stragglers, memory "
-                                                  "growth, data stalls); 0: off; default train.health_every or 100",
-                                                  cxxopts::value<int64_t>())(
-      "resume",
-      "auto (the newest valid checkpoint in the run's checkpoint directory, else from scratch) or a checkpoint file",
-      cxxopts::value<std::string>()->default_value(""))("print-config",
-                                                        "Print the resolved config (file, --data and --set applied, "
-                                                        "defaults filled in) and exit; docs/config.md lists every key");
+  // clang-format off
+  o.add_options()
+      ("config", "YAML with model:, task:, data:, train: and optim: sections (jobs/configs/*.yaml)", cxxopts::value<std::string>()->default_value(""))
+      ("data", "Training dataset (.h5, from meridian prep); overrides data.train", cxxopts::value<std::string>()->default_value(""))
+      ("set", "Override a config value, key=value (repeatable), e.g. --set optim.lr=3e-4", cxxopts::value<std::vector<std::string>>())
+      ("health-every", "Steps between health reports (health.jsonl; stragglers, memory growth, data stalls); 0: off; default train.health_every or 100", cxxopts::value<int64_t>())
+      ("resume", "auto (the newest valid checkpoint in the run's checkpoint directory, else from scratch) or a checkpoint file", cxxopts::value<std::string>()->default_value(""))
+      ("print-config", "Print the resolved config (file, --data and --set applied, defaults filled in) and exit; docs/config.md lists every key");
+  // clang-format on
 }
 
 // The config file with --data and every --set applied (in order), checked against the schema
