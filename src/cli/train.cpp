@@ -45,10 +45,7 @@ Config resolved_config(const cxxopts::ParseResult& p, const std::string& command
 
 // --print-config: the resolved config with defaults, on rank 0. Returns the exit code.
 int print_config(const comm::Runtime& rt, const Config& config) {
-  if (rt.rank() == 0)
-    std::printf(
-        "%s\n",
-        tasks::config_schema(config.get<std::string>("task.name", "siglip")).with_defaults(config).dump().c_str());
+  if (rt.rank() == 0) std::printf("%s\n", tasks::with_defaults(config).dump().c_str());
   return 0;
 }
 

@@ -154,17 +154,17 @@ const ConfigKey* ConfigSchema::find(const std::string& key) const {
 
 void ConfigSchema::check_value(const Config& config, const ConfigKey& spec) const {
   const std::string& key = spec.key;
-  const YAML::Node node = YAML::Clone(YAML::Load(config.text(key)));  // the value alone (flow YAML)
-  if (node.IsNull()) return;                                          // `key:` with no value: the default
+  const YAML::Node node = YAML::Load(config.text(key));  // the value alone (flow YAML)
+  if (node.IsNull()) return;                             // `key:` with no value: the default
   auto fail = [&](const std::string& expected) {
     throw ConfigError(config.source(key), key, "expected " + expected + ", got " + shown(node));
   };
-  const std::string expected = spec.type == ConfigType::Choice       ? "one of " + joined(spec.choices, " or ")
-                               : spec.type == ConfigType::Boolean    ? "true or false"
-                               : spec.type == ConfigType::StringList ? "a list of strings"
-                               : spec.type == ConfigType::String
-                                   ? "a string"
-                                   : (spec.type == ConfigType::Integer ? "an integer" : "a number") + range_text(spec);
+  // The type as the docs show it, with an article: "an integer >= 1", "one of adamw or sgd".
+  const std::string type = spec.type_text();
+  const std::string expected = spec.type == ConfigType::Choice ? "one of " + type
+                               : spec.type == ConfigType::Boolean
+                                   ? type
+                                   : (spec.type == ConfigType::Integer ? "an " : "a ") + type;
   if (spec.type == ConfigType::StringList) {
     if (!node.IsSequence()) fail(expected);
     for (const auto& item : node)

@@ -85,6 +85,8 @@ ConfigSchema config_schema(const std::string& task) {
   return s;
 }
 
+Config with_defaults(const Config& config) { return config_schema(kind_of(config).name).with_defaults(config); }
+
 void validate_config(Config& config) {
   const std::string task = kind_of(config).name;
   config_schema(task).check(config, [&](const std::string& key) {

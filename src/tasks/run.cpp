@@ -13,7 +13,7 @@ namespace meridian::tasks {
 
 void require_same_run(const comm::Runtime& rt, const Config& config, const std::string& run_dir,
                       const std::string& resume) {
-  const Config full = config_schema(config.get<std::string>("task.name", "siglip")).with_defaults(config);
+  const Config full = with_defaults(config);
   std::vector<std::pair<std::string, std::string>> settings{{"--run-dir", run_dir}, {"--resume", resume}};
   for (const auto& key : full.leaf_keys()) settings.emplace_back(key, full.text(key));
   comm::require_same_on_every_rank(rt, "the training config", settings);
@@ -30,7 +30,7 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
     for (const auto& d : ckpt::compare_configs(Config::parse(point->config_yaml, point->path), config, point->path))
       if (rt.rank() == 0) spdlog::info("resume: config differs from the checkpoint's: {}", d);
     // The checkpoint's global batch, on any number of ranks (elastic): train.batch follows.
-    const Config full = config_schema(config.get<std::string>("task.name", "siglip")).with_defaults(config);
+    const Config full = with_defaults(config);
     const int64_t batch = full.get<int64_t>("train.batch");
     const int64_t per_rank = ckpt::resume_batch(*point, rt.size(), full.get<int64_t>("train.accumulate"), batch);
     if (per_rank != batch) {

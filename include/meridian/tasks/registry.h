@@ -31,6 +31,10 @@ ConfigSchema config_schema(const std::string& task);
 // and restricts its reads to the declared keys.
 void validate_config(Config& config);
 
+// Not collective: `config` with every key that has a fixed default in its task's schema set to it
+// (what a run uses; for --print-config and comparing ranks' configs).
+Config with_defaults(const Config& config);
+
 // docs/config.md: every key of every task, generated from the schema (`meridian config`).
 std::string config_reference();
 
