@@ -22,6 +22,7 @@ PACKAGES=(
   python3-yaml                       # tests read resolved configs
   clang-format                       # the test suite checks the formatting (tests/tools/format_check.sh)
   slurm-wlm munge                    # Slurm + its authentication: tests/cluster/slurm_test.sh runs a one-node cluster
+  iproute2 iputils-ping              # the virtual cluster of tests/cluster (namespaces, links, tc)
 )
 
 if [[ ! -r /etc/os-release ]] || ! grep -qiE '^(ID|ID_LIKE)=.*debian' /etc/os-release; then

@@ -49,6 +49,23 @@ int print_config(const comm::Runtime& rt, const Config& config) {
   return 0;
 }
 
+// --inject-straggler RANK:data|compute:MS (a test hook, not in --help).
+train::InjectedStraggler parse_straggler(const std::string& text, const comm::Runtime& rt) {
+  train::InjectedStraggler s;
+  if (text.empty()) return s;
+  const auto a = text.find(':'), b = text.rfind(':');
+  char* end = nullptr;
+  const long rank = std::strtol(text.c_str(), &end, 10);
+  const double ms = b == std::string::npos ? 0 : std::strtod(text.c_str() + b + 1, nullptr);
+  const std::string kind = a == std::string::npos || b <= a ? "" : text.substr(a + 1, b - a - 1);
+  if (end != text.c_str() + a || rank < 0 || rank >= rt.size() || ms <= 0 || (kind != "data" && kind != "compute"))
+    throw UserError("--inject-straggler: expected RANK:data|compute:MILLISECONDS with RANK < " +
+                    std::to_string(rt.size()) + ", got '" + text + "'");
+  s.rank = int(rank);
+  (kind == "data" ? s.data_s : s.compute_s) = ms / 1e3;
+  return s;
+}
+
 // runs/<date>-<time> chosen by rank 0 (every rank must use the same directory).
 std::string default_run_dir(const comm::Runtime& rt) {
   char name[64] = {0};
@@ -91,14 +108,22 @@ Command train_command() {
   Command c;
   c.name = "train";
   c.summary = "Train a model data-parallel from a YAML config (run under mpirun or srun)";
-  c.add_options = add_config_options;
+  c.add_options = [](cxxopts::Options& o) {
+    add_config_options(o);
+    // Not in --help: a test hook that makes one rank an input or a compute straggler.
+    // clang-format off
+    o.add_options("testing")
+        ("inject-straggler", "RANK:data|compute:MS: that rank waits MS more for every batch, or computes MS longer in every forward", cxxopts::value<std::string>()->default_value(""));
+    // clang-format on
+  };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     const Config config = resolved_config(p, "train");
     if (p.count("print-config")) return print_config(rt, config);
     std::string run_dir = p["run-dir"].as<std::string>();
     if (run_dir.empty()) run_dir = default_run_dir(rt);
     tasks::require_same_run(rt, config, run_dir, p["resume"].as<std::string>());
-    const auto r = tasks::run_training(rt, config, run_dir, p["resume"].as<std::string>());
+    const auto r = tasks::run_training(rt, config, run_dir, p["resume"].as<std::string>(),
+                                       parse_straggler(p["inject-straggler"].as<std::string>(), rt));
     if (r.signalled) return kExitStopped;
     if (rt.rank() == 0 && !r.losses.empty()) {
       std::printf(

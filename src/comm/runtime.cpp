@@ -10,9 +10,14 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
+#include <fcntl.h>
 #include <sched.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -252,6 +257,32 @@ void remove_abort_hook(int id) {
   hooks().erase(id);
 }
 
+namespace {
+
+// One line for a launcher that watches the job (jobs/mpirun-restart.sh sets MERIDIAN_ABORT_FILE): it
+// then knows the job is over even when mpirun cannot end it (a node it cannot reach).
+void record_abort(const std::string& message, int exit_code) {
+  const char* path = std::getenv("MERIDIAN_ABORT_FILE");
+  if (!path || !*path) return;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  int rank = -1, initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const std::time_t now = std::time(nullptr);
+  char when[32] = {0};
+  std::strftime(when, sizeof(when), "%FT%TZ", std::gmtime(&now));
+  std::string first_line = message.substr(0, message.find('\n'));
+  const std::string line = fmt::format("{} rank {} host {} exit {}: {}\n", when, rank, host, exit_code, first_line);
+  const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);  // one write: lines from ranks don't mix
+  if (fd < 0) return;
+  [[maybe_unused]] const ssize_t n = ::write(fd, line.data(), line.size());
+  ::close(fd);
+}
+
+}  // namespace
+
 void abort_job(const std::string& message, int exit_code) {
   static std::once_flag once;
   std::call_once(once, [&] {
@@ -263,15 +294,28 @@ void abort_job(const std::string& message, int exit_code) {
     } else {
       std::cerr << message << std::endl;
     }
+    record_abort(message, exit_code);
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
     const bool mpi_up = initialized && !finalized;
-    // A hook can block (ncclCommAbort with a stuck network thread): abort regardless after 10 s.
-    std::thread([exit_code, mpi_up] {
-      std::this_thread::sleep_for(std::chrono::seconds(10));
+    // MPI_Abort is entered once, by whichever comes first: the hooks done, or 10 s (a hook can block:
+    // ncclCommAbort with a stuck network thread). It can block too (the launcher cannot reach a node
+    // that lost its network): this process ends 10 s after entering it regardless.
+    static std::atomic<bool> aborting{false};
+    const auto mpi_abort = [exit_code, mpi_up] {
+      if (aborting.exchange(true)) return;
+      std::thread([exit_code] {
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+        std::_Exit(exit_code);
+      }).detach();
       if (mpi_up) MPI_Abort(MPI_COMM_WORLD, exit_code);
       std::_Exit(exit_code);
+    };
+    std::thread([mpi_abort] {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      mpi_abort();
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // the other caller ends the process
     }).detach();
     {
       // Held while hooks run, so remove_abort_hook (a communicator being destroyed) waits for them.
@@ -283,8 +327,8 @@ void abort_job(const std::string& message, int exit_code) {
         }
       }
     }
-    if (mpi_up) MPI_Abort(MPI_COMM_WORLD, exit_code);
-    std::_Exit(exit_code);
+    mpi_abort();
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   });
   // A second caller (another thread) waits here until the first one has ended the process.
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));

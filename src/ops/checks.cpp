@@ -1,11 +1,13 @@
 #include "meridian/ops/checks.h"
 
+#include <arpa/inet.h>
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <set>
+#include <sstream>
 
 #include "meridian/core/stats.h"
 
@@ -359,23 +361,73 @@ Findings check_environment(const Facts& facts) {
   return findings;
 }
 
+// Does a selection variable's value pick `iface` ("eth0 198.18.0.1")? NCCL_SOCKET_IFNAME: a comma list of
+// name prefixes ("=name": exact; a leading "^": all but those); Open MPI's *_if_include: names or
+// subnets in CIDR form.
+bool selects(const std::string& variable, const std::string& value, const std::string& iface) {
+  const std::string name = iface.substr(0, iface.find(' ')), address = iface.substr(iface.find(' ') + 1);
+  const bool nccl = variable == "NCCL_SOCKET_IFNAME";
+  const bool exclude = nccl && !value.empty() && value[0] == '^';
+  std::stringstream items(exclude ? value.substr(1) : value);
+  bool any = false;
+  for (std::string item; std::getline(items, item, ',');) {
+    if (nccl) {
+      any |= item.rfind('=', 0) == 0 ? name == item.substr(1) : name.rfind(item, 0) == 0;
+    } else if (const auto slash = item.find('/'); slash != std::string::npos) {
+      in_addr net{}, ip{};
+      const int bits = std::atoi(item.c_str() + slash + 1);
+      if (inet_pton(AF_INET, item.substr(0, slash).c_str(), &net) != 1 || inet_pton(AF_INET, address.c_str(), &ip) != 1)
+        continue;
+      const uint32_t mask = bits <= 0 ? 0 : bits >= 32 ? ~0u : ~0u << (32 - bits);
+      any |= (ntohl(net.s_addr) & mask) == (ntohl(ip.s_addr) & mask);
+    } else {
+      any |= name == item;
+    }
+  }
+  return exclude ? !any : any;
+}
+
 Findings check_interfaces(const Facts& facts, int node_count) {
   // Interfaces and name resolution matter once traffic leaves the node.
   if (node_count <= 1) return {};
-  const auto& env = facts[0].env;
-  const bool chosen = env.count("NCCL_SOCKET_IFNAME") || env.count("OMPI_MCA_btl_tcp_if_include") ||
-                      env.count("OMPI_MCA_btl_tcp_if_exclude");
+  const std::vector<std::string> selectors{"NCCL_SOCKET_IFNAME", "OMPI_MCA_btl_tcp_if_include",
+                                           "OMPI_MCA_oob_tcp_if_include"};
   return per_node(facts, "interfaces", [&](const Node& node, const RankFacts& first) -> Finding {
     const NetworkFacts& n = first.network;
     const std::string addrs = joined(n.resolves_to), ifs = joined(n.interfaces);
     const std::string text = fmt::format("{}: resolves to {}; interfaces {}", node.host,
                                          addrs.empty() ? "nothing" : addrs, ifs.empty() ? "none" : ifs);
+    if (!n.unresolved_peers.empty())
+      return {Status::Fail, "", fmt::format("{}: cannot resolve {}", node.host, joined(n.unresolved_peers)),
+              fmt::format("list every node's name with its cluster address in /etc/hosts on {} (or fix its DNS): "
+                          "hostfiles, Open MPI's launcher and Slurm reach nodes by name",
+                          node.host)};
+    std::vector<std::string> unmatched;
+    for (const auto& variable : selectors) {
+      const auto it = first.env.find(variable);
+      if (it == first.env.end()) continue;
+      if (std::none_of(n.interfaces.begin(), n.interfaces.end(),
+                       [&](const std::string& i) { return selects(variable, it->second, i); }))
+        unmatched.push_back(variable + "=" + it->second);
+    }
+    if (!unmatched.empty())
+      return {Status::Fail, "",
+              fmt::format("{}: {} select{} none of its interfaces ({})", node.host, joined(unmatched),
+                          unmatched.size() == 1 ? "s" : "", ifs.empty() ? "none is up" : ifs),
+              fmt::format("the job selects interfaces that {} does not have: its ranks cannot reach the others. "
+                          "Name an interface every node has, or, when the names differ between nodes, give NCCL "
+                          "their common prefix (NCCL_SOCKET_IFNAME=ens) and Open MPI the subnet "
+                          "(OMPI_MCA_btl_tcp_if_include=10.1.0.0/24; jobs/env/vm-tcp.sh: MERIDIAN_MPI_IFACE)",
+                          node.host)};
     const bool loopback = std::any_of(n.resolves_to.begin(), n.resolves_to.end(),
                                       [](const std::string& a) { return a.rfind("127.", 0) == 0; });
     if (addrs.empty() || loopback)
       return {Status::Warn, "", text,
               "map every node's name to its cluster address in /etc/hosts on every node (Debian maps its own "
               "name to 127.0.1.1), or set up DNS"};
+    const bool chosen = std::any_of(selectors.begin(), selectors.end(),
+                                    [&](const std::string& v) { return first.env.count(v) > 0; }) ||
+                        first.env.count("OMPI_MCA_btl_tcp_if_exclude");
     if (n.interfaces.size() > 1 && !chosen)
       return {Status::Warn, "", text + "; no interface chosen (NCCL_SOCKET_IFNAME, OMPI_MCA_btl_tcp_if_include unset)",
               "with several interfaces (docker0, virbr0) NCCL and Open MPI may pick one the other nodes cannot "

@@ -9,6 +9,7 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -124,7 +125,9 @@ bool relevant_env(const std::string& name) {
   if (name.rfind("OMPI_MCA_", 0) != 0) return false;  // OMPI_COMM_WORLD_RANK etc.: the launcher's
   for (const char* launcher :
        {"OMPI_MCA_orte_", "OMPI_MCA_prte_", "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir",
-        "OMPI_MCA_shmem_RUNTIME_QUERY_hint", "OMPI_MCA_mpi_oversubscribe"})
+        "OMPI_MCA_shmem_RUNTIME_QUERY_hint", "OMPI_MCA_mpi_oversubscribe",
+        // set by mpirun on the other nodes' daemons, not by the user
+        "OMPI_MCA_plm", "OMPI_MCA_routed"})
     if (name.rfind(launcher, 0) == 0) return false;
   return true;
 }
@@ -139,21 +142,34 @@ std::map<std::string, std::string> env_facts() {
   return env;
 }
 
-// Addresses this host's name resolves to, and its up, non-loopback IPv4 interfaces.
-NetworkFacts network_facts(const std::string& host) {
-  NetworkFacts n;
+// The IPv4 addresses `host` resolves to here; empty with `error` set when it does not resolve.
+std::vector<std::string> resolve(const std::string& host, std::string* error) {
+  std::vector<std::string> addresses;
   addrinfo hints{};
   hints.ai_family = AF_INET;
   addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) == 0) {
-    std::set<std::string> seen;
-    for (addrinfo* p = res; p; p = p->ai_next) {
-      char text[INET_ADDRSTRLEN] = {0};
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr, text, sizeof(text));
-      if (seen.insert(text).second) n.resolves_to.push_back(text);
-    }
-    freeaddrinfo(res);
+  const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0) {
+    *error = gai_strerror(rc);
+    return addresses;
   }
+  for (addrinfo* p = res; p; p = p->ai_next) {
+    char text[INET_ADDRSTRLEN] = {0};
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(p->ai_addr)->sin_addr, text, sizeof(text));
+    if (std::find(addresses.begin(), addresses.end(), text) == addresses.end()) addresses.push_back(text);
+  }
+  freeaddrinfo(res);
+  return addresses;
+}
+
+// Addresses this host's name resolves to, the other nodes' names it cannot resolve, and its up,
+// non-loopback IPv4 interfaces.
+NetworkFacts network_facts(const std::string& host, const std::vector<std::string>& all_hosts) {
+  NetworkFacts n;
+  std::string error;
+  n.resolves_to = resolve(host, &error);
+  for (const auto& peer : std::set<std::string>(all_hosts.begin(), all_hosts.end()))
+    if (peer != host && resolve(peer, &error).empty()) n.unresolved_peers.push_back(peer + " (" + error + ")");
   ifaddrs* ifs = nullptr;
   if (getifaddrs(&ifs) == 0) {
     for (ifaddrs* i = ifs; i; i = i->ifa_next) {
@@ -169,7 +185,7 @@ NetworkFacts network_facts(const std::string& host) {
   return n;
 }
 
-RankFacts local_facts(const comm::Runtime& rt, const std::string& run_dir) {
+RankFacts local_facts(const comm::Runtime& rt, const std::string& run_dir, const std::vector<std::string>& hosts) {
   RankFacts f;
   f.rank = rt.rank();
   f.host = rt.host();
@@ -185,7 +201,7 @@ RankFacts local_facts(const comm::Runtime& rt, const std::string& run_dir) {
   f.versions = version_facts();
   f.gpu = {nvidia_driver_release(), comm::local_gpus()};
   f.env = env_facts();
-  f.network = network_facts(rt.host());
+  f.network = network_facts(rt.host(), hosts);
   return f;
 }
 
@@ -206,7 +222,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(MemoryFacts, total, available)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RunDirFacts, path, free, error, sees_rank0_file)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ShmFacts, total, free, error)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(VersionFacts, build, binary, torch, mpi, nccl, cuda_build)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(NetworkFacts, resolves_to, interfaces)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(NetworkFacts, resolves_to, interfaces, unresolved_peers)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DataFacts, path, kind, split, created_by, format_version, count, bytes, head, error)
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GpuFacts, driver_release, inventory)
@@ -250,7 +266,7 @@ std::vector<RankFacts> gather_facts(const comm::Runtime& rt, const std::string& 
   uint64_t seen = 0;
   std::ifstream(token_file) >> seen;
 
-  RankFacts mine = local_facts(rt, run_dir);
+  RankFacts mine = local_facts(rt, run_dir, rt.allgather(rt.host()));
   mine.run_dir.sees_rank0_file = seen == token;
   mine.data = data;
   std::vector<RankFacts> facts;

@@ -15,6 +15,8 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/stats.h"
+#include "meridian/ops/checks.h"
+#include "meridian/ops/network_check.h"
 
 namespace meridian::ops {
 
@@ -103,6 +105,21 @@ void HealthMonitor::record(const StepSeconds& t) {
 
 std::vector<std::string> HealthMonitor::report(int64_t step) {
   const double n = double(std::max<int64_t>(steps_, 1));
+  // Across nodes, the links between them (one rank per node): a slow link slows every rank's
+  // communication alike, so step times cannot name it; these probes can.
+  std::vector<LinkFacts> links;
+  if (rt_.node_count() > 1) {
+    if (ranks_.empty()) {
+      nlohmann::json me{{"rank", rt_.rank()}, {"host", rt_.host()}, {"local_rank", rt_.local_rank()}};
+      for (const auto& text : rt_.allgather(me.dump())) {
+        const auto j = nlohmann::json::parse(text);
+        RankFacts f;
+        f.rank = j["rank"], f.host = j["host"], f.local_rank = j["local_rank"];
+        ranks_.push_back(f);
+      }
+    }
+    links = measure_links(rt_, ranks_, kLinkProbeBytes, kLinkProbeIters, 0);
+  }
   // Latency of a one-value allreduce (the best of 5: the network, not a busy moment).
   double probe = 1e30;
   auto one = at::zeros({1}, at::kFloat);
@@ -159,10 +176,23 @@ std::vector<std::string> HealthMonitor::report(int64_t step) {
           fmt::format("memory: {} resident memory grew in each of the last 5 reports, {:.0f} -> {:.0f} MB", who,
                       history.front(), history.back()));
   }
+  nlohmann::json link_lines = nlohmann::json::array();
+  for (const auto& l : links)
+    link_lines.push_back({{"a", l.bandwidth.a},
+                          {"b", l.bandwidth.b},
+                          {"latency_us", l.latency.one_way_us},
+                          {"bandwidth_gbs", l.bandwidth.bandwidth_gbs}});
+  for (const auto& f : check_links(ranks_, links, true))
+    if (f.check == "slow rank")
+      warnings.push_back("network: " + f.text +
+                         ": a slow link to that node (its NIC, cable, switch port or VM host), not its compute; "
+                         "every rank's communication waits for it");
   for (const auto& w : warnings) spdlog::warn("health at step {}: {}", step, w);
   if (file_.is_open()) {
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    file_ << nlohmann::json{{"step", step}, {"time", now}, {"ranks", ranks}, {"warnings", warnings}}.dump() << "\n";
+    file_ << nlohmann::json{{"step", step}, {"time", now}, {"ranks", ranks}, {"links", link_lines}, {"warnings", warnings}}
+                 .dump()
+          << "\n";
     file_.flush();
   }
   return warnings;

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <limits>
 #include <optional>
+#include <thread>
 
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
@@ -352,6 +353,8 @@ struct Trainer::Impl {
   }
 
   // One optimizer step; returns the mean loss over ranks (NaN when the step was skipped).
+  bool injected(double seconds) const { return seconds > 0 && o.straggler.rank == rt.rank(); }
+
   double train_step(StepTimes& t, double& grad_norm) {
     const auto start = Clock::now();
     // Floating-point buffers (BatchNorm statistics) as they were: a skipped step puts them back.
@@ -362,6 +365,7 @@ struct Trainer::Impl {
       if (ddp) ddp->set_sync(micro + 1 == s.accumulate);
       auto t0 = Clock::now();
       task.next_batch();
+      if (injected(o.straggler.data_s)) std::this_thread::sleep_for(std::chrono::duration<double>(o.straggler.data_s));
       t.data += since(t0);
       t0 = Clock::now();
       at::Tensor loss;
@@ -369,6 +373,8 @@ struct Trainer::Impl {
         Autocast autocast(rt.device().type(), s.precision == Precision::BFloat16);
         loss = task.forward();
       }
+      if (injected(o.straggler.compute_s))
+        std::this_thread::sleep_for(std::chrono::duration<double>(o.straggler.compute_s));
       if (s.accumulate > 1) loss = loss / double(s.accumulate);
       t.forward += since(t0);
       t0 = Clock::now();

@@ -84,8 +84,10 @@ void require_same_on_every_rank(const Runtime& rt, const std::string& what,
 std::string mpi_library_version();
 
 // Ends the whole job from any rank and any thread: logs `message` as critical on this rank (stderr
-// and the rank log), runs the registered abort hooks (e.g. ncclCommAbort), then MPI_Abort with
-// `exit_code`. Safe to call before MPI is initialised (then plain exit).
+// and the rank log), appends a line to $MERIDIAN_ABORT_FILE when set ("<time> rank R host H exit C:
+// <first line>", for a launcher that watches the job), runs the registered abort hooks (e.g.
+// ncclCommAbort), then MPI_Abort with `exit_code`. The process ends within 20 s even when a hook or
+// MPI_Abort blocks (a launcher that cannot reach a node). Safe to call before MPI is initialised.
 [[noreturn]] void abort_job(const std::string& message, int exit_code);
 
 // Registers a hook that abort_job runs before MPI_Abort (returns an id for remove_abort_hook).

@@ -54,9 +54,10 @@ Findings check_shared_dir(const std::vector<RankFacts>& facts, int node_count);
 // Rank 0's relevant variables (OK), then a WARN per variable whose value differs between ranks
 // (CUDA_VISIBLE_DEVICES excepted: launchers set it per rank).
 Findings check_environment(const std::vector<RankFacts>& facts);
-// With node_count > 1: each node's host name must resolve to a non-loopback address, and with several
-// interfaces one must be chosen (NCCL_SOCKET_IFNAME, OMPI_MCA_btl_tcp_if_*); WARN otherwise. Nothing on
-// one node.
+// With node_count > 1, per node: FAIL when it cannot resolve another node's name, or when an interface
+// selection it runs with (NCCL_SOCKET_IFNAME, OMPI_MCA_btl_tcp_if_include, OMPI_MCA_oob_tcp_if_include)
+// picks none of its interfaces; WARN when its own name resolves to nothing or to loopback, or when it has
+// several interfaces and none is chosen. Nothing on one node.
 Findings check_interfaces(const std::vector<RankFacts>& facts, int node_count);
 // The dataset: FAIL per group of ranks that cannot read it, else FAIL per group that sees another file
 // than rank 0 (what differs named), else one OK. Every rank's `data` must be set.

@@ -54,6 +54,8 @@ struct VersionFacts {
 struct NetworkFacts {
   std::vector<std::string> resolves_to;  // IPv4 addresses the host name resolves to
   std::vector<std::string> interfaces;   // up, non-loopback IPv4 interfaces: "eth0 198.18.0.1"
+  // The other nodes' host names this one cannot resolve: "node-b (Name or service not known)".
+  std::vector<std::string> unresolved_peers;
 };
 
 // A dataset's fingerprint: its format summary and a hash of its first kDataHeadBytes.

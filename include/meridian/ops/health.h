@@ -8,8 +8,12 @@
 //     in data-parallel lockstep every rank's step takes as long as the slowest, the others wait
 //     in communication) is over 1.3x the median rank's and at least 5 ms above it;
 //   * a rank's resident memory grew in each of the last 5 reports, by more than 10 % in all;
-//   * data wait exceeds 20 % of a rank's step (the loader cannot keep up).
-// report() is collective (a gather and the probe); call it at the same steps on every rank.
+//   * data wait exceeds 20 % of a rank's step (the loader cannot keep up);
+//   * across nodes, a node's links are slow: each report also measures the links between nodes (one
+//     rank per node, ops::measure_links with 1 MiB messages) and names a node whose links are all
+//     much slower than the links between the others ("network: ..."), as doctor does. In data-parallel
+//     lockstep a slow link makes every rank wait alike, so the step times cannot name it.
+// report() is collective (a gather and the probes); call it at the same steps on every rank.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +22,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "meridian/ops/facts.h"
 
 namespace meridian::comm {
 class Runtime;
@@ -55,6 +61,9 @@ class HealthMonitor {
   double step_ = 0, data_ = 0, comm_ = 0;
   int64_t steps_ = 0;
   std::map<int, std::vector<double>> rss_history_;  // rank 0: resident MB per report, per rank
+  std::vector<RankFacts> ranks_;                     // rank, host, local rank of every rank (for the link probe)
+  static constexpr uint64_t kLinkProbeBytes = 1 << 20;
+  static constexpr int kLinkProbeIters = 2;
 };
 
 }  // namespace meridian::ops

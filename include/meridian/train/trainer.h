@@ -152,9 +152,17 @@ struct TrainSummary {
   std::vector<std::string> health_warnings;  // rank 0: what the health monitor warned about
 };
 
+// A test hook (`meridian train --inject-straggler`): one rank made slow on purpose.
+struct InjectedStraggler {
+  int rank = -1;        // -1: none
+  double data_s = 0;    // added to every batch's wait on that rank (an input straggler)
+  double compute_s = 0;  // added to every forward on that rank (a compute straggler)
+};
+
 struct TrainerOptions {
   Config config;        // the resolved config (saved as <run_dir>/config.yaml)
   std::string run_dir;  // empty: no files written
+  InjectedStraggler straggler;
 };
 
 class Trainer {

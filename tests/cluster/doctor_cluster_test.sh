@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Usage: doctor_cluster_test.sh MERIDIAN — `meridian info` and `meridian doctor` across 3 virtual nodes
+# (tests/cluster/vcluster.sh: network namespaces, TCP only), one rank each:
+#  1. a healthy cluster: info lists 3 nodes; doctor reports every node and every pair, no WARN or FAIL
+#     (Open MPI's own variables on the remote nodes are not "differences"), exit 0;
+#  2. node 3's link throttled to a tenth of the others' (100 vs 1000 Mbit/s): a WARN naming node 3;
+#  3. node 3's interface named ens5 while the job selects eth0 for NCCL (Open MPI by subnet): a FAIL
+#     naming node 3 and the variable, exit 1;
+#  4. node 3 cannot resolve node 2's name: a FAIL naming both, exit 1.
+# Exit 77 (skipped) when not root or network namespaces cannot be made.
+set -u
+meridian=$(realpath "$1")  # SOURCE_DIR (the second argument) unused
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/cluster/vcluster.sh
+source "$here/vcluster.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fail() { echo "FAIL: $*"; [[ -f $VC_DIR/o ]] && cat "$VC_DIR/o"; exit 1; }
+vc_up 204 3 1gbit
+n1=$(vc_node 1) n2=$(vc_node 2) n3=$(vc_node 3)
+mkdir -p "$VC_DIR/run"
+
+# doctor EXPECTED_EXIT WHAT [mpirun options]: doctor on the 3 nodes, its report in $VC_DIR/o.
+doctor() {
+  local want=$1 what=$2
+  shift 2
+  vc_mpirun -np 3 "$@" "$meridian" doctor --run-dir "$VC_DIR/run" --p2p-bytes 1M --allreduce-bytes 4M \
+    --comm-timeout 60 >"$VC_DIR/o" 2>&1
+  local rc=$?
+  grep -E '^(OK|WARN|FAIL) ' "$VC_DIR/o" | sed "s/^/  [$what] /"
+  ((rc == want)) || fail "$what: doctor exited $rc, expected $want"
+}
+
+vc_mpirun -np 3 "$meridian" info >"$VC_DIR/o" 2>&1 || fail "info exited $?"
+for n in "$n1" "$n2" "$n3"; do grep -q "$n" "$VC_DIR/o" || fail "info does not list $n"; done
+grep -qE '3 nodes?' "$VC_DIR/o" || fail "info does not count 3 nodes"
+
+# 1. Healthy.
+doctor 0 healthy -x NCCL_SOCKET_IFNAME=eth0
+grep -E '^(WARN|FAIL) ' "$VC_DIR/o" && fail "healthy cluster: a WARN or FAIL"
+for n in "$n1" "$n2" "$n3"; do grep -qE "^OK +interfaces +$n: resolves to $(vc_addr "${n##*n}")" "$VC_DIR/o" || fail "healthy: no interfaces line for $n"; done
+for pair in "$n1 r0 <-> $n2 r1" "$n1 r0 <-> $n3 r2" "$n2 r1 <-> $n3 r2"; do
+  grep -qF "$pair" "$VC_DIR/o" || fail "healthy: no p2p line for $pair"
+done
+
+# 2. Node 3's link at a tenth of the others'.
+vc_rate 3 100mbit
+doctor 0 "slow link"
+grep -qE "^WARN +slow rank +rank 2 \($n3\)" "$VC_DIR/o" || fail "slow link: no WARN naming rank 2 ($n3)"
+grep -E "^WARN +slow rank" "$VC_DIR/o" | grep -qvE "\($n3\)" && fail "slow link: a WARN names another node"
+vc_rate 3 1gbit
+
+# 3. Node 3's NIC has another name; Open MPI goes by subnet, NCCL by name.
+vc_rename_iface 3 ens5
+VC_MPI_IFACE=198.18.$VC_ID.0/24 doctor 1 "interface name" -x NCCL_SOCKET_IFNAME=eth0
+grep -qE "^FAIL +interfaces +$n3: NCCL_SOCKET_IFNAME=eth0 selects none of its interfaces \(ens5 $(vc_addr 3)\)" "$VC_DIR/o" ||
+  fail "interface name: no FAIL naming $n3"
+[[ $(grep -cE '^FAIL ' "$VC_DIR/o") == 1 ]] || fail "interface name: other FAILs than node 3's"
+vc_rename_iface 3 eth0
+
+# 4. Node 3 cannot resolve node 2.
+sed -i "/ $n2\$/d" "/etc/netns/$n3/hosts"
+doctor 1 "name resolution"
+grep -qE "^FAIL +interfaces +$n3: cannot resolve $n2 \(" "$VC_DIR/o" || fail "name resolution: no FAIL naming $n3 and $n2"
+[[ $(grep -cE '^FAIL ' "$VC_DIR/o") == 1 ]] || fail "name resolution: other FAILs than node 3's"
+echo "PASS"

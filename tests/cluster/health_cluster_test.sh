@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Usage: health_cluster_test.sh MERIDIAN SOURCE_DIR MODE — the health monitor across 3 virtual nodes
+# (tests/cluster/vcluster.sh, links at 1 Gbit/s), one rank each, health reports every 4 steps. Each
+# kind of slowness is named for what it is, and nothing else is reported:
+#   link      node 3's link throttled to 20 Mbit/s in the middle of the run: "network: rank 2 (node 3)"
+#             and no straggler or data-wait warning (every rank waits in communication alike);
+#   compute   rank 1 computes 80 ms longer per step (--inject-straggler): "straggler: rank 1", no
+#             network or data-wait warning;
+#   data      rank 2 waits 80 ms longer for each batch: "data wait: rank 2", no straggler or network
+#             warning.
+# Exit 77 (skipped) when not root or network namespaces cannot be made.
+set -u
+meridian=$(realpath "$1") src=$(realpath "$2") mode=$3
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/cluster/vcluster.sh
+source "$here/vcluster.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+case $mode in
+  link) id=209 inject=() ;;
+  compute) id=210 inject=(--inject-straggler 1:compute:80) ;;
+  data) id=211 inject=(--inject-straggler 2:data:80) ;;
+  *) echo "unknown mode '$mode'"; exit 1 ;;
+esac
+fail() { echo "FAIL ($mode): $*"; [[ -f $VC_DIR/run.out ]] && tail -40 "$VC_DIR/run.out"; exit 1; }
+vc_up "$id" 3 1gbit
+vc_mpirun_cmd
+tmp=$VC_DIR
+mpirun=mpirun
+# shellcheck source=tests/ckpt/fixture.sh
+source "$src/tests/ckpt/fixture.sh"
+make_fixture "train: {batch: 8, steps: 24, log_every: 4, health_every: 4}"
+if [[ $mode == link ]]; then
+  (
+    for _ in $(seq 1 3600); do
+      grep -q "step  *6/24" "$tmp/run.out" 2>/dev/null && { vc_rate 3 20mbit; echo "throttled at step 6"; exit 0; }
+      sleep 0.05
+    done
+  ) &
+fi
+vc_exec 1 "${VC_MPIRUN[@]}" -np 3 "$meridian" train --config "$tmp/small.yaml" --data "$tmp/data.h5" \
+  --run-dir "$tmp/run" "${inject[@]}" >"$tmp/run.out" 2>&1 || fail "training exited $?"
+wait
+grep "health at step" "$tmp/run.out"
+warnings=$(grep -oE "health at step [0-9]+: [a-z ]+: .*" "$tmp/run.out")
+n3=$(vc_node 3) n2=$(vc_node 2)
+case $mode in
+  link)
+    grep -qE "health at step (12|16|20|24): network: rank 2 \($n3\)" <<<"$warnings" || fail "no network warning naming rank 2 ($n3) after the throttle"
+    grep -E "health at step [0-9]+: network:" <<<"$warnings" | grep -vqE "rank 2 \($n3\)" && fail "a network warning names another node"
+    grep -qE ": (straggler|data wait):" <<<"$warnings" && fail "a slow link reported as a straggler or data wait"
+    ;;
+  compute)
+    grep -qE ": straggler: rank 1 on $n2 " <<<"$warnings" || fail "no straggler warning naming rank 1 on $n2"
+    grep -E ": straggler:" <<<"$warnings" | grep -vqE "rank 1 on $n2 " && fail "a straggler warning names another rank"
+    grep -qE ": (network|data wait):" <<<"$warnings" && fail "a compute straggler reported as network or data wait"
+    ;;
+  data)
+    grep -qE ": data wait: rank 2 on $n3 " <<<"$warnings" || fail "no data-wait warning naming rank 2 on $n3"
+    grep -E ": data wait:" <<<"$warnings" | grep -vqE "rank 2 on $n3 " && fail "a data-wait warning names another rank"
+    grep -qE ": (network|straggler):" <<<"$warnings" && fail "an input straggler reported as network or compute"
+    ;;
+esac
+# health.jsonl has the links between the nodes in every report.
+[[ $(grep -c '"links":\[{' "$tmp/run/health.jsonl") == 6 ]] || fail "health.jsonl lacks the links (6 reports expected)"
+echo PASS
