@@ -17,11 +17,11 @@
 # and -np shrinks by their slots: the run continues on the others through the elastic resume.
 #
 # Usage: jobs/mpirun-restart.sh [--max-restarts N (3)] [--pause SECONDS (10)] [--log FILE]
-#            [--abort-grace SECONDS (30)] -- \
+#            [--abort-grace SECONDS (10)] -- \
 #            mpirun -np 8 --hostfile hosts build/meridian train --config ... --run-dir runs/x
 # The command must name a --run-dir (where checkpoints are) so that a restart finds them.
 set -uo pipefail
-max_restarts=3 pause=10 log= grace=30
+max_restarts=3 pause=10 log= grace=10
 while [[ $# -gt 0 ]]; do
   case $1 in
     --max-restarts) max_restarts=$2; shift 2 ;;

@@ -116,10 +116,11 @@ struct Writer::Impl {
       : rt(runtime),
         path(std::move(file_path)),
         watchdog(runtime.comm_timeout_s(), [this](const std::string& what, double elapsed) {
-          comm::abort_job(where() + " watchdog: " + what + " did not complete within " +
-                              std::to_string(rt.comm_timeout_s()) + " s (elapsed " + std::to_string(elapsed) +
-                              " s): a rank is stuck in file I/O (NFS?), hung or dead. Aborting the job.",
-                          kExitFatal);
+          comm::abort_job(
+              where() + " watchdog: " + what + " did not complete within " + std::to_string(rt.comm_timeout_s()) +
+                  " s (elapsed " + std::to_string(elapsed) +
+                  " s): a rank is stuck in file I/O (NFS?), cut off from the network, hung or dead. Aborting the job.",
+              kExitFatal);
         }) {}
   const comm::Runtime& rt;
   std::string path;

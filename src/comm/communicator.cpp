@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <sstream>
 #include <stdexcept>
 
@@ -34,6 +35,16 @@ ReduceOp parse_reduce_op(const std::string& name) {
   if (name == "max") return ReduceOp::Max;
   if (name == "min") return ReduceOp::Min;
   throw UserError("unknown reduction '" + name + "' (expected sum, avg, max or min)");
+}
+
+namespace {
+std::atomic<int64_t> blocked_ns{0};
+}  // namespace
+
+double blocked_seconds() { return double(blocked_ns.load(std::memory_order_relaxed)) * 1e-9; }
+
+void detail::add_blocked(std::chrono::steady_clock::duration d) {
+  blocked_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(), std::memory_order_relaxed);
 }
 
 void Communicator::allreduce(at::Tensor& tensor, ReduceOp op) { allreduce_async(tensor, op)->wait(); }

@@ -258,7 +258,9 @@ class MpiCommunicator final : public Communicator {
     std::unique_lock<std::mutex> lock(mu_);
     if (queue_.empty()) {
       lock.unlock();
+      const auto t0 = std::chrono::steady_clock::now();
       execute(task);
+      add_blocked(std::chrono::steady_clock::now() - t0);
       return;
     }
     // Operations are queued: this one goes behind them, and we wait holding no lock.

@@ -25,10 +25,12 @@
 
 #include "meridian/build_config.h"
 #include "meridian/comm/mpi_interop.h"
+#include "meridian/comm/watchdog.h"
 #include "meridian/core/error.h"
 #include "meridian/core/hash.h"
 #include "meridian/core/log.h"
 #include "mpi_check.h"
+#include "work.h"
 
 namespace meridian::comm {
 
@@ -66,6 +68,8 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
   MERIDIAN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   set_process_identity(rank_, size_);
   host_ = process_identity().host;
+  watchdog_ =
+      std::make_unique<Watchdog>(options_.comm_timeout_s, detail::watchdog_abort("MPI world", options_.comm_timeout_s));
   if (provided < MPI_THREAD_MULTIPLE) {
     throw SystemError(where() + " MPI granted thread level " + std::to_string(provided) +
                       " but meridian needs MPI_THREAD_MULTIPLE (" + std::to_string(MPI_THREAD_MULTIPLE) +
@@ -74,7 +78,9 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
   }
 
   MPI_Comm node_comm;
-  MERIDIAN_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm));
+  watched("MPI_Comm_split_type (node topology)", [&] {
+    MERIDIAN_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm));
+  });
   MERIDIAN_MPI_CHECK(MPI_Comm_rank(node_comm, &local_rank_));
   MERIDIAN_MPI_CHECK(MPI_Comm_size(node_comm, &local_size_));
   // CPUs this rank may run on (mpirun binding, Slurm cgroups) and how many local ranks share the
@@ -84,12 +90,15 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
   const int allowed = sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : 0;
   bound_cpus_ = allowed;
   std::vector<cpu_set_t> masks(local_size_);
-  MERIDIAN_MPI_CHECK(MPI_Allgather(&mask, sizeof(mask), MPI_BYTE, masks.data(), sizeof(mask), MPI_BYTE, node_comm));
+  watched("allgather of CPU masks (node topology)", [&] {
+    MERIDIAN_MPI_CHECK(MPI_Allgather(&mask, sizeof(mask), MPI_BYTE, masks.data(), sizeof(mask), MPI_BYTE, node_comm));
+  });
   int sharing = 0;
   for (auto& m : masks) sharing += CPU_EQUAL(&m, &mask) ? 1 : 0;
   MPI_Comm_free(&node_comm);
   int leader = local_rank_ == 0 ? 1 : 0;
-  MERIDIAN_MPI_CHECK(MPI_Allreduce(&leader, &node_count_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  watched("allreduce of node leaders (node topology)",
+          [&] { MERIDIAN_MPI_CHECK(MPI_Allreduce(&leader, &node_count_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD)); });
 
   // Device. The check is local (GPUs per node differ between nodes) but the verdict is collective,
   // so every rank throws and finalises together instead of leaving others in a later collective.
@@ -127,24 +136,33 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
 }
 
 Runtime::~Runtime() {
+  watchdog_.reset();
   if (!owns_mpi_) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
 }
 
+void Runtime::watched(const std::string& what, const std::function<void()>& body) const {
+  const uint64_t id = watchdog_->begin(what);
+  body();
+  watchdog_->end(id);
+}
+
 std::vector<std::string> Runtime::gather_to_root(const std::string& mine) const {
   const int len = static_cast<int>(mine.size());
   std::vector<int> lens(rank_ == 0 ? size_ : 0), offsets;
-  MERIDIAN_MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
   std::string all;
-  if (rank_ == 0) {
-    int total = 0;
-    for (int l : lens) offsets.push_back(total), total += l;
-    all.resize(total);
-  }
-  MERIDIAN_MPI_CHECK(
-      MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD));
+  watched("gather of strings to rank 0", [&] {
+    MERIDIAN_MPI_CHECK(MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (rank_ == 0) {
+      int total = 0;
+      for (int l : lens) offsets.push_back(total), total += l;
+      all.resize(total);
+    }
+    MERIDIAN_MPI_CHECK(
+        MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD));
+  });
   std::vector<std::string> out;
   for (int r = 0; r < static_cast<int>(lens.size()); ++r) out.push_back(all.substr(offsets[r], lens[r]));
   return out;
@@ -153,12 +171,15 @@ std::vector<std::string> Runtime::gather_to_root(const std::string& mine) const 
 std::vector<std::string> Runtime::allgather(const std::string& mine) const {
   const int len = static_cast<int>(mine.size());
   std::vector<int> lens(size_), offsets;
-  MERIDIAN_MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD));
-  int total = 0;
-  for (int l : lens) offsets.push_back(total), total += l;
-  std::string all(total, '\0');
-  MERIDIAN_MPI_CHECK(
-      MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD));
+  std::string all;
+  watched("allgather of strings", [&] {
+    MERIDIAN_MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD));
+    int total = 0;
+    for (int l : lens) offsets.push_back(total), total += l;
+    all.assign(total, '\0');
+    MERIDIAN_MPI_CHECK(
+        MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD));
+  });
   std::vector<std::string> out;
   for (int r = 0; r < size_; ++r) out.push_back(all.substr(offsets[r], lens[r]));
   return out;
@@ -166,63 +187,74 @@ std::vector<std::string> Runtime::allgather(const std::string& mine) const {
 
 bool Runtime::all_true(bool ok) const {
   int mine = ok ? 1 : 0, all = 0;
-  MERIDIAN_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  watched("allreduce(min) of a pass/fail verdict",
+          [&] { MERIDIAN_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD)); });
   return all == 1;
 }
 
 void Runtime::broadcast_bytes(void* data, size_t bytes, int root) const {
   MERIDIAN_CHECK(bytes <= static_cast<size_t>(INT32_MAX), "broadcast_bytes: message too large");
-  MERIDIAN_MPI_CHECK(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD));
+  watched("broadcast of " + std::to_string(bytes) + " bytes from rank " + std::to_string(root),
+          [&] { MERIDIAN_MPI_CHECK(MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD)); });
 }
 
-void Runtime::barrier() const { MERIDIAN_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+void Runtime::barrier() const {
+  watched("barrier", [&] { MERIDIAN_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); });
+}
 
 void Runtime::stream_to_root(const std::string& mine,
                              const std::function<void(int rank, const std::string& data)>& consume) const {
   if (rank_ != 0) {
-    uint64_t len = mine.size();
-    MERIDIAN_MPI_CHECK(MPI_Send(&len, 1, MPI_UINT64_T, 0, 7001, MPI_COMM_WORLD));
-    for (uint64_t off = 0; off < len; off += INT32_MAX) {
-      const int n = static_cast<int>(std::min<uint64_t>(INT32_MAX, len - off));
-      MERIDIAN_MPI_CHECK(MPI_Send(mine.data() + off, n, MPI_CHAR, 0, 7002, MPI_COMM_WORLD));
-    }
+    watched("send of " + std::to_string(mine.size()) + " bytes to rank 0", [&] {
+      uint64_t len = mine.size();
+      MERIDIAN_MPI_CHECK(MPI_Send(&len, 1, MPI_UINT64_T, 0, 7001, MPI_COMM_WORLD));
+      for (uint64_t off = 0; off < len; off += INT32_MAX) {
+        const int n = static_cast<int>(std::min<uint64_t>(INT32_MAX, len - off));
+        MERIDIAN_MPI_CHECK(MPI_Send(mine.data() + off, n, MPI_CHAR, 0, 7002, MPI_COMM_WORLD));
+      }
+    });
     return;
   }
   consume(0, mine);
   std::string buffer;
   for (int r = 1; r < size_; ++r) {
-    uint64_t len = 0;
-    MERIDIAN_MPI_CHECK(MPI_Recv(&len, 1, MPI_UINT64_T, r, 7001, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-    buffer.resize(len);
-    for (uint64_t off = 0; off < len; off += INT32_MAX) {
-      const int n = static_cast<int>(std::min<uint64_t>(INT32_MAX, len - off));
-      MERIDIAN_MPI_CHECK(MPI_Recv(buffer.data() + off, n, MPI_CHAR, r, 7002, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-    }
+    watched("receive from rank " + std::to_string(r), [&] {
+      uint64_t len = 0;
+      MERIDIAN_MPI_CHECK(MPI_Recv(&len, 1, MPI_UINT64_T, r, 7001, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+      buffer.resize(len);
+      for (uint64_t off = 0; off < len; off += INT32_MAX) {
+        const int n = static_cast<int>(std::min<uint64_t>(INT32_MAX, len - off));
+        MERIDIAN_MPI_CHECK(MPI_Recv(buffer.data() + off, n, MPI_CHAR, r, 7002, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+      }
+    });
     consume(r, buffer);
   }
 }
 
 int64_t Runtime::sum(int64_t mine) const {
   int64_t all = 0;
-  MERIDIAN_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+  watched("allreduce(sum) of an integer",
+          [&] { MERIDIAN_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD)); });
   return all;
 }
 
 int64_t Runtime::exclusive_prefix_sum(int64_t mine) const {
   int64_t before = 0;
-  MERIDIAN_MPI_CHECK(MPI_Exscan(&mine, &before, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+  watched("exscan(sum) of an integer",
+          [&] { MERIDIAN_MPI_CHECK(MPI_Exscan(&mine, &before, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD)); });
   return rank_ == 0 ? 0 : before;
 }
 
 int64_t Runtime::max(int64_t mine) const {
   int64_t all = 0;
-  MERIDIAN_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD));
+  watched("allreduce(max) of an integer",
+          [&] { MERIDIAN_MPI_CHECK(MPI_Allreduce(&mine, &all, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD)); });
   return all;
 }
 
-MPI_Comm duplicate_world(const Runtime&) {
+MPI_Comm duplicate_world(const Runtime& runtime) {
   MPI_Comm comm;
-  MERIDIAN_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  runtime.watched("MPI_Comm_dup of the world", [&] { MERIDIAN_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm)); });
   return comm;
 }
 

@@ -13,19 +13,27 @@
 
 namespace meridian::comm::detail {
 
+// Adds to blocked_seconds() (communicator.h).
+void add_blocked(std::chrono::steady_clock::duration d);
+
 // A Work completed by a progress thread calling mark_done().
 class CompletionWork : public Work {
  public:
   void wait() override {
+    const auto t0 = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return done_; });
     lock.unlock();
+    add_blocked(std::chrono::steady_clock::now() - t0);
     after_completion();
   }
   bool wait_for(std::chrono::duration<double> timeout) override {
+    const auto t0 = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, timeout, [&] { return done_; })) return false;
+    const bool done = cv_.wait_for(lock, timeout, [&] { return done_; });
     lock.unlock();
+    add_blocked(std::chrono::steady_clock::now() - t0);
+    if (!done) return false;
     after_completion();
     return true;
   }

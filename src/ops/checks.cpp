@@ -31,6 +31,10 @@ using Facts = std::vector<RankFacts>;
 std::string all_ranks(size_t n) { return n == 1 ? "the only rank" : fmt::format("all {} ranks", n); }
 
 std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / kGiB); }
+// A link's bandwidth: GB/s, or MB/s below 0.1 GB/s (a throttled link would read "0.00 GB/s").
+std::string rate(double gbs) {
+  return gbs >= 0.1 ? fmt::format("{:.2f} GB/s", gbs) : fmt::format("{:.1f} MB/s", gbs * 1e3);
+}
 
 // "0-2,5"
 std::string ranges(std::vector<int> ranks) {
@@ -402,10 +406,11 @@ Findings check_interfaces(const Facts& facts, int node_count) {
               fmt::format("list every node's name with its cluster address in /etc/hosts on {} (or fix its DNS): "
                           "hostfiles, Open MPI's launcher and Slurm reach nodes by name",
                           node.host)};
+    // (No interface listed: the facts could not be read; the warning below says so.)
     std::vector<std::string> unmatched;
     for (const auto& variable : selectors) {
       const auto it = first.env.find(variable);
-      if (it == first.env.end()) continue;
+      if (it == first.env.end() || n.interfaces.empty()) continue;
       if (std::none_of(n.interfaces.begin(), n.interfaces.end(),
                        [&](const std::string& i) { return selects(variable, it->second, i); }))
         unmatched.push_back(variable + "=" + it->second);
@@ -413,7 +418,7 @@ Findings check_interfaces(const Facts& facts, int node_count) {
     if (!unmatched.empty())
       return {Status::Fail, "",
               fmt::format("{}: {} select{} none of its interfaces ({})", node.host, joined(unmatched),
-                          unmatched.size() == 1 ? "s" : "", ifs.empty() ? "none is up" : ifs),
+                          unmatched.size() == 1 ? "s" : "", ifs),
               fmt::format("the job selects interfaces that {} does not have: its ranks cannot reach the others. "
                           "Name an interface every node has, or, when the names differ between nodes, give NCCL "
                           "their common prefix (NCCL_SOCKET_IFNAME=ens) and Open MPI the subnet "
@@ -425,9 +430,9 @@ Findings check_interfaces(const Facts& facts, int node_count) {
       return {Status::Warn, "", text,
               "map every node's name to its cluster address in /etc/hosts on every node (Debian maps its own "
               "name to 127.0.1.1), or set up DNS"};
-    const bool chosen = std::any_of(selectors.begin(), selectors.end(),
-                                    [&](const std::string& v) { return first.env.count(v) > 0; }) ||
-                        first.env.count("OMPI_MCA_btl_tcp_if_exclude");
+    const bool chosen =
+        std::any_of(selectors.begin(), selectors.end(), [&](const std::string& v) { return first.env.count(v) > 0; }) ||
+        first.env.count("OMPI_MCA_btl_tcp_if_exclude");
     if (n.interfaces.size() > 1 && !chosen)
       return {Status::Warn, "", text + "; no interface chosen (NCCL_SOCKET_IFNAME, OMPI_MCA_btl_tcp_if_include unset)",
               "with several interfaces (docker0, virbr0) NCCL and Open MPI may pick one the other nodes cannot "
@@ -507,12 +512,12 @@ Findings check_links(const Facts& facts, const std::vector<LinkFacts>& links, bo
                       "(top, mpirun --report-bindings); every step waits for the slowest rank";
   Findings lines;
   for (const auto& l : links) {
-    const std::string text =
-        fmt::format("{} <-> {}: latency {:.1f} us, bandwidth {:.2f} GB/s ({} MiB messages)", name(l.bandwidth.a),
-                    name(l.bandwidth.b), l.latency.one_way_us, l.bandwidth.bandwidth_gbs, l.bandwidth.bytes >> 20);
+    const std::string text = fmt::format("{} <-> {}: latency {:.1f} us, bandwidth {} ({} MiB messages)",
+                                         name(l.bandwidth.a), name(l.bandwidth.b), l.latency.one_way_us,
+                                         rate(l.bandwidth.bandwidth_gbs), l.bandwidth.bytes >> 20);
     if (links.size() > 1 && slower(l.bandwidth.bandwidth_gbs, l.latency.one_way_us, med, med_lat))
       lines.push_back({Status::Warn, "p2p",
-                       text + fmt::format(": slow link (median of all pairs: {:.1f} us, {:.2f} GB/s)", med_lat, med),
+                       text + fmt::format(": slow link (median of all pairs: {:.1f} us, {})", med_lat, rate(med)),
                        slow_hint});
     else
       lines.push_back({Status::Ok, "p2p", text, ""});
@@ -541,9 +546,9 @@ Findings check_links(const Facts& facts, const std::vector<LinkFacts>& links, bo
     const double m = median(mine), o = median(others), ml = median(mine_lat), ol = median(others_lat);
     if (slower(m, ml, o, ol))
       findings.push_back({Status::Warn, "slow rank",
-                          fmt::format("{}: its {} link(s) reach {:.1f} us, {:.2f} GB/s (median); the links between the "
-                                      "others {:.1f} us, {:.2f} GB/s",
-                                      who(facts, {e}), mine.size(), ml, m, ol, o),
+                          fmt::format("{}: its {} link(s) reach {:.1f} us, {} (median); the links between the "
+                                      "others {:.1f} us, {}",
+                                      who(facts, {e}), mine.size(), ml, rate(m), ol, rate(o)),
                           slow_rank_hint});
   }
   return findings;

@@ -251,7 +251,7 @@ std::string duration_text(double seconds) {
 
 StepTimes& operator+=(StepTimes& a, const StepTimes& b) {
   a.data += b.data, a.forward += b.forward, a.backward += b.backward, a.comm += b.comm, a.optimizer += b.optimizer,
-      a.total += b.total;
+      a.total += b.total, a.waited += b.waited;
   return a;
 }
 
@@ -325,10 +325,10 @@ struct Trainer::Impl {
       for (const auto& p : plain) plain_count += p.numel();
       spdlog::info(
           "{}: {:.2f}M parameters ({} tensors with weight decay {}, {} without: {} values), {:.3f} GFLOP per "
-          "sample forward; {} ranks x batch {} x accumulate {} = {} samples per step; {} steps; {}",
+          "sample forward; {} ranks ({} node{}) x batch {} x accumulate {} = {} samples per step; {} steps; {}",
           task.name(), (decayed_count + plain_count) / 1e6, decayed.size(), s.weight_decay, plain.size(), plain_count,
-          task.flops_per_sample() / 1e9, rt.size(), task.batch_size(), s.accumulate, global_batch(), s.steps,
-          s.precision == Precision::BFloat16 ? "bf16 autocast" : "float32");
+          task.flops_per_sample() / 1e9, rt.size(), rt.node_count(), rt.node_count() == 1 ? "" : "s", task.batch_size(),
+          s.accumulate, global_batch(), s.steps, s.precision == Precision::BFloat16 ? "bf16 autocast" : "float32");
       if (sgd) {
         spdlog::info("optimizer: SGD, {} momentum {} (from {} over the {} warmup steps), coupled weight decay",
                      s.nesterov ? "Nesterov" : "plain", s.momentum, s.warmup_momentum, s.warmup);
@@ -357,6 +357,7 @@ struct Trainer::Impl {
 
   double train_step(StepTimes& t, double& grad_norm) {
     const auto start = Clock::now();
+    const double blocked_before = comm::blocked_seconds();
     // Floating-point buffers (BatchNorm statistics) as they were: a skipped step puts them back.
     std::vector<at::Tensor> buffers_before;
     for (const auto& b : float_buffers) buffers_before.push_back(b.detach().clone());
@@ -440,6 +441,7 @@ struct Trainer::Impl {
     zero_grads();
     t.optimizer += since(t0);
     t.total += since(start);
+    t.waited += comm::blocked_seconds() - blocked_before;
     ++step;
     samples_seen += global_batch();
     return bad ? std::nan("") : agreed[0].item<double>() / rt.size();
@@ -553,7 +555,9 @@ struct Trainer::Impl {
       if (step > first + 1) measured += t, ++measured_steps;  // the first step warms up (allocations, caches)
       interval += t, ++interval_steps;
       if (health) {
-        health->record({t.total, t.data, t.comm});
+        // Waiting for other ranks, wherever it was (NCCL's waits don't block the host: then the
+        // exposed communication after backward is the measure).
+        health->record({t.total, t.data, std::max(t.comm, t.waited)});
         if (step % s.health_every == 0)
           for (auto& w : health->report(step)) summary.health_warnings.push_back(std::move(w));
       }

@@ -87,7 +87,7 @@ grep -q "resumed from .*: step 9, epoch 1, global position 16" "$tmp/e.out" || {
 "$meridian" inspect "$tmp/e/checkpoints/step_00000015.h5" | grep -q "step 15, written by 4 ranks" || fail "4-rank checkpoint"
 train 2 --run-dir "$tmp/f" --resume "$tmp/e/checkpoints/step_00000015.h5" --set train.steps=18 >"$tmp/f.out" 2>&1 \
   || { cat "$tmp/f.out"; fail "4 -> 2 resume exited $?"; }
-grep -q "2 ranks x batch 8 x accumulate 1 = 16 samples per step" "$tmp/f.out" || { cat "$tmp/f.out"; fail "4 -> 2 batch"; }
+grep -q "2 ranks (1 node) x batch 8 x accumulate 1 = 16 samples per step" "$tmp/f.out" || { cat "$tmp/f.out"; fail "4 -> 2 batch"; }
 grep -q "train: 3 steps" "$tmp/f.out" || { cat "$tmp/f.out"; fail "4 -> 2 did not run steps 16..18"; }
 # The same command again on 4 ranks after the elastic resume (a restart): train.batch 8 from the
 # config would make the global batch 32; it must stay 16.

@@ -2,7 +2,7 @@
 # Usage: health_cluster_test.sh MERIDIAN SOURCE_DIR MODE — the health monitor across 3 virtual nodes
 # (tests/cluster/vcluster.sh, links at 1 Gbit/s), one rank each, health reports every 4 steps. Each
 # kind of slowness is named for what it is, and nothing else is reported:
-#   link      node 3's link throttled to 20 Mbit/s in the middle of the run: "network: rank 2 (node 3)"
+#   link      node 3's link throttled to 20 Mbit/s after step 9 of 24: "network: rank 2 (node 3)"
 #             and no straggler or data-wait warning (every rank waits in communication alike);
 #   compute   rank 1 computes 80 ms longer per step (--inject-straggler): "straggler: rank 1", no
 #             network or data-wait warning;
@@ -29,17 +29,20 @@ mpirun=mpirun
 # shellcheck source=tests/ckpt/fixture.sh
 source "$src/tests/ckpt/fixture.sh"
 make_fixture "train: {batch: 8, steps: 24, log_every: 4, health_every: 4}"
+throttle=
 if [[ $mode == link ]]; then
+  # After step 9 (steps are logged at 1, 5, 9, ...): the reports at 12 to 24 see it.
   (
     for _ in $(seq 1 3600); do
-      grep -q "step  *6/24" "$tmp/run.out" 2>/dev/null && { vc_rate 3 20mbit; echo "throttled at step 6"; exit 0; }
+      grep -q "step  *9/24" "$tmp/run.out" 2>/dev/null && { vc_rate 3 20mbit; echo "throttled after step 9"; exit 0; }
       sleep 0.05
     done
   ) &
+  throttle=$!
 fi
 vc_exec 1 "${VC_MPIRUN[@]}" -np 3 "$meridian" train --config "$tmp/small.yaml" --data "$tmp/data.h5" \
   --run-dir "$tmp/run" "${inject[@]}" >"$tmp/run.out" 2>&1 || fail "training exited $?"
-wait
+[[ -n $throttle ]] && { kill $throttle 2>/dev/null; wait $throttle; }
 grep "health at step" "$tmp/run.out"
 warnings=$(grep -oE "health at step [0-9]+: [a-z ]+: .*" "$tmp/run.out")
 n3=$(vc_node 3) n2=$(vc_node 2)

@@ -13,7 +13,9 @@
 #   vc_addr K            its address
 #   vc_exec K CMD...     runs CMD on node K (its namespace, host name and TMPDIR)
 #   vc_mpirun ARGS...    mpirun started on node 1 with the hostfile ($VC_HOSTFILE), TCP only over
-#                        eth0 (or $VC_MPI_IFACE: a name or a subnet), one slot per node, --bind-to none;
+#                        eth0 (or $VC_MPI_IFACE: a name or a subnet), one slot per node, --bind-to none,
+#                        mpi_yield_when_idle (every node's rank shares these 2 cores: a rank that
+#                        spins while waiting would starve the others, which real nodes don't);
 #                        vc_mpirun_cmd sets VC_MPIRUN to that command line (to run under a wrapper)
 #   vc_rate K RATE|none  limits (or frees) node K's link, both directions (tc tbf)
 #   vc_link K up|down    connects or cuts node K (a partition)
@@ -23,6 +25,7 @@
 #   vc_pids [K]          processes running on every node (or node K)
 #   vc_down              kills what runs on the nodes and removes namespaces, links, bridge and
 #                        files; idempotent, and run by an EXIT trap that vc_up installs
+#                        (VC_KEEP=1 keeps $VC_DIR: logs and run directories, to look at a failure)
 # $VC_DIR holds the hostfile, the agent, hosts files and each node's local/ scratch directory.
 vc_node() { echo "c${VC_ID}n$1"; }
 vc_addr() { echo "198.18.$VC_ID.$1"; }
@@ -44,7 +47,7 @@ vc_up() {
   VC_DIR=/tmp/meridian-vc$VC_ID
   vc_down  # what a killed earlier run of this test left
   trap vc_down EXIT
-  mkdir -p "$VC_DIR" || exit 1
+  rm -rf "$VC_DIR" && mkdir -p "$VC_DIR" || exit 1
   ip link add "$VC_BRIDGE" type bridge 2>/dev/null || vc_skip "cannot create a bridge (ip link add type bridge)"
   ip link set "$VC_BRIDGE" up
   local k node
@@ -94,7 +97,7 @@ vc_exec() {
 vc_mpirun_cmd() {
   VC_MPIRUN=(mpirun --hostfile "$VC_HOSTFILE" --mca plm_rsh_agent "$VC_DIR/agent"
     --mca btl self,tcp --mca btl_tcp_if_include "${VC_MPI_IFACE:-eth0}" --mca oob_tcp_if_include "${VC_MPI_IFACE:-eth0}"
-    --bind-to none)
+    --bind-to none --mca mpi_yield_when_idle 1)
 }
 
 vc_mpirun() {
@@ -156,6 +159,7 @@ vc_down() {
   done
   for ((k = 1; k <= 16; k++)); do ip link del "vc${VC_ID}n$k" 2>/dev/null; done
   ip link del "mbr$VC_ID" 2>/dev/null
-  rm -rf "/tmp/meridian-vc$VC_ID"
+  # VC_KEEP=1 keeps the logs and run directories for a look after a failure.
+  [[ ${VC_KEEP:-0} == 1 ]] || rm -rf "/tmp/meridian-vc$VC_ID"
   return 0
 }

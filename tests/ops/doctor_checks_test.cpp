@@ -202,6 +202,49 @@ TEST(DoctorChecks, MissingInterfaceOrName) {
   EXPECT_TRUE(check_interfaces(facts, 1).empty());  // one node: traffic stays on the node
 }
 
+TEST(DoctorChecks, SelectedInterfaceMissingOnANodeFails) {
+  // node-c's NIC is ens5 where the job names eth0 (a VM with another NIC type).
+  auto facts = healthy(3, 1);
+  for (auto& f : facts) f.env = {{"NCCL_SOCKET_IFNAME", "eth0"}, {"OMPI_MCA_btl_tcp_if_include", "198.18.0.0/24"}};
+  facts[2].network.interfaces = {"ens5 198.18.0.3"};
+  Findings fail = with_status(check_interfaces(facts, 3), Status::Fail);
+  ASSERT_EQ(fail.size(), 1u);
+  EXPECT_EQ(fail[0].text, "node-c: NCCL_SOCKET_IFNAME=eth0 selects none of its interfaces (ens5 198.18.0.3)");
+  EXPECT_TRUE(contains(fail[0].hint, "common prefix")) << fail[0].hint;
+
+  // Values that select an interface on every node: a prefix list, a common prefix, an exclusion.
+  for (const std::string nccl : {"eth,ens", "e", "^docker,lo"}) {
+    for (auto& f : facts) f.env["NCCL_SOCKET_IFNAME"] = nccl;
+    EXPECT_TRUE(with_status(check_interfaces(facts, 3), Status::Fail).empty()) << nccl;
+  }
+  // ... and values that miss node-c's ens5: a prefix, an exact name, an exclusion of its prefix.
+  for (const std::string nccl : {"eth", "=eth0", "^ens"}) {
+    for (auto& f : facts) f.env["NCCL_SOCKET_IFNAME"] = nccl;
+    fail = with_status(check_interfaces(facts, 3), Status::Fail);
+    ASSERT_EQ(fail.size(), 1u) << nccl;
+    EXPECT_TRUE(contains(fail[0].text, "node-c: NCCL_SOCKET_IFNAME=" + nccl + " selects none")) << fail[0].text;
+  }
+  for (auto& f : facts) f.env = {{"OMPI_MCA_btl_tcp_if_include", "198.18.1.0/24"}};
+  fail = with_status(check_interfaces(facts, 3), Status::Fail);
+  ASSERT_EQ(fail.size(), 3u);  // no node's address is in that subnet
+  EXPECT_EQ(fail[0].text,
+            "node-a: OMPI_MCA_btl_tcp_if_include=198.18.1.0/24 selects none of its interfaces (eth0 "
+            "198.18.0.1)");
+  for (auto& f : facts) f.env = {{"OMPI_MCA_btl_tcp_if_include", "198.18.0.0/16"}};
+  EXPECT_TRUE(with_status(check_interfaces(facts, 3), Status::Fail).empty());
+}
+
+TEST(DoctorChecks, NodeThatCannotResolveAnotherFails) {
+  auto facts = healthy(3, 1);
+  facts[2].network.unresolved_peers = {"node-b (Name or service not known)"};
+  const Findings findings = check_interfaces(facts, 3);
+  const Findings fail = with_status(findings, Status::Fail);
+  ASSERT_EQ(fail.size(), 1u);
+  EXPECT_EQ(fail[0].text, "node-c: cannot resolve node-b (Name or service not known)");
+  EXPECT_TRUE(contains(fail[0].hint, "/etc/hosts on node-c")) << fail[0].hint;
+  EXPECT_EQ(with_status(findings, Status::Ok).size(), 2u);
+}
+
 TEST(DoctorChecks, DifferentDatasetNamesTheRanksAndFields) {
   auto facts = healthy(2, 2);
   for (int r : {2, 3}) facts[r].data->head = "fedcba9876543210", facts[r].data->bytes = 8192;

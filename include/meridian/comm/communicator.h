@@ -76,6 +76,12 @@ class Communicator {
   virtual void barrier();
 };
 
+// Seconds the process's threads have spent blocked in Work::wait / wait_for (synchronous collectives
+// included) since it started: time this rank waited for others, wherever in a step the collective
+// was (gradient buckets, a loss's gathers, control values). Not collective; thread-safe. NCCL's
+// wait() orders streams without blocking the host, so NCCL collectives add nothing here.
+double blocked_seconds();
+
 // Collective over the runtime's world. MPI: any CPU tensor; NCCL: CUDA tensors on the runtime's
 // device, available when built with NCCL (UserError otherwise, naming the build option).
 std::unique_ptr<Communicator> make_communicator(const Runtime& runtime, Backend backend);

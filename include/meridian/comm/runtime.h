@@ -1,7 +1,9 @@
 // The MPI runtime of one process: initialisation, world and node topology, device choice, threads.
 //
 // Exactly one Runtime exists per process (the CLI's main creates it). Construction and destruction
-// are collective over MPI_COMM_WORLD. Every other class in comm/ takes the Runtime as a parameter;
+// are collective over MPI_COMM_WORLD. Every collective below runs under the runtime's watchdog:
+// one not done within comm_timeout_s (a rank dead or cut off from the network) ends the job through
+// abort_job instead of waiting forever. Every other class in comm/ takes the Runtime as a parameter;
 // nothing outside comm/ includes mpi.h.
 #pragma once
 
@@ -9,10 +11,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace meridian::comm {
+
+class Watchdog;
 
 struct RuntimeOptions {
   std::string device = "auto";  // auto (cuda:<local_rank> when CUDA is available, else cpu), cpu, cuda
@@ -64,6 +69,9 @@ class Runtime {
   void broadcast_bytes(void* data, size_t bytes, int root) const;
   // Collective.
   void barrier() const;
+  // Runs `body` (one collective or point-to-point exchange on this process's MPI communicators)
+  // under the watchdog; `what` names it in the abort message. Not collective by itself.
+  void watched(const std::string& what, const std::function<void()>& body) const;
 
  private:
   RuntimeOptions options_;
@@ -71,6 +79,7 @@ class Runtime {
   std::string host_;
   c10::Device device_{c10::kCPU};
   bool owns_mpi_ = false;
+  std::unique_ptr<Watchdog> watchdog_;
 };
 
 // Collective: every rank passes its (key, value) settings, e.g. its resolved config; returns when every

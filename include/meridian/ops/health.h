@@ -36,7 +36,7 @@ namespace meridian::ops {
 struct StepSeconds {
   double step = 0;  // the whole step
   double data = 0;  // waiting for the next batch
-  double comm = 0;  // communication not hidden behind compute
+  double comm = 0;  // waiting for other ranks in communication (not hidden behind compute)
 };
 
 class HealthMonitor {
@@ -61,7 +61,7 @@ class HealthMonitor {
   double step_ = 0, data_ = 0, comm_ = 0;
   int64_t steps_ = 0;
   std::map<int, std::vector<double>> rss_history_;  // rank 0: resident MB per report, per rank
-  std::vector<RankFacts> ranks_;                     // rank, host, local rank of every rank (for the link probe)
+  std::vector<RankFacts> ranks_;                    // rank, host, local rank of every rank (for the link probe)
   static constexpr uint64_t kLinkProbeBytes = 1 << 20;
   static constexpr int kLinkProbeIters = 2;
 };

@@ -113,9 +113,12 @@ double momentum_at(const TrainerSettings& settings, int64_t step);
 // start identical (DDP checks and broadcasts anyway).
 void seed(uint64_t seed);
 
-// Seconds per optimizer step spent in each phase (summed over micro-steps).
+// Seconds per optimizer step spent in each phase (summed over micro-steps). `comm` is the exposed
+// communication after backward; `waited` is all the time this rank blocked in collectives during the
+// step, wherever they were (a loss's gathers in forward and backward included): what it waited for
+// the other ranks.
 struct StepTimes {
-  double data = 0, forward = 0, backward = 0, comm = 0, optimizer = 0, total = 0;
+  double data = 0, forward = 0, backward = 0, comm = 0, optimizer = 0, total = 0, waited = 0;
 };
 
 // The counters a checkpoint saves.
@@ -154,8 +157,8 @@ struct TrainSummary {
 
 // A test hook (`meridian train --inject-straggler`): one rank made slow on purpose.
 struct InjectedStraggler {
-  int rank = -1;        // -1: none
-  double data_s = 0;    // added to every batch's wait on that rank (an input straggler)
+  int rank = -1;         // -1: none
+  double data_s = 0;     // added to every batch's wait on that rank (an input straggler)
   double compute_s = 0;  // added to every forward on that rank (a compute straggler)
 };
 
