@@ -543,10 +543,13 @@ Findings check_links(const Facts& facts, const std::vector<LinkFacts>& links, bo
       (in ? mine_lat : others_lat).push_back(l.latency.one_way_us);
     }
     if (mine.empty() || others.empty()) continue;
-    const double m = median(mine), o = median(others), ml = median(mine_lat), ol = median(others_lat);
+    // Its best link against the others' median: every link of the node must be slow (with 3 nodes a
+    // median of its 2 links would mix the slow one of a neighbour into it).
+    const double m = *std::max_element(mine.begin(), mine.end()), o = median(others),
+                 ml = *std::min_element(mine_lat.begin(), mine_lat.end()), ol = median(others_lat);
     if (slower(m, ml, o, ol))
       findings.push_back({Status::Warn, "slow rank",
-                          fmt::format("{}: its {} link(s) reach {:.1f} us, {} (median); the links between the "
+                          fmt::format("{}: its {} link(s) reach {:.1f} us, {} at best; the links between the "
                                       "others {:.1f} us, {}",
                                       who(facts, {e}), mine.size(), ml, rate(m), ol, rate(o)),
                           slow_rank_hint});

@@ -100,6 +100,7 @@ void HealthMonitor::record(const StepSeconds& t) {
   step_ += t.step;
   data_ += t.data;
   comm_ += t.comm;
+  compute_.push_back(std::max(0.0, t.step - t.data - t.comm));
   ++steps_;
 }
 
@@ -133,12 +134,13 @@ std::vector<std::string> HealthMonitor::report(int64_t step) {
                       {"step_s", step_ / n},
                       {"data_s", data_ / n},
                       {"comm_s", comm_ / n},
-                      {"compute_s", (step_ - data_ - comm_) / n},
+                      {"compute_s", compute_.empty() ? 0.0 : median(compute_)},
                       {"rss_mb", resident_mb()},
                       {"probe_us", 1e6 * probe},
                       {"gpu", rt_.device().is_cuda() ? nvml().stats(rt_.device().index()) : nlohmann::json(nullptr)}};
   step_ = data_ = comm_ = 0;
   steps_ = 0;
+  compute_.clear();
   const auto all = rt_.gather_to_root(mine.dump());
   std::vector<std::string> warnings;
   if (rt_.rank() != 0) return warnings;
@@ -190,7 +192,11 @@ std::vector<std::string> HealthMonitor::report(int64_t step) {
   for (const auto& w : warnings) spdlog::warn("health at step {}: {}", step, w);
   if (file_.is_open()) {
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    file_ << nlohmann::json{{"step", step}, {"time", now}, {"ranks", ranks}, {"links", link_lines}, {"warnings", warnings}}
+    file_ << nlohmann::json{{"step", step},
+                            {"time", now},
+                            {"ranks", ranks},
+                            {"links", link_lines},
+                            {"warnings", warnings}}
                  .dump()
           << "\n";
     file_.flush();
