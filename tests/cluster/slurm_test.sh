@@ -66,7 +66,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # --- munge: own key and socket ----------------------------------------------------------------
 chmod 755 "$tmp"  # munged insists that everyone can reach its socket's directory
-mkdir -p "$tmp/munge" "$tmp/state" "$tmp/spool" && chmod 755 "$tmp/munge"
+mkdir -p "$tmp/munge" "$tmp/state" "$tmp/spool" "$tmp/local" && chmod 755 "$tmp/munge"
 key=$tmp/munge/munge.key
 if command -v mungekey >/dev/null; then mungekey --create --keyfile="$key" || fail "mungekey exited $?"
 else dd if=/dev/urandom of="$key" bs=1024 count=1 status=none; fi
@@ -98,6 +98,9 @@ SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$tmp/state
 SlurmdSpoolDir=$tmp/spool
+# srun --mpi=pmix makes its directories here (spmix_appdir_*): not in /tmp, where one that an
+# earlier, killed run left makes every step launch fail ("File exists")
+TmpFS=$tmp/local
 SlurmctldPidFile=$tmp/slurmctld.pid
 SlurmdPidFile=$tmp/slurmd.pid
 SlurmctldLogFile=$tmp/slurmctld.log
