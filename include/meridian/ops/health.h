@@ -60,8 +60,8 @@ class HealthMonitor {
   std::string path_;
   double step_ = 0, data_ = 0, comm_ = 0;
   int64_t steps_ = 0;
-  std::vector<double> compute_;  // per step of the interval: its median is the rank's compute (a
-                                 // hiccup of a shared core in one step is not a straggler)
+  // Per step of the interval; its median is the rank's compute (one hiccup of a shared core is not a straggler).
+  std::vector<double> compute_;
   std::map<int, std::vector<double>> rss_history_;  // rank 0: resident MB per report, per rank
   std::vector<RankFacts> ranks_;                    // rank, host, local rank of every rank (for the link probe)
   static constexpr uint64_t kLinkProbeBytes = 1 << 20;
