@@ -1,16 +1,18 @@
 // The health monitor of a running job (the Trainer's train.health_every, default 100 steps).
 //
 // Every rank accumulates its own step times; every `every` steps all ranks send rank 0 their means
-// (step, data wait, exposed communication, the compute left over), resident memory, GPU memory /
-// utilisation / temperature when NVML is there, and the latency of a small allreduce probe. Rank 0
-// appends one JSON line to <run_dir>/health.jsonl and warns, naming host and rank, when
-//   * a rank is a straggler: its compute time (step minus data wait minus exposed communication:
-//     in data-parallel lockstep every rank's step takes as long as the slowest, the others wait
-//     in communication) is over 1.3x the median rank's and at least 5 ms above it;
+// (step, data wait, communication: the time blocked waiting for other ranks), the compute left over
+// (the median step's, robust to one hiccup), resident memory, GPU memory / utilisation / temperature
+// when NVML is there, and the latency of a small allreduce probe. Rank 0 appends one JSON line to
+// <run_dir>/health.jsonl and warns, naming host and rank, when
+//   * a rank is a straggler: its compute time (step minus data wait minus communication: in
+//     data-parallel lockstep every rank's step takes as long as the slowest, the others wait in
+//     collectives, wherever in the step they are) is over 1.3x the median rank's and at least 5 ms
+//     above it;
 //   * a rank's resident memory grew in each of the last 5 reports, by more than 10 % in all;
 //   * data wait exceeds 20 % of a rank's step (the loader cannot keep up);
 //   * across nodes, a node's links are slow: each report also measures the links between nodes (one
-//     rank per node, ops::measure_links with 1 MiB messages) and names a node whose links are all
+//     rank per node, ops::measure_links with 1 MiB messages) and names a node whose best link is
 //     much slower than the links between the others ("network: ..."), as doctor does. In data-parallel
 //     lockstep a slow link makes every rank wait alike, so the step times cannot name it.
 // report() is collective (a gather and the probes); call it at the same steps on every rank.
