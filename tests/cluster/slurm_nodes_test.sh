@@ -35,6 +35,8 @@ done
 [[ $(id -u) == 0 ]] || { echo "SKIPPED: slurmd needs root to start jobs; this test did NOT run"; exit 77; }
 # shellcheck source=tests/cluster/vcluster.sh
 source "$here/vcluster.sh"
+# shellcheck source=tests/cluster/slurm_lib.sh
+source "$here/slurm_lib.sh"
 
 started=$(date +%s)
 say() { echo "[$(($(date +%s) - started)) s] $*"; }
@@ -77,23 +79,10 @@ trap 'fail "interrupted, or over the time limit of 300 s"' TERM INT
 watchdog=$!
 tmp=$VC_DIR
 
-# Nothing from an enclosing Slurm job or MPI launch may leak into ours.
-while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SRUN_|SALLOC_|PMIX_|PMI_|OMPI_COMM_WORLD)')
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
-# --- munge: own key, socket on the shared filesystem -------------------------------------------------
-chmod 755 "$tmp"
-mkdir -p "$tmp/munge" "$tmp/state" && chmod 755 "$tmp/munge"
-key=$tmp/munge/munge.key
-if command -v mungekey >/dev/null; then mungekey --create --keyfile="$key" || fail "mungekey exited $?"
-else dd if=/dev/urandom of="$key" bs=1024 count=1 status=none; fi
-chmod 600 "$key"
-munged --foreground --force --socket="$tmp/munge/socket" --key-file="$key" --pid-file="$tmp/munge/pid" \
-  --seed-file="$tmp/munge/seed" --log-file="$tmp/munged.log" >"$tmp/munged.stderr" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 50); do [[ -S $tmp/munge/socket ]] && break; sleep 0.1; done
-vc_exec 3 sh -c "munge -n -S '$tmp/munge/socket' | unmunge -S '$tmp/munge/socket'" >/dev/null ||
-  fail "munged does not answer (from node 3's namespace)"
+slurm_clean_env
+# --- munge: own key, socket on the shared filesystem (checked from node 3's namespace) ---------------
+mkdir -p "$tmp/state"
+slurm_start_munge "$tmp" vc_exec 3
 
 # --- slurm.conf: 3 nodes, slurmctld on node 1 ---------------------------------------------------------
 nodes="$(vc_node 1),$(vc_node 2),$(vc_node 3)"
@@ -102,13 +91,7 @@ ClusterName=meridiannodes
 SlurmctldHost=$(vc_node 1)($(vc_addr 1))
 SlurmctldPort=6817
 SlurmdPort=6818
-AuthType=auth/munge
-CredType=cred/munge
-# cred_expire: also how long a requeued job waits before it may start again (default 120 s)
-AuthInfo=socket=$tmp/munge/socket,cred_expire=10
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation=$tmp/state
+$(slurm_common_conf "$tmp")
 # The filesystem is shared: every slurmd its own spool directory, pid and log file
 SlurmdSpoolDir=$tmp/spool-%n
 SlurmdPidFile=$tmp/slurmd-%n.pid
@@ -116,27 +99,9 @@ SlurmdLogFile=$tmp/slurmd-%n.log
 # and its own temporary directory (the node's local scratch): srun --mpi=pmix puts the PMIx client
 # directory (spmix_appdir_<uid>_<job>.<step>) there, the same name on every node
 TmpFS=$tmp/%n/local
-SlurmctldPidFile=$tmp/slurmctld.pid
-SlurmctldLogFile=$tmp/slurmctld.log
-SlurmctldDebug=info
-SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SwitchType=switch/none
-MpiDefault=none
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SlurmdParameters=config_overrides
 # A lost node: not responding after SlurmdTimeout, pinged every SlurmdTimeout/3
 SlurmdTimeout=10
-ReturnToService=2
-JobRequeue=1
 KillWait=5
-MinJobAge=600
-InactiveLimit=0
 MessageTimeout=5
 # A requeued job may start again cred_expire (10 s) after its end; look for it every 2 s from then
 # (the defaults, 60 s and 30 s, would add up to a minute here)

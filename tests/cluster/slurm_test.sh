@@ -24,6 +24,8 @@ done
 [[ $(id -u) == 0 ]] || { echo "SKIPPED: slurmd needs root to start jobs; this test did NOT run"; exit 77; }
 command -v mpirun >/dev/null || { echo "FAIL: mpirun not found"; exit 1; }
 
+# shellcheck source=tests/cluster/slurm_lib.sh
+source "$(dirname "$0")/slurm_lib.sh"
 started=$(date +%s)
 say() { echo "[$(( $(date +%s) - started )) s] $*"; }
 tmp=$(mktemp -d /tmp/meridian-slurm.XXXXXX)
@@ -60,22 +62,10 @@ trap 'fail "interrupted, or over the time limit of 360 s"' TERM INT
 ( exec >/dev/null 2>&1 </dev/null; sleep 360 && kill -TERM $$ ) &
 watchdog=$!
 
-# Nothing from an enclosing Slurm job or MPI launch may leak into ours.
-while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SRUN_|SALLOC_|PMIX_|PMI_|OMPI_COMM_WORLD)')
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
+slurm_clean_env
 # --- munge: own key and socket ----------------------------------------------------------------
-chmod 755 "$tmp"  # munged insists that everyone can reach its socket's directory
-mkdir -p "$tmp/munge" "$tmp/state" "$tmp/spool" "$tmp/local" && chmod 755 "$tmp/munge"
-key=$tmp/munge/munge.key
-if command -v mungekey >/dev/null; then mungekey --create --keyfile="$key" || fail "mungekey exited $?"
-else dd if=/dev/urandom of="$key" bs=1024 count=1 status=none; fi
-chmod 600 "$key"
-munged --foreground --force --socket="$tmp/munge/socket" --key-file="$key" --pid-file="$tmp/munge/pid" \
-  --seed-file="$tmp/munge/seed" --log-file="$tmp/munged.log" >"$tmp/munged.stderr" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 50); do [[ -S $tmp/munge/socket ]] && break; sleep 0.1; done
-munge -n -S "$tmp/munge/socket" | unmunge -S "$tmp/munge/socket" >/dev/null || fail "munged does not answer"
+mkdir -p "$tmp/state" "$tmp/spool" "$tmp/local"
+slurm_start_munge "$tmp"
 
 # --- slurm.conf: this host as the only node, two free ports -------------------------------------
 host=$(hostname -s)
@@ -90,38 +80,14 @@ ClusterName=meridiantest
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
-AuthType=auth/munge
-CredType=cred/munge
-# cred_expire: also how long a requeued job waits before it may start again (default 120 s)
-AuthInfo=socket=$tmp/munge/socket,cred_expire=10
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation=$tmp/state
+$(slurm_common_conf "$tmp")
 SlurmdSpoolDir=$tmp/spool
 # srun --mpi=pmix makes its directories here (spmix_appdir_*): not in /tmp, where one that an
 # earlier, killed run left makes every step launch fail ("File exists")
 TmpFS=$tmp/local
-SlurmctldPidFile=$tmp/slurmctld.pid
 SlurmdPidFile=$tmp/slurmd.pid
-SlurmctldLogFile=$tmp/slurmctld.log
 SlurmdLogFile=$tmp/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SwitchType=switch/none
-MpiDefault=none
-JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SlurmdParameters=config_overrides
-ReturnToService=2
-JobRequeue=1
 KillWait=10
-MinJobAge=600
-InactiveLimit=0
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=1000 State=UNKNOWN
 PartitionName=meridian Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 CONF
