@@ -41,21 +41,29 @@ grep -q -- "--run-dir" <<<"$*" || { echo "mpirun-restart.sh: the command needs -
 say() { local line="[mpirun-restart $(date -u +%FT%TZ)] $*"; echo "$line" >&2; [[ -n $log ]] && echo "$line" >>"$log"; return 0; }
 
 cmd=("$@")
-work=$(if [[ -n $log ]]; then dirname "$log"; else mktemp -d /tmp/mpirun-restart.XXXXXX; fi)
-mkdir -p "$work" || { echo "mpirun-restart.sh: cannot create $work" >&2; exit 2; }
+# The abort files and rewritten hostfiles: beside --log, else a directory removed at the end.
+if [[ -n $log ]]; then
+  work=$(dirname "$log")
+  mkdir -p "$work" || { echo "mpirun-restart.sh: cannot create $work" >&2; exit 2; }
+else
+  work=$(mktemp -d /tmp/mpirun-restart.XXXXXX) || exit 2
+  trap 'rm -rf "$work"' EXIT
+fi
 
-# The value after option $1 in the command (empty when absent).
+# The value after the first of the options $1... in the command (empty when absent); `--mca NAME`
+# counts as one option.
 option() {
-  local i
-  for ((i = 0; i < ${#cmd[@]} - 1; i++)); do [[ ${cmd[i]} == "$1" ]] && { echo "${cmd[i + 1]}"; return; }; done
+  local i name
+  for ((i = 0; i < ${#cmd[@]} - 1; i++)); do
+    for name in "$@"; do
+      [[ "${cmd[i]} ${cmd[i + 1]}" == "$name" ]] && { echo "${cmd[i + 2]:-}"; return; }
+      [[ ${cmd[i]} == "$name" ]] && { echo "${cmd[i + 1]}"; return; }
+    done
+  done
 }
-agent=$(for ((i = 0; i < ${#cmd[@]} - 2; i++)); do
-  [[ ${cmd[i]} == --mca && ${cmd[i + 1]} == plm_rsh_agent ]] && echo "${cmd[i + 2]}"
-done)
+agent=$(option "--mca plm_rsh_agent")
 agent=${agent:-${OMPI_MCA_plm_rsh_agent:-ssh -o BatchMode=yes -o ConnectTimeout=10}}
-hostfile=$(option --hostfile)
-[[ -z $hostfile ]] && hostfile=$(option -hostfile)
-[[ -z $hostfile ]] && hostfile=$(option --machinefile)
+hostfile=$(option --hostfile -hostfile --machinefile)
 
 # Probes the hostfile's hosts; when some do not answer, writes a hostfile of the others and sets
 # `dropped` to the slots they had. Returns 1 when no host answers.

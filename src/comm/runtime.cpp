@@ -145,7 +145,12 @@ Runtime::~Runtime() {
 
 void Runtime::watched(const std::string& what, const std::function<void()>& body) const {
   const uint64_t id = watchdog_->begin(what);
-  body();
+  try {
+    body();
+  } catch (...) {
+    watchdog_->end(id);  // a failed call is reported by its exception, not later by the watchdog
+    throw;
+  }
   watchdog_->end(id);
 }
 
@@ -296,17 +301,13 @@ namespace {
 void record_abort(const std::string& message, int exit_code) {
   const char* path = std::getenv("MERIDIAN_ABORT_FILE");
   if (!path || !*path) return;
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  int rank = -1, initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const ProcessIdentity& id = process_identity();  // rank -1 before MPI is up
   const std::time_t now = std::time(nullptr);
   char when[32] = {0};
   std::strftime(when, sizeof(when), "%FT%TZ", std::gmtime(&now));
   std::string first_line = message.substr(0, message.find('\n'));
-  const std::string line = fmt::format("{} rank {} host {} exit {}: {}\n", when, rank, host, exit_code, first_line);
+  const std::string line =
+      fmt::format("{} rank {} host {} exit {}: {}\n", when, id.rank, id.host, exit_code, first_line);
   const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);  // one write: lines from ranks don't mix
   if (fd < 0) return;
   [[maybe_unused]] const ssize_t n = ::write(fd, line.data(), line.size());

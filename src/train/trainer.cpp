@@ -352,9 +352,10 @@ struct Trainer::Impl {
       if (p.grad().defined()) p.mutable_grad().zero_();
   }
 
-  // One optimizer step; returns the mean loss over ranks (NaN when the step was skipped).
+  // Is this the rank --inject-straggler slows down (by `seconds`)?
   bool injected(double seconds) const { return seconds > 0 && o.straggler.rank == rt.rank(); }
 
+  // One optimizer step; returns the mean loss over ranks (NaN when the step was skipped).
   double train_step(StepTimes& t, double& grad_norm) {
     const auto start = Clock::now();
     const double blocked_before = comm::blocked_seconds();
