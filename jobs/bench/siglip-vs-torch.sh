@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The SigLIP tiny speed goal, measured back to back in one run: meridian (`bench train`, 2 ranks
-# under mpirun, one core and one thread each, batch 32 per rank, float32) against the PyTorch DDP
-# (gloo) reference of the same model (jobs/bench/torch-ddp-reference.sh, ranks pinned the same
-# way), then both again with bf16 autocast. Prints each tool's samples/s and the ratios.
+# The one-host SigLIP tiny speed goal, measured back to back in one run: meridian (`bench train` with
+# jobs/configs/ucm-siglip-tiny.yaml on the prepared UCM training split at 128 px, 2 ranks under mpirun,
+# one core and one thread each, batch 32 per rank) against the PyTorch DDP (gloo) reference written as
+# PyTorch users write it (jobs/bench/siglip_torch_ref.py through torch-ddp-reference.sh, ranks pinned
+# the same way), in float32 and then both with bf16 autocast. Prints each one's samples/s and the ratios.
 # Usage: jobs/bench/siglip-vs-torch.sh [steps (default 30)] [build dir (default build)]
+# Environment: DATA (a dataset prepared at 128 px with a vocabulary of at most 520; default prepared
+# once from ../shared/data/ucm-captions into $BENCH_DIR, default /tmp/meridian-bench-train).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 steps=${1:-30}
@@ -12,19 +15,23 @@ bin=${2:-$root/build}/meridian
 [[ $(id -u) -eq 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 dir=${BENCH_DIR:-/tmp/meridian-bench-train}
 mkdir -p "$dir"
-data=$dir/synthetic-128.h5
-[[ -f $data ]] || mpirun -np 2 "$bin" prep synthetic --count 2048 --size 128 --vocab-size 8000 --context-length 32 \
-  --out "$data" --log-level warn
+data=${DATA:-$dir/ucm-train-128.h5}
+ucm=$root/../shared/data/ucm-captions
+if [[ ! -f $data ]]; then
+  [[ -f $ucm/captions.jsonl ]] || { echo "siglip-vs-torch.sh: no DATA and no $ucm" >&2; exit 2; }
+  mpirun --oversubscribe -np 2 "$bin" prep image-text --images "$ucm" --captions "$ucm/captions.jsonl" --split train \
+    --size 128 --context-length 32 --vocab-size 8000 --out "$data" --log-level warn
+fi
 samples() { grep -oE "$1" | grep -oE '[0-9.]+ samples/s' | grep -oE '^[0-9.]+' | head -1; }
 declare -A rate
 for precision in float32 bf16; do
-  out=$(mpirun -np 2 --bind-to core "$bin" bench train --config "$root/jobs/configs/siglip-tiny.yaml" --data "$data" \
-        --threads 1 --set train.steps=$((steps + 1)) --set train.batch=32 --set train.precision=$precision \
-        --set train.log_every=1000 --log-level warn)
+  out=$(mpirun -np 2 --bind-to core "$bin" bench train --config "$root/jobs/configs/ucm-siglip-tiny.yaml" --data "$data" \
+        --threads 1 --set model.vocab_size=520 --set train.steps=$((steps + 1)) --set train.precision=$precision \
+        --set train.log_every=1000 --set train.eval_every=0 --set train.health_every=0 --log-level warn)
   echo "$out"
   rate[meridian_$precision]=$(samples 'bench train: 2 ranks, [0-9.]+ samples/s' <<<"$out")
   flag=(); [[ $precision == bf16 ]] && flag=(--bf16)
-  out=$(bash "$root/jobs/bench/torch-ddp-reference.sh" --steps "$steps" --batch 32 --threads 1 "${flag[@]}")
+  out=$(bash "$root/jobs/bench/torch-ddp-reference.sh" --steps "$steps" --batch 32 --threads 1 --vocab 520 "${flag[@]}")
   echo "$out" | tail -1
   rate[torch_$precision]=$(grep -oE 'torch_ddp samples/s [0-9.]+' <<<"$out" | grep -oE '[0-9.]+$')
 done

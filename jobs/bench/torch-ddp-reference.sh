@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# PyTorch DDP (gloo) reference for the SigLIP tiny speed goal: starts the ranks of
-# jobs/bench/siglip_torch_ddp.py by hand (RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT;
+# PyTorch DDP (gloo) reference for the SigLIP tiny speed goal on one host: starts the ranks of
+# jobs/bench/siglip_torch_ref.py (the model written as PyTorch users write it) by hand (RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT;
 # torch.distributed.run from Debian's python3-torch 1.13 fails on Python 3.11), each pinned to one
 # core with taskset (as mpirun binds meridian's ranks) and one thread, and prints rank 0's output;
 # the last line is `torch_ddp samples/s <global> step_ms <mean> steps <n>`.
-# Usage: jobs/bench/torch-ddp-reference.sh [--steps N] [--warmup N] [--batch N] [--threads N] [--bf16]
+# Usage: jobs/bench/torch-ddp-reference.sh [--steps N] [--warmup N] [--batch N] [--threads N] [--vocab N] [--bf16]
 # Environment: NP (ranks, default 2), PYTHON (default /usr/bin/python3, Debian's, which has torch),
 #              LOG_DIR (other ranks' output, default a temporary directory, kept on failure).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 np=${NP:-2}
 python=${PYTHON:-/usr/bin/python3}
-script=$here/siglip_torch_ddp.py
+script=$here/siglip_torch_ref.py
 
 if ! "$python" -c 'import torch, torch.distributed' 2>/dev/null; then
   echo "torch-ddp-reference.sh: $python cannot import torch; install it with: apt-get install -y python3-torch" \

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "meridian/comm/communicator.h"
@@ -10,6 +11,9 @@ namespace meridian::comm::detail {
 
 struct MpiOptions {
   size_t segment_bytes = 0;  // 0: default (kDefaultSegmentBytes or MERIDIAN_MPI_SEGMENT_BYTES)
+  // Sums of at least this many bytes go around the ring (mpi_ring.h); default kDefaultRingBytes or
+  // MERIDIAN_MPI_RING_BYTES; SIZE_MAX: never.
+  std::optional<size_t> ring_bytes;
 };
 
 std::unique_ptr<Communicator> make_mpi_communicator(const Runtime& runtime, const MpiOptions& options);

@@ -3,9 +3,14 @@
 // Why a thread: Open MPI's nonblocking collectives progress only inside MPI calls, so async work
 // needs a thread that drives it. Blocking calls on a dedicated thread are the simplest way to get
 // overlap with the caller's compute.
-// Why segments: Open MPI 4.1's MPI_Allreduce falls off a cliff on large messages (measured here,
-// 2 ranks: ~4-8 GB/s busbw at 1-4 MB, 0.25-0.39 GB/s at 64 MB); reducing in segments of a few MB
-// keeps every call in the fast regime. See `meridian bench comm --segment-bytes`.
+// Why a ring for large sums: Open MPI 4.1's tuned MPI_Allreduce and MPI_Reduce_scatter_block reach
+// half the link rate or less over TCP (mpi_ring.h has the figures); sums of at least `ring_bytes`
+// (default 256 KiB, env MERIDIAN_MPI_RING_BYTES) of float, double, bfloat16 or half go around a
+// ring of point-to-point messages instead. The choice depends only on the operation, so every rank
+// makes the same one, and the result does not depend on where ranks run.
+// Why segments for the rest: Open MPI 4.1's MPI_Allreduce falls off a cliff on large messages
+// (measured here, 2 ranks: ~4-8 GB/s busbw at 1-4 MB, 0.25-0.39 GB/s at 64 MB); reducing in segments
+// of a few MB keeps every call in the fast regime. See `meridian bench comm --segment-bytes`.
 #include <ATen/ATen.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -23,6 +28,8 @@
 #include "meridian/core/error.h"
 #include "meridian/core/units.h"
 #include "mpi_check.h"
+#include "mpi_ring.h"
+#include "reduce_kernels.h"
 #include "work.h"
 
 namespace meridian::comm::detail {
@@ -30,6 +37,8 @@ namespace meridian::comm::detail {
 namespace {
 
 constexpr size_t kDefaultSegmentBytes = 4u << 20;
+constexpr size_t kDefaultRingBytes = 256u << 10;
+constexpr size_t kRingPieceBytes = 1u << 20;
 
 // --- 16-bit floats: MPI has no bf16/fp16 type, so they travel as MPI_UINT16_T with our own ops that
 // widen to float, combine, and round once per combination.
@@ -50,10 +59,14 @@ struct FMin {
   float operator()(float a, float b) const { return std::min(a, b); }
 };
 
+void bf16_sum_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  sum_into_bf16(static_cast<uint16_t*>(inout), static_cast<const uint16_t*>(in), *len);
+}
+
 struct HalfOps {
   MPI_Op bf16[3], fp16[3];  // sum, max, min
   HalfOps() {
-    MPI_Op_create(&half_op<c10::BFloat16, FSum>, 1, &bf16[0]);
+    MPI_Op_create(&bf16_sum_op, 1, &bf16[0]);
     MPI_Op_create(&half_op<c10::BFloat16, FMax>, 1, &bf16[1]);
     MPI_Op_create(&half_op<c10::BFloat16, FMin>, 1, &bf16[2]);
     MPI_Op_create(&half_op<c10::Half, FSum>, 1, &fp16[0]);
@@ -118,9 +131,14 @@ class MpiCommunicator final : public Communicator {
     }
     // Whole elements of any dtype, and counts that fit MPI's int.
     segment_bytes_ = std::clamp<uint64_t>(segment_bytes_, 64, uint64_t(1) << 30);
+    const char* ring_env = std::getenv("MERIDIAN_MPI_RING_BYTES");
+    ring_bytes_ = options.ring_bytes      ? *options.ring_bytes
+                  : ring_env && *ring_env ? parse_bytes(ring_env, "MERIDIAN_MPI_RING_BYTES")
+                                          : kDefaultRingBytes;
     half_ops();
     MERIDIAN_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
     MERIDIAN_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    ring_ = std::make_unique<MpiRing>(comm_, rank_, size_, std::min<size_t>(segment_bytes_, kRingPieceBytes));
     thread_ = std::thread([this] { progress(); });
   }
 
@@ -176,6 +194,13 @@ class MpiCommunicator final : public Communicator {
     check_reduce(tensor, op, "allreduce");
     const MPI_Datatype type = mpi_type(tensor.scalar_type());
     const MPI_Op mop = mpi_op(tensor.scalar_type(), op);
+    if (use_ring(tensor, op))
+      return {describe("allreduce", tensor, to_string(op)),
+              [this, tensor, op]() mutable {
+                ring_->allreduce(tensor.data_ptr(), tensor.numel(), tensor.scalar_type());
+                if (op == ReduceOp::Avg) tensor.div_(size_);
+              },
+              nullptr};
     return {describe("allreduce", tensor, to_string(op)),
             [this, tensor, op, type, mop]() mutable {
               const int64_t elem = tensor.element_size();
@@ -228,12 +253,24 @@ class MpiCommunicator final : public Communicator {
     const int n = checked_count(output.numel(), "reduce_scatter");
     const MPI_Datatype type = mpi_type(input.scalar_type());
     const MPI_Op mop = mpi_op(input.scalar_type(), op);
+    if (use_ring(input, op))
+      return {describe("reduce_scatter", input, to_string(op)),
+              [this, input, output, op]() mutable {
+                ring_->reduce_scatter(input.data_ptr(), output.data_ptr(), output.numel(), input.scalar_type());
+                if (op == ReduceOp::Avg) output.div_(size_);
+              },
+              nullptr};
     return {describe("reduce_scatter", input, to_string(op)),
             [this, input, output, n, type, mop, op]() mutable {
               MERIDIAN_MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), n, type, mop, comm_));
               if (op == ReduceOp::Avg) output.div_(size_);
             },
             nullptr};
+  }
+
+  bool use_ring(const at::Tensor& t, ReduceOp op) const {
+    return size_ > 1 && (op == ReduceOp::Sum || op == ReduceOp::Avg) && has_sum_kernel(t.scalar_type()) &&
+           size_t(t.numel()) * t.element_size() >= ring_bytes_;
   }
 
   Task barrier_task() {
@@ -304,8 +341,9 @@ class MpiCommunicator final : public Communicator {
   }
 
   const int rank_, size_;
-  size_t segment_bytes_;
+  size_t segment_bytes_, ring_bytes_;
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::unique_ptr<MpiRing> ring_;
   Watchdog watchdog_;
   std::mutex exec_mu_;  // held while an operation runs, on either thread
   std::mutex mu_;       // guards queue_ and stop_

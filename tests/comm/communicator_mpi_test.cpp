@@ -105,6 +105,40 @@ TEST_P(CommunicatorTest, AllreduceLargerThanSegmentsWithRaggedTail) {
   EXPECT_EQ(mismatches(h, expected_reduce(count, ReduceOp::Max, n)), 0);
 }
 
+// Large sums go around a ring of point-to-point messages (src/comm/mpi_ring.h); with the threshold
+// at one byte every size takes it, including counts smaller than the rank count (empty chunks),
+// counts not divisible by it, and several pieces per chunk.
+TEST(MpiRing, SumsAndAveragesEveryFloatTypeAtAnySize) {
+  setenv("MERIDIAN_MPI_RING_BYTES", "1", 1);
+  setenv("MERIDIAN_MPI_SEGMENT_BYTES", "4K", 1);  // ring pieces of 4 KiB
+  auto ring = meridian::comm::make_communicator(runtime(), Backend::MPI);
+  unsetenv("MERIDIAN_MPI_RING_BYTES");
+  unsetenv("MERIDIAN_MPI_SEGMENT_BYTES");
+  const int n = ring->size(), r = ring->rank();
+  for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf}) {
+    for (int64_t count : {int64_t(1), int64_t(n - 1), int64_t(n + 1), int64_t(1000), int64_t(3 * 4096 + 5)}) {
+      for (auto op : {ReduceOp::Sum, ReduceOp::Avg}) {
+        auto t = ramp(count, r, dtype).cpu();
+        ring->allreduce(t, op);
+        EXPECT_EQ(mismatches(t, expected_reduce(count, op, n)), 0)
+            << "allreduce " << c10::toString(dtype) << " count " << count << " " << meridian::comm::to_string(op);
+        auto in = ramp(n * count, r, dtype).cpu();
+        auto out = at::full({count}, -1.0, at::TensorOptions().dtype(dtype));
+        ring->reduce_scatter(in, out, op);
+        EXPECT_EQ(mismatches(out, expected_reduce(count, op, n, r * count)), 0)
+            << "reduce_scatter " << c10::toString(dtype) << " count " << count << " " << meridian::comm::to_string(op);
+        EXPECT_TRUE(at::equal(in, ramp(n * count, r, dtype).cpu())) << "reduce_scatter changed its input";
+      }
+    }
+  }
+  // Every rank ends with the same bits, also for sums that round (bf16 of non-integers).
+  auto x = (at::linspace(-3.0, 3.0, 50001, at::kDouble) * (r + 1) / 7.0).to(at::kBFloat16);
+  ring->allreduce(x, ReduceOp::Sum);
+  auto all = at::empty({n * x.numel()}, x.options());
+  ring->allgather(x, all);
+  for (int q = 1; q < n; ++q) EXPECT_TRUE(at::equal(all.narrow(0, q * x.numel(), x.numel()), x)) << "rank " << q;
+}
+
 TEST_P(CommunicatorTest, Bfloat16SumRoundsLikeFloatSum) {
   // Non-integers: the sum is formed in float and rounded to bf16 once per combination, so for
   // 2 ranks it equals the float sum rounded once; within one bf16 ulp per extra rank otherwise.

@@ -326,6 +326,29 @@ TEST(Trainer, AccumulationEqualsTheBiggerBatch) {
   EXPECT_FALSE(torch::allclose(big, other, 1e-5, 1e-6));  // different data: the comparison can fail
 }
 
+// comm.grad_dtype bf16: gradients reduced in bfloat16 (then float32 again for the optimizer) follow
+// the float32 run within bf16 rounding, and do differ from it (the key takes effect).
+TEST(Trainer, Bf16GradientReductionFollowsFloat32) {
+  auto run = [](const std::string& comm) {
+    train::seed(6);
+    LinearTask task(8);
+    train::Trainer trainer(runtime(), task,
+                           settings("train: {steps: 20, log_every: 1000}\noptim: {lr: 0.01, warmup: 2}\n" + comm), {});
+    trainer.run();
+    return flat(*task.model());
+  };
+  const auto f32 = run(""), bf16 = run("comm: {grad_dtype: bf16, bucket_mb: 0.5, first_bucket_mb: 0.25}");
+  EXPECT_TRUE(torch::allclose(bf16, f32, 2e-2, 1e-3)) << bf16 << f32;
+  if (runtime().size() > 1) EXPECT_FALSE(torch::equal(bf16, f32));
+  EXPECT_EQ(message("comm: {grad_dtype: bf16}\noptim: {zero: true}"),
+            "test.yaml line 1: field 'comm.grad_dtype': bf16 gradient reduction is DistributedDataParallel's: not "
+            "with optim.zero (ZeRO-1 reduce-scatters float32 gradients)");
+  EXPECT_EQ(message("comm: {grad_dtype: fp8}"),
+            "test.yaml line 1: field 'comm.grad_dtype': expected one of float32 or bf16, got 'fp8'");
+  EXPECT_EQ(message("comm: {bucket_mb: 0}"),
+            "test.yaml line 1: field 'comm.bucket_mb': expected a number > 0, got '0'");
+}
+
 TEST(Trainer, Bf16AutocastTrains) {
   train::seed(5);
   LinearTask task(8);

@@ -93,8 +93,14 @@ struct TrainerSettings {
                           // DistributedDataParallel + AdamW; the same updates to rounding (not with sgd)
   double peak_flops = 0;  // train.peak_flops: one device's peak FLOP/s (e.g. 989e12 for an H100's
                           // bf16 dense): reported as model FLOPs utilisation (mfu); 0: not reported
+  // comm: how DistributedDataParallel reduces the gradients (parallel::DdpOptions)
+  bool bf16_gradients = false;  // comm.grad_dtype: float32 | bf16 (reduced in bfloat16: half the bytes; the
+                                // optimizer still gets float32 gradients); not with optim.zero
+  double bucket_mb = 0;         // comm.bucket_mb: gradient bucket size in MB (of the wire dtype); 0: 2 on CPU
+                                // (MPI over TCP: sending starts early in backward), 25 on CUDA (NCCL, as PyTorch)
+  double first_bucket_mb = 1;   // comm.first_bucket_mb: the first bucket (the last layers), so sending starts early
 
-  // Declares the train: and optim: keys (types, defaults from this struct, ranges, meanings).
+  // Declares the train:, optim: and comm: keys (types, defaults from this struct, ranges, meanings).
   static void declare(ConfigSchema& schema);
   // The settings of `config`; ConfigError for what spans several keys (optim.min_lr above optim.lr,
   // sgd with optim.zero, ...). Not collective.

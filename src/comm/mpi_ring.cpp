@@ -1,0 +1,103 @@
+#include "mpi_ring.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "mpi_check.h"
+#include "reduce_kernels.h"
+
+namespace meridian::comm::detail {
+
+namespace {
+constexpr int kRingTag = 0x5249;  // point-to-point tag of ring messages ("RI")
+}
+
+MpiRing::MpiRing(MPI_Comm comm, int rank, int size, size_t piece_bytes)
+    : comm_(comm),
+      rank_(rank),
+      size_(size),
+      left_((rank + size - 1) % size),
+      right_((rank + 1) % size),
+      piece_bytes_(std::clamp<size_t>(piece_bytes, 64, size_t(1) << 30)) {}
+
+char* MpiRing::scratch(size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  return scratch_.data();
+}
+
+template <typename OnPiece>
+void MpiRing::exchange(const char* send, int64_t send_bytes, char* recv, int64_t recv_bytes, int64_t piece,
+                       OnPiece on_piece) {
+  const auto pieces = [&](int64_t bytes) { return bytes == 0 ? 0 : (bytes + piece - 1) / piece; };
+  const int64_t nrecv = pieces(recv_bytes), nsend = pieces(send_bytes);
+  requests_.assign(size_t(nrecv + nsend), MPI_REQUEST_NULL);
+  for (int64_t i = 0; i < nrecv; ++i) {
+    const int n = int(std::min(piece, recv_bytes - i * piece));
+    MERIDIAN_MPI_CHECK(MPI_Irecv(recv + i * piece, n, MPI_BYTE, left_, kRingTag, comm_, &requests_[i]));
+  }
+  for (int64_t i = 0; i < nsend; ++i) {
+    const int n = int(std::min(piece, send_bytes - i * piece));
+    MERIDIAN_MPI_CHECK(
+        MPI_Isend(send + i * piece, n, MPI_BYTE, right_, kRingTag, comm_, &requests_[size_t(nrecv + i)]));
+  }
+  for (int64_t i = 0; i < nrecv; ++i) {  // in order: messages between two ranks arrive in order
+    MERIDIAN_MPI_CHECK(MPI_Wait(&requests_[i], MPI_STATUS_IGNORE));
+    on_piece(i * piece, std::min(piece, recv_bytes - i * piece));
+  }
+  MERIDIAN_MPI_CHECK(MPI_Waitall(int(nsend), requests_.data() + nrecv, MPI_STATUSES_IGNORE));
+}
+
+void MpiRing::allreduce(void* data, int64_t count, at::ScalarType type) {
+  const int n = size_;
+  if (n == 1 || count == 0) return;
+  const int64_t elem = int64_t(c10::elementSize(type));
+  const int64_t piece = std::max<int64_t>(1, int64_t(piece_bytes_) / elem) * elem;
+  char* base = static_cast<char*>(data);
+  // Chunk c: elements [count * c / n, count * (c + 1) / n); some may be empty when count < n.
+  const auto begin = [&](int c) { return count * c / n * elem; };
+  const auto bytes = [&](int c) { return begin(c + 1) - begin(c); };
+  const auto mod = [n](int x) { return ((x % n) + n) % n; };
+  char* incoming = scratch(size_t((count / n + 1) * elem));
+  // Reduce-scatter: at step s send chunk r-s-1, receive chunk r-s-2 and add it in; after n-1 steps
+  // chunk r holds the sum of every rank's.
+  for (int s = 0; s < n - 1; ++s) {
+    const int out = mod(rank_ - s - 1), in = mod(rank_ - s - 2);
+    char* dst = base + begin(in);
+    exchange(base + begin(out), bytes(out), incoming, bytes(in), piece,
+             [&](int64_t off, int64_t len) { sum_into(type, dst + off, incoming + off, len / elem); });
+  }
+  // Allgather: at step s send chunk r-s (complete), receive chunk r-s-1 in place.
+  for (int s = 0; s < n - 1; ++s) {
+    const int out = mod(rank_ - s), in = mod(rank_ - s - 1);
+    exchange(base + begin(out), bytes(out), base + begin(in), bytes(in), piece, [](int64_t, int64_t) {});
+  }
+}
+
+void MpiRing::reduce_scatter(const void* in, void* out, int64_t count, at::ScalarType type) {
+  const int n = size_;
+  const int64_t elem = int64_t(c10::elementSize(type));
+  const int64_t chunk = count * elem;
+  const char* input = static_cast<const char*>(in);
+  char* output = static_cast<char*>(out);
+  if (n == 1 || count == 0) {
+    if (chunk > 0) std::memcpy(output, input, size_t(chunk));
+    return;
+  }
+  const int64_t piece = std::max<int64_t>(1, int64_t(piece_bytes_) / elem) * elem;
+  const auto mod = [n](int x) { return ((x % n) + n) % n; };
+  // Partial sums travel in two buffers: step s receives into one while sending the other (step
+  // s-1's); the last step receives into `out`. Step s: send the partial of chunk r-s-1 (step 0: my
+  // input), receive the partial of chunk r-s-2 and add my input's chunk to it.
+  char* buffers = scratch(size_t(2 * chunk));
+  const char* sending = input + mod(rank_ - 1) * chunk;
+  for (int s = 0; s < n - 1; ++s) {
+    const int c = mod(rank_ - s - 2);
+    char* receiving = s == n - 2 ? output : buffers + (s % 2) * chunk;
+    const char* mine = input + c * chunk;
+    exchange(sending, chunk, receiving, chunk, piece,
+             [&](int64_t off, int64_t len) { sum_into(type, receiving + off, mine + off, len / elem); });
+    sending = receiving;
+  }
+}
+
+}  // namespace meridian::comm::detail
