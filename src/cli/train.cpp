@@ -143,7 +143,12 @@ Command bench_train_command() {
   Command c;
   c.name = "bench train";
   c.summary = "Training speed: samples/s, step-time breakdown, model FLOP/s vs a 1024^3 matmul";
-  c.add_options = add_config_options;
+  c.add_options = [](cxxopts::Options& o) {
+    add_config_options(o);
+    o.add_options("bench train")("trace",
+                                 "Write a Chrome trace (chrome://tracing, Perfetto) of every rank's steps to this file",
+                                 cxxopts::value<std::string>()->default_value(""));
+  };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     Config config = resolved_config(p, "bench train");
     if (p.count("print-config")) return print_config(rt, config);
@@ -154,7 +159,8 @@ Command bench_train_command() {
     config.set("checkpoint.at_end", "false");  // speed only: no checkpoints
     config.set("checkpoint.every_steps", "0");
     config.set("checkpoint.every_minutes", "0");
-    const auto r = tasks::run_training(rt, config, p["run-dir"].as<std::string>(), "");
+    const auto r =
+        tasks::run_training(rt, config, p["run-dir"].as<std::string>(), "", {}, p["trace"].as<std::string>());
     if (rt.rank() == 0) {
       const auto& m = r.mean_times;
       auto pct = [&](double v) { return 100.0 * v / m.total; };

@@ -20,7 +20,8 @@ void require_same_run(const comm::Runtime& rt, const Config& config, const std::
 }
 
 train::TrainSummary run_training(const comm::Runtime& rt, Config config, const std::string& run_dir,
-                                 const std::string& resume, const train::InjectedStraggler& straggler) {
+                                 const std::string& resume, const train::InjectedStraggler& straggler,
+                                 const std::string& trace_path) {
   train::install_stop_signals();  // from the start: a signal while the data opens still ends with a checkpoint
   describe_data(config, config.get<std::string>("data.train"));
   const auto ckpt_settings = ckpt::CheckpointSettings::from_config(config, run_dir);
@@ -44,7 +45,7 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
   const auto settings = train::TrainerSettings::from_config(config);
   train::seed(settings.seed);
   auto task = make_task(rt, config, config.get<std::string>("data.train"), start);
-  train::Trainer trainer(rt, *task, settings, {config, run_dir, straggler});
+  train::Trainer trainer(rt, *task, settings, {config, run_dir, straggler, trace_path});
   if (point) ckpt::restore(rt, trainer, *point);
   ckpt::Checkpointer checkpointer(rt, trainer, config, ckpt_settings);
   return trainer.run();

@@ -20,6 +20,7 @@
 
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
+#include "meridian/core/trace.h"
 #include "meridian/ops/health.h"
 #include "meridian/parallel/ddp.h"
 #include "run_files.h"
@@ -290,6 +291,7 @@ struct Trainer::Impl {
   std::unique_ptr<Ema> ema;                                // train.ema > 0
   std::unique_ptr<ShardedAdamW> sharded;                   // with optim.zero (reduces the gradients itself)
   std::unique_ptr<RunFiles> files;                         // rank 0 with a run directory
+  std::unique_ptr<core::Trace> trace;                      // options.trace_path set
   std::unique_ptr<ops::HealthMonitor> health;              // every rank, when train.health_every > 0
   std::vector<StepHook> hooks;
   int64_t step = 0, bad_in_a_row = 0, bad_total = 0, samples_seen = 0;
@@ -332,6 +334,10 @@ struct Trainer::Impl {
     if (s.ema > 0) ema = std::make_unique<Ema>(*model, s.ema, s.ema_tau);
 
     if (s.health_every > 0) health = std::make_unique<ops::HealthMonitor>(rt, *control, o.run_dir);
+    if (!o.trace_path.empty()) {
+      trace = std::make_unique<core::Trace>(rt.rank());
+      if (ddp) ddp->set_trace(trace.get());
+    }
     if (rt.rank() == 0) {
       spdlog::info("resolved config ({}):\n{}", o.config.origin(), o.config.dump());
       if (!o.run_dir.empty()) files = std::make_unique<RunFiles>(o.run_dir, o.config.dump());
@@ -376,6 +382,11 @@ struct Trainer::Impl {
       if (p.grad().defined()) p.mutable_grad().zero_();
   }
 
+  // The trace's span of a phase that started at t0 and ends now.
+  void mark(const char* phase, Clock::time_point t0) {
+    if (trace) trace->span(phase, "step", t0, Clock::now(), "compute");
+  }
+
   // Is this the rank --inject-straggler slows down (by `seconds`)?
   bool injected(double seconds) const { return seconds > 0 && o.straggler.rank == rt.rank(); }
 
@@ -393,6 +404,7 @@ struct Trainer::Impl {
       task.next_batch();
       if (injected(o.straggler.data_s)) std::this_thread::sleep_for(std::chrono::duration<double>(o.straggler.data_s));
       t.data += since(t0);
+      mark("data", t0);
       t0 = Clock::now();
       at::Tensor loss;
       {
@@ -403,10 +415,12 @@ struct Trainer::Impl {
         std::this_thread::sleep_for(std::chrono::duration<double>(o.straggler.compute_s));
       if (s.accumulate > 1) loss = loss / double(s.accumulate);
       t.forward += since(t0);
+      mark("forward", t0);
       t0 = Clock::now();
       loss.backward();
       loss_sum += loss.detach().to(at::kCPU, at::kDouble);
       t.backward += since(t0);
+      mark("backward", t0);
     }
     auto t0 = Clock::now();
     if (ddp) ddp->finish();
@@ -419,6 +433,7 @@ struct Trainer::Impl {
                    at::kDouble);
     control->allreduce(agreed, comm::ReduceOp::Sum);
     t.comm += since(t0);
+    mark("exposed comm", t0);
     // A signal during the last step just lets the run finish (its at_end checkpoint and evaluation).
     signalled = agreed[2].item<double>() > 0 && step + 1 < s.steps;
     stopping = signalled || (s.stop_at > 0 && step + 1 == s.stop_at && s.stop_at < s.steps);
@@ -465,6 +480,7 @@ struct Trainer::Impl {
     }
     zero_grads();
     t.optimizer += since(t0);
+    mark("optimizer", t0);
     t.total += since(start);
     t.waited += comm::blocked_seconds() - blocked_before;
     ++step;
@@ -608,6 +624,14 @@ struct Trainer::Impl {
     }
     summary.bad_steps = bad_total;
     summarise_times(summary, measured, measured_steps);
+    if (trace) {
+      std::vector<std::string> events;
+      rt.stream_to_root(trace->events_json(), [&](int, const std::string& e) { events.push_back(e); });
+      if (rt.rank() == 0) {
+        core::Trace::write(o.trace_path, events);
+        spdlog::info("trace of {} ranks written to {}", rt.size(), o.trace_path);
+      }
+    }
     summary.last_eval = evaluate();
     return summary;
   }

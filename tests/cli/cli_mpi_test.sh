@@ -76,6 +76,24 @@ if [[ $with_data == ON ]]; then
       --context-length 32 --out "$tmp/$kind.h5" >"$tmp/o" 2>&1 || { cat "$tmp/o"; fail "prep synthetic --kind $kind"; }
     "$meridian" inspect "$tmp/$kind.h5" | grep -q "valid ${kind/-/_} dataset" || fail "inspect $kind"
   done
+  # bench train with bf16 gradient reduction in small buckets and a trace of both ranks' steps.
+  out=$("$mpirun" --oversubscribe -np 2 "$meridian" bench train --config "$(dirname "$0")/../../jobs/configs/siglip-tiny.yaml" \
+        --data "$tmp/image-text.h5" --threads 1 --set model.image_size=32 --set model.patch=8 \
+        --set model.vocab_size=1000 --set train.batch=4 --set train.steps=4 --set comm.grad_dtype=bf16 \
+        --set comm.bucket_mb=0.5 --trace "$tmp/train-trace.json" 2>&1) || { echo "$out"; fail "bench train exited $?"; }
+  grep -q "bench train: 2 ranks, " <<<"$out" || { echo "$out"; fail "bench train: no result line"; }
+  grep -qE "gradients: reduced in bfloat16 during backward, [0-9]+ buckets of 0.5 MB" <<<"$out" ||
+    { echo "$out"; fail "bench train: comm.grad_dtype / comm.bucket_mb not in effect"; }
+  python3 - "$tmp/train-trace.json" <<'PY' || fail "invalid bench train trace"
+import json, sys
+spans = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+assert {e["pid"] for e in spans} == {0, 1}, "expected both ranks"
+names = {e["name"] for e in spans}
+for want in ("data", "forward", "backward", "exposed comm", "optimizer", "wait for gradients", "allreduce bucket 0"):
+    assert want in names, want
+assert sum(1 for e in spans if e["name"] == "backward" and e["pid"] == 0) == 4, "one backward per step"
+print("train trace ok:", len(spans), "spans")
+PY
   echo "not a dataset" >"$tmp/junk.h5"
   "$meridian" inspect "$tmp/junk.h5" >"$tmp/o" 2>&1; rc=$?
   [[ $rc -eq 2 ]] && grep -q "junk.h5: file: not an HDF5 file" "$tmp/o" || { cat "$tmp/o"; fail "inspect of junk: exit $rc"; }

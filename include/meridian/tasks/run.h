@@ -25,7 +25,8 @@ void require_same_run(const comm::Runtime& runtime, const Config& config, const 
 // config (describe_data), builds the task and the trainer, restores, checkpoints as configured
 // (checkpoint: keys) and runs. SIGTERM/SIGUSR1 from the start end with a checkpoint.
 train::TrainSummary run_training(const comm::Runtime& runtime, Config config, const std::string& run_dir,
-                                 const std::string& resume, const train::InjectedStraggler& straggler = {});
+                                 const std::string& resume, const train::InjectedStraggler& straggler = {},
+                                 const std::string& trace_path = "");
 
 // Collective (a barrier, then every rank at once, as in training): this rank's float32 rate of a
 // 1024 x 1024 x 1024 matmul on its device and threads, in FLOP/s.

@@ -172,6 +172,10 @@ struct TrainerOptions {
   Config config;        // the resolved config (saved as <run_dir>/config.yaml)
   std::string run_dir;  // empty: no files written
   InjectedStraggler straggler;
+  // Non-empty: a Chrome trace (chrome://tracing, Perfetto) of every rank's steps, written by rank 0
+  // at the end of run(): data, forward, backward, each gradient bucket's reduction, the wait for
+  // them, the rest of the exposed communication and the optimizer, one process per rank.
+  std::string trace_path;
 };
 
 class Trainer {
