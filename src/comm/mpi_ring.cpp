@@ -10,7 +10,7 @@ namespace meridian::comm::detail {
 
 namespace {
 constexpr int kRingTag = 0x5249;  // point-to-point tag of ring messages ("RI")
-}
+}  // namespace
 
 MpiRing::MpiRing(MPI_Comm comm, int rank, int size, size_t piece_bytes)
     : comm_(comm),
@@ -51,8 +51,16 @@ void MpiRing::allreduce(void* data, int64_t count, at::ScalarType type) {
   const int n = size_;
   if (n == 1 || count == 0) return;
   const int64_t elem = int64_t(c10::elementSize(type));
+  // Rings of at most n blocks each, so the scratch buffer stays at one block.
+  const int64_t block = std::max<int64_t>(1, block_bytes() / elem) * n;
+  for (int64_t off = 0; off < count; off += block)
+    allreduce_block(static_cast<char*>(data) + off * elem, std::min(block, count - off), type);
+}
+
+void MpiRing::allreduce_block(char* base, int64_t count, at::ScalarType type) {
+  const int n = size_;
+  const int64_t elem = int64_t(c10::elementSize(type));
   const int64_t piece = std::max<int64_t>(1, int64_t(piece_bytes_) / elem) * elem;
-  char* base = static_cast<char*>(data);
   // Chunk c: elements [count * c / n, count * (c + 1) / n); some may be empty when count < n.
   const auto begin = [&](int c) { return count * c / n * elem; };
   const auto bytes = [&](int c) { return begin(c + 1) - begin(c); };
@@ -76,27 +84,32 @@ void MpiRing::allreduce(void* data, int64_t count, at::ScalarType type) {
 void MpiRing::reduce_scatter(const void* in, void* out, int64_t count, at::ScalarType type) {
   const int n = size_;
   const int64_t elem = int64_t(c10::elementSize(type));
-  const int64_t chunk = count * elem;
   const char* input = static_cast<const char*>(in);
   char* output = static_cast<char*>(out);
   if (n == 1 || count == 0) {
-    if (chunk > 0) std::memcpy(output, input, size_t(chunk));
+    if (count > 0) std::memcpy(output, input, size_t(count * elem));
     return;
   }
   const int64_t piece = std::max<int64_t>(1, int64_t(piece_bytes_) / elem) * elem;
   const auto mod = [n](int x) { return ((x % n) + n) % n; };
-  // Partial sums travel in two buffers: step s receives into one while sending the other (step
-  // s-1's); the last step receives into `out`. Step s: send the partial of chunk r-s-1 (step 0: my
-  // input), receive the partial of chunk r-s-2 and add my input's chunk to it.
-  char* buffers = scratch(size_t(2 * chunk));
-  const char* sending = input + mod(rank_ - 1) * chunk;
-  for (int s = 0; s < n - 1; ++s) {
-    const int c = mod(rank_ - s - 2);
-    char* receiving = s == n - 2 ? output : buffers + (s % 2) * chunk;
-    const char* mine = input + c * chunk;
-    exchange(sending, chunk, receiving, chunk, piece,
-             [&](int64_t off, int64_t len) { sum_into(type, receiving + off, mine + off, len / elem); });
-    sending = receiving;
+  // Column blocks of every rank's slice, one ring each, so the two scratch buffers stay at one
+  // block whatever the size.
+  const int64_t block = std::max<int64_t>(1, block_bytes() / elem);
+  for (int64_t first = 0; first < count; first += block) {
+    const int64_t len = std::min(block, count - first), bytes = len * elem;
+    const auto slice = [&](int c) { return input + (c * count + first) * elem; };  // rank c's part
+    // Partial sums travel in two buffers: step s receives into one while sending the other (step
+    // s-1's); the last step receives into `out`. Step s: send the partial of slice r-s-1 (step 0:
+    // my input), receive the partial of slice r-s-2 and add my input's part to it.
+    char* buffers = scratch(size_t(2 * bytes));
+    const char* sending = slice(mod(rank_ - 1));
+    for (int s = 0; s < n - 1; ++s) {
+      char* receiving = s == n - 2 ? output + first * elem : buffers + (s % 2) * bytes;
+      const char* mine = slice(mod(rank_ - s - 2));
+      exchange(sending, bytes, receiving, bytes, piece,
+               [&](int64_t off, int64_t n_bytes) { sum_into(type, receiving + off, mine + off, n_bytes / elem); });
+      sending = receiving;
+    }
   }
 }
 

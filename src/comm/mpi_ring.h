@@ -7,7 +7,9 @@
 // (reduce-scatter, then allgather; each rank sends only to its right neighbour and receives only
 // from its left one, 2 (n-1)/n of the bytes in all) reaches the link rate on any number of nodes.
 // Each step's chunk moves in pieces, and a piece is added in as soon as it arrives, so the sum
-// overlaps the transfer of the next piece.
+// overlaps the transfer of the next piece. Tensors beyond 16 pieces per rank (16 MiB) go around in
+// several rings (blocks), so the scratch memory stays at 16 MiB (allreduce) or 32 MiB
+// (reduce-scatter) whatever the size.
 //
 // Results: every rank ends with the same bits (each chunk is summed once, on one rank, in ring order,
 // then copied); the order of the additions depends only on the rank count, never on where the
@@ -40,9 +42,13 @@ class MpiRing {
  private:
   // Sends `send_bytes` from `send` to the right neighbour while receiving `recv_bytes` from the left
   // one into `recv`, both in pieces; after each received piece calls on_piece(offset, bytes).
+  void allreduce_block(char* data, int64_t count, at::ScalarType type);  // one ring over `data`
   template <typename OnPiece>
   void exchange(const char* send, int64_t send_bytes, char* recv, int64_t recv_bytes, int64_t piece, OnPiece on_piece);
-  char* scratch(size_t bytes);  // at least `bytes`, kept between calls
+  char* scratch(size_t bytes);
+  int64_t block_bytes() const {
+    return int64_t(piece_bytes_) * 16;
+  }  // one ring's share per rank  // at least `bytes`, kept between calls
 
   MPI_Comm comm_;
   int rank_, size_, left_, right_;

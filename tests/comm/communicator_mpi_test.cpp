@@ -107,7 +107,7 @@ TEST_P(CommunicatorTest, AllreduceLargerThanSegmentsWithRaggedTail) {
 
 // Large sums go around a ring of point-to-point messages (src/comm/mpi_ring.h); with the threshold
 // at one byte every size takes it, including counts smaller than the rank count (empty chunks),
-// counts not divisible by it, and several pieces per chunk.
+// counts not divisible by it, several pieces per chunk, and several rings (blocks of 16 pieces).
 TEST(MpiRing, SumsAndAveragesEveryFloatTypeAtAnySize) {
   setenv("MERIDIAN_MPI_RING_BYTES", "1", 1);
   setenv("MERIDIAN_MPI_SEGMENT_BYTES", "4K", 1);  // ring pieces of 4 KiB
@@ -116,7 +116,8 @@ TEST(MpiRing, SumsAndAveragesEveryFloatTypeAtAnySize) {
   unsetenv("MERIDIAN_MPI_SEGMENT_BYTES");
   const int n = ring->size(), r = ring->rank();
   for (auto dtype : {at::kFloat, at::kDouble, at::kBFloat16, at::kHalf}) {
-    for (int64_t count : {int64_t(1), int64_t(n - 1), int64_t(n + 1), int64_t(1000), int64_t(3 * 4096 + 5)}) {
+    for (int64_t count :
+         {int64_t(1), int64_t(n - 1), int64_t(n + 1), int64_t(1000), int64_t(3 * 4096 + 5), int64_t(70001)}) {
       for (auto op : {ReduceOp::Sum, ReduceOp::Avg}) {
         auto t = ramp(count, r, dtype).cpu();
         ring->allreduce(t, op);
