@@ -91,8 +91,9 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, const at::Tensor& key_padding
   const int64_t b = x.size(0), t = x.size(1), w = x.size(2), d = w / heads_;
   // Heads folded into the batch ([B H, T, D], one copy) so that the scores are one batched GEMM
   // with the scale (and the padding as an additive bias) applied inside it, as PyTorch's
-  // MultiheadAttention does: 15-25 % less time in this block than 4-D matmuls on the permuted
-  // view, a division and a masked copy of the [B, H, T, T] scores.
+  // MultiheadAttention does, instead of 4-D matmuls on the permuted view, a division and a masked
+  // copy of the [B, H, T, T] scores (the same ATen ops timed from Python: 15-25 % less time for
+  // this attention; in training, bf16 gained, float32 stayed within noise: docs/performance.md).
   const auto qkv = qkv_(ln1_(x)).view({b, t, 3, heads_, d}).permute({2, 0, 3, 1, 4}).reshape({3, b * heads_, t, d});
   const auto q = qkv[0], k = qkv[1], v = qkv[2];
   const double scale = 1.0 / std::sqrt(double(d));

@@ -382,9 +382,11 @@ struct Trainer::Impl {
       if (p.grad().defined()) p.mutable_grad().zero_();
   }
 
-  // The trace's span of a phase that started at t0 and ends now.
-  void mark(const char* phase, Clock::time_point t0) {
-    if (trace) trace->span(phase, "step", t0, Clock::now(), "compute");
+  // A phase that started at t0 ends now: its seconds added to `total`, and its span to the trace.
+  void end_phase(double& total, const char* phase, Clock::time_point t0) {
+    const auto now = Clock::now();
+    total += std::chrono::duration<double>(now - t0).count();
+    if (trace) trace->span(phase, "step", t0, now, "compute");
   }
 
   // Is this the rank --inject-straggler slows down (by `seconds`)?
@@ -403,8 +405,7 @@ struct Trainer::Impl {
       auto t0 = Clock::now();
       task.next_batch();
       if (injected(o.straggler.data_s)) std::this_thread::sleep_for(std::chrono::duration<double>(o.straggler.data_s));
-      t.data += since(t0);
-      mark("data", t0);
+      end_phase(t.data, "data", t0);
       t0 = Clock::now();
       at::Tensor loss;
       {
@@ -414,13 +415,11 @@ struct Trainer::Impl {
       if (injected(o.straggler.compute_s))
         std::this_thread::sleep_for(std::chrono::duration<double>(o.straggler.compute_s));
       if (s.accumulate > 1) loss = loss / double(s.accumulate);
-      t.forward += since(t0);
-      mark("forward", t0);
+      end_phase(t.forward, "forward", t0);
       t0 = Clock::now();
       loss.backward();
       loss_sum += loss.detach().to(at::kCPU, at::kDouble);
-      t.backward += since(t0);
-      mark("backward", t0);
+      end_phase(t.backward, "backward", t0);
     }
     auto t0 = Clock::now();
     if (ddp) ddp->finish();
@@ -432,8 +431,7 @@ struct Trainer::Impl {
         at::tensor({std::isfinite(local) ? local : 0.0, std::isfinite(local) ? 0.0 : 1.0, stop_requested() ? 1.0 : 0.0},
                    at::kDouble);
     control->allreduce(agreed, comm::ReduceOp::Sum);
-    t.comm += since(t0);
-    mark("exposed comm", t0);
+    end_phase(t.comm, "exposed comm", t0);
     // A signal during the last step just lets the run finish (its at_end checkpoint and evaluation).
     signalled = agreed[2].item<double>() > 0 && step + 1 < s.steps;
     stopping = signalled || (s.stop_at > 0 && step + 1 == s.stop_at && s.stop_at < s.steps);
@@ -479,8 +477,7 @@ struct Trainer::Impl {
       if (ema) ema->update();  // applied steps only
     }
     zero_grads();
-    t.optimizer += since(t0);
-    mark("optimizer", t0);
+    end_phase(t.optimizer, "optimizer", t0);
     t.total += since(start);
     t.waited += comm::blocked_seconds() - blocked_before;
     ++step;
@@ -625,7 +622,7 @@ struct Trainer::Impl {
     summary.bad_steps = bad_total;
     summarise_times(summary, measured, measured_steps);
     if (trace) {
-      std::vector<std::string> events;
+      std::vector<std::string> events;  // streamed: a long run's traces may pass gather's 2 GiB
       rt.stream_to_root(trace->events_json(), [&](int, const std::string& e) { events.push_back(e); });
       if (rt.rank() == 0) {
         core::Trace::write(o.trace_path, events);

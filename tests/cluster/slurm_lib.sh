@@ -28,6 +28,21 @@ slurm_start_munge() {
     fail "munged does not answer${1:+ (from $*)}"
 }
 
+# slurm_stop_daemons MARKER: the daemons in `pids`, newest first (the slurmds, slurmctld, munged),
+# each killed 10 s after SIGTERM at the latest; then the job steps (slurmstepd and their tasks) that
+# outlived their slurmd, found by MARKER in their command line or environment.
+slurm_stop_daemons() {
+  local i p
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill "${pids[i]}" 2>/dev/null
+    for _ in $(seq 1 50); do kill -0 "${pids[i]}" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "${pids[i]}" 2>/dev/null
+  done
+  for p in $(pgrep -f "slurmstepd|$1" 2>/dev/null); do
+    [[ $p != "$$" ]] && grep -qs "$1" "/proc/$p/cmdline" "/proc/$p/environ" && kill -9 "$p" 2>/dev/null
+  done
+}
+
 # slurm_common_conf DIR: the slurm.conf lines both clusters use: munge auth through DIR's socket,
 # root daemons, state and slurmctld files in DIR, no cgroup/accounting plugins, cores as the unit,
 # requeue allowed, nodes back in service by themselves.

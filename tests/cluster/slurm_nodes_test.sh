@@ -57,16 +57,8 @@ cleanup() {
     sl scancel --quiet --full --signal=KILL --user=root 2>/dev/null
     sl scancel --quiet --user=root 2>/dev/null
   fi
-  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do  # slurmd 3..1, slurmctld, munged
-    kill "${pids[i]}" 2>/dev/null
-    for _ in $(seq 1 50); do kill -0 "${pids[i]}" 2>/dev/null || break; sleep 0.2; done
-    kill -9 "${pids[i]}" 2>/dev/null
-  done
-  # job steps (slurmstepd and their tasks) that outlived their slurmd: in a namespace (vc_down kills
-  # those) or not
-  for p in $(pgrep -f "slurmstepd|meridian-vc$VC_ID" 2>/dev/null); do
-    [[ $p != "$$" ]] && grep -qs "meridian-vc$VC_ID" "/proc/$p/cmdline" "/proc/$p/environ" && kill -9 "$p" 2>/dev/null
-  done
+  # slurmd 3..1, slurmctld, munged; then job steps left in a namespace (vc_down kills those too) or not
+  slurm_stop_daemons "meridian-vc$VC_ID"
   vc_down
 }
 fail() { echo "FAIL: $*"; dump; exit 1; }

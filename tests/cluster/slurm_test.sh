@@ -42,15 +42,7 @@ cleanup() {
     timeout 10 scancel --quiet --full --signal=KILL --user=root 2>/dev/null
     timeout 10 scancel --quiet --user=root 2>/dev/null
   fi
-  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do  # slurmd, slurmctld, munged
-    kill "${pids[i]}" 2>/dev/null
-    for _ in $(seq 1 50); do kill -0 "${pids[i]}" 2>/dev/null || break; sleep 0.2; done
-    kill -9 "${pids[i]}" 2>/dev/null
-  done
-  # job steps this slurmd started (slurmstepd and their tasks) that outlived it
-  for p in $(pgrep -f "slurmstepd|$tmp" 2>/dev/null); do
-    [[ $p != "$$" ]] && grep -qs "$tmp" "/proc/$p/cmdline" "/proc/$p/environ" && kill -9 "$p" 2>/dev/null
-  done
+  slurm_stop_daemons "$tmp"  # slurmd, slurmctld, munged, then job steps that outlived slurmd
   rm -rf "$tmp"
 }
 trap cleanup EXIT
