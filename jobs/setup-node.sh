@@ -11,6 +11,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin         # MPI bootstrap, CPU collectives
   libhdf5-openmpi-dev hdf5-tools     # parallel HDF5 (MPI-IO)
   libopencv-dev                      # image decoding
+  libturbojpeg0-dev                  # JPEG columns of datasets: encode in prep, decode in the loader
+  libarchive-dev                     # webdataset tar shards as prep input
   libtiff-dev                        # multi-band TIFF (OpenCV reads at most 4 bands)
   libcxxopts-dev                     # CLI
   libgtest-dev libgmock-dev googletest

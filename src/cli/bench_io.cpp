@@ -22,6 +22,7 @@ Command bench_io_command() {
         ("prefetch", "Batches read ahead", cxxopts::value<int>()->default_value("4"))
         ("io-driver", "HDF5 driver: mpio (MPI-IO, independent reads) or posix (direct chunk reads)", cxxopts::value<std::string>()->default_value("mpio"))
         ("augment", "Random resized crop + flip on the preparation thread")
+        ("workers", "Threads that decode (JPEG files) and augment each batch", cxxopts::value<int>()->default_value("2"))
         ("seed", "Sampler seed", cxxopts::value<uint64_t>()->default_value("0"));
     // clang-format on
     o.parse_positional({"file"});
@@ -35,6 +36,7 @@ Command bench_io_command() {
     lo.prefetch = p["prefetch"].as<int>();
     lo.driver = data::parse_io_driver(p["io-driver"].as<std::string>());
     lo.augment = p.count("augment") > 0;
+    lo.workers = p["workers"].as<int>();
     lo.seed = p["seed"].as<uint64_t>();
     const int64_t steps = p["steps"].as<int64_t>();
     const double compute_ms = p["compute-ms"].as<double>();
@@ -50,14 +52,14 @@ Command bench_io_command() {
     const double total_seq = double(rt.sum(int64_t(r.sequential_per_s * 1000))) / 1000;
     if (rt.rank() == 0) {
       std::printf(
-          "# meridian bench io %s: %d ranks, batch %lld per rank, %lld timed steps, driver %s%s, compute %.1f "
-          "ms/step\n",
+          "# meridian bench io %s: %d ranks, batch %lld per rank, %lld timed steps, driver %s%s, %d workers, "
+          "compute %.1f ms/step\n",
           lo.path.c_str(), rt.size(), (long long)lo.batch_size, (long long)steps,
-          p["io-driver"].as<std::string>().c_str(), lo.augment ? ", augment" : "", compute_ms);
+          p["io-driver"].as<std::string>().c_str(), lo.augment ? ", augment" : "", lo.workers, compute_ms);
       std::printf(
           "# random: the loader's batches (random rows, sorted, one H5Dread per run of consecutive rows);\n"
-          "# sequential: the same number of contiguous rows, same datasets, same buffers reused; MB/s: image + token "
-          "bytes\n");
+          "# sequential: the same number of contiguous rows, same datasets, same buffers reused (JPEG: decoded by as "
+          "many threads); MB/s: stored image + token bytes\n");
       std::printf("%6s %-16s %12s %10s %14s %10s %8s %10s\n", "rank", "host", "random/s", "MB/s", "sequential/s",
                   "MB/s", "ratio", "data wait");
       for (const auto& l : lines) std::printf("%s\n", l.c_str());

@@ -78,8 +78,16 @@ Command inspect_command() {
         std::printf("  %s\n    prompt  : %s\n    response: %s\n", s.name.c_str(), s.caption.c_str(), s.decoded.c_str());
       return 0;
     }
-    std::printf("  images       %lld x %lldx%lldx%lld uint8, %s\n", (long long)info.count, (long long)info.height,
-                (long long)info.width, (long long)info.channels, layout_text(info.image_chunk).c_str());
+    if (info.image_encoding == "jpeg") {
+      const double raw = double(info.height * info.width * info.channels),
+                   each = double(info.encoded_bytes) / std::max<int64_t>(1, info.count);
+      std::printf("  images       %lld x %lldx%lldx%lld JPEG, %.1f KB each on average (%.3fx raw), %s\n",
+                  (long long)info.count, (long long)info.height, (long long)info.width, (long long)info.channels,
+                  each / 1e3, each / raw, layout_text(info.image_chunk).c_str());
+    } else {
+      std::printf("  images       %lld x %lldx%lldx%lld uint8, %s\n", (long long)info.count, (long long)info.height,
+                  (long long)info.width, (long long)info.channels, layout_text(info.image_chunk).c_str());
+    }
     const bool detection = info.kind == "detection";
     if (detection) {
       std::printf("  boxes        %lld (%.2f per image; x_min, y_min, x_max, y_max in pixels)\n",

@@ -23,7 +23,13 @@ void add_common(cxxopts::Options& o) {
       ("context-length", "Tokens per caption, eos included", cxxopts::value<int>()->default_value("64"))
       ("tokenizer", "SentencePiece .model, or a dataset .h5 whose tokenizer to reuse (e.g. the train split's for the test split); default: train one", cxxopts::value<std::string>()->default_value(""))
       ("vocab-size", "Vocabulary size (upper bound) of a trained tokenizer", cxxopts::value<int>()->default_value("8000"))
-      ("block", "Images per rank per collective write", cxxopts::value<int>()->default_value("32"));
+      ("block", "Images per rank per collective write", cxxopts::value<int>()->default_value("32"))
+      ("encode", "Image storage: raw (pixels) or jpeg (a JPEG per image, the input's own bytes when they already are the stored image)", cxxopts::value<std::string>()->default_value("raw"))
+      ("quality", "JPEG quality of re-encoded images (--encode jpeg)", cxxopts::value<int>()->default_value("90"))
+      ("reencode", "With --encode jpeg: encode every image at --quality, also input JPEGs that could be kept as they are")
+      ("part-size", "With --out NAME.json (a dataset of many files): inputs per file NAME-00000.h5, ...", cxxopts::value<int64_t>()->default_value("100000"))
+      ("resume", "Finish an interrupted prep of NAME.json: the same inputs, after its last finished file")
+      ("append", "Add these inputs to the finished NAME.json as more files (its tokenizer is kept)");
   // clang-format on
 }
 
@@ -36,6 +42,12 @@ void fill_common(const cxxopts::ParseResult& p, data::PrepCommon& c) {
   c.tokenizer = p["tokenizer"].as<std::string>();
   c.vocab_size = p["vocab-size"].as<int>();
   c.block = p["block"].as<int>();
+  c.encode = p["encode"].as<std::string>();
+  c.quality = p["quality"].as<int>();
+  c.reencode = p.count("reencode") > 0;
+  c.part_size = p["part-size"].as<int64_t>();
+  c.resume = p.count("resume") > 0;
+  c.append = p.count("append") > 0;
 }
 
 std::vector<int> parse_bands(const std::string& text) {
@@ -61,7 +73,14 @@ int report(const comm::Runtime& rt, const data::PrepReport& r, const std::string
                 (long long)r.skipped_count);
     if (r.boxes) std::printf(", %lld boxes", (long long)r.boxes);
     if (r.tokens) std::printf(", %lld tokens", (long long)r.tokens);
+    if (r.files > 1) std::printf(", in %lld files", (long long)r.files);
     std::printf("\n");
+    if (r.image_bytes && r.written)
+      std::printf("  images: %.1f KB each on average%s\n", r.image_bytes / 1e3 / r.written,
+                  r.kept_source_bytes ? (", " + std::to_string(r.kept_source_bytes) +
+                                         " kept as their input JPEG's bytes (not re-encoded)")
+                                            .c_str()
+                                      : "");
     for (const auto& w : r.warnings) std::printf("  WARNING: %s\n", w.c_str());
     if (!r.skipped.empty()) {
       const std::string list = out + ".skipped.txt";

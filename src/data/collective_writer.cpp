@@ -165,6 +165,13 @@ void Finisher::write_tokenizer(const Tokenizer& tokenizer) {
   h5::write_attr(group, "eos_id", int64_t(tokenizer.eos_id()));
 }
 
+void Finisher::write_image_format(const std::string& encoding, int64_t height, int64_t width) {
+  const auto locked = h5::lock();
+  h5::write_attr(file_, "image_encoding", encoding);
+  h5::write_attr(file_, "image_height", height);
+  h5::write_attr(file_, "image_width", width);
+}
+
 void Finisher::finish(const std::string& kind, const std::string& split, int64_t count) {
   const auto locked = h5::lock();
   strings_.clear();

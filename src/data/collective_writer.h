@@ -56,6 +56,8 @@ class Finisher {
   void write_int64(const std::string& name, int64_t index, int64_t value);
   void write_string_list(const std::string& name, const std::vector<std::string>& values);
   void write_tokenizer(const Tokenizer& tokenizer);
+  // Image kinds: attributes image_encoding ("raw" | "jpeg"), image_height, image_width.
+  void write_image_format(const std::string& encoding, int64_t height, int64_t width);
   // Root attributes, then complete = 1; closes the file.
   void finish(const std::string& kind, const std::string& split, int64_t count);
 

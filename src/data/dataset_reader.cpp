@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "h5.h"
+#include "jpeg.h"
 #include "meridian/comm/mpi_interop.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
@@ -20,8 +21,12 @@ IoDriver parse_io_driver(const std::string& name) {
   throw UserError("--io-driver: unknown driver '" + name + "' (expected mpio or posix)");
 }
 
+// One file's open datasets (a part of an index, or the file itself).
 struct DatasetReader::Handles {
+  std::string path;
+  int64_t first_row = 0, count = 0;                               // its rows in the dataset's numbering
   h5::Id file, images, tokens, lengths, labels, names, captions;  // image_text: all; detection: file, images, names
+  h5::Id image_bytes, image_offsets;                              // jpeg files, instead of images
   h5::Id boxes, box_classes;                                      // detection
   std::vector<int64_t> box_offsets;                               // detection: [N + 1], read once
 };
@@ -29,46 +34,57 @@ struct DatasetReader::Handles {
 DatasetReader::DatasetReader(const std::string& path, IoDriver driver)
     : DatasetReader(validate_dataset(path), driver) {}
 
-DatasetReader::DatasetReader(const DatasetInfo& info, IoDriver driver)
-    : info_(info), driver_(driver), h_(std::make_unique<Handles>()) {
+DatasetReader::DatasetReader(const DatasetInfo& info, IoDriver driver) : info_(info), driver_(driver) {
   const auto locked = h5::lock();
-  const std::string& path = info_.path;
   const bool detection = info_.kind == "detection";
   if (info_.kind != "image_text" && !detection)
-    throw DataError(path, "attribute 'kind'",
+    throw DataError(info_.path, "attribute 'kind'",
                     "this reader (the image-text and detection loaders) reads 'image_text' "
                     "and 'detection' files, not '" +
                         info_.kind + "'");
-  h5::Id fapl = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
-  if (driver == IoDriver::MPIO) MERIDIAN_H5_CHECK(H5Pset_fapl_mpio(fapl, MPI_COMM_SELF, MPI_INFO_NULL));
-  h_->file = h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl)));
-  const auto open = [&](const char* name, hid_t dapl = H5P_DEFAULT) {
-    return h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(h_->file, name, dapl)));
-  };
-  // No chunk cache for /images: each chunk (one image) is read about once per epoch, and
-  // through the cache every byte would be copied twice (measured: 32 cached chunk reads 0.62 ms,
-  // direct 0.42 ms).
-  h5::Id uncached = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_DATASET_ACCESS)));
-  MERIDIAN_H5_CHECK(H5Pset_chunk_cache(uncached, H5D_CHUNK_CACHE_NSLOTS_DEFAULT, 0, H5D_CHUNK_CACHE_W0_DEFAULT));
-  h_->images = open("/images", uncached);
-  h_->names = open("/names");
-  if (detection) {
-    h_->boxes = open("/boxes");
-    h_->box_classes = open("/box_classes");
-    h5::Id offsets = open("/box_offsets");
-    h_->box_offsets.resize(size_t(info_.count + 1));
-    MERIDIAN_H5_CHECK(H5Dread(offsets, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, h_->box_offsets.data()));
-    return;
+  if (jpeg()) codec_ = std::make_unique<JpegCodec>();
+  int64_t first_row = 0;
+  for (const auto& part : info_.parts) {
+    auto h = std::make_unique<Handles>();
+    h->path = part.path, h->first_row = first_row, h->count = part.count;
+    first_row += part.count;
+    h5::Id fapl = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
+    if (driver == IoDriver::MPIO) MERIDIAN_H5_CHECK(H5Pset_fapl_mpio(fapl, MPI_COMM_SELF, MPI_INFO_NULL));
+    h->file = h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(part.path.c_str(), H5F_ACC_RDONLY, fapl)));
+    const auto open = [&](const char* name, hid_t dapl = H5P_DEFAULT) {
+      return h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(h->file, name, dapl)));
+    };
+    // No chunk cache for the images: each chunk (one image) is read about once per epoch, and
+    // through the cache every byte would be copied twice (measured: 32 cached chunk reads 0.62 ms,
+    // direct 0.42 ms).
+    h5::Id uncached = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_DATASET_ACCESS)));
+    MERIDIAN_H5_CHECK(H5Pset_chunk_cache(uncached, H5D_CHUNK_CACHE_NSLOTS_DEFAULT, 0, H5D_CHUNK_CACHE_W0_DEFAULT));
+    if (jpeg()) {
+      h->image_bytes = open("/image_bytes", uncached);
+      h->image_offsets = open("/image_offsets");
+    } else {
+      h->images = open("/images", uncached);
+    }
+    h->names = open("/names");
+    if (detection) {
+      h->boxes = open("/boxes");
+      h->box_classes = open("/box_classes");
+      h5::Id offsets = open("/box_offsets");
+      h->box_offsets.resize(size_t(part.count + 1));
+      MERIDIAN_H5_CHECK(H5Dread(offsets, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, h->box_offsets.data()));
+    } else {
+      h->tokens = open("/tokens");
+      h->lengths = open("/token_lengths");
+      h->labels = open("/labels");
+      h->captions = open("/captions");
+    }
+    parts_.push_back(std::move(h));
   }
-  h_->tokens = open("/tokens");
-  h_->lengths = open("/token_lengths");
-  h_->labels = open("/labels");
-  h_->captions = open("/captions");
 }
 
 DatasetReader::~DatasetReader() {
   const auto locked = h5::lock();
-  h_.reset();
+  parts_.clear();
 }
 
 namespace {
@@ -119,59 +135,138 @@ void read_union(hid_t dset, const std::vector<int64_t>& rows, hid_t mem_type, vo
 }
 }  // namespace
 
-void DatasetReader::read_rows(const std::vector<int64_t>& rows, uint8_t* images, int32_t* tokens, int32_t* lengths,
-                              int32_t* labels) {
-  const auto locked = h5::lock();
+void DatasetReader::check_rows(const std::vector<int64_t>& rows) const {
   for (size_t i = 0; i < rows.size(); ++i) {
     MERIDIAN_CHECK(rows[i] >= 0 && rows[i] < info_.count, "row out of range");
     MERIDIAN_CHECK(i == 0 || rows[i] > rows[i - 1], "rows must be ascending and unique");
   }
+}
+
+void DatasetReader::for_parts(const std::vector<int64_t>& rows,
+                              const std::function<void(Handles&, const std::vector<int64_t>&, size_t)>& fn) {
+  std::vector<int64_t> local;
+  for (size_t i = 0; i < rows.size();) {
+    Handles& h = part_of(rows[i]);
+    local.clear();
+    size_t e = i;
+    for (; e < rows.size() && rows[e] < h.first_row + h.count; ++e) local.push_back(rows[e] - h.first_row);
+    fn(h, local, i);
+    i = e;
+  }
+}
+
+DatasetReader::Handles& DatasetReader::part_of(int64_t row) {
+  const auto it = std::upper_bound(parts_.begin(), parts_.end(), row,
+                                   [](int64_t r, const std::unique_ptr<Handles>& h) { return r < h->first_row; });
+  MERIDIAN_CHECK(it != parts_.begin(), "row before the first part");
+  return **(it - 1);
+}
+
+void DatasetReader::read_rows(const std::vector<int64_t>& rows, uint8_t* images, int32_t* tokens, int32_t* lengths,
+                              int32_t* labels) {
+  const auto locked = h5::lock();
+  check_rows(rows);
   if (info_.kind == "detection" && (tokens || lengths || labels))
     throw std::invalid_argument(info_.path + ": a detection file has no tokens, lengths or labels to read");
+  if (images && jpeg()) {
+    EncodedRows enc;
+    read_encoded_locked(rows, enc);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Handles& h = part_of(rows[i]);
+      codec_->decode(enc.bytes.data() + enc.starts[i], size_t(enc.starts[i + 1] - enc.starts[i]), int(info_.height),
+                     int(info_.width), images + i * image_bytes(), h.path, rows[i] - h.first_row);
+    }
+    images = nullptr;
+  }
   const bool direct = driver_ == IoDriver::POSIX;
-  if (images) read_union(h_->images, rows, H5T_NATIVE_UINT8, images, direct);
-  if (tokens) read_union(h_->tokens, rows, H5T_NATIVE_INT32, tokens, direct);
-  if (lengths) read_union(h_->lengths, rows, H5T_NATIVE_INT32, lengths, direct);
-  if (labels) read_union(h_->labels, rows, H5T_NATIVE_INT32, labels, direct);
+  const int64_t K = info_.captions_per_sample, L = info_.context_length;
+  for_parts(rows, [&](Handles& h, const std::vector<int64_t>& local, size_t at) {
+    if (images) read_union(h.images, local, H5T_NATIVE_UINT8, images + at * image_bytes(), direct);
+    if (tokens) read_union(h.tokens, local, H5T_NATIVE_INT32, tokens + at * K * L, direct);
+    if (lengths) read_union(h.lengths, local, H5T_NATIVE_INT32, lengths + at * K, direct);
+    if (labels) read_union(h.labels, local, H5T_NATIVE_INT32, labels + at, direct);
+  });
+}
+
+void DatasetReader::read_encoded(const std::vector<int64_t>& rows, EncodedRows& out) {
+  const auto locked = h5::lock();
+  check_rows(rows);
+  read_encoded_locked(rows, out);
+}
+
+void DatasetReader::read_encoded_locked(const std::vector<int64_t>& rows, EncodedRows& out) {
+  if (!jpeg())
+    throw DataError(info_.path, "attribute 'image_encoding'", "'" + info_.image_encoding + "' images are not encoded");
+  out.starts.assign(1, 0);
+  out.bytes.clear();
+  std::vector<int64_t> off;
+  for_parts(rows, [&](Handles& h, const std::vector<int64_t>& local, size_t) {
+    h5::Id offset_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(h.image_offsets)));
+    h5::Id byte_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(h.image_bytes)));
+    const int64_t part_bytes = int64_t(h5::dims(h.image_bytes).at(0));
+    for (size_t i = 0; i < local.size();) {
+      size_t e = i + 1;  // a run of consecutive rows: its bytes are one contiguous range
+      while (e < local.size() && local[e] == local[e - 1] + 1) ++e;
+      hsize_t first = hsize_t(local[i]), n = hsize_t(e - i + 1);
+      off.resize(n);
+      MERIDIAN_H5_CHECK(H5Sselect_hyperslab(offset_space, H5S_SELECT_SET, &first, nullptr, &n, nullptr));
+      h5::Id mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(1, &n, nullptr)));
+      MERIDIAN_H5_CHECK(H5Dread(h.image_offsets, H5T_NATIVE_INT64, mem, offset_space, H5P_DEFAULT, off.data()));
+      for (size_t k = 0; k + 1 < n; ++k)
+        if (off[k] < 0 || off[k + 1] <= off[k] || off[k + 1] > part_bytes)
+          throw DataError(h.path, "/image_offsets",
+                          "row " + std::to_string(local[i] + int64_t(k)) + " has bytes [" + std::to_string(off[k]) +
+                              ", " + std::to_string(off[k + 1]) + "), not a range of /image_bytes (" +
+                              std::to_string(part_bytes) + " bytes)");
+      const size_t at = out.bytes.size();
+      hsize_t start = hsize_t(off[0]), count = hsize_t(off[n - 1] - off[0]);
+      out.bytes.resize(at + count);
+      MERIDIAN_H5_CHECK(H5Sselect_hyperslab(byte_space, H5S_SELECT_SET, &start, nullptr, &count, nullptr));
+      h5::Id bytes_mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(1, &count, nullptr)));
+      MERIDIAN_H5_CHECK(
+          H5Dread(h.image_bytes, H5T_NATIVE_UINT8, bytes_mem, byte_space, H5P_DEFAULT, out.bytes.data() + at));
+      for (size_t k = 1; k < n; ++k) out.starts.push_back(int64_t(at) + off[k] - off[0]);
+      i = e;
+    }
+  });
 }
 
 std::vector<RowBoxes> DatasetReader::read_boxes(const std::vector<int64_t>& rows) {
   if (info_.kind != "detection")
     throw DataError(info_.path, "attribute 'kind'", "boxes are read from 'detection' files, not '" + info_.kind + "'");
-  for (size_t i = 0; i < rows.size(); ++i) {
-    MERIDIAN_CHECK(rows[i] >= 0 && rows[i] < info_.count, "row out of range");
-    MERIDIAN_CHECK(i == 0 || rows[i] > rows[i - 1], "rows must be ascending and unique");
-  }
-  const auto& off = h_->box_offsets;
+  check_rows(rows);
   std::vector<RowBoxes> out(rows.size());
   const auto locked = h5::lock();
-  h5::Id box_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(h_->boxes)));
-  h5::Id class_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(h_->box_classes)));
   std::vector<std::array<float, 4>> boxes;
   std::vector<int32_t> classes;
-  for (size_t i = 0; i < rows.size();) {
-    size_t e = i + 1;  // a run of consecutive rows: its boxes are one contiguous range
-    while (e < rows.size() && rows[e] == rows[e - 1] + 1) ++e;
-    const int64_t first = off[size_t(rows[i])], n = off[size_t(rows[e - 1]) + 1] - first;
-    if (n > 0) {
-      boxes.resize(size_t(n));
-      classes.resize(size_t(n));
-      hsize_t start[2] = {hsize_t(first), 0}, count[2] = {hsize_t(n), 4};
-      MERIDIAN_H5_CHECK(H5Sselect_hyperslab(box_space, H5S_SELECT_SET, start, nullptr, count, nullptr));
-      h5::Id box_mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(2, count, nullptr)));
-      MERIDIAN_H5_CHECK(H5Dread(h_->boxes, H5T_NATIVE_FLOAT, box_mem, box_space, H5P_DEFAULT, boxes.data()));
-      MERIDIAN_H5_CHECK(H5Sselect_hyperslab(class_space, H5S_SELECT_SET, start, nullptr, count, nullptr));
-      h5::Id class_mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(1, count, nullptr)));
-      MERIDIAN_H5_CHECK(
-          H5Dread(h_->box_classes, H5T_NATIVE_INT32, class_mem, class_space, H5P_DEFAULT, classes.data()));
+  for_parts(rows, [&](Handles& h, const std::vector<int64_t>& local, size_t at) {
+    const auto& off = h.box_offsets;
+    h5::Id box_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(h.boxes)));
+    h5::Id class_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(h.box_classes)));
+    for (size_t i = 0; i < local.size();) {
+      size_t e = i + 1;  // a run of consecutive rows: its boxes are one contiguous range
+      while (e < local.size() && local[e] == local[e - 1] + 1) ++e;
+      const int64_t first = off[size_t(local[i])], n = off[size_t(local[e - 1]) + 1] - first;
+      if (n > 0) {
+        boxes.resize(size_t(n));
+        classes.resize(size_t(n));
+        hsize_t start[2] = {hsize_t(first), 0}, count[2] = {hsize_t(n), 4};
+        MERIDIAN_H5_CHECK(H5Sselect_hyperslab(box_space, H5S_SELECT_SET, start, nullptr, count, nullptr));
+        h5::Id box_mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(2, count, nullptr)));
+        MERIDIAN_H5_CHECK(H5Dread(h.boxes, H5T_NATIVE_FLOAT, box_mem, box_space, H5P_DEFAULT, boxes.data()));
+        MERIDIAN_H5_CHECK(H5Sselect_hyperslab(class_space, H5S_SELECT_SET, start, nullptr, count, nullptr));
+        h5::Id class_mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(1, count, nullptr)));
+        MERIDIAN_H5_CHECK(
+            H5Dread(h.box_classes, H5T_NATIVE_INT32, class_mem, class_space, H5P_DEFAULT, classes.data()));
+      }
+      for (size_t k = i; k < e; ++k) {
+        const int64_t a = off[size_t(local[k])] - first, b = off[size_t(local[k]) + 1] - first;
+        out[at + k].boxes.assign(boxes.begin() + a, boxes.begin() + b);
+        out[at + k].classes.assign(classes.begin() + a, classes.begin() + b);
+      }
+      i = e;
     }
-    for (size_t k = i; k < e; ++k) {
-      const int64_t a = off[size_t(rows[k])] - first, b = off[size_t(rows[k]) + 1] - first;
-      out[k].boxes.assign(boxes.begin() + a, boxes.begin() + b);
-      out[k].classes.assign(classes.begin() + a, classes.begin() + b);
-    }
-    i = e;
-  }
+  });
   return out;
 }
 
@@ -179,10 +274,17 @@ std::string DatasetReader::fingerprint() {
   const auto locked = h5::lock();
   std::string text = std::to_string(info_.file_bytes) + "|" + info_.kind + "|" + info_.created_by + "|" +
                      std::to_string(info_.count) + "|" + std::to_string(info_.height) + "x" +
-                     std::to_string(info_.width);
+                     std::to_string(info_.width) + "|" + std::to_string(info_.parts.size());
   if (info_.kind == "detection") text += "|" + std::to_string(info_.box_count);
-  std::vector<uint8_t> first(image_bytes());
-  read_union(h_->images, {0}, H5T_NATIVE_UINT8, first.data(), false);
+  std::vector<uint8_t> first;
+  if (info_.count > 0 && jpeg()) {
+    EncodedRows enc;
+    read_encoded_locked({0}, enc);
+    first = std::move(enc.bytes);
+  } else if (info_.count > 0) {
+    first.resize(image_bytes());
+    read_union(parts_.front()->images, {0}, H5T_NATIVE_UINT8, first.data(), false);
+  }
   const uint64_t h = fnv1a(first.data(), first.size(), fnv1a(text.data(), text.size()));
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", (unsigned long long)h);
@@ -193,19 +295,24 @@ Tokenizer DatasetReader::tokenizer() {
   if (info_.kind != "image_text")
     throw DataError(info_.path, "attribute 'kind'", "a '" + info_.kind + "' file has no /tokenizer to read here");
   const auto locked = h5::lock();
-  h5::Id model = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(h_->file, "/tokenizer/model", H5P_DEFAULT)));
-  return Tokenizer::from_bytes(h5::read_bytes(model), info_.path + ": /tokenizer/model");
+  const Handles& h = *parts_.front();  // the parts of an index share one tokenizer (validate_dataset)
+  h5::Id model = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(h.file, "/tokenizer/model", H5P_DEFAULT)));
+  return Tokenizer::from_bytes(h5::read_bytes(model), h.path + ": /tokenizer/model");
 }
 
 std::vector<std::string> DatasetReader::captions(int64_t row) {
   if (info_.kind != "image_text")
     throw DataError(info_.path, "attribute 'kind'", "a '" + info_.kind + "' file has no captions");
   const auto locked = h5::lock();
-  return h5::read_strings(h_->captions, row, 1);
+  check_rows({row});
+  const Handles& h = part_of(row);
+  return h5::read_strings(h.captions, row - h.first_row, 1);
 }
 std::string DatasetReader::name(int64_t row) {
   const auto locked = h5::lock();
-  return h5::read_strings(h_->names, row, 1).at(0);
+  check_rows({row});
+  const Handles& h = part_of(row);
+  return h5::read_strings(h.names, row - h.first_row, 1).at(0);
 }
 
 std::unique_ptr<DatasetReader> open_on_every_rank(const comm::Runtime& rt, const std::string& path, IoDriver driver,
@@ -261,11 +368,12 @@ std::vector<T> read_range(hid_t file, const char* name, hid_t mem_type, int64_t 
 }  // namespace
 
 RowBoxes read_boxes(const DatasetInfo& info, int64_t row) {
-  const std::string& path = info.path;
-  if (info.kind != "detection") throw DataError(path, "attribute 'kind'", "expected a detection dataset");
+  if (info.kind != "detection") throw DataError(info.path, "attribute 'kind'", "expected a detection dataset");
   if (row < 0 || row >= info.count) throw std::out_of_range("read_boxes: row out of range");
+  size_t part = 0;
+  for (; row >= info.parts[part].count; ++part) row -= info.parts[part].count;
   const auto locked = h5::lock();
-  h5::Id file = open_read_only(path);
+  h5::Id file = open_read_only(info.parts[part].path);
   const auto off = read_range<int64_t>(file, "/box_offsets", H5T_NATIVE_INT64, row, 2);
   RowBoxes r;
   const int64_t n = off[1] - off[0];
@@ -305,17 +413,21 @@ DatasetSummary summarize(const DatasetInfo& info, int examples) {
   }
   if (info.kind == "detection") {
     const auto locked = h5::lock();
-    h5::Id file = open_read_only(path);
     DatasetSummary s;
     s.class_counts.assign(info.class_names.size(), 0);
-    const int64_t step = 1 << 20;
-    for (int64_t first = 0; first < info.box_count; first += step) {
-      for (int32_t c :
-           read_range<int32_t>(file, "/box_classes", H5T_NATIVE_INT32, first, std::min(step, info.box_count - first)))
-        if (c >= 0 && c < int32_t(s.class_counts.size())) ++s.class_counts[c];
+    for (const auto& part : info.parts) {
+      h5::Id file = open_read_only(part.path);
+      const int64_t boxes =
+          int64_t(h5::dims(h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file, "/box_classes", H5P_DEFAULT)))).at(0));
+      const int64_t step = 1 << 20;
+      for (int64_t first = 0; first < boxes; first += step) {
+        for (int32_t c :
+             read_range<int32_t>(file, "/box_classes", H5T_NATIVE_INT32, first, std::min(step, boxes - first)))
+          if (c >= 0 && c < int32_t(s.class_counts.size())) ++s.class_counts[c];
+      }
+      const auto off = read_range<int64_t>(file, "/box_offsets", H5T_NATIVE_INT64, 0, part.count + 1);
+      for (int64_t i = 0; i < part.count; ++i) s.unlabelled += off[i + 1] == off[i];
     }
-    const auto off = read_range<int64_t>(file, "/box_offsets", H5T_NATIVE_INT64, 0, info.count + 1);
-    for (int64_t i = 0; i < info.count; ++i) s.unlabelled += off[i + 1] == off[i];
     return s;
   }
   DatasetReader reader(info, IoDriver::POSIX);

@@ -6,11 +6,13 @@
 #include <optional>
 #include <sstream>
 
+#include "jpeg.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/hash.h"
 #include "meridian/data/dataset_reader.h"
 #include "pipeline.h"
+#include "worker_pool.h"
 
 namespace meridian::data {
 
@@ -55,6 +57,8 @@ struct DetectionLoader::Impl {
   // image, handed straight to the consumer), on a second thread with it (augmenting while the next
   // batch is read).
   std::optional<Pipeline<DetectionBatch, RawDetBatch>> pipeline;
+  std::unique_ptr<WorkerPool> pool;                // jpeg files: read_batch decodes with these
+  std::vector<std::unique_ptr<JpegCodec>> codecs;  // one per worker
 
   explicit Impl(const DetectionLoaderOptions& options) : o(options) {}
 
@@ -84,7 +88,17 @@ struct DetectionLoader::Impl {
     all.erase(std::unique(all.begin(), all.end()), all.end());
     const int64_t H = reader->info().height, W = reader->info().width;
     b.pixels = at::empty({int64_t(all.size()), H, W, 3}, at::kByte);
-    reader->read_rows(all, b.pixels.data_ptr<uint8_t>(), nullptr, nullptr, nullptr);
+    if (reader->jpeg()) {
+      EncodedRows enc;
+      reader->read_encoded(all, enc);
+      uint8_t* pixels = b.pixels.data_ptr<uint8_t>();
+      pool->for_each(int64_t(all.size()), [&](int64_t i, int worker) {
+        codecs[worker]->decode(enc.bytes.data() + enc.starts[i], size_t(enc.starts[i + 1] - enc.starts[i]), int(H),
+                               int(W), pixels + i * H * W * 3, reader->info().path, all[i]);
+      });
+    } else {
+      reader->read_rows(all, b.pixels.data_ptr<uint8_t>(), nullptr, nullptr, nullptr);
+    }
     auto boxes = reader->read_boxes(all);
     for (size_t i = 0; i < all.size(); ++i) {
       Labeled& l = b.items[all[i]];
@@ -148,6 +162,8 @@ void check_options(const DetectionLoaderOptions& o) {
   if (o.epoch < 0 || o.position < 0)
     throw UserError("detection loader: epoch and position must be >= 0 (got " + std::to_string(o.epoch) + ", " +
                     std::to_string(o.position) + ")");
+  if (o.workers < 1 || o.workers > 256)
+    throw UserError("data.workers: must be between 1 and 256, got " + std::to_string(o.workers));
   if (o.image_size < 0 || o.image_size > 8192)
     throw UserError("detection loader: image size must be between 0 (stored size) and 8192, got " +
                     std::to_string(o.image_size));
@@ -177,13 +193,18 @@ DetectionLoader::DetectionLoader(const comm::Runtime& rt, const DetectionLoaderO
   const auto& info = impl_->reader->info();
   // The same file on every rank (checked above), so every rank throws this together.
   if (info.height != info.width || info.channels != 3)
-    throw DataError(options.path, "/images",
+    throw DataError(options.path,
+                    info.image_encoding == "jpeg" ? "attributes 'image_height', 'image_width'" : "/images",
                     "expected square RGB images [N, S, S, 3] (letterboxed), got " + std::to_string(info.height) +
                         " x " + std::to_string(info.width) + " x " + std::to_string(info.channels));
   impl_->size = options.image_size > 0 ? options.image_size : int(info.height);
   impl_->sampler = DistributedSampler::for_loader(options.path, info.count, "images", options.batch_size, rt.rank(),
                                                   rt.size(), options.seed, options.drop_last);
   Impl* impl = impl_.get();
+  if (impl->reader->jpeg()) {
+    impl->pool = std::make_unique<WorkerPool>(options.workers - 1);
+    for (int w = 0; w < options.workers; ++w) impl->codecs.push_back(std::make_unique<JpegCodec>());
+  }
   impl->pipeline.emplace(
       "detection loader", *impl->sampler, options.epoch, options.position, size_t(options.prefetch),
       [impl](const BatchIndex& at) { return impl->read_batch(at); },

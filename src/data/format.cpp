@@ -3,8 +3,10 @@
 #include <filesystem>
 #include <functional>
 
+#include "dataset_index.h"
 #include "h5.h"
 #include "meridian/core/error.h"
+#include "meridian/core/hash.h"
 #include "meridian/data/tokenizer.h"
 
 namespace meridian::data {
@@ -76,7 +78,9 @@ void validate_detection(hid_t file, const std::string& path, const std::vector<h
 
 Tokenizer stored_tokenizer(hid_t file, const std::string& path, DatasetInfo& info) {
   h5::Id model = open_dataset(file, path, "/tokenizer/model");
-  Tokenizer tok = Tokenizer::from_bytes(h5::read_bytes(model), path + ": /tokenizer/model");
+  const auto bytes = h5::read_bytes(model);
+  info.tokenizer_hash = fnv1a(bytes.data(), bytes.size());
+  Tokenizer tok = Tokenizer::from_bytes(bytes, path + ": /tokenizer/model");
   info.vocab_size = tok.vocab_size();
   info.pad_id = tok.pad_id();
   info.eos_id = tok.eos_id();
@@ -104,9 +108,61 @@ void validate_text(hid_t file, const std::string& path, DatasetInfo& info) {
   stored_tokenizer(file, path, info);
 }
 
+DatasetInfo validate_file(const std::string& path);
+
+// An index and its parts (dataset_index.h): every part valid, all alike; the summary of all.
+DatasetInfo validate_index(const std::string& path) {
+  const DatasetIndex index = read_index(path);
+  if (!index.complete)
+    throw DataError(path, "field 'complete'",
+                    "false: prep has not finished this dataset (interrupted? run the same prep with --resume)");
+  if (index.parts.empty()) throw DataError(path, "field 'parts'", "empty");
+  DatasetInfo all;
+  for (size_t i = 0; i < index.parts.size(); ++i) {
+    const std::string part = part_path(path, index.parts[i].file);
+    DatasetInfo p = validate_file(part);
+    const std::string where = "field 'parts[" + std::to_string(i) + "]'";
+    if (p.count != index.parts[i].count)
+      throw DataError(
+          path, where,
+          "lists " + std::to_string(index.parts[i].count) + " rows, " + part + " has " + std::to_string(p.count));
+    if (p.kind != index.kind)
+      throw DataError(path, where, part + " is '" + p.kind + "', the index '" + index.kind + "'");
+    if (i == 0) {
+      if (p.kind != "image_text" && p.kind != "detection")
+        throw DataError(path, "field 'kind'",
+                        "datasets of many files hold images (image_text or detection), not '" + p.kind + "'");
+      all = p;
+      all.path = path;
+      all.count = 0, all.encoded_bytes = 0, all.box_count = 0, all.file_bytes = std::filesystem::file_size(path);
+      all.parts.clear();
+    } else {
+      const auto differs = [&](bool d, const std::string& what) {
+        if (d) throw DataError(part, what, "differs from the first part's (" + all.parts[0].path + ")");
+      };
+      differs(p.image_encoding != all.image_encoding, "attribute 'image_encoding'");
+      differs(p.height != all.height || p.width != all.width, "image size");
+      differs(p.captions_per_sample != all.captions_per_sample || p.context_length != all.context_length,
+              "/tokens shape [N, K, L]");
+      differs(p.tokenizer_hash != all.tokenizer_hash, "/tokenizer/model");
+      differs(p.class_names != all.class_names, "/class_names");
+    }
+    all.count += p.count, all.encoded_bytes += p.encoded_bytes, all.box_count += p.box_count;
+    all.file_bytes += p.file_bytes;
+    all.parts.push_back({part, p.count});
+  }
+  return all;
+}
+
 }  // namespace
 
 DatasetInfo validate_dataset(const std::string& path) {
+  if (is_index_path(path)) return validate_index(path);
+  return validate_file(path);
+}
+
+namespace {
+DatasetInfo validate_file(const std::string& path) {
   const auto locked = h5::lock();
   if (!std::filesystem::exists(path)) throw DataError(path, "file", "does not exist");
   h5::QuietErrors quiet;
@@ -123,10 +179,11 @@ DatasetInfo validate_dataset(const std::string& path) {
         path, "attribute 'format'",
         "expected \"" + std::string(kFormatName) + "\"" + (format ? ", got \"" + *format + "\"" : " (missing)"));
   info.format_version = h5::read_attr_int(file, "format_version").value_or(0);
-  if (info.format_version != kFormatVersion)
+  if (info.format_version < 1 || info.format_version > kFormatVersion)
     throw DataError(path, "attribute 'format_version'",
-                    "this meridian reads version " + std::to_string(kFormatVersion) + ", the file has " +
-                        std::to_string(info.format_version));
+                    "this meridian reads versions 1 to " + std::to_string(kFormatVersion) + ", the file has " +
+                        std::to_string(info.format_version) +
+                        (info.format_version > kFormatVersion ? " (written by a newer meridian)" : ""));
   if (h5::read_attr_int(file, "complete").value_or(0) != 1)
     throw DataError(path, "attribute 'complete'", "missing: the file was not finished (interrupted prep?)");
   info.kind = h5::read_attr_string(file, "kind").value_or("");
@@ -135,19 +192,58 @@ DatasetInfo validate_dataset(const std::string& path) {
   if (info.kind != "image_text" && info.kind != "detection" && info.kind != "text")
     throw DataError(path, "attribute 'kind'", "expected 'image_text', 'detection' or 'text', got '" + info.kind + "'");
   info.count = h5::read_attr_int(file, "count").value_or(-1);
+  info.parts = {{path, info.count}};
   if (info.kind == "text") {
     validate_text(file, path, info);
     return info;
   }
 
-  h5::Id images = open_dataset(file, path, "/images");
-  expect_type(images, path, "/images", H5T_INTEGER, 1, "uint8");
-  const auto d = h5::dims(images);
-  if (d.size() != 4 || d[3] != 3) throw DataError(path, "/images", "expected shape [N, H, W, 3], got " + shape_text(d));
-  if (int64_t(d[0]) != info.count)
-    throw DataError(path, "/images", shape_text(d) + " disagrees with attribute count = " + std::to_string(info.count));
-  info.height = d[1], info.width = d[2], info.channels = d[3];
-  for (auto c : h5::chunk_dims(images)) info.image_chunk.push_back(c);
+  std::vector<hsize_t> d;  // [N] and, for raw images, [N, H, W, 3]
+  info.image_encoding = info.format_version == 1 ? "raw" : h5::read_attr_string(file, "image_encoding").value_or("");
+  if (info.image_encoding == "raw") {
+    h5::Id images = open_dataset(file, path, "/images");
+    expect_type(images, path, "/images", H5T_INTEGER, 1, "uint8");
+    d = h5::dims(images);
+    if (d.size() != 4 || d[3] != 3)
+      throw DataError(path, "/images", "expected shape [N, H, W, 3], got " + shape_text(d));
+    if (int64_t(d[0]) != info.count)
+      throw DataError(path, "/images",
+                      shape_text(d) + " disagrees with attribute count = " + std::to_string(info.count));
+    info.height = d[1], info.width = d[2], info.channels = d[3];
+    for (auto c : h5::chunk_dims(images)) info.image_chunk.push_back(c);
+  } else if (info.image_encoding == "jpeg") {
+    info.height = h5::read_attr_int(file, "image_height").value_or(0);
+    info.width = h5::read_attr_int(file, "image_width").value_or(0);
+    info.channels = 3;
+    if (info.height < 1 || info.width < 1)
+      throw DataError(path, "attributes 'image_height', 'image_width'", "missing or not positive in a jpeg file");
+    if (info.count < 0) throw DataError(path, "attribute 'count'", "missing or negative");
+    d = {hsize_t(info.count)};
+    h5::Id bytes = open_dataset(file, path, "/image_bytes");
+    expect_type(bytes, path, "/image_bytes", H5T_INTEGER, 1, "uint8");
+    const auto b = h5::dims(bytes);
+    if (b.size() != 1) throw DataError(path, "/image_bytes", "expected [bytes], got " + shape_text(b));
+    info.encoded_bytes = int64_t(b[0]);
+    for (auto c : h5::chunk_dims(bytes)) info.image_chunk.push_back(c);
+    h5::Id offsets = open_dataset(file, path, "/image_offsets");
+    expect_type(offsets, path, "/image_offsets", H5T_INTEGER, 8, "int64");
+    if (h5::dims(offsets) != std::vector<hsize_t>{d[0] + 1})
+      throw DataError(path, "/image_offsets", "expected [count + 1] = [" + std::to_string(info.count + 1) + "]");
+    // The two ends only (an image's own range is checked when it is read): 10M images would be 80 MB.
+    int64_t ends[2] = {0, 0};
+    for (int k = 0; k < 2; ++k) {
+      h5::Id space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(offsets)));
+      hsize_t at = k == 0 ? 0 : d[0], one = 1;
+      MERIDIAN_H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_SET, &at, nullptr, &one, nullptr));
+      h5::Id mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(1, &one, nullptr)));
+      MERIDIAN_H5_CHECK(H5Dread(offsets, H5T_NATIVE_INT64, mem, space, H5P_DEFAULT, &ends[k]));
+    }
+    if (ends[0] != 0 || ends[1] != info.encoded_bytes)
+      throw DataError(path, "/image_offsets",
+                      "must start at 0 and end at the size of /image_bytes = " + std::to_string(info.encoded_bytes));
+  } else {
+    throw DataError(path, "attribute 'image_encoding'", "expected 'raw' or 'jpeg', got '" + info.image_encoding + "'");
+  }
 
   const auto check_shape = [&](const char* name, std::vector<hsize_t> want) {
     h5::Id ds = open_dataset(file, path, name);
@@ -183,13 +279,14 @@ DatasetInfo validate_dataset(const std::string& path) {
   }
   return info;
 }
+}  // namespace
 
 Tokenizer dataset_tokenizer(const std::string& path) {
-  validate_dataset(path);
+  const std::string first = validate_dataset(path).parts.at(0).path;  // an index's parts share one tokenizer
   const auto locked = h5::lock();
-  h5::Id file = h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)));
+  h5::Id file = h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(first.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)));
   h5::Id model = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file, "/tokenizer/model", H5P_DEFAULT)));
-  return Tokenizer::from_bytes(h5::read_bytes(model), path + ": /tokenizer/model");
+  return Tokenizer::from_bytes(h5::read_bytes(model), first + ": /tokenizer/model");
 }
 
 }  // namespace meridian::data

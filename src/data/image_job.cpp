@@ -10,9 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "collective_writer.h"
+#include "dataset_index.h"
 #include "image_decode.h"
+#include "jpeg.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
+#include "meridian/data/format.h"
 #include "meridian/data/tokenizer.h"
 #include "prep_job.h"
 
@@ -26,7 +29,8 @@ using Clock = std::chrono::steady_clock;
 
 // One round's rows of this rank, ready to write.
 struct RoundRows {
-  std::vector<uint8_t> images;
+  std::vector<uint8_t> images;        // raw: the pixels; jpeg: every row's JPEG, one after another
+  std::vector<int64_t> image_starts;  // jpeg: per row, its first byte in `images`
   std::vector<int32_t> tokens, lengths, labels;
   std::vector<float> boxes;
   std::vector<int32_t> box_classes;
@@ -39,29 +43,49 @@ struct RoundRows {
 struct Written {
   int64_t rows = 0;                                  // in the file so far, every rank
   int64_t max_class = -1;                            // this rank's largest box class
+  int64_t kept_source = 0;                           // jpeg: this rank's rows stored as their input's bytes
   nlohmann::json records = nlohmann::json::array();  // [row, name, [captions]] of this rank
   std::vector<std::string> skipped;                  // this rank's
 };
 
-void create_datasets(CollectiveWriter& writer, const PrepCommon& o, const ImageJob& job) {
+// `rows`: the inputs of the file, an upper bound of its rows.
+void create_datasets(CollectiveWriter& writer, const PrepCommon& o, const ImageJob& job, int64_t rows) {
   const int K = o.captions_per_image, L = o.context_length, S = o.size;
-  writer.create("/images", H5T_STD_U8LE, {hsize_t(S), hsize_t(S), 3}, job.count, 1);
+  if (o.encode == "jpeg") {
+    // 256 KiB chunks: 10M images of 25 KB are 1M chunks; an image's bytes are read directly (the
+    // reader has no chunk cache), not the chunks around them.
+    writer.create("/image_bytes", H5T_STD_U8LE, {}, std::max<int64_t>(rows * 16384, 1 << 20), 1 << 18);
+    writer.create("/image_offsets", H5T_STD_I64LE, {}, rows + 1, 4096);
+  } else {
+    writer.create("/images", H5T_STD_U8LE, {hsize_t(S), hsize_t(S), 3}, rows, 1);
+  }
   if (job.kind == "image_text") {
     // Token chunks of 8 rows: a random read stays within 8x of the bytes it needs.
-    writer.create("/tokens", H5T_STD_I32LE, {hsize_t(K), hsize_t(L)}, job.count, 8);
-    writer.create("/token_lengths", H5T_STD_I32LE, {hsize_t(K)}, job.count, 1024);
-    writer.create("/labels", H5T_STD_I32LE, {}, job.count, 4096);
+    writer.create("/tokens", H5T_STD_I32LE, {hsize_t(K), hsize_t(L)}, rows, 8);
+    writer.create("/token_lengths", H5T_STD_I32LE, {hsize_t(K)}, rows, 1024);
+    writer.create("/labels", H5T_STD_I32LE, {}, rows, 4096);
   } else {
-    writer.create("/boxes", H5T_IEEE_F32LE, {4}, std::max<int64_t>(job.count * 4, 1024), 4096);
-    writer.create("/box_classes", H5T_STD_I32LE, {}, std::max<int64_t>(job.count * 4, 1024), 4096);
-    writer.create("/box_offsets", H5T_STD_I64LE, {}, job.count + 1, 4096);
+    writer.create("/boxes", H5T_IEEE_F32LE, {4}, std::max<int64_t>(rows * 4, 1024), 4096);
+    writer.create("/box_classes", H5T_STD_I32LE, {}, std::max<int64_t>(rows * 4, 1024), 4096);
+    writer.create("/box_offsets", H5T_STD_I64LE, {}, rows + 1, 4096);
   }
 }
 
-// Appends decoded row `d` to `r` (captions tokenized with `tok` for image_text).
-void add_row(const PrepCommon& o, const Tokenizer* tok, Decoded& d, RoundRows& r, Written& w) {
+// Appends decoded row `d` to `r` (captions tokenized with `tok` for image_text; the image encoded
+// with `jpeg` when o.encode is jpeg).
+void add_row(const PrepCommon& o, const Tokenizer* tok, JpegCodec* jpeg, Decoded& d, RoundRows& r, Written& w) {
   const int K = o.captions_per_image, L = o.context_length, S = o.size;
-  r.images.insert(r.images.end(), d.image.data, d.image.data + size_t(S) * S * 3);
+  if (!d.image.isContinuous()) d.image = d.image.clone();
+  if (jpeg) {
+    std::vector<uint8_t> bytes;
+    if (!d.source.empty() && !o.reencode) bytes = jpeg->same_file_bytes(d.source, d.image);
+    w.kept_source += !bytes.empty();
+    if (bytes.empty()) bytes = jpeg->encode(d.image, o.quality);
+    r.image_starts.push_back(int64_t(r.images.size()));
+    r.images.insert(r.images.end(), bytes.begin(), bytes.end());
+  } else {
+    r.images.insert(r.images.end(), d.image.data, d.image.data + size_t(S) * S * 3);
+  }
   nlohmann::json caps = nlohmann::json::array();
   for (int k = 0; tok && k < K; ++k) {
     const std::string& caption = d.captions[k % d.captions.size()];
@@ -84,7 +108,7 @@ void add_row(const PrepCommon& o, const Tokenizer* tok, Decoded& d, RoundRows& r
 // rank: all ranks learn of any rank's failure in this round before anyone throws, so the writer's
 // collective calls stay matched.
 RoundRows decode_round(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& job, const Tokenizer* tok,
-                       int64_t first, int64_t last, Written& w) {
+                       JpegCodec* jpeg, int64_t first, int64_t last, Written& w) {
   RoundRows r;
   bool strict_failure = false;
   std::string fatal;
@@ -104,7 +128,7 @@ RoundRows decode_round(const comm::Runtime& rt, const PrepCommon& o, const Image
       strict_failure = strict_failure || job.strict;
       continue;
     }
-    add_row(o, tok, d, r, w);
+    add_row(o, tok, jpeg, d, r, w);
   }
   const std::string error = agree_error(rt, !fatal.empty()   ? fatal
                                             : strict_failure ? "--strict: " + w.skipped.back()
@@ -113,13 +137,19 @@ RoundRows decode_round(const comm::Runtime& rt, const PrepCommon& o, const Image
   return r;
 }
 
-// Collective: every rank's rows of this round after those of lower ranks; boxes (detection) placed
-// the same way.
-void write_round(const comm::Runtime& rt, CollectiveWriter& writer, RaggedColumns* boxes, const RoundRows& r,
-                 Written& w) {
+// Collective: every rank's rows of this round after those of lower ranks; JPEG bytes (`jpeg`) and
+// boxes (detection) placed the same way.
+void write_round(const comm::Runtime& rt, CollectiveWriter& writer, RaggedColumns* jpeg, RaggedColumns* boxes,
+                 const RoundRows& r, Written& w) {
   const int64_t mine = r.rows();
   const int64_t offset = w.rows + rt.exclusive_prefix_sum(mine);
-  writer.write("/images", offset, mine, H5T_NATIVE_UINT8, r.images.data());
+  if (jpeg) {
+    jpeg->place(int64_t(r.images.size()));
+    jpeg->write("/image_bytes", H5T_NATIVE_UINT8, r.images.data());
+    jpeg->write_offsets(offset, r.image_starts);
+  } else {
+    writer.write("/images", offset, mine, H5T_NATIVE_UINT8, r.images.data());
+  }
   if (!boxes) {
     writer.write("/tokens", offset, mine, H5T_NATIVE_INT32, r.tokens.data());
     writer.write("/token_lengths", offset, mine, H5T_NATIVE_INT32, r.lengths.data());
@@ -137,11 +167,13 @@ void write_round(const comm::Runtime& rt, CollectiveWriter& writer, RaggedColumn
 // Rank 0's progress line: on a terminal every round, else every 10 s and at the end.
 class Progress {
  public:
-  Progress(Clock::time_point start, int64_t count) : start_(start), last_print_(start), count_(count) {}
+  // `from`: inputs done before this run (a resumed prep), not counted in the rate.
+  Progress(Clock::time_point start, int64_t from, int64_t count)
+      : start_(start), last_print_(start), from_(from), count_(count) {}
   void report(int64_t done, bool final_round) {
     const auto now = Clock::now();
     const double elapsed = std::chrono::duration<double>(now - start_).count();
-    const double rate = done / std::max(elapsed, 1e-9);
+    const double rate = (done - from_) / std::max(elapsed, 1e-9);
     if (tty_ || final_round || now - last_print_ > std::chrono::seconds(10)) {
       std::fprintf(stderr, "%s[prep] %lld/%lld inputs  %.1f images/s  ETA %.0f s%s", tty_ ? "\r" : "", (long long)done,
                    (long long)count_, rate, (count_ - done) / std::max(rate, 1e-9), tty_ && !final_round ? "" : "\n");
@@ -152,14 +184,16 @@ class Progress {
  private:
   const bool tty_ = isatty(STDERR_FILENO);
   Clock::time_point start_, last_print_;
-  int64_t count_;
+  int64_t from_, count_;
 };
 
 // Collective: the serial phase on rank 0 (after the writer is closed): names and captions streamed
 // from every rank, class names, the tokenizer or the last box offset, the attributes; then the
 // rename. Every rank's skipped reasons end up in `all_skipped` on rank 0.
 void finish_file(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& job, const Tokenizer* tok,
-                 const std::string& tmp, int64_t boxes, const Written& w, std::vector<std::string>& all_skipped) {
+                 const std::string& out, int64_t boxes, int64_t jpeg_bytes, const Written& w,
+                 std::vector<std::string>& all_skipped) {
+  const std::string tmp = out + ".tmp";
   const bool text = job.kind == "image_text";
   const int64_t base = w.rows, max_class = rt.max(w.max_class);
   std::unique_ptr<Finisher> finisher;
@@ -196,6 +230,8 @@ void finish_file(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& j
     if (!text && classes.empty())
       for (int64_t c = 0; c <= max_class; ++c) classes.push_back(std::to_string(c));
     if (!classes.empty()) finisher->write_string_list("/class_names", classes);
+    if (o.encode == "jpeg") finisher->write_int64("/image_offsets", base, jpeg_bytes);
+    finisher->write_image_format(o.encode, o.size, o.size);
     if (text) {
       finisher->write_tokenizer(*tok);
     } else {
@@ -203,9 +239,145 @@ void finish_file(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& j
     }
     finisher->finish(job.kind, job.split, base);
     finisher.reset();
-    fs::rename(tmp, o.out);
+    fs::rename(tmp, out);
   }
   rt.barrier();
+}
+
+// What one file of the job holds, the same on every rank (all_skipped: every rank's reasons, on rank 0).
+struct FileTotals {
+  int64_t rows = 0, boxes = 0, jpeg_bytes = 0, kept_source = 0, skipped = 0;
+  std::vector<std::string> all_skipped;
+};
+
+// Collective: the job's inputs [first, last) into `out` (through out.tmp, which any failure removes:
+// failures are agreed across ranks before anyone throws, so the writer's collective calls stay
+// matched).
+FileTotals write_file(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& job, const Tokenizer* tok,
+                      int64_t first, int64_t last, const std::string& out, Progress& progress) {
+  const bool text = job.kind == "image_text";
+  const std::string tmp = out + ".tmp";
+  FileTotals t;
+  Written w;
+  leaving_nothing_on_failure(rt, tmp, [&] {
+    CollectiveWriter writer(rt, tmp);
+    create_datasets(writer, o, job, last - first);
+    std::unique_ptr<RaggedColumns> boxes, jpeg_columns;
+    std::unique_ptr<JpegCodec> jpeg;
+    if (o.encode == "jpeg") {
+      jpeg = std::make_unique<JpegCodec>();
+      jpeg_columns =
+          std::make_unique<RaggedColumns>(rt, writer, std::vector<std::string>{"/image_bytes"}, "/image_offsets");
+    }
+    if (!text)
+      boxes = std::make_unique<RaggedColumns>(rt, writer, std::vector<std::string>{"/boxes", "/box_classes"},
+                                              "/box_offsets");
+    const BlockRounds rounds{last - first, o.block, rt.rank(), rt.size()};
+    for (int64_t round = 0; round < rounds.rounds(); ++round) {
+      const RoundRows r =
+          decode_round(rt, o, job, tok, jpeg.get(), first + rounds.first(round), first + rounds.last(round), w);
+      write_round(rt, writer, jpeg_columns.get(), boxes.get(), r, w);
+      if (rt.rank() == 0)
+        progress.report(std::min(last, first + (round + 1) * rounds.per_round()),
+                        last == job.count && round + 1 == rounds.rounds());
+    }
+    t.boxes = boxes ? boxes->total() : 0;
+    t.jpeg_bytes = jpeg_columns ? jpeg_columns->total() : 0;
+    std::map<std::string, int64_t> final_rows;
+    if (jpeg) {
+      final_rows.insert({{"/image_bytes", t.jpeg_bytes}, {"/image_offsets", w.rows + 1}});
+    } else {
+      final_rows.insert({"/images", w.rows});
+    }
+    if (text) {
+      final_rows.insert({{"/tokens", w.rows}, {"/token_lengths", w.rows}, {"/labels", w.rows}});
+    } else {
+      final_rows.insert({{"/boxes", t.boxes}, {"/box_classes", t.boxes}, {"/box_offsets", w.rows + 1}});
+    }
+    writer.close(final_rows);
+    if (w.rows == 0) {
+      const int64_t total = rt.sum(int64_t(w.skipped.size()));
+      const std::string example = agree_error(rt, w.skipped.empty() ? "" : w.skipped.front());  // the lowest rank's
+      throw UserError("prep: no input could be read (" + std::to_string(total) + " skipped" +
+                      (example.empty() ? "" : ", e.g. " + example) + ")");
+    }
+    finish_file(rt, o, job, tok, out, t.boxes, t.jpeg_bytes, w, t.all_skipped);
+  });
+  t.rows = w.rows;
+  t.kept_source = rt.sum(w.kept_source);
+  t.skipped = rt.sum(int64_t(w.skipped.size()));
+  return t;
+}
+
+// A dataset of many files: the index to continue and the first input to write, decided by every
+// rank from the index on the shared output directory (a new one, one to --resume, or one to
+// --append to). UserError for an index that does not fit the request.
+struct IndexPlan {
+  DatasetIndex index;
+  int64_t next_input = 0;
+};
+
+IndexPlan plan_index(const PrepCommon& o, const ImageJob& job) {
+  IndexPlan plan;
+  plan.index.kind = job.kind;
+  if (!o.resume && !o.append) return plan;
+  if (o.resume && o.append) throw UserError("--resume and --append: give one (resume finishes, append adds)");
+  if (!fs::exists(o.out))
+    throw UserError(std::string(o.resume ? "--resume" : "--append") + ": " + o.out + " does not exist");
+  plan.index = read_index(o.out);
+  if (plan.index.kind != job.kind)
+    throw DataError(o.out, "field 'kind'", "is '" + plan.index.kind + "', this prep writes '" + job.kind + "'");
+  if (o.append) {
+    if (!plan.index.complete)
+      throw UserError("--append: " + o.out + " is not finished (an interrupted prep?): finish it with --resume first");
+    // The new files must read as more rows of the same dataset.
+    const DatasetInfo have = validate_dataset(o.out);
+    const auto differs = [&](bool d, const std::string& what, const std::string& theirs) {
+      if (d) throw UserError("--append: " + what + " differs from " + o.out + "'s (" + theirs + ")");
+    };
+    differs(have.image_encoding != o.encode, "--encode", have.image_encoding);
+    differs(have.height != o.size, "--size", std::to_string(have.height));
+    if (job.kind == "image_text") {
+      differs(have.captions_per_sample != o.captions_per_image, "--captions-per-image",
+              std::to_string(have.captions_per_sample));
+      differs(have.context_length != o.context_length, "--context-length", std::to_string(have.context_length));
+    }
+    differs(!job.class_names.empty() && have.class_names != job.class_names, "the class names",
+            std::to_string(have.class_names.size()) + " classes");
+    plan.index.complete = false;
+    return plan;
+  }
+  if (plan.index.complete)
+    throw UserError("--resume: " + o.out + " is complete, there is nothing to resume (--append adds more inputs)");
+  for (const auto& p : plan.index.parts) {
+    if (p.source != job.source) continue;
+    if (p.source_count != job.count)
+      throw UserError("--resume: " + job.source + " has " + std::to_string(job.count) + " entries now, " + p.file +
+                      " was made when it had " + std::to_string(p.source_count) +
+                      ": not the same inputs (--overwrite starts again)");
+    plan.next_input = std::max(plan.next_input, p.last_input);
+  }
+  return plan;
+}
+
+PrepReport report_of(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& job, int64_t inputs,
+                     const FileTotals& t, int64_t files, Clock::time_point start) {
+  PrepReport report;
+  report.inputs = inputs;
+  report.written = t.rows;
+  report.boxes = t.boxes;
+  report.files = files;
+  report.image_bytes = o.encode == "jpeg" ? t.jpeg_bytes : t.rows * o.size * o.size * 3;
+  report.kept_source_bytes = t.kept_source;
+  report.skipped = t.all_skipped;
+  report.skipped_count = t.skipped;
+  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (job.kind == "detection" && t.boxes == 0) {
+    report.warnings.push_back("0 boxes: none of the " + std::to_string(t.rows) + " images written has a box" +
+                              (job.no_boxes.empty() ? "" : " (" + job.no_boxes + ")"));
+    if (rt.rank() == 0) spdlog::warn("prep detection: {}", report.warnings.back());
+  }
+  return report;
 }
 
 }  // namespace
@@ -216,60 +388,48 @@ PrepReport run_image_job(const comm::Runtime& rt, const PrepCommon& o, const Ima
   check_output(rt, o);
   check_same_inputs(rt, job.count, job.class_names);
   if (job.count == 0) throw UserError("prep: no input entries in " + job.inputs);
-
-  std::unique_ptr<Tokenizer> tok;
-  if (text) tok = std::make_unique<Tokenizer>(shared_tokenizer(rt, o, job.tokenizer_corpus, /*keep_whitespace=*/false));
-  const std::string tmp = o.out + ".tmp";
-  // Any failure below leaves no output: the temporary file is removed (failures are agreed across
-  // ranks before anyone throws, so the writer's collective calls stay matched).
-  std::vector<std::string> all_skipped;
-  Written w;
-  int64_t box_total = 0;
-  leaving_nothing_on_failure(rt, tmp, [&] {
-    CollectiveWriter writer(rt, tmp);
-    create_datasets(writer, o, job);
-    std::unique_ptr<RaggedColumns> boxes;
-    if (!text)
-      boxes = std::make_unique<RaggedColumns>(rt, writer, std::vector<std::string>{"/boxes", "/box_classes"},
-                                              "/box_offsets");
-    const BlockRounds rounds{job.count, o.block, rt.rank(), rt.size()};
-    Progress progress(start, job.count);
-    for (int64_t round = 0; round < rounds.rounds(); ++round) {
-      const RoundRows r = decode_round(rt, o, job, tok.get(), rounds.first(round), rounds.last(round), w);
-      write_round(rt, writer, boxes.get(), r, w);
-      if (rt.rank() == 0)
-        progress.report(std::min(job.count, (round + 1) * rounds.per_round()), round + 1 == rounds.rounds());
-    }
-    box_total = boxes ? boxes->total() : 0;
-    std::map<std::string, int64_t> final_rows{{"/images", w.rows}};
-    if (text) {
-      final_rows.insert({{"/tokens", w.rows}, {"/token_lengths", w.rows}, {"/labels", w.rows}});
-    } else {
-      final_rows.insert({{"/boxes", box_total}, {"/box_classes", box_total}, {"/box_offsets", w.rows + 1}});
-    }
-    writer.close(final_rows);
-    if (w.rows == 0) {
-      const int64_t total = rt.sum(int64_t(w.skipped.size()));
-      const std::string example = agree_error(rt, w.skipped.empty() ? "" : w.skipped.front());  // the lowest rank's
-      throw UserError("prep: no input could be read (" + std::to_string(total) + " skipped" +
-                      (example.empty() ? "" : ", e.g. " + example) + ")");
-    }
-    finish_file(rt, o, job, tok.get(), tmp, box_total, w, all_skipped);
-  });
-
-  PrepReport report;
-  report.inputs = job.count;
-  report.written = w.rows;
-  report.boxes = box_total;
-  report.skipped = all_skipped;
-  report.skipped_count = rt.sum(int64_t(w.skipped.size()));
-  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  if (!text && box_total == 0) {
-    report.warnings.push_back("0 boxes: none of the " + std::to_string(w.rows) + " images written has a box" +
-                              (job.no_boxes.empty() ? "" : " (" + job.no_boxes + ")"));
-    if (rt.rank() == 0) spdlog::warn("prep detection: {}", report.warnings.back());
+  const auto tokenizer = [&](const PrepCommon& po) {
+    return text ? std::make_unique<Tokenizer>(shared_tokenizer(rt, po, job.tokenizer_corpus, false)) : nullptr;
+  };
+  if (!is_index_path(o.out)) {
+    Progress progress(start, 0, job.count);
+    const auto tok = tokenizer(o);
+    return report_of(rt, o, job, job.count, write_file(rt, o, job, tok.get(), 0, job.count, o.out, progress), 1, start);
   }
-  return report;
+
+  // Many files: part after part, each listed in the index once it is complete.
+  IndexPlan plan;
+  std::string error;
+  try {
+    plan = plan_index(o, job);
+  } catch (const UserError& e) {
+    error = e.what();
+  }
+  error = agree_error(rt, error);
+  if (!error.empty()) throw UserError(error);
+  PrepCommon po = o;
+  if (!plan.index.parts.empty()) po.tokenizer = part_path(o.out, plan.index.parts.front().file);  // one tokenizer
+  const auto tok = tokenizer(po);
+  Progress progress(start, plan.next_input, job.count);
+  FileTotals all;
+  int64_t files = 0;
+  for (int64_t first = plan.next_input; first < job.count; first += o.part_size, ++files) {
+    const int64_t last = std::min(job.count, first + o.part_size);
+    IndexPart part;
+    part.file = part_file_name(o.out, int64_t(plan.index.parts.size()));
+    const FileTotals t = write_file(rt, po, job, tok.get(), first, last, part_path(o.out, part.file), progress);
+    part.count = t.rows, part.source = job.source, part.source_count = job.count;
+    part.first_input = first, part.last_input = last;
+    plan.index.parts.push_back(part);
+    if (rt.rank() == 0) write_index(o.out, plan.index);
+    all.rows += t.rows, all.boxes += t.boxes, all.jpeg_bytes += t.jpeg_bytes, all.kept_source += t.kept_source;
+    all.skipped += t.skipped;
+    all.all_skipped.insert(all.all_skipped.end(), t.all_skipped.begin(), t.all_skipped.end());
+  }
+  plan.index.complete = true;
+  if (rt.rank() == 0) write_index(o.out, plan.index);
+  rt.barrier();
+  return report_of(rt, o, job, job.count - plan.next_input, all, files, start);
 }
 
 }  // namespace meridian::data

@@ -1,14 +1,15 @@
 #include "meridian/data/loader.h"
 
-#include <torch/nn/functional/upsampling.h>
-#include <torch/nn/options/upsampling.h>
-
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
 #include <optional>
 
+#include "jpeg.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/hash.h"
 #include "pipeline.h"
+#include "worker_pool.h"
 
 namespace meridian::data {
 
@@ -19,12 +20,16 @@ struct RawBatch {
   std::vector<int64_t> rows;                   // ascending, unique
   std::vector<int64_t> repeat;                 // for each sampled position, index into rows (duplicates with padding)
   at::Tensor images, tokens, lengths, labels;  // as read: [R, H, W, 3], [R, K, L], [R, K], [R]
+  EncodedRows encoded;                         // jpeg files: the images' bytes, decoded into `images` by finish
 };
 
 }  // namespace
 
-at::Tensor augment_image(const at::Tensor& image, int size, uint64_t key) {
-  const int64_t h = image.size(0), w = image.size(1);
+namespace {
+
+// augment_image's work: `src` (H x W x 3) into `out` (size x size x 3).
+void augment_into(const cv::Mat& src, int size, uint64_t key, uint8_t* out) {
+  const int64_t h = src.rows, w = src.cols;
   uint64_t s = splitmix64(key);
   int64_t ch = h, cw = w, top = 0, left = 0;
   for (int attempt = 0; attempt < 10; ++attempt) {  // as torchvision's RandomResizedCrop
@@ -38,13 +43,31 @@ at::Tensor augment_image(const at::Tensor& image, int size, uint64_t key) {
     }
   }
   const bool flip = next_unit(s) < 0.5;
-  auto crop = image.slice(0, top, top + ch).slice(1, left, left + cw).permute({2, 0, 1}).unsqueeze(0).to(at::kFloat);
-  namespace F = torch::nn::functional;
-  auto out = F::interpolate(
-      crop,
-      F::InterpolateFuncOptions().size(std::vector<int64_t>{size, size}).mode(torch::kBilinear).align_corners(false));
-  if (flip) out = out.flip({3});
-  return out.round_().clamp_(0, 255).to(at::kByte).squeeze(0).permute({1, 2, 0}).contiguous();
+  // OpenCV, not ATen: this runs on the loader's worker threads, where ATen's interpolation would
+  // start an OpenMP team per thread. INTER_LINEAR is the same half-pixel bilinear (no antialiasing)
+  // as interpolate(align_corners=false), rounded in fixed point.
+  cv::Mat dst(size, size, CV_8UC3, out);
+  const cv::Mat crop = src(cv::Rect(int(left), int(top), int(cw), int(ch)));
+  if (!flip) {
+    cv::resize(crop, dst, cv::Size(size, size), 0, 0, cv::INTER_LINEAR);
+    return;
+  }
+  cv::Mat resized;
+  cv::resize(crop, resized, cv::Size(size, size), 0, 0, cv::INTER_LINEAR);
+  cv::flip(resized, dst, 1);
+}
+
+cv::Mat as_mat(const at::Tensor& image) {  // [H, W, 3] uint8, contiguous
+  return cv::Mat(int(image.size(0)), int(image.size(1)), CV_8UC3, const_cast<uint8_t*>(image.data_ptr<uint8_t>()));
+}
+
+}  // namespace
+
+at::Tensor augment_image(const at::Tensor& image, int size, uint64_t key) {
+  const at::Tensor src = image.contiguous();
+  at::Tensor out = at::empty({size, size, 3}, at::kByte);
+  augment_into(as_mat(src), size, key, out.data_ptr<uint8_t>());
+  return out;
 }
 
 struct Loader::Impl {
@@ -52,6 +75,8 @@ struct Loader::Impl {
   std::unique_ptr<DatasetReader> reader;
   std::unique_ptr<DistributedSampler> sampler;
   std::optional<Pipeline<Batch, RawBatch>> pipeline;  // reads with read(), finishes with finish()
+  std::unique_ptr<WorkerPool> pool;                   // finish's helpers
+  std::vector<std::unique_ptr<JpegCodec>> codecs;     // one per worker (jpeg files)
 
   Impl(const LoaderOptions& options) : o(options) {}
 
@@ -98,8 +123,10 @@ struct Loader::Impl {
     b.tokens = slot.tokens.narrow(0, 0, R);
     b.lengths = slot.lengths.narrow(0, 0, R);
     b.labels = slot.labels.narrow(0, 0, R);
-    reader->read_rows(b.rows, b.images.data_ptr<uint8_t>(), b.tokens.data_ptr<int32_t>(), b.lengths.data_ptr<int32_t>(),
-                      b.labels.data_ptr<int32_t>());
+    const bool jpeg = reader->jpeg();
+    if (jpeg) reader->read_encoded(b.rows, b.encoded);
+    reader->read_rows(b.rows, jpeg ? nullptr : b.images.data_ptr<uint8_t>(), b.tokens.data_ptr<int32_t>(),
+                      b.lengths.data_ptr<int32_t>(), b.labels.data_ptr<int32_t>());
     return b;
   }
 
@@ -138,16 +165,31 @@ struct Loader::Impl {
   // Without augmentation the I/O thread also assembles each batch (a few small copies) and hands it
   // straight to the consumer: one thread hand-off per batch instead of two. With augmentation a
   // second thread assembles, crops and flips while the I/O thread reads ahead.
-  Batch finish(const RawBatch& rb, int64_t epoch) const {
+  // For a jpeg file the workers first decode every read image into its place in the batch buffer.
+  Batch finish(const RawBatch& rb, int64_t epoch) {
+    if (reader->jpeg()) {
+      const auto& info = reader->info();
+      const EncodedRows& enc = rb.encoded;
+      uint8_t* images = rb.images.data_ptr<uint8_t>();
+      pool->for_each(int64_t(rb.rows.size()), [&](int64_t i, int worker) {
+        codecs[worker]->decode(enc.bytes.data() + enc.starts[i], size_t(enc.starts[i + 1] - enc.starts[i]),
+                               int(info.height), int(info.width), images + i * reader->image_bytes(), info.path,
+                               rb.rows[i]);
+      });
+    }
     Batch b = assemble(rb, epoch);
     if (!o.augment) return b;
     const int size = o.crop_size > 0 ? o.crop_size : int(reader->info().height);
-    std::vector<at::Tensor> out;
+    const int64_t B = b.rows.size(0);
     const int64_t* rows = b.rows.data_ptr<int64_t>();
-    for (int64_t i = 0; i < b.rows.size(0); ++i)
-      out.push_back(augment_image(b.images[i], size,
-                                  splitmix64(o.seed ^ splitmix64(uint64_t(epoch) + 0x9e37ull)) ^ uint64_t(rows[i])));
-    b.images = at::stack(out);
+    auto out = at::empty({B, size, size, 3}, at::kByte);
+    const at::Tensor in = b.images.contiguous();
+    pool->for_each(B, [&](int64_t i, int) {
+      augment_into(as_mat(in[i]), size,
+                   splitmix64(o.seed ^ splitmix64(uint64_t(epoch) + 0x9e37ull)) ^ uint64_t(rows[i]),
+                   out.data_ptr<uint8_t>() + i * size * size * 3);
+    });
+    b.images = out;
     return b;
   }
 };
@@ -160,18 +202,26 @@ Loader::Loader(const comm::Runtime& rt, const LoaderOptions& options) : impl_(st
                     std::to_string(options.position) + ")");
   if (options.augment && (options.crop_size < 0 || options.crop_size > 8192))
     throw UserError("loader: crop size must be between 0 (stored size) and 8192");
+  if (options.workers < 1 || options.workers > 256)
+    throw UserError("data.workers: must be between 1 and 256, got " + std::to_string(options.workers));
   impl_->reader = open_on_every_rank(rt, options.path, options.driver, "image_text", "the image-text loader");
   const auto& info = impl_->reader->info();
   impl_->sampler = DistributedSampler::for_loader(options.path, info.count, "samples", options.batch_size, rt.rank(),
                                                   rt.size(), options.seed, options.drop_last);
   Impl* impl = impl_.get();
+  const bool finish_thread = options.augment || impl->reader->jpeg();
+  if (finish_thread) {
+    impl->pool = std::make_unique<WorkerPool>(options.workers - 1);
+    for (int w = 0; w < options.workers && impl->reader->jpeg(); ++w)
+      impl->codecs.push_back(std::make_unique<JpegCodec>());
+  }
   impl->pipeline.emplace(
       "loader", *impl->sampler, options.epoch, options.position, size_t(options.prefetch),
       [impl](const BatchIndex& at) { return impl->read(at); },
-      [impl](RawBatch&& rb, const BatchIndex& at) { return impl->finish(rb, at.epoch); }, options.augment);
+      [impl](RawBatch&& rb, const BatchIndex& at) { return impl->finish(rb, at.epoch); }, finish_thread);
 }
 
-Loader::~Loader() { impl_->pipeline.reset(); }  // the threads stop before what they read goes
+Loader::~Loader() { impl_->pipeline.reset(); }  // the threads stop before what they read (and the pool) goes
 
 Batch Loader::next() { return impl_->pipeline->next(); }
 

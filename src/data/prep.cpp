@@ -10,6 +10,7 @@
 #include "captions_reader.h"
 #include "coco_reader.h"
 #include "collective_writer.h"
+#include "dataset_index.h"
 #include "image_decode.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
@@ -33,6 +34,21 @@ void check_options(const PrepCommon& o) {
   if (o.captions_per_image < 1) throw UserError("--captions-per-image: must be at least 1");
   if (o.context_length < 2) throw UserError("--context-length: must be at least 2");
   if (o.block < 1) throw UserError("--block: must be at least 1");
+  if (o.encode != "raw" && o.encode != "jpeg")
+    throw UserError("--encode: expected raw or jpeg, got '" + o.encode + "'");
+  if (o.quality < 1 || o.quality > 100)
+    throw UserError("--quality: must be between 1 and 100, got " + std::to_string(o.quality));
+  if (o.part_size < 1) throw UserError("--part-size: must be at least 1");
+  if ((o.resume || o.append) && !is_index_path(o.out))
+    throw UserError(std::string(o.resume ? "--resume" : "--append") +
+                    ": only for a dataset of many files (--out NAME.json), not " + o.out);
+}
+
+// Text datasets are one file.
+void check_text_options(const PrepCommon& o) {
+  check_options(o);
+  if (o.encode != "raw") throw UserError("--encode: a text dataset has no images to encode");
+  if (is_index_path(o.out)) throw UserError("--out: a text dataset is one .h5 file, not " + o.out);
 }
 
 void check_inputs(const std::string& images_dir, const std::vector<int>& bands) {
@@ -83,12 +99,14 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
   job.class_names.assign(classes.begin(), classes.end());
   job.split = o.split;
   job.inputs = o.captions_file + split_note(o.split, splits);
+  job.source = o.captions_file + (o.split.empty() ? "" : " split " + o.split);
   job.strict = o.strict;
   job.tokenizer_corpus = [&] { return corpus; };
   job.decode = [&](int64_t i) {
     const CaptionEntry& e = mine.at(i);
     Decoded d;
     d.name = e.image;
+    d.source = (fs::path(o.images_dir) / e.image).string();
     d.image = resize_crop(load_rgb(o.images_dir, e.image, o.bands), o.size);
     d.captions = e.captions;
     if (!e.cls.empty())
@@ -103,6 +121,7 @@ PrepReport prep_synthetic_image_text(const comm::Runtime& rt, const PrepSyntheti
   check_synthetic(o);
   ImageJob job;
   job.count = o.count;
+  job.source = "synthetic/" + std::to_string(o.seed);
   job.class_names = synthetic_scene_classes();
   job.tokenizer_corpus = [&] {
     std::vector<std::string> corpus;
@@ -138,11 +157,13 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& o
     coco = read_coco(o.coco, job.class_names);
     job.count = int64_t(coco.size());
     job.inputs = o.coco + " (its 'images' list is empty)";
+    job.source = o.coco;
     job.no_boxes = "no annotation in " + o.coco + " but crowd regions is on one of these images";
   } else {
     files = list_images(o.images_dir);
     job.count = int64_t(files.size());
     job.inputs = o.images_dir + " (no .jpg, .jpeg, .png, .tif, .tiff or .bmp file under it)";
+    job.source = o.images_dir + " + " + o.labels_dir;
     if (!files.empty())
       job.no_boxes = "labels are read from <labels>/<image path>.txt, e.g. " +
                      (fs::path(o.labels_dir) / fs::path(files[0]).replace_extension(".txt")).string() +
@@ -152,6 +173,7 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& o
   job.decode = [&](int64_t i) {
     Decoded d;
     d.name = coco.empty() ? files[i] : coco[i].file;
+    d.source = (fs::path(o.images_dir) / d.name).string();
     const cv::Mat rgb = load_rgb(o.images_dir, d.name, o.bands);
     std::vector<std::array<float, 4>> boxes;
     std::vector<int32_t> classes;
@@ -182,6 +204,7 @@ PrepReport prep_synthetic_detection(const comm::Runtime& rt, const PrepSynthetic
   ImageJob job;
   job.kind = "detection";
   job.count = o.count;
+  job.source = "synthetic/" + std::to_string(o.seed);
   job.class_names = synthetic_object_classes();
   job.decode = [&](int64_t i) {
     auto scene = make_synthetic_scene(o.seed, i, o.size, 1);
@@ -196,7 +219,7 @@ PrepReport prep_synthetic_detection(const comm::Runtime& rt, const PrepSynthetic
 }
 
 PrepReport prep_text(const comm::Runtime& rt, const PrepTextOptions& o) {
-  check_options(o);
+  check_text_options(o);
   if (o.jsonl.empty()) throw UserError("--jsonl: required");
   std::map<int64_t, TextRecord> mine;
   std::vector<std::string> corpus;
@@ -219,7 +242,7 @@ PrepReport prep_text(const comm::Runtime& rt, const PrepTextOptions& o) {
 }
 
 PrepReport prep_synthetic_text(const comm::Runtime& rt, const PrepSyntheticOptions& o) {
-  check_options(o);
+  check_text_options(o);
   if (o.count < 1) throw UserError("--count: must be at least 1");
   TextJob job;
   job.count = o.count;

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "dataset_index.h"
 #include "h5.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
@@ -27,15 +28,12 @@ Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o,
     try {
       if (o.tokenizer.empty()) {
         bytes = Tokenizer::train(corpus(), o.vocab_size, keep_whitespace).model_bytes();
-      } else if (fs::path(o.tokenizer).extension() == ".h5") {
+      } else if (fs::path(o.tokenizer).extension() == ".h5" || is_index_path(o.tokenizer)) {
         // Another dataset's tokenizer (e.g. the train split's, for the test split).
         const auto info = validate_dataset(o.tokenizer);
         if (info.kind == "detection")
           throw DataError(o.tokenizer, "--tokenizer", "a detection dataset has no tokenizer");
-        const auto locked = h5::lock();
-        h5::Id file = h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(o.tokenizer.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)));
-        h5::Id model = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file, "/tokenizer/model", H5P_DEFAULT)));
-        bytes = h5::read_bytes(model);
+        bytes = dataset_tokenizer(o.tokenizer).model_bytes();
       } else {
         bytes = Tokenizer::from_file(o.tokenizer).model_bytes();
       }
@@ -59,8 +57,11 @@ void check_output(const comm::Runtime& rt, const PrepCommon& o) {
     const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
     if (fs::is_directory(out))
       error = o.out + ": is a directory; --out names the dataset file to write";
-    else if (fs::exists(out) && !o.overwrite)
-      error = o.out + ": exists (pass --overwrite to replace it)";
+    else if (fs::exists(out) && !o.overwrite && !o.resume && !o.append)
+      error = o.out + ": exists (pass --overwrite to replace it" +
+              (is_index_path(o.out) ? std::string(", --resume to finish an interrupted prep, --append to add inputs")
+                                    : std::string()) +
+              ")";
     else if (!fs::is_directory(dir))
       error = o.out + ": directory " + dir.string() + " does not exist";
     else if (access(dir.c_str(), W_OK) != 0)

@@ -25,6 +25,8 @@ class Tokenizer;
 struct Decoded {
   cv::Mat image;  // size x size x 3, uint8, RGB
   std::string name;
+  std::string source;  // the input file, when there is one: with --encode jpeg its bytes are kept as they
+                       // are when they decode to exactly `image`
   std::vector<std::string> captions;  // image_text
   int32_t label = -1;
   std::vector<std::array<float, 4>> boxes;  // detection: x_min, y_min, x_max, y_max in stored pixels
@@ -39,6 +41,7 @@ struct ImageJob {
   std::function<std::vector<std::string>()> tokenizer_corpus;  // image_text, rank 0, when training
   std::string split;
   std::string inputs;    // where the entries come from, for messages: "<file>[ with split 's' (...)]"
+  std::string source;    // the same, as a dataset of many files records it (a resume must find it unchanged)
   std::string no_boxes;  // detection: why a file without boxes may have come out, for the warning
   bool strict = false;
 };

@@ -180,6 +180,7 @@ struct DetectTask::Impl {
     lo.path = train_data;
     lo.batch_size = batch;
     lo.seed = uint64_t(c.get<int64_t>("train.seed", 0));
+    lo.workers = int(c.get<int64_t>("data.workers", lo.workers));
     lo.image_size = int(image_size == info.height ? 0 : image_size);
     lo.epoch = start.epoch;
     lo.position = start.position;
@@ -246,6 +247,11 @@ void DetectTask::declare(ConfigSchema& schema) {
   schema.integer("data.image_size", 0, "training and evaluation image side, a multiple of 32; 0: the dataset's")
       .at_least(0);
   schema.boolean("data.augment", true, "YOLO augmentation (mosaic, affine, HSV, flip) of the training images");
+  schema
+      .integer("data.workers", data::DetectionLoaderOptions().workers,
+               "threads per rank that decode the images of a JPEG dataset")
+      .at_least(1)
+      .at_most(256);
   schema.number("data.mosaic", a.mosaic_prob, "probability of a 4-image mosaic").at_least(0).at_most(1);
   schema.number("data.flip", a.flip_prob, "probability of a horizontal flip").at_least(0).at_most(1);
   schema.number("data.scale", a.scale, "scale drawn in [1 - scale, 1 + scale]").at_least(0).at_most(0.95);

@@ -171,6 +171,7 @@ struct SiglipTask::Impl {
     lo.batch_size = batch;
     lo.seed = uint64_t(c.get<int64_t>("train.seed", 0));
     lo.augment = c.get<bool>("data.augment", false);
+    lo.workers = int(c.get<int64_t>("data.workers", lo.workers));
     lo.epoch = start.epoch;
     lo.position = start.position;
     loader = std::make_unique<data::Loader>(rt, lo);
@@ -207,6 +208,11 @@ void SiglipTask::declare(ConfigSchema& schema) {
   schema.choice("task.loss", {"sigmoid", "softmax"}, "sigmoid", "sigmoid: SigLIP's pairwise loss; softmax: CLIP's");
   schema.strings("task.prompts", default_prompts(), "zero-shot prompt templates ({} is the class name)");
   schema.boolean("data.augment", false, "random resized crop and flip of the training images");
+  schema
+      .integer("data.workers", data::LoaderOptions().workers,
+               "threads per rank that decode (JPEG datasets) and augment each batch")
+      .at_least(1)
+      .at_most(256);
 }
 
 CheckpointEval SiglipTask::evaluate_checkpoint(const comm::Runtime& rt, const ckpt::Reader& reader,

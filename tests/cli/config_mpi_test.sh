@@ -57,7 +57,7 @@ check "$tmp/nested.yaml line 2: field 'model.vision.widht': unknown key; did you
 check "--set: field 'train.bach': unknown key; did you mean 'train.batch'?" "${demo[@]}" --set train.bach=16
 check "--set: field 'optim.lrr': unknown key; did you mean 'optim.lr'?" "${demo[@]}" --set optim.lrr=1e-3
 check "--set: field 'checkpoint.every_step': unknown key; did you mean 'checkpoint.every_steps'?" "${demo[@]}" --set checkpoint.every_step=1
-check "--set: field 'data.drop_last': unknown key (the keys of 'data': data.train, data.eval, data.augment)" "${demo[@]}" --set data.drop_last=false
+check "--set: field 'data.drop_last': unknown key (the keys of 'data': data.train, data.eval, data.augment, data.workers)" "${demo[@]}" --set data.drop_last=false
 check "--set: field 'optim.lr': expected a number > 0, got 'abc'" "${demo[@]}" --set optim.lr=abc
 check "--set: field 'task.conf': not a key of task siglip (task.name); it is a key of task detect" "${demo[@]}" --set task.conf=0.3
 check "--set: field 'task.name': expected one of siglip, lm or detect, got 'segment'" "${demo[@]}" --set task.name=segment

@@ -1,10 +1,13 @@
 // Reading an image-text or detection dataset on one process (no collectives): the loaders' I/O
-// threads, `inspect` and `bench io` use it. HDF5 is not thread-safe in this build: use one reader from
-// one thread (every call holds the process-wide HDF5 lock, so readers on other threads only wait).
+// threads, `inspect` and `bench io` use it. A dataset of many files (an index, format.h) reads as
+// one: rows are numbered across its parts in order, and a read that spans parts reads each. HDF5 is not thread-safe in
+// this build: use one reader from one thread (every call holds the process-wide HDF5 lock, so readers on other threads
+// only wait).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,12 +21,19 @@ class Runtime;
 namespace meridian::data {
 
 class Tokenizer;
+class JpegCodec;
 
 // The boxes of one image of a `detection` file: x_min, y_min, x_max, y_max in stored pixels (pixel
 // edges), and their classes (index into class_names).
 struct RowBoxes {
   std::vector<std::array<float, 4>> boxes;
   std::vector<int32_t> classes;
+};
+
+// The stored bytes of some rows of a jpeg file: row i's JPEG is bytes [starts[i], starts[i + 1]).
+struct EncodedRows {
+  std::vector<uint8_t> bytes;
+  std::vector<int64_t> starts;  // rows + 1 entries
 };
 
 enum class IoDriver { MPIO, POSIX };  // MPI-IO on MPI_COMM_SELF (independent reads), or the POSIX (sec2) driver
@@ -42,14 +52,22 @@ class DatasetReader {
   DatasetReader& operator=(const DatasetReader&) = delete;
 
   const DatasetInfo& info() const { return info_; }
-  size_t image_bytes() const { return size_t(info_.height) * info_.width * info_.channels; }
+  size_t image_bytes() const { return size_t(info_.height) * info_.width * info_.channels; }  // decoded
+  bool jpeg() const { return info_.image_encoding == "jpeg"; }
 
   // Rows in ascending order without duplicates. One H5Dread per run of consecutive rows (a regular
   // hyperslab; HDF5 1.10 reads a union of hyperslabs 100x slower, see dataset_reader.cpp). Buffers:
   // images [rows, H, W, C], tokens [rows, K, L], lengths [rows, K], labels [rows]; a null pointer
   // skips that dataset. Detection files have images only: tokens, lengths and labels must be null
   // (std::invalid_argument). Rows out of range or not ascending: std::logic_error (MERIDIAN_CHECK).
+  // The images of a jpeg file are read and decoded here, one after another (the loaders instead
+  // read with read_encoded and decode on their threads).
   void read_rows(const std::vector<int64_t>& rows, uint8_t* images, int32_t* tokens, int32_t* lengths, int32_t* labels);
+
+  // jpeg files: the stored bytes of `rows` (ascending, unique; as read_rows): per run of consecutive
+  // rows one read of /image_offsets and one of /image_bytes. Offsets that decrease or leave the
+  // column are a DataError naming the file and row.
+  void read_encoded(const std::vector<int64_t>& rows, EncodedRows& out);
 
   // Detection files: the boxes and classes of `rows` (ascending, unique; as read_rows), one entry
   // per row in that order. The boxes of consecutive rows are contiguous in /boxes, so it reads one
@@ -66,9 +84,16 @@ class DatasetReader {
 
  private:
   struct Handles;
+  void check_rows(const std::vector<int64_t>& rows) const;  // in range, ascending, unique (std::logic_error)
+  Handles& part_of(int64_t row);
+  // fn(part, rows of that part numbered within it, index in `rows` of the first) per part, in order.
+  void for_parts(const std::vector<int64_t>& rows,
+                 const std::function<void(Handles&, const std::vector<int64_t>&, size_t)>& fn);
+  void read_encoded_locked(const std::vector<int64_t>& rows, EncodedRows& out);  // with the HDF5 lock held
   DatasetInfo info_;
   IoDriver driver_;
-  std::unique_ptr<Handles> h_;
+  std::vector<std::unique_ptr<Handles>> parts_;  // info_.parts, opened
+  std::unique_ptr<JpegCodec> codec_;             // jpeg: read_rows' decoder
 };
 
 // Collective over the runtime's world (the loaders' constructors): every rank validates and opens

@@ -2,8 +2,9 @@
 // ahead of time.
 //
 // Pipeline per rank: an I/O thread reads each batch (rows sorted; one read per run of consecutive
-// rows, see DatasetReader::read_rows) into reused buffers and picks one caption per sample; with
-// augmentation a second thread crops and flips. `prefetch` batches wait ready in a queue, so reading
+// rows, see DatasetReader::read_rows) into reused buffers and picks one caption per sample; for a
+// jpeg file (or with augmentation) a finish thread and its `workers - 1` helpers decode each image
+// straight into the batch buffer, then crop and flip. `prefetch` batches wait ready in a queue, so reading
 // overlaps training. Order within a batch is ascending row order.
 #pragma once
 
@@ -30,6 +31,9 @@ struct LoaderOptions {
   uint64_t seed = 0;
   bool drop_last = true;
   bool augment = false;  // random resized crop (area 0.5-1, aspect 3/4-4/3) + horizontal flip
+  // Threads that decode (jpeg files) and augment each batch, the finish thread included: batch
+  // samples are shared among them. Raw files without augmentation need none.
+  int workers = 2;
   int crop_size = 0;     // output image size with augment; 0: the stored size
   int64_t epoch = 0;     // where to start (from a checkpoint)
   int64_t position = 0;  // global samples already consumed in `epoch`

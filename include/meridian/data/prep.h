@@ -24,6 +24,17 @@ struct PrepCommon {
   std::string tokenizer;       // a SentencePiece .model, or a dataset .h5 to take it from; empty: train one
   int vocab_size = 8000;       // upper bound for a trained tokenizer
   int block = 32;              // images per rank per collective write
+  // Image kinds: "raw" (/images, pixels) or "jpeg" (/image_bytes: each stored image as a JPEG of
+  // `quality`, or the input file's own bytes when they decode to exactly the stored pixels).
+  std::string encode = "raw";
+  int quality = 90;
+  bool reencode = false;  // jpeg: encode every image, input JPEGs of the stored size too
+  // An `out` ending in ".json" is a dataset of many files (image kinds): a file of each `part_size`
+  // inputs, NAME-00000.h5, ..., listed in the index NAME.json as each is finished. `resume`
+  // continues an interrupted prep of the same inputs after its last finished file; `append` adds
+  // the inputs as more files to a finished dataset (same tokenizer).
+  int64_t part_size = 100000;
+  bool resume = false, append = false;
 };
 
 struct PrepImageTextOptions : PrepCommon {
@@ -66,6 +77,9 @@ struct PrepReport {
   std::vector<std::string> skipped;   // "<name>: <reason>", on rank 0 (empty elsewhere)
   int64_t skipped_count = 0;          // on every rank
   std::vector<std::string> warnings;  // e.g. a detection file without boxes; on every rank
+  int64_t files = 1;                  // dataset files written (a dataset of many files: this run's)
+  int64_t image_bytes = 0;            // image kinds: bytes of all stored images (raw: N x H x W x 3)
+  int64_t kept_source_bytes = 0;      // jpeg: images stored as their input file's bytes (not re-encoded)
   double seconds = 0;
 };
 
