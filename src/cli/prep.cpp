@@ -106,6 +106,7 @@ Command prep_image_text_command() {
         ("images", "Directory the image paths in the captions file are relative to", cxxopts::value<std::string>()->default_value(""))
         ("captions", "Captions file: .jsonl ({\"image\", \"captions\": [...], \"class\", \"split\"}) or .csv (image,caption[,class,split])", cxxopts::value<std::string>()->default_value(""))
         ("split", "Keep only entries of this split (e.g. train); default: all", cxxopts::value<std::string>()->default_value(""))
+        ("webdataset", "Instead of --images/--captions: webdataset tar shards, e.g. 'shards/{00000..00099}.tar' (key.jpg + key.txt or key.json), divided among the ranks by shard; with --out NAME.json, --part-size counts shards", cxxopts::value<std::string>()->default_value(""))
         ("bands", "Bands (1-based) to use as R,G,B for multi-band images, e.g. 3,2,1", cxxopts::value<std::string>()->default_value(""))
         ("strict", "An unreadable image is an error instead of being skipped and reported");
     // clang-format on
@@ -116,6 +117,7 @@ Command prep_image_text_command() {
     fill_common(p, o);
     o.images_dir = p["images"].as<std::string>();
     o.captions_file = p["captions"].as<std::string>();
+    o.webdataset = p["webdataset"].as<std::string>();
     o.split = p["split"].as<std::string>();
     if (!p["bands"].as<std::string>().empty()) o.bands = parse_bands(p["bands"].as<std::string>());
     o.strict = p.count("strict") > 0;

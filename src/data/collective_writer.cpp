@@ -58,6 +58,8 @@ void CollectiveWriter::create(const std::string& name, hid_t file_type, const st
       MERIDIAN_H5_CHECK(H5Dcreate2(s_->file, name.c_str(), file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)));
 }
 
+bool CollectiveWriter::has(const std::string& name) const { return s_->datasets.count(name) > 0; }
+
 void CollectiveWriter::reserve(const std::string& name, int64_t rows) {
   const auto locked = h5::lock();
   hid_t d = s_->datasets.at(name);

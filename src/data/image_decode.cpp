@@ -107,6 +107,21 @@ cv::Mat read_rgb(const std::string& path, const std::vector<int>& bands) {
 
 }  // namespace
 
+cv::Mat decode_rgb(const std::string& bytes, const std::string& name) {
+  try {
+    const cv::Mat raw(1, int(bytes.size()), CV_8UC1, const_cast<char*>(bytes.data()));
+    cv::Mat img = bytes.empty() ? cv::Mat() : cv::imdecode(raw, cv::IMREAD_UNCHANGED);
+    if (img.empty()) throw SkipImage{"cannot decode (unsupported or corrupt image)"};
+    if (img.dims != 2 || img.cols < 1 || img.rows < 1) throw SkipImage{"not a 2-D image"};
+    return to_rgb8(img, {});
+  } catch (const cv::Exception& ex) {
+    throw SkipImage{name + ": " + ex.what()};
+  } catch (SkipImage& s) {
+    s.reason = name + ": " + s.reason;
+    throw;
+  }
+}
+
 cv::Mat load_rgb(const std::string& dir, const std::string& name, const std::vector<int>& bands) {
   try {
     return read_rgb((fs::path(dir) / name).string(), bands);

@@ -18,4 +18,7 @@ struct SkipImage {
 // the name.
 cv::Mat load_rgb(const std::string& dir, const std::string& name, const std::vector<int>& bands);
 
+// The same for an image file's bytes (a tar member): `name` prefixes the reason of a SkipImage.
+cv::Mat decode_rgb(const std::string& bytes, const std::string& name);
+
 }  // namespace meridian::data

@@ -78,7 +78,10 @@ void add_row(const PrepCommon& o, const Tokenizer* tok, JpegCodec* jpeg, Decoded
   if (!d.image.isContinuous()) d.image = d.image.clone();
   if (jpeg) {
     std::vector<uint8_t> bytes;
-    if (!d.source.empty() && !o.reencode) bytes = jpeg->same_file_bytes(d.source, d.image);
+    if (!o.reencode && !d.source_bytes.empty())
+      bytes = jpeg->same_bytes({d.source_bytes.begin(), d.source_bytes.end()}, d.image);
+    else if (!o.reencode && !d.source.empty())
+      bytes = jpeg->same_file_bytes(d.source, d.image);
     w.kept_source += !bytes.empty();
     if (bytes.empty()) bytes = jpeg->encode(d.image, o.quality);
     r.image_starts.push_back(int64_t(r.images.size()));
@@ -103,30 +106,26 @@ void add_row(const PrepCommon& o, const Tokenizer* tok, JpegCodec* jpeg, Decoded
   r.strings.push_back({d.name, caps});
 }
 
-// Collective: decodes this rank's rows [first, last). Unreadable inputs are skipped (reasons in
-// w.skipped); a bad input (UserError) or, with --strict, a skipped one throws UserError on every
-// rank: all ranks learn of any rank's failure in this round before anyone throws, so the writer's
-// collective calls stay matched.
-RoundRows decode_round(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& job, const Tokenizer* tok,
-                       JpegCodec* jpeg, int64_t first, int64_t last, Written& w) {
+// Collective: decodes the rows `next` gives (until it returns false) into one round. Unreadable
+// inputs are skipped (reasons in w.skipped); a bad input (UserError) or, with --strict, a skipped
+// one throws UserError on every rank: all ranks learn of any rank's failure in this round before
+// anyone throws, so the writer's collective calls stay matched.
+RoundRows decode_rows(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& job, const Tokenizer* tok,
+                      JpegCodec* jpeg, const std::function<bool(Decoded&)>& next, Written& w) {
   RoundRows r;
   bool strict_failure = false;
   std::string fatal;
-  for (int64_t i = first; i < last && fatal.empty(); ++i) {
+  for (;;) {
     Decoded d;
     try {
-      d = job.decode(i);
+      if (!next(d)) break;
     } catch (const SkipImage& s) {
       w.skipped.push_back(s.reason);
       strict_failure = strict_failure || job.strict;
       continue;
     } catch (const UserError& e) {  // bad input found while decoding: fatal, agreed below
       fatal = e.what();
-      continue;
-    } catch (const std::exception& e) {  // anything else about this input: skipped and reported
-      w.skipped.push_back("entry " + std::to_string(i) + ": " + e.what());
-      strict_failure = strict_failure || job.strict;
-      continue;
+      break;
     }
     add_row(o, tok, jpeg, d, r, w);
   }
@@ -137,12 +136,40 @@ RoundRows decode_round(const comm::Runtime& rt, const PrepCommon& o, const Image
   return r;
 }
 
+// Collective: this rank's entries [first, last) of an entry job.
+RoundRows decode_round(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& job, const Tokenizer* tok,
+                       JpegCodec* jpeg, int64_t first, int64_t last, Written& w) {
+  int64_t i = first;
+  return decode_rows(
+      rt, o, job, tok, jpeg,
+      [&](Decoded& d) {
+        if (i >= last) return false;
+        const int64_t at = i++;
+        try {
+          d = job.decode(at);
+        } catch (const SkipImage&) {
+          throw;
+        } catch (const UserError&) {
+          throw;
+        } catch (const std::exception& e) {  // anything else about this input: skipped and reported
+          throw SkipImage{"entry " + std::to_string(at) + ": " + e.what()};
+        }
+        return true;
+      },
+      w);
+}
+
 // Collective: every rank's rows of this round after those of lower ranks; JPEG bytes (`jpeg`) and
 // boxes (detection) placed the same way.
 void write_round(const comm::Runtime& rt, CollectiveWriter& writer, RaggedColumns* jpeg, RaggedColumns* boxes,
                  const RoundRows& r, Written& w) {
   const int64_t mine = r.rows();
-  const int64_t offset = w.rows + rt.exclusive_prefix_sum(mine);
+  const int64_t offset = w.rows + rt.exclusive_prefix_sum(mine), end = w.rows + rt.sum(mine);
+  // Row datasets start at the file's inputs; a unit job's inputs hold many rows each.
+  for (const char* name : {"/images", "/tokens", "/token_lengths", "/labels"})
+    if (writer.has(name)) writer.reserve(name, end);
+  for (const char* name : {"/image_offsets", "/box_offsets"})
+    if (writer.has(name)) writer.reserve(name, end + 1);
   if (jpeg) {
     jpeg->place(int64_t(r.images.size()));
     jpeg->write("/image_bytes", H5T_NATIVE_UINT8, r.images.data());
@@ -161,30 +188,34 @@ void write_round(const comm::Runtime& rt, CollectiveWriter& writer, RaggedColumn
     boxes->write_offsets(offset, r.box_starts);
   }
   for (int64_t j = 0; j < mine; ++j) w.records.push_back({offset + j, r.strings[j][0], r.strings[j][1]});
-  w.rows += rt.sum(mine);
+  w.rows = end;
 }
 
 // Rank 0's progress line: on a terminal every round, else every 10 s and at the end.
 class Progress {
  public:
-  // `from`: inputs done before this run (a resumed prep), not counted in the rate.
-  Progress(Clock::time_point start, int64_t from, int64_t count)
-      : start_(start), last_print_(start), from_(from), count_(count) {}
-  void report(int64_t done, bool final_round) {
+  // `from`: inputs done before this run (a resumed prep), not counted in the rate; `unit`: what an
+  // input is ("inputs", or "shards" of many images each).
+  Progress(Clock::time_point start, int64_t from, int64_t count, std::string unit)
+      : start_(start), last_print_(start), from_(from), count_(count), unit_(std::move(unit)) {}
+  // `done` inputs of all, `images`: rows written by this run so far (every rank's).
+  void report(int64_t done, int64_t images, bool final_round) {
     const auto now = Clock::now();
-    const double elapsed = std::chrono::duration<double>(now - start_).count();
-    const double rate = (done - from_) / std::max(elapsed, 1e-9);
+    const double elapsed = std::max(std::chrono::duration<double>(now - start_).count(), 1e-9);
+    const double eta = elapsed / std::max<int64_t>(done - from_, 1) * (count_ - done);
     if (tty_ || final_round || now - last_print_ > std::chrono::seconds(10)) {
-      std::fprintf(stderr, "%s[prep] %lld/%lld inputs  %.1f images/s  ETA %.0f s%s", tty_ ? "\r" : "", (long long)done,
-                   (long long)count_, rate, (count_ - done) / std::max(rate, 1e-9), tty_ && !final_round ? "" : "\n");
+      std::fprintf(stderr, "%s[prep] %lld/%lld %s  %.1f images/s  ETA %.0f s%s", tty_ ? "\r" : "", (long long)done,
+                   (long long)count_, unit_.c_str(), images / elapsed, eta, tty_ && !final_round ? "" : "\n");
       last_print_ = now;
     }
   }
+  int64_t images = 0;  // rows of the files finished before the current one (this run)
 
  private:
   const bool tty_ = isatty(STDERR_FILENO);
   Clock::time_point start_, last_print_;
   int64_t from_, count_;
+  std::string unit_;
 };
 
 // Collective: the serial phase on rank 0 (after the writer is closed): names and captions streamed
@@ -272,13 +303,32 @@ FileTotals write_file(const comm::Runtime& rt, const PrepCommon& o, const ImageJ
     if (!text)
       boxes = std::make_unique<RaggedColumns>(rt, writer, std::vector<std::string>{"/boxes", "/box_classes"},
                                               "/box_offsets");
-    const BlockRounds rounds{last - first, o.block, rt.rank(), rt.size()};
+    // Entry jobs: a block of entries per rank per round. Unit jobs: a unit (shard) per rank per
+    // round, its samples written `block` at a time until every rank's unit is done.
+    const BlockRounds rounds{last - first, job.open_unit ? 1 : o.block, rt.rank(), rt.size()};
     for (int64_t round = 0; round < rounds.rounds(); ++round) {
-      const RoundRows r =
-          decode_round(rt, o, job, tok, jpeg.get(), first + rounds.first(round), first + rounds.last(round), w);
-      write_round(rt, writer, jpeg_columns.get(), boxes.get(), r, w);
+      const int64_t mine_first = first + rounds.first(round), mine_last = first + rounds.last(round);
+      if (!job.open_unit) {
+        write_round(rt, writer, jpeg_columns.get(), boxes.get(),
+                    decode_round(rt, o, job, tok, jpeg.get(), mine_first, mine_last, w), w);
+      } else {
+        std::function<bool(Decoded&)> unit;
+        if (mine_first < mine_last) unit = job.open_unit(mine_first);
+        bool more = bool(unit);
+        while (rt.sum(int64_t(more)) > 0) {
+          int64_t rows = 0;
+          const auto next = [&](Decoded& d) {
+            if (!more || rows == o.block) return false;
+            more = unit(d);
+            rows += more;
+            return more;
+          };
+          write_round(rt, writer, jpeg_columns.get(), boxes.get(), decode_rows(rt, o, job, tok, jpeg.get(), next, w),
+                      w);
+        }
+      }
       if (rt.rank() == 0)
-        progress.report(std::min(last, first + (round + 1) * rounds.per_round()),
+        progress.report(std::min(last, first + (round + 1) * rounds.per_round()), progress.images + w.rows,
                         last == job.count && round + 1 == rounds.rounds());
     }
     t.boxes = boxes ? boxes->total() : 0;
@@ -363,7 +413,7 @@ IndexPlan plan_index(const PrepCommon& o, const ImageJob& job) {
 PrepReport report_of(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& job, int64_t inputs,
                      const FileTotals& t, int64_t files, Clock::time_point start) {
   PrepReport report;
-  report.inputs = inputs;
+  report.inputs = job.open_unit ? t.rows + t.skipped : inputs;  // unit jobs: the samples the units held
   report.written = t.rows;
   report.boxes = t.boxes;
   report.files = files;
@@ -392,7 +442,7 @@ PrepReport run_image_job(const comm::Runtime& rt, const PrepCommon& o, const Ima
     return text ? std::make_unique<Tokenizer>(shared_tokenizer(rt, po, job.tokenizer_corpus, false)) : nullptr;
   };
   if (!is_index_path(o.out)) {
-    Progress progress(start, 0, job.count);
+    Progress progress(start, 0, job.count, job.open_unit ? "shards" : "inputs");
     const auto tok = tokenizer(o);
     return report_of(rt, o, job, job.count, write_file(rt, o, job, tok.get(), 0, job.count, o.out, progress), 1, start);
   }
@@ -410,7 +460,7 @@ PrepReport run_image_job(const comm::Runtime& rt, const PrepCommon& o, const Ima
   PrepCommon po = o;
   if (!plan.index.parts.empty()) po.tokenizer = part_path(o.out, plan.index.parts.front().file);  // one tokenizer
   const auto tok = tokenizer(po);
-  Progress progress(start, plan.next_input, job.count);
+  Progress progress(start, plan.next_input, job.count, job.open_unit ? "shards" : "inputs");
   FileTotals all;
   int64_t files = 0;
   for (int64_t first = plan.next_input; first < job.count; first += o.part_size, ++files) {
@@ -421,6 +471,7 @@ PrepReport run_image_job(const comm::Runtime& rt, const PrepCommon& o, const Ima
     part.count = t.rows, part.source = job.source, part.source_count = job.count;
     part.first_input = first, part.last_input = last;
     plan.index.parts.push_back(part);
+    progress.images += t.rows;
     if (rt.rank() == 0) write_index(o.out, plan.index);
     all.rows += t.rows, all.boxes += t.boxes, all.jpeg_bytes += t.jpeg_bytes, all.kept_source += t.kept_source;
     all.skipped += t.skipped;

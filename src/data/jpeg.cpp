@@ -55,7 +55,10 @@ std::vector<uint8_t> JpegCodec::same_file_bytes(const std::string& path, const c
   if (ext != ".jpg" && ext != ".jpeg") return {};
   std::ifstream f(path, std::ios::binary);
   if (!f) return {};
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return same_bytes({std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()}, rgb);
+}
+
+std::vector<uint8_t> JpegCodec::same_bytes(std::vector<uint8_t> bytes, const cv::Mat& rgb) {
   int w = 0, h = 0, subsampling = 0, colorspace = 0;
   if (bytes.empty() ||
       tjDecompressHeader3(decompress_, bytes.data(), (unsigned long)bytes.size(), &w, &h, &subsampling, &colorspace) !=

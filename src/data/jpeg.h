@@ -34,6 +34,8 @@ class JpegCodec {
   // equal: no EXIF rotation, no colour conversion that OpenCV applied), else empty. prep stores such
   // a file as it is instead of re-encoding it.
   std::vector<uint8_t> same_file_bytes(const std::string& path, const cv::Mat& rgb);
+  // The same for a file's bytes already read (a tar member).
+  std::vector<uint8_t> same_bytes(std::vector<uint8_t> bytes, const cv::Mat& rgb);
 
  private:
   void* compress_ = nullptr;

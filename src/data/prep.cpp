@@ -20,6 +20,7 @@
 #include "prep_job.h"
 #include "text_lines.h"
 #include "text_records_reader.h"
+#include "webdataset.h"
 #include "yolo_reader.h"
 
 namespace fs = std::filesystem;
@@ -72,10 +73,63 @@ TextRecord synthetic_text_record(uint64_t seed, int64_t index) {
   return {alpaca_prompt(r.instruction, r.input), r.output};
 }
 
+// At most this many captions train a tokenizer (rank 0 holds them): about 200 MB of text.
+constexpr size_t kTokenizerCaptions = 2000000;
+
+// prep image-text --webdataset: a unit per shard, its samples streamed (webdataset.h).
+PrepReport prep_webdataset(const comm::Runtime& rt, const PrepImageTextOptions& o) {
+  if (!o.images_dir.empty() || !o.captions_file.empty())
+    throw UserError("--webdataset: the shards hold images and captions; give no --images or --captions");
+  if (!o.split.empty()) throw UserError("--split: webdataset shards have no splits (make a set of shards per split)");
+  if (!o.bands.empty()) throw UserError("--bands: not supported with --webdataset");
+  const std::vector<std::string> shards = expand_shards(o.webdataset);
+  for (const auto& shard : shards)
+    if (!fs::is_regular_file(shard)) throw UserError("--webdataset: " + shard + " does not exist");
+  ImageJob job;
+  job.count = int64_t(shards.size());
+  job.inputs = job.source = o.webdataset;
+  job.strict = o.strict;
+  job.tokenizer_corpus = [&] {  // the captions of the first shards, their images skipped unread
+    std::vector<std::string> corpus;
+    for (size_t i = 0; i < shards.size() && corpus.size() < kTokenizerCaptions; ++i) {
+      try {
+        ShardReader reader(shards[i], /*text_only=*/true);
+        WdsSample sample;
+        while (corpus.size() < kTokenizerCaptions && reader.next(sample))
+          for (auto& c : sample_captions(sample)) corpus.push_back(std::move(c));
+      } catch (const SkipImage&) {  // a damaged shard: its samples are reported when it is read
+      }
+    }
+    return corpus;
+  };
+  job.open_unit = [&](int64_t unit) {
+    auto reader = std::make_shared<std::unique_ptr<ShardReader>>();
+    auto opened = std::make_shared<bool>(false);
+    return std::function<bool(Decoded&)>([&, unit, reader, opened](Decoded& d) {
+      if (!*opened) {
+        *opened = true;
+        *reader = std::make_unique<ShardReader>(shards[unit]);  // SkipImage: reported, the shard is done
+      }
+      WdsSample sample;
+      if (!*reader || !(*reader)->next(sample)) return false;
+      d.name = shards[unit] + "/" + sample.key;
+      const std::string ext = image_member(sample);
+      if (ext.empty()) throw SkipImage{d.name + ": no image member (.jpg, .png, .webp, .tif or .bmp)"};
+      d.captions = sample_captions(sample);
+      if (d.captions.empty()) throw SkipImage{d.name + ": no caption (.txt, or .json with \"caption\")"};
+      d.image = resize_crop(decode_rgb(sample.members[ext], d.name + "." + ext), o.size);
+      if (ext == "jpg" || ext == "jpeg") d.source_bytes = std::move(sample.members[ext]);
+      return true;
+    });
+  };
+  return run_image_job(rt, o, job);
+}
+
 }  // namespace
 
 PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& o) {
   check_options(o);
+  if (!o.webdataset.empty()) return prep_webdataset(rt, o);
   check_inputs(o.images_dir, o.bands);
   if (o.captions_file.empty()) throw UserError("--captions: required");
   // Every rank reads the index (it is small next to the images) and keeps only its own entries;
@@ -89,7 +143,7 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
     if (!e.cls.empty()) classes.insert(e.cls);
     splits.insert(e.split);
     if (!o.split.empty() && e.split != o.split) return;
-    if (rt.rank() == 0 && o.tokenizer.empty() && corpus.size() < 2000000)
+    if (rt.rank() == 0 && o.tokenizer.empty() && corpus.size() < kTokenizerCaptions)
       corpus.insert(corpus.end(), e.captions.begin(), e.captions.end());
     if (rounds.owns(count)) mine.emplace(count, std::move(e));
     ++count;
@@ -228,7 +282,7 @@ PrepReport prep_text(const comm::Runtime& rt, const PrepTextOptions& o) {
   std::set<std::string> splits;
   const BlockRounds rounds{0, o.block, rt.rank(), rt.size()};
   read_text_records(o.jsonl, o.split, splits, [&](TextRecord&& r) {
-    if (rt.rank() == 0 && o.tokenizer.empty() && corpus.size() < 2000000) {
+    if (rt.rank() == 0 && o.tokenizer.empty() && corpus.size() < kTokenizerCaptions) {
       if (!r.prompt.empty()) corpus.push_back(r.prompt);
       corpus.push_back(r.response);
     }

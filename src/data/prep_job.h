@@ -25,8 +25,9 @@ class Tokenizer;
 struct Decoded {
   cv::Mat image;  // size x size x 3, uint8, RGB
   std::string name;
-  std::string source;  // the input file, when there is one: with --encode jpeg its bytes are kept as they
-                       // are when they decode to exactly `image`
+  std::string source;                 // the input file, when there is one: with --encode jpeg its bytes are kept as
+                                      // they are when they decode to exactly `image`
+  std::string source_bytes;           // or the input JPEG's bytes themselves (a tar member)
   std::vector<std::string> captions;  // image_text
   int32_t label = -1;
   std::vector<std::array<float, 4>> boxes;  // detection: x_min, y_min, x_max, y_max in stored pixels
@@ -37,7 +38,12 @@ struct ImageJob {
   std::string kind = "image_text";               // or "detection"
   int64_t count = 0;                             // rows to consider
   std::function<Decoded(int64_t index)> decode;  // called only for this rank's indices; may throw SkipImage
-  std::vector<std::string> class_names;          // detection: empty = "0".."C-1" from the boxes
+  // Instead of decode, for inputs that each hold many samples (webdataset shards): `count` counts
+  // these units, and open_unit(i) (this rank's units only) returns the unit's sample source: each
+  // call gives the next sample (true) or says the unit is done (false); it may throw SkipImage for a
+  // bad sample and go on. Rows keep the order of each rank's units; ranks take units round-robin.
+  std::function<std::function<bool(Decoded&)>(int64_t unit)> open_unit;
+  std::vector<std::string> class_names;                        // detection: empty = "0".."C-1" from the boxes
   std::function<std::vector<std::string>()> tokenizer_corpus;  // image_text, rank 0, when training
   std::string split;
   std::string inputs;    // where the entries come from, for messages: "<file>[ with split 's' (...)]"

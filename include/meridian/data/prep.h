@@ -40,9 +40,14 @@ struct PrepCommon {
 struct PrepImageTextOptions : PrepCommon {
   std::string images_dir;     // image paths in the captions file are relative to it
   std::string captions_file;  // .jsonl ({"image", "captions": [...] or "caption", "class"?, "split"?}) or .csv
-  std::string split;          // keep only entries of this split; empty: all
-  std::vector<int> bands;     // 1-based bands to use as R,G,B for multi-band images; empty: automatic
-  bool strict = false;        // an unreadable image is fatal instead of skipped and reported
+  // Instead of images_dir + captions_file: webdataset tar shards ("shards/{00000..00099}.tar"),
+  // key.jpg (or png, webp, tif, bmp) + key.txt or key.json ("caption" or "captions") per sample,
+  // divided among the ranks by shard. A sample without image or caption, an undecodable image or a
+  // damaged shard is skipped and reported (an error with `strict`).
+  std::string webdataset;
+  std::string split;       // keep only entries of this split; empty: all
+  std::vector<int> bands;  // 1-based bands to use as R,G,B for multi-band images; empty: automatic
+  bool strict = false;     // an unreadable image is fatal instead of skipped and reported
 };
 
 // Detection: images are letterboxed (longer side to `size`, padded with gray 114, centred) so no
