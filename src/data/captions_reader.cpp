@@ -1,9 +1,12 @@
 #include "captions_reader.h"
 
+#include <exception>
 #include <filesystem>
+#include <thread>
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "channel.h"
 #include "meridian/core/error.h"
 #include "text_lines.h"
 
@@ -111,6 +114,53 @@ void read_captions(const std::string& file, const std::function<void(CaptionEntr
     }
     visit(std::move(e));
   });
+}
+
+struct CaptionCursor::State {
+  struct Item {
+    int64_t index = -1;
+    CaptionEntry entry;
+  };
+  std::string file;
+  Channel<Item> ahead{4096};
+  std::exception_ptr error;  // set by the reader before it closes the channel
+  Item current;
+  std::thread reader;
+};
+
+CaptionCursor::CaptionCursor(std::string file, std::string split) : s_(std::make_unique<State>()) {
+  s_->file = std::move(file);
+  s_->reader = std::thread([s = s_.get(), split = std::move(split)] {
+    struct Stopped {};
+    int64_t n = 0;
+    try {
+      read_captions(s->file, [&](CaptionEntry&& e) {
+        if (!split.empty() && e.split != split) return;
+        if (!s->ahead.push({n++, std::move(e)})) throw Stopped{};
+      });
+    } catch (const Stopped&) {
+    } catch (...) {
+      s->error = std::current_exception();
+    }
+    s->ahead.close();
+  });
+}
+
+CaptionCursor::~CaptionCursor() {
+  s_->ahead.close();
+  s_->reader.join();
+}
+
+const CaptionEntry& CaptionCursor::at(int64_t i) {
+  MERIDIAN_CHECK(i >= s_->current.index, "captions are read forward only");
+  while (s_->current.index < i) {
+    if (!s_->ahead.pop(s_->current)) {
+      if (s_->error) std::rethrow_exception(s_->error);
+      throw DataError(s_->file, "captions file", "has fewer entries than when prep counted them (entry " +
+                                                     std::to_string(i) + " is missing): did it change?");
+    }
+  }
+  return s_->current.entry;
 }
 
 }  // namespace meridian::data

@@ -132,22 +132,22 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
   if (!o.webdataset.empty()) return prep_webdataset(rt, o);
   check_inputs(o.images_dir, o.bands);
   if (o.captions_file.empty()) throw UserError("--captions: required");
-  // Every rank reads the index (it is small next to the images) and keeps only its own entries;
-  // class names come from all entries of every split, so labels agree between split files.
+  // Every rank counts the entries and collects the class names (of all entries of every split, so
+  // labels agree between split files); rank 0 keeps a bounded sample of captions for the tokenizer.
+  // The entries themselves are read again, forward, as the rounds reach them (CaptionCursor): memory
+  // stays flat however long the captions file is.
   std::set<std::string> classes, splits;
-  std::map<int64_t, CaptionEntry> mine;
   std::vector<std::string> corpus;
   int64_t count = 0;
-  const BlockRounds rounds{0, o.block, rt.rank(), rt.size()};
   read_captions(o.captions_file, [&](CaptionEntry&& e) {
     if (!e.cls.empty()) classes.insert(e.cls);
     splits.insert(e.split);
     if (!o.split.empty() && e.split != o.split) return;
     if (rt.rank() == 0 && o.tokenizer.empty() && corpus.size() < kTokenizerCaptions)
       corpus.insert(corpus.end(), e.captions.begin(), e.captions.end());
-    if (rounds.owns(count)) mine.emplace(count, std::move(e));
     ++count;
   });
+  CaptionCursor entries(o.captions_file, o.split);
   ImageJob job;
   job.count = count;
   job.class_names.assign(classes.begin(), classes.end());
@@ -157,7 +157,7 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
   job.strict = o.strict;
   job.tokenizer_corpus = [&] { return corpus; };
   job.decode = [&](int64_t i) {
-    const CaptionEntry& e = mine.at(i);
+    const CaptionEntry& e = entries.at(i);
     Decoded d;
     d.name = e.image;
     d.source = (fs::path(o.images_dir) / e.image).string();
