@@ -25,7 +25,7 @@ run() {  # run LABEL OUT ARGS...: prep on 2 ranks under GNU time
   files+=("${out%.json}"-0*.h5)
   shopt -u nullglob
   size=$(du -cb "${files[@]}" | tail -1 | cut -f1)
-  echo "$label: $(grep -oE '[0-9]+ of [0-9]+ inputs in [0-9.]+ s \([0-9.]+ inputs/s\)' <<<"$log"), peak RSS per rank $(grep -oE 'peak [0-9]+' <<<"$log" | awk '{printf "%s%.0f MB", NR > 1 ? ", " : "", $2 / 1024}'), output $(awk -v b="$size" 'BEGIN {printf "%.2f GB", b / 1e9}')"
+  echo "$label: $(grep -oE '[0-9]+ of [0-9]+ inputs in [0-9.]+ s \([0-9.]+ inputs/s\)' <<<"$log"), peak RSS per rank $(grep -oE 'peak [0-9]+' <<<"$log" | awk '{print int($2 / 1024) " MB"}' | paste -sd/ -), output $(awk -v b="$size" 'BEGIN {printf "%.2f GB", b / 1e9}')"
 }
 for n in $counts; do
   run "synthetic $n, one file" "$dir/syn$n.h5" synthetic --count "$n" --size 256 --encode jpeg

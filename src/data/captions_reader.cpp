@@ -2,9 +2,9 @@
 
 #include <exception>
 #include <filesystem>
-#include <thread>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "channel.h"
 #include "meridian/core/error.h"
@@ -156,8 +156,9 @@ const CaptionEntry& CaptionCursor::at(int64_t i) {
   while (s_->current.index < i) {
     if (!s_->ahead.pop(s_->current)) {
       if (s_->error) std::rethrow_exception(s_->error);
-      throw DataError(s_->file, "captions file", "has fewer entries than when prep counted them (entry " +
-                                                     std::to_string(i) + " is missing): did it change?");
+      throw DataError(
+          s_->file, "captions file",
+          "has fewer entries than when prep counted them (entry " + std::to_string(i) + " is missing): did it change?");
     }
   }
   return s_->current.entry;

@@ -65,7 +65,10 @@ void CollectiveWriter::reserve(const std::string& name, int64_t rows) {
   hid_t d = s_->datasets.at(name);
   auto dims = h5::dims(d);
   if (int64_t(dims[0]) >= rows) return;
-  while (int64_t(dims[0]) < rows) dims[0] *= 2;
+  // By a quarter at a time: parallel HDF5 allocates the new chunks at once and a shrink at close
+  // does not give their space back, so a file keeps at most a fifth of a dataset unused (doubling
+  // left up to half: 0.36 GB of a 1.8 GB file).
+  while (int64_t(dims[0]) < rows) dims[0] += std::max<hsize_t>(1, dims[0] / 4);
   MERIDIAN_H5_CHECK(H5Dset_extent(d, dims.data()));
 }
 

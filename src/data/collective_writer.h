@@ -33,7 +33,7 @@ class CollectiveWriter {
   void create(const std::string& name, hid_t file_type, const std::vector<hsize_t>& row_dims, int64_t capacity,
               hsize_t chunk_rows);
   bool has(const std::string& name) const;  // created here
-  // Collective: grows `name` (doubling) until it has at least `rows` rows.
+  // Collective: grows `name` (by a quarter at a time) until it has at least `rows` rows.
   void reserve(const std::string& name, int64_t rows);
   // Collective: rows [first, first + rows) from `data` (row-major, contiguous); rows may be 0.
   void write(const std::string& name, int64_t first, int64_t rows, hid_t mem_type, const void* data);

@@ -41,11 +41,11 @@ struct RoundRows {
 
 // What this rank's rounds add up to.
 struct Written {
-  int64_t rows = 0;                                  // in the file so far, every rank
-  int64_t max_class = -1;                            // this rank's largest box class
-  int64_t kept_source = 0;                           // jpeg: this rank's rows stored as their input's bytes
-  nlohmann::json records = nlohmann::json::array();  // [row, name, [captions]] of this rank
-  std::vector<std::string> skipped;                  // this rank's
+  int64_t rows = 0;         // in the file so far, every rank
+  int64_t max_class = -1;   // this rank's largest box class
+  int64_t kept_source = 0;  // jpeg: this rank's rows stored as their input's bytes
+  std::string records;      // this rank's rows as JSON lines [row, name, [captions]] (text: a tenth of a JSON tree)
+  std::vector<std::string> skipped;  // this rank's
 };
 
 // `rows`: the inputs of the file, an upper bound of its rows.
@@ -53,8 +53,8 @@ void create_datasets(CollectiveWriter& writer, const PrepCommon& o, const ImageJ
   const int K = o.captions_per_image, L = o.context_length, S = o.size;
   if (o.encode == "jpeg") {
     // 256 KiB chunks: 10M images of 25 KB are 1M chunks; an image's bytes are read directly (the
-    // reader has no chunk cache), not the chunks around them.
-    writer.create("/image_bytes", H5T_STD_U8LE, {}, std::max<int64_t>(rows * 16384, 1 << 20), 1 << 18);
+    // reader has no chunk cache), not the chunks around them. Starts at 8 KB per input and grows.
+    writer.create("/image_bytes", H5T_STD_U8LE, {}, std::max<int64_t>(rows * 8192, 1 << 20), 1 << 18);
     writer.create("/image_offsets", H5T_STD_I64LE, {}, rows + 1, 4096);
   } else {
     writer.create("/images", H5T_STD_U8LE, {hsize_t(S), hsize_t(S), 3}, rows, 1);
@@ -187,7 +187,10 @@ void write_round(const comm::Runtime& rt, CollectiveWriter& writer, RaggedColumn
     boxes->write("/box_classes", H5T_NATIVE_INT32, r.box_classes.data());
     boxes->write_offsets(offset, r.box_starts);
   }
-  for (int64_t j = 0; j < mine; ++j) w.records.push_back({offset + j, r.strings[j][0], r.strings[j][1]});
+  for (int64_t j = 0; j < mine; ++j)
+    w.records += nlohmann::json{offset + j, r.strings[j][0], r.strings[j][1]}.dump(
+                     -1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                 "\n";
   w.rows = end;
 }
 
@@ -233,24 +236,27 @@ void finish_file(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& j
     finisher->create_strings("/names", {hsize_t(base)});
     if (text) finisher->create_strings("/captions", {hsize_t(base), hsize_t(o.captions_per_image)});
   }
-  rt.stream_to_root(w.records.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                    [&](int, const std::string& data) {
-                      const auto j = nlohmann::json::parse(data);
-                      size_t i = 0;
-                      while (i < j.size()) {  // runs of consecutive rows: one write each
-                        size_t e = i + 1;
-                        while (e < j.size() && j[e][0].get<int64_t>() == j[e - 1][0].get<int64_t>() + 1) ++e;
-                        std::vector<std::string> names, caps;
-                        for (size_t q = i; q < e; ++q) {
-                          names.push_back(j[q][1].get<std::string>());
-                          for (const auto& c : j[q][2]) caps.push_back(c.get<std::string>());
-                        }
-                        const int64_t row = j[i][0].get<int64_t>(), n = int64_t(e - i);
-                        finisher->write_strings("/names", row, n, names);
-                        if (text) finisher->write_strings("/captions", row, n, caps);
-                        i = e;
-                      }
-                    });
+  rt.stream_to_root(w.records, [&](int, const std::string& data) {
+    // Runs of consecutive rows: one write each (a run ends at a gap or after 4096 rows).
+    std::vector<std::string> names, caps;
+    int64_t first = -1;
+    const auto flush = [&] {
+      if (names.empty()) return;
+      finisher->write_strings("/names", first, int64_t(names.size()), names);
+      if (text) finisher->write_strings("/captions", first, int64_t(names.size()), caps);
+      names.clear(), caps.clear();
+    };
+    for (size_t at = 0; at < data.size();) {
+      const size_t end = data.find('\n', at);
+      const auto j = nlohmann::json::parse(data.begin() + at, data.begin() + end);
+      at = end + 1;
+      const int64_t row = j[0].get<int64_t>();
+      if (names.empty() || row != first + int64_t(names.size()) || names.size() == 4096) flush(), first = row;
+      names.push_back(j[1].get<std::string>());
+      for (const auto& c : j[2]) caps.push_back(c.get<std::string>());
+    }
+    flush();
+  });
   nlohmann::json skipped_json = w.skipped;
   rt.stream_to_root(skipped_json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
                     [&](int, const std::string& data) {
