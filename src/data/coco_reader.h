@@ -3,6 +3,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,10 +17,20 @@ struct CocoImage {
   std::vector<int32_t> classes;               // each bbox's class (position of its category)
 };
 
-// Parses the COCO instances file `path`: images in file order (crowd annotations left out),
-// categories sorted by id, appended to `class_names` (class = position). Throws DataError naming the
+// What read_coco returns: every image counted, the ones `keep` asked for in full.
+struct CocoImages {
+  int64_t count = 0;                  // images in the file
+  std::map<int64_t, CocoImage> kept;  // by position in 'images' (file order)
+};
+
+// Parses the COCO instances file `path` without holding it whole: each image and annotation is
+// looked at and dropped unless it belongs to an image at a position `keep(i)` accepts (prep: this
+// rank's rows). Crowd annotations are left out; categories are sorted by id and appended to
+// `class_names` (class = position). Memory: the kept images' boxes and 8 bytes per image (its id,
+// to tell an annotation of another rank's image from one of no image). Throws DataError naming the
 // file and the field for a missing or malformed part.
-std::vector<CocoImage> read_coco(const std::string& path, std::vector<std::string>& class_names);
+CocoImages read_coco(const std::string& path, std::vector<std::string>& class_names,
+                     const std::function<bool(int64_t)>& keep);
 
 // Box `b` of `im` as x_min, y_min, x_max, y_max on its width x height image. A box that is not on
 // the image (a negative size, or its centre or size outside, the rule YOLO labels follow) throws

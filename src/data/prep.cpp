@@ -215,11 +215,15 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& o
   ImageJob job;
   job.kind = "detection";
   job.strict = o.strict;
-  std::vector<CocoImage> coco;
+  CocoImages coco;
   std::vector<std::string> files;
   if (!o.coco.empty()) {
-    coco = read_coco(o.coco, job.class_names);
-    job.count = int64_t(coco.size());
+    // Only this rank's images are kept: the rows the driver's rounds give it (blocks of o.block,
+    // round-robin, counted from each file's first input).
+    const bool many = is_index_path(o.out);
+    coco = read_coco(o.coco, job.class_names,
+                     [&](int64_t i) { return ((many ? i % o.part_size : i) / o.block) % rt.size() == rt.rank(); });
+    job.count = coco.count;
     job.inputs = o.coco + " (its 'images' list is empty)";
     job.source = o.coco;
     job.no_boxes = "no annotation in " + o.coco + " but crowd regions is on one of these images";
@@ -236,18 +240,18 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& o
   }
   job.decode = [&](int64_t i) {
     Decoded d;
-    d.name = coco.empty() ? files[i] : coco[i].file;
+    const CocoImage* im = o.coco.empty() ? nullptr : &coco.kept.at(i);
+    d.name = im ? im->file : files[i];
     d.source = (fs::path(o.images_dir) / d.name).string();
     const cv::Mat rgb = load_rgb(o.images_dir, d.name, o.bands);
     std::vector<std::array<float, 4>> boxes;
     std::vector<int32_t> classes;
-    if (coco.empty()) {
+    if (!im) {
       const fs::path label = fs::path(o.labels_dir) / fs::path(d.name).replace_extension(".txt");
       read_yolo(label.string(), rgb.cols, rgb.rows, boxes, classes);
     } else {
-      for (size_t b = 0; b < coco[i].bboxes.size(); ++b)
-        boxes.push_back(coco_box(o.coco, coco[i], b, rgb.cols, rgb.rows));
-      classes = coco[i].classes;
+      for (size_t b = 0; b < im->bboxes.size(); ++b) boxes.push_back(coco_box(o.coco, *im, b, rgb.cols, rgb.rows));
+      classes = im->classes;
     }
     if (!job.class_names.empty())
       for (int32_t c : classes)

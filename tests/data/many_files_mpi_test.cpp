@@ -1,11 +1,13 @@
 // Datasets of many files (prep --out NAME.json): read as one file would be, exact resume across a
-// file boundary, an interrupted prep finished with --resume, more files added with --append, and
-// what the index refuses; on 1, 2 and 4 ranks.
+// file boundary, an interrupted prep finished with --resume, more files added with --append, what
+// the index refuses, and COCO read in each rank's share; on 1, 2 and 4 ranks.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
 
 #include "data_test.h"
 #include "meridian/data/dataset_reader.h"
@@ -214,4 +216,79 @@ TEST(ManyFiles, AppendAddsFilesOfTheSameKind) {
   write_json(shared_dir() + "/no_kind.json", index);
   EXPECT_EQ(message_of([&] { data::validate_dataset(shared_dir() + "/no_kind.json"); }),
             shared_dir() + "/no_kind.json: field 'kind': missing");
+}
+
+// COCO: every rank keeps only its own images' annotations (in any order of the file's lists), a
+// detection dataset splits into files like any other, and a bad annotation is reported alike on
+// every rank (the first in file order, whichever rank keeps its image).
+TEST(ManyFiles, CocoIsReadInEachRanksShareAndSplitsIntoFiles) {
+  const std::string dir = shared_dir() + "/coco";
+  constexpr int kImages = 9;
+  const auto box_of = [](int i, int b) { return std::array<int, 4>{2 + 3 * b, 4 + i, 6, 5}; };  // x, y, w, h
+  const auto write_coco = [&](const std::string& path, bool annotations_first, const std::string& extra) {
+    nlohmann::json images = nlohmann::json::array(), annotations = nlohmann::json::array();
+    for (int i = 0; i < kImages; ++i) {
+      images.push_back({{"id", 100 + i}, {"file_name", "img/" + std::to_string(i) + ".png"}});
+      for (int b = 0; b < i % 3; ++b) {
+        const auto x = box_of(i, b);
+        annotations.push_back({{"image_id", 100 + i}, {"category_id", 1 + b}, {"bbox", {x[0], x[1], x[2], x[3]}}});
+      }
+    }
+    std::string text = "{";
+    const std::string im = "\"images\": " + images.dump(), an = "\"annotations\": " + annotations.dump();
+    text += annotations_first ? an + ", " + im : im + ", " + an;
+    text += ", \"categories\": [{\"id\": 2, \"name\": \"b\"}, {\"id\": 1, \"name\": \"a\"}]" + extra + "}";
+    if (runtime().rank() == 0) std::ofstream(path) << text;
+  };
+  if (runtime().rank() == 0) {
+    fs::create_directories(dir + "/img");
+    for (int i = 0; i < kImages; ++i)
+      cv::imwrite(dir + "/img/" + std::to_string(i) + ".png", cv::Mat(32, 32, CV_8UC3, cv::Scalar(10 * i, 0, 0)));
+  }
+  write_coco(dir + "/images_first.json", false, "");
+  write_coco(dir + "/annotations_first.json", true, "");
+  runtime().barrier();
+  for (const std::string coco : {"images_first", "annotations_first"}) {
+    data::PrepDetectionOptions o;
+    o.images_dir = dir;
+    o.coco = dir + "/" + coco + ".json";
+    o.size = 32;
+    o.block = 1;
+    o.part_size = 4;  // files of 4, 4 and 1 images
+    o.out = dir + "/" + coco + "_out.json";
+    o.overwrite = true;
+    const auto report = data::prep_detection(runtime(), o);
+    EXPECT_EQ(report.files, 3);
+    const auto info = data::validate_dataset(o.out);
+    ASSERT_EQ(info.count, kImages);
+    EXPECT_EQ(info.class_names, (std::vector<std::string>{"a", "b"}));
+    data::DatasetReader reader(o.out, data::IoDriver::POSIX);
+    std::vector<int64_t> rows(kImages);
+    for (int i = 0; i < kImages; ++i) rows[i] = i;
+    const auto boxes = reader.read_boxes(rows);
+    for (int i = 0; i < kImages; ++i) {
+      ASSERT_EQ(boxes[i].boxes.size(), size_t(i % 3)) << coco << " image " << i;
+      for (int b = 0; b < i % 3; ++b) {
+        const auto x = box_of(i, b);
+        EXPECT_EQ(boxes[i].boxes[b],
+                  (std::array<float, 4>{float(x[0]), float(x[1]), float(x[0] + x[2]), float(x[1] + x[3])}));
+        EXPECT_EQ(boxes[i].classes[b], b);
+      }
+    }
+  }
+  // Two bad annotations (the images' owners differ): every rank names the first.
+  write_coco(dir + "/bad.json", false, "");
+  runtime().barrier();
+  auto bad = read_json(dir + "/bad.json");
+  bad["annotations"][4]["image_id"] = 999;
+  bad["annotations"][2]["category_id"] = 7;
+  write_json(dir + "/bad.json", bad);
+  data::PrepDetectionOptions o;
+  o.images_dir = dir;
+  o.coco = dir + "/bad.json";
+  o.size = 32;
+  o.block = 1;
+  o.out = dir + "/bad.h5";
+  EXPECT_EQ(message_of([&] { data::prep_detection(runtime(), o); }),
+            o.coco + ": annotations[2]: category_id not in 'categories'");
 }
