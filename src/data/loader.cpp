@@ -57,16 +57,13 @@ void augment_into(const cv::Mat& src, int size, uint64_t key, uint8_t* out) {
   cv::flip(resized, dst, 1);
 }
 
-cv::Mat as_mat(const at::Tensor& image) {  // [H, W, 3] uint8, contiguous
-  return cv::Mat(int(image.size(0)), int(image.size(1)), CV_8UC3, const_cast<uint8_t*>(image.data_ptr<uint8_t>()));
-}
-
 }  // namespace
 
 at::Tensor augment_image(const at::Tensor& image, int size, uint64_t key) {
   const at::Tensor src = image.contiguous();
   at::Tensor out = at::empty({size, size, 3}, at::kByte);
-  augment_into(as_mat(src), size, key, out.data_ptr<uint8_t>());
+  augment_into(cv::Mat(int(src.size(0)), int(src.size(1)), CV_8UC3, src.data_ptr<uint8_t>()), size, key,
+               out.data_ptr<uint8_t>());
   return out;
 }
 
@@ -184,8 +181,10 @@ struct Loader::Impl {
     const int64_t* rows = b.rows.data_ptr<int64_t>();
     auto out = at::empty({B, size, size, 3}, at::kByte);
     const at::Tensor in = b.images.contiguous();
-    pool->for_each(B, [&](int64_t i, int) {
-      augment_into(as_mat(in[i]), size,
+    const int H = int(in.size(1)), W = int(in.size(2));
+    uint8_t* pixels = in.data_ptr<uint8_t>();
+    pool->for_each(B, [&](int64_t i, int) {  // no ATen call on the workers: plain pointers
+      augment_into(cv::Mat(H, W, CV_8UC3, pixels + i * H * W * 3), size,
                    splitmix64(o.seed ^ splitmix64(uint64_t(epoch) + 0x9e37ull)) ^ uint64_t(rows[i]),
                    out.data_ptr<uint8_t>() + i * size * size * 3);
     });
