@@ -22,7 +22,7 @@ Command bench_io_command() {
         ("prefetch", "Batches read ahead", cxxopts::value<int>()->default_value("4"))
         ("io-driver", "HDF5 driver: mpio (MPI-IO, independent reads) or posix (direct chunk reads)", cxxopts::value<std::string>()->default_value("mpio"))
         ("augment", "Random resized crop + flip on the preparation thread")
-        ("workers", "Threads that decode (JPEG files) and augment each batch", cxxopts::value<int>()->default_value("2"))
+        ("workers", "Threads that decode (JPEG files) and augment each batch", cxxopts::value<int>()->default_value("1"))
         ("seed", "Sampler seed", cxxopts::value<uint64_t>()->default_value("0"));
     // clang-format on
     o.parse_positional({"file"});

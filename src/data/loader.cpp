@@ -207,6 +207,9 @@ Loader::Loader(const comm::Runtime& rt, const LoaderOptions& options) : impl_(st
   const auto& info = impl_->reader->info();
   impl_->sampler = DistributedSampler::for_loader(options.path, info.count, "samples", options.batch_size, rt.rank(),
                                                   rt.size(), options.seed, options.drop_last);
+  // OpenCV's own thread pool off: the crops run on data.workers threads, and OpenCV's idle workers
+  // spin (measured: a rank on a shared core became a false compute straggler in the health tests).
+  cv::setNumThreads(0);
   Impl* impl = impl_.get();
   const bool finish_thread = options.augment || impl->reader->jpeg();
   if (finish_thread) {

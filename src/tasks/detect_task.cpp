@@ -16,6 +16,7 @@
 #include "meridian/data/detection_loader.h"
 #include "meridian/data/format.h"
 #include "meridian/data/image_input.h"
+#include "meridian/data/loader.h"
 #include "meridian/detect/loss.h"
 
 namespace meridian::tasks {
@@ -180,7 +181,7 @@ struct DetectTask::Impl {
     lo.path = train_data;
     lo.batch_size = batch;
     lo.seed = uint64_t(c.get<int64_t>("train.seed", 0));
-    lo.workers = int(c.get<int64_t>("data.workers", lo.workers));
+    lo.workers = data::loader_workers(c.get<int64_t>("data.workers", 0), rt.device().is_cuda());
     lo.image_size = int(image_size == info.height ? 0 : image_size);
     lo.epoch = start.epoch;
     lo.position = start.position;
@@ -248,9 +249,9 @@ void DetectTask::declare(ConfigSchema& schema) {
       .at_least(0);
   schema.boolean("data.augment", true, "YOLO augmentation (mosaic, affine, HSV, flip) of the training images");
   schema
-      .integer("data.workers", data::DetectionLoaderOptions().workers,
-               "threads per rank that decode the images of a JPEG dataset")
-      .at_least(1)
+      .integer("data.workers", 0,
+               "threads per rank that decode the images of a JPEG dataset; 0: 1 on a CPU rank, 4 on a GPU rank")
+      .at_least(0)
       .at_most(256);
   schema.number("data.mosaic", a.mosaic_prob, "probability of a 4-image mosaic").at_least(0).at_most(1);
   schema.number("data.flip", a.flip_prob, "probability of a horizontal flip").at_least(0).at_most(1);

@@ -171,7 +171,7 @@ struct SiglipTask::Impl {
     lo.batch_size = batch;
     lo.seed = uint64_t(c.get<int64_t>("train.seed", 0));
     lo.augment = c.get<bool>("data.augment", false);
-    lo.workers = int(c.get<int64_t>("data.workers", lo.workers));
+    lo.workers = data::loader_workers(c.get<int64_t>("data.workers", 0), rt.device().is_cuda());
     lo.epoch = start.epoch;
     lo.position = start.position;
     loader = std::make_unique<data::Loader>(rt, lo);
@@ -209,9 +209,10 @@ void SiglipTask::declare(ConfigSchema& schema) {
   schema.strings("task.prompts", default_prompts(), "zero-shot prompt templates ({} is the class name)");
   schema.boolean("data.augment", false, "random resized crop and flip of the training images");
   schema
-      .integer("data.workers", data::LoaderOptions().workers,
-               "threads per rank that decode (JPEG datasets) and augment each batch")
-      .at_least(1)
+      .integer("data.workers", 0,
+               "threads per rank that decode (JPEG datasets) and augment each batch; 0: 1 on a CPU rank, 4 on a "
+               "GPU rank")
+      .at_least(0)
       .at_most(256);
 }
 

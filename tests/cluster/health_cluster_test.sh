@@ -17,7 +17,7 @@ source "$here/vcluster.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 case $mode in
   link) id=209 inject=() ;;
-  compute) id=210 inject=(--inject-straggler 1:compute:80) ;;
+  compute) id=210 inject=(--inject-straggler 1:compute:200) ;;
   data) id=211 inject=(--inject-straggler 2:data:80) ;;
   *) echo "unknown mode '$mode'"; exit 1 ;;
 esac

@@ -43,7 +43,7 @@ struct DetectionLoaderOptions {
   int64_t close_mosaic_epoch = -1;
   int64_t epoch = 0;     // where to start (from a checkpoint)
   int64_t position = 0;  // global samples already consumed in `epoch`
-  int workers = 2;       // jpeg files: threads that decode each batch's images (the I/O thread included)
+  int workers = 1;       // jpeg files: threads that decode each batch's images (the I/O thread included)
 };
 
 struct DetectionBatch {

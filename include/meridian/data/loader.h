@@ -33,7 +33,7 @@ struct LoaderOptions {
   bool augment = false;  // random resized crop (area 0.5-1, aspect 3/4-4/3) + horizontal flip
   // Threads that decode (jpeg files) and augment each batch, the finish thread included: batch
   // samples are shared among them. Raw files without augmentation need none.
-  int workers = 2;
+  int workers = 1;
   int crop_size = 0;     // output image size with augment; 0: the stored size
   int64_t epoch = 0;     // where to start (from a checkpoint)
   int64_t position = 0;  // global samples already consumed in `epoch`
@@ -75,6 +75,10 @@ class Loader {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// data.workers as configured, or for 0 (the default): 1 on a CPU rank, whose cores the model uses, 4
+// on a GPU rank, which waits on them.
+inline int loader_workers(int64_t configured, bool cuda) { return configured > 0 ? int(configured) : cuda ? 4 : 1; }
 
 // Deterministic augmentation of one image [H, W, 3] uint8 to [size, size, 3] uint8, from `key`.
 at::Tensor augment_image(const at::Tensor& image, int size, uint64_t key);

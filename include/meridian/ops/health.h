@@ -65,6 +65,7 @@ class HealthMonitor {
   // Per step of the interval; its median is the rank's compute (one hiccup of a shared core is not a straggler).
   std::vector<double> compute_;
   std::map<int, std::vector<double>> rss_history_;  // rank 0: resident MB per report, per rank
+  std::map<int, bool> slow_before_;                 // rank 0: above the straggler threshold in the last report
   std::vector<RankFacts> ranks_;                    // rank, host, local rank of every rank (for the link probe)
   static constexpr uint64_t kLinkProbeBytes = 1 << 20;
   static constexpr int kLinkProbeIters = 2;
