@@ -429,7 +429,7 @@ TEST(Trainer, HealthMonitorFlagsAnInjectedStraggler) {
       EXPECT_EQ(w.find("straggler: rank 0 "), std::string::npos) << w;
       flagged += w.rfind(slow, 0) == 0;
     }
-    EXPECT_EQ(flagged, 3) << "one straggler warning per report (steps 4, 8, 12)";
+    EXPECT_EQ(flagged, 2) << "a straggler warning from the second report on (steps 8, 12): slow in two in a row";
     // health.jsonl: one line per report with every rank's figures.
     std::ifstream file(dir + "/health.jsonl");
     std::string line;
@@ -438,7 +438,7 @@ TEST(Trainer, HealthMonitorFlagsAnInjectedStraggler) {
       ++lines;
       EXPECT_NE(line.find("\"rss_mb\""), std::string::npos);
       EXPECT_NE(line.find("\"probe_us\""), std::string::npos);
-      EXPECT_NE(line.find(slow), std::string::npos);
+      EXPECT_EQ(line.find(slow) != std::string::npos, lines > 1) << "report " << lines;
     }
     EXPECT_EQ(lines, 3);
   } else {
