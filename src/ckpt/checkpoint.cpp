@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 
 #include "meridian/ckpt/file.h"
@@ -209,6 +210,12 @@ std::vector<std::string> flat_names(const std::vector<train::ParamGroup>& groups
   return names;
 }
 
+std::vector<at::Tensor> flat_params(const std::vector<train::ParamGroup>& groups) {
+  std::vector<at::Tensor> params;
+  for (const auto& g : groups) params.insert(params.end(), g.params.begin(), g.params.end());
+  return params;
+}
+
 std::string joined(const std::vector<std::string>& names) {
   std::string text;
   for (const auto& n : names) text += n + "\n";
@@ -237,6 +244,25 @@ void save_optimizer(Writer& w, train::Trainer& trainer) {
     const auto names = flat_names(zero->groups());
     for (size_t i = 0; i < names.size(); ++i)
       w.replicated("optim/" + names[i] + "/step", at::tensor({zero->steps()[i]}, at::kLong));
+    if (zero->stage() >= 2) {
+      // One vector per unit, each rank writing its shard of it; the unit's parameters in attribute
+      // optim_unit<k>.
+      const auto& units = zero->units();
+      for (size_t k = 0; k < units.size(); ++k) {
+        const auto& u = units[k];
+        const int64_t begin = std::min(u.numel, zero->rank() * u.shard_numel);
+        const int64_t end = std::min(u.numel, (zero->rank() + 1) * u.shard_numel);
+        const int64_t block = std::max<int64_t>(1, std::min(u.shard_numel, train::kShardAlign));
+        const std::string base = "optim/unit" + std::to_string(k);
+        w.sharded(base + "/exp_avg", u.numel, begin, zero->exp_avg_shard().narrow(0, u.base, end - begin), block);
+        w.sharded(base + "/exp_avg_sq", u.numel, begin, zero->exp_avg_sq_shard().narrow(0, u.base, end - begin), block);
+        std::vector<std::string> members;
+        for (size_t i : u.params) members.push_back(names[i]);
+        w.attribute("optim_unit" + std::to_string(k), joined(members));
+      }
+      w.attribute("optim_units", int64_t(units.size()));
+      return;
+    }
     // This rank's shard without the padding; blocks of S elements, or kShardAlign when S is larger
     // (S is then a multiple of it), so no block straddles two ranks.
     const int64_t n = zero->numel(), begin = std::min(n, zero->shard_begin()), end = std::min(n, zero->shard_end());
@@ -281,7 +307,17 @@ std::string save(const comm::Runtime& rt, train::Trainer& trainer, const Config&
   try {
     Writer w(rt, tmp);
     auto& model = *trainer.task().model();
-    for (const auto& item : model.named_parameters()) w.replicated("model/" + item.key(), item.value());
+    auto* zero = trainer.sharded_adamw();
+    if (zero && zero->stage() == 3) {
+      // Unit by unit: gathered on every rank, each writing its share of the rows, then freed again.
+      const auto names = flat_names(zero->groups());
+      const auto params = flat_params(zero->groups());
+      zero->with_each_unit(/*gather=*/true, [&](const train::ZeroUnit& u) {
+        for (size_t i : u.params) w.replicated("model/" + names[i], params[i]);
+      });
+    } else {
+      for (const auto& item : model.named_parameters()) w.replicated("model/" + item.key(), item.value());
+    }
     for (const auto& item : model.named_buffers()) w.replicated("model/" + item.key(), item.value());
     save_optimizer(w, trainer);
     if (auto* ema = trainer.ema()) {
@@ -420,6 +456,54 @@ void load_module(const std::string& path, torch::nn::Module& module) { load_modu
 
 namespace {
 
+// Where each parameter's AdamW moments are in a checkpoint: per parameter (optim/<name>/exp_avg),
+// in ZeRO-1's flat vector (optim/flat/exp_avg, parameters listed in attribute optim_flat) or in
+// ZeRO-2/3's unit vectors (optim/unit<k>/exp_avg, attribute optim_unit<k>). A parameter's numel is
+// its model/<name> dataset's.
+class Moments {
+ public:
+  explicit Moments(const Reader& r) : r_(r) {
+    if (r.has("optim/flat/exp_avg")) add("optim/flat/", r.string_attribute("optim_flat").value_or(""));
+    const int64_t units = r.int_attribute("optim_units").value_or(0);
+    for (int64_t k = 0; k < units; ++k)
+      add("optim/unit" + std::to_string(k) + "/", r.string_attribute("optim_unit" + std::to_string(k)).value_or(""));
+  }
+  bool sharded() const { return !where_.empty(); }
+  // Elements [from, from + n) of the flattened moment (exp_avg or exp_avg_sq) of parameter `name`,
+  // float32 on the CPU. Per-parameter state: undefined when the file has none (a parameter never
+  // updated); sharded state: DataError when the file does not list the parameter.
+  at::Tensor read(const std::string& name, const std::string& moment, int64_t from, int64_t n) const {
+    if (!sharded()) {
+      const std::string dataset = "optim/" + name + "/" + moment;
+      if (!r_.has(dataset)) return {};
+      return r_.read(dataset).reshape({-1}).narrow(0, from, n);
+    }
+    const auto it = where_.find(name);
+    if (it == where_.end())
+      throw DataError(r_.path(), "attribute 'optim_flat' / 'optim_unit*'",
+                      "the sharded optimizer state has no entry for parameter '" + name + "' of this model");
+    return r_.read_rows(it->second.first + moment, it->second.second + from, n);
+  }
+
+ private:
+  void add(const std::string& prefix, const std::string& listed) {
+    int64_t offset = 0;
+    size_t at = 0;
+    while (at < listed.size()) {
+      const size_t end = listed.find('\n', at);
+      const std::string name = listed.substr(at, end == std::string::npos ? std::string::npos : end - at);
+      at = end == std::string::npos ? listed.size() : end + 1;
+      if (name.empty()) continue;
+      where_[name] = {prefix, offset};
+      int64_t numel = 1;
+      for (int64_t d : r_.shape("model/" + name)) numel *= d;
+      offset += numel;
+    }
+  }
+  const Reader& r_;
+  std::map<std::string, std::pair<std::string, int64_t>> where_;  // name -> (dataset prefix, offset)
+};
+
 // Loads the optimizer state whichever way it was saved (sharded or not, on any world size) into
 // whichever optimizer the trainer has: sharded state is read by flat ranges, per-parameter state
 // is cut into this rank's shard.
@@ -450,63 +534,49 @@ void restore_optimizer(const Reader& r, train::Trainer& trainer, SharedLoad& loa
   auto* zero = trainer.sharded_adamw();
   const auto& groups = zero ? zero->groups() : trainer.adamw()->groups();
   const auto names = flat_names(groups);
-  std::vector<at::Tensor> params;
-  for (const auto& g : groups) params.insert(params.end(), g.params.begin(), g.params.end());
-  const bool flat = r.has("optim/flat/exp_avg");
-  if (flat && r.string_attribute("optim_flat").value_or("") != joined(names))
-    throw DataError(r.path(), "attribute 'optim_flat'",
-                    "the sharded optimizer state lists other parameters, or in another order, than this model");
-  std::vector<int64_t> offsets{0};
-  for (const auto& p : params) offsets.push_back(offsets.back() + p.numel());
-  if (flat && r.shape("optim/flat/exp_avg") != std::vector<int64_t>{offsets.back()})
-    throw DataError(
-        r.path(), "dataset 'optim/flat/exp_avg'",
-        "shape " + c10::str(r.shape("optim/flat/exp_avg")) + ", expected [" + std::to_string(offsets.back()) + "]");
+  const auto params = flat_params(groups);
+  const Moments moments(r);
   std::vector<int64_t> steps(names.size());
-  for (size_t i = 0; i < names.size(); ++i) steps[i] = r.read("optim/" + names[i] + "/step").item<int64_t>();
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string name = "optim/" + names[i] + "/step";
+    if (!r.has(name)) throw DataError(r.path(), "dataset '" + name + "'", "missing");
+    steps[i] = r.read(name).item<int64_t>();
+  }
 
   if (zero) {
     zero->steps() = steps;
-    const int64_t n = zero->numel(), begin = std::min(n, zero->shard_begin()), end = std::min(n, zero->shard_end());
     for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
       at::Tensor shard = std::string(moment) == "exp_avg" ? zero->exp_avg_shard() : zero->exp_avg_sq_shard();
       shard.zero_();
-      if (flat) {
-        if (end > begin)
-          shard.narrow(0, 0, end - begin).copy_(r.read_rows(std::string("optim/flat/") + moment, begin, end - begin));
-        continue;
-      }
-      for (size_t i = 0; i < names.size(); ++i) {  // per-parameter state: the part inside this shard
-        const int64_t lo = std::max(begin, offsets[i]), hi = std::min(end, offsets[i + 1]);
-        const std::string name = "optim/" + names[i] + "/" + moment;
-        if (lo >= hi || !r.has(name)) continue;
-        shard.narrow(0, lo - begin, hi - lo).copy_(r.read(name).reshape({-1}).narrow(0, lo - offsets[i], hi - lo));
+      for (const auto& u : zero->units()) {  // the parts of this rank's shard of each unit
+        const int64_t begin = zero->rank() * u.shard_numel, end = std::min(u.numel, begin + u.shard_numel);
+        for (size_t k = 0; k < u.params.size(); ++k) {
+          const int64_t lo = std::max(begin, u.offsets[k]), hi = std::min(end, u.offsets[k + 1]);
+          if (lo >= hi || steps[u.params[k]] == 0) continue;
+          const at::Tensor part = moments.read(names[u.params[k]], moment, lo - u.offsets[k], hi - lo);
+          if (part.defined()) shard.narrow(0, u.base + lo - begin, hi - lo).copy_(part);
+        }
       }
     }
     return;
   }
   auto& state = trainer.adamw()->state();
-  const at::Tensor exp_avg_flat = flat ? r.read("optim/flat/exp_avg") : at::Tensor();
-  const at::Tensor exp_avg_sq_flat = flat ? r.read("optim/flat/exp_avg_sq") : at::Tensor();
   for (size_t i = 0; i < names.size(); ++i) {
     auto& st = state[i];
     st.step = steps[i];
     st.exp_avg = st.exp_avg_sq = at::Tensor();
     const std::string base = "optim/" + names[i];
-    if (flat && steps[i] > 0) {
-      st.exp_avg = exp_avg_flat.narrow(0, offsets[i], offsets[i + 1] - offsets[i])
-                       .view(params[i].sizes())
-                       .to(params[i].device())
-                       .clone();
-      st.exp_avg_sq = exp_avg_sq_flat.narrow(0, offsets[i], offsets[i + 1] - offsets[i])
-                          .view(params[i].sizes())
-                          .to(params[i].device())
-                          .clone();
-    } else if (!flat && r.has(base + "/exp_avg")) {
+    if (!moments.sharded() && r.has(base + "/exp_avg")) {  // per-parameter state: read in shares
       st.exp_avg = at::zeros_like(params[i]);
       st.exp_avg_sq = at::zeros_like(params[i]);
       load(base + "/exp_avg", st.exp_avg);
       load(base + "/exp_avg_sq", st.exp_avg_sq);
+    } else if (moments.sharded() && steps[i] > 0) {
+      for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+        const at::Tensor all = moments.read(names[i], moment, 0, params[i].numel());
+        (std::string(moment) == "exp_avg" ? st.exp_avg : st.exp_avg_sq) =
+            all.view(params[i].sizes()).to(params[i].device()).clone();
+      }
     }
   }
 }
@@ -517,7 +587,18 @@ void restore(const comm::Runtime& rt, train::Trainer& trainer, const ResumePoint
   Reader r(point.path);
   at::NoGradGuard no_grad;
   SharedLoad load(rt, r);
-  load.module(*trainer.task().model(), "model/");
+  auto* zero = trainer.sharded_adamw();
+  if (zero && zero->stage() == 3) {
+    // Unit by unit: every rank loads the unit's parameters (in shares), keeps its shard, frees them.
+    const auto names = flat_names(zero->groups());
+    const auto params = flat_params(zero->groups());
+    zero->with_each_unit(/*gather=*/false, [&](const train::ZeroUnit& u) {
+      for (size_t i : u.params) load("model/" + names[i], params[i]);
+    });
+    for (const auto& item : trainer.task().model()->named_buffers()) load("model/" + item.key(), item.value());
+  } else {
+    load.module(*trainer.task().model(), "model/");
+  }
   restore_optimizer(r, trainer, load);
   if (auto* ema = trainer.ema()) {
     const auto updates = r.int_attribute("ema_updates");

@@ -167,7 +167,11 @@ at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos, c
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c) : config_(c) {
   embed_tokens_ = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.dim));
   layers_ = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.layers; ++i) layers_->push_back(LlamaBlock(c));
+  for (int64_t i = 0; i < c.layers; ++i) {
+    LlamaBlock block(c);
+    layers_->push_back(block);
+    blocks_.add(block.ptr());
+  }
   norm_ = register_module("norm", RMSNorm(c.dim, c.norm_eps));
   // Small initial weights (as HF's initializer_range 0.02) keep the first logits near uniform.
   for (auto& p : parameters())
@@ -184,9 +188,14 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, KvCache* cache) {
   cos = cos.narrow(0, offset, t), sin = sin.narrow(0, offset, t);
   if (cache && cache->keys.empty())
     cache->keys.resize(size_t(config_.layers)), cache->values.resize(size_t(config_.layers));
-  for (size_t i = 0; i < layers_->size(); ++i)
-    x = layers_[i]->as<LlamaBlock>()->forward(x, cos, sin, cache ? &cache->keys[i] : nullptr,
-                                              cache ? &cache->values[i] : nullptr);
+  for (size_t i = 0; i < layers_->size(); ++i) {
+    auto* layer = layers_[i]->as<LlamaBlock>();
+    at::Tensor* keys = cache ? &cache->keys[i] : nullptr;
+    at::Tensor* values = cache ? &cache->values[i] : nullptr;
+    x = blocks_.run(i, x, [layer, keys, values, c = cos, s = sin](const at::Tensor& h) {
+      return layer->forward(h, c, s, keys, values);
+    });
+  }
   if (cache) cache->length += t;
   return norm_(x);
 }

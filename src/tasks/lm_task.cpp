@@ -90,6 +90,7 @@ LmTask::LmTask(const comm::Runtime& rt, const Config& config, const std::string&
 LmTask::~LmTask() = default;
 
 std::shared_ptr<torch::nn::Module> LmTask::model() { return impl_->model.ptr(); }
+models::BlockRunner* LmTask::blocks() { return &impl_->model->blocks(); }
 int64_t LmTask::batch_size() const { return impl_->batch; }
 double LmTask::flops_per_sample() const { return impl_->mc.flops_per_token(impl_->seq_len) * double(impl_->seq_len); }
 double LmTask::tokens_per_sample() const { return double(impl_->seq_len); }

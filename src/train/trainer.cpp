@@ -52,6 +52,9 @@ void TrainerSettings::declare(ConfigSchema& schema) {
       .at_least(0)
       .below(1);
   schema.number("train.ema_tau", d.ema_tau, "updates over which the EMA decay ramps up").above(0);
+  schema.boolean("train.activation_checkpointing", d.activation_checkpointing,
+                 "recompute each block's activations in backward instead of keeping them (the task's blocks: "
+                 "Llama layers, SigLIP encoder layers)");
   schema.number("train.peak_flops", d.peak_flops, "one device's peak FLOP/s, for the reported MFU; 0: no MFU")
       .at_least(0);
   schema.choice("comm.grad_dtype", {"float32", "bf16"}, "float32",
@@ -77,7 +80,9 @@ void TrainerSettings::declare(ConfigSchema& schema) {
   schema.number("optim.beta2", d.beta2, "adamw: second-moment decay").at_least(0).below(1);
   schema.number("optim.eps", d.eps, "adamw: epsilon").above(0);
   schema.number("optim.clip", d.clip, "max global gradient norm; 0: no clipping").at_least(0);
-  schema.boolean("optim.zero", d.zero, "ZeRO-1: AdamW state sharded across ranks (adamw only)");
+  schema.choice("optim.zero", {"0", "1", "2", "3", "false", "true"}, "0",
+                "ZeRO stage (adamw only): 1 shards the AdamW state across ranks, 2 also the gradients, 3 also the "
+                "parameters (gathered block by block); 0: DistributedDataParallel (true: 1, false: 0)");
   schema.number("optim.momentum", d.momentum, "sgd: momentum after the warmup").at_least(0).below(1);
   schema.boolean("optim.nesterov", d.nesterov, "sgd: Nesterov momentum");
   schema
@@ -126,7 +131,9 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   s.eps = c.get<double>("optim.eps", s.eps);
   s.clip = c.get<double>("optim.clip", s.clip);
   s.warmup = c.get<int64_t>("optim.warmup", s.warmup);
-  s.zero = c.get<bool>("optim.zero", s.zero);
+  const std::string zero = c.get<std::string>("optim.zero", "0");
+  s.zero = zero == "true" ? 1 : zero == "false" ? 0 : std::stoi(zero);  // the schema allows 0-3, true, false
+  s.activation_checkpointing = c.get<bool>("train.activation_checkpointing", s.activation_checkpointing);
   const std::string optimizer = c.get<std::string>("optim.name", "adamw");
   if (optimizer == "adamw")
     s.optimizer = Optimizer::AdamW;
@@ -145,12 +152,15 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   s.first_bucket_mb = c.get<double>("comm.first_bucket_mb", s.first_bucket_mb);
   if (s.bf16_gradients && s.zero)
     throw ConfigError(c.source("comm.grad_dtype"), "comm.grad_dtype",
-                      "bf16 gradient reduction is DistributedDataParallel's: not with optim.zero (ZeRO-1 "
+                      "bf16 gradient reduction is DistributedDataParallel's: not with optim.zero (ZeRO "
                       "reduce-scatters float32 gradients)");
+  if (s.zero == 3 && s.ema > 0)
+    throw ConfigError(c.source("train.ema"), "train.ema",
+                      "not with optim.zero 3 (the EMA keeps a full copy of the weights, which ZeRO-3 shards)");
   if (!(s.min_lr <= s.lr)) throw ConfigError(c.source("optim.min_lr"), "optim.min_lr", "must be within [0, optim.lr]");
   if (s.optimizer == Optimizer::SGD) {
     if (s.zero)
-      throw ConfigError(c.source("optim.zero"), "optim.zero", "ZeRO-1 shards AdamW only: not with optim.name sgd");
+      throw ConfigError(c.source("optim.zero"), "optim.zero", "ZeRO shards AdamW only: not with optim.name sgd");
     if (s.nesterov && s.momentum == 0)
       throw ConfigError(c.source("optim.momentum"), "optim.momentum",
                         "must be > 0 with optim.nesterov true (or set optim.nesterov: false)");
@@ -285,6 +295,7 @@ struct Trainer::Impl {
   std::vector<at::Tensor> parameters;
   std::vector<at::Tensor> float_buffers;  // BatchNorm statistics and the like: put back after a skipped step
   std::unique_ptr<comm::Communicator> grad_comm, control;  // control: losses, flags, timings (CPU, MPI)
+  std::unique_ptr<comm::Communicator> gather_comm;         // ZeRO-3's parameter gathers
   std::unique_ptr<parallel::DistributedDataParallel> ddp;  // without optim.zero
   std::unique_ptr<AdamW> optimizer;                        // adamw without optim.zero
   std::unique_ptr<SGD> sgd;                                // optim.name sgd
@@ -295,6 +306,7 @@ struct Trainer::Impl {
   std::unique_ptr<ops::HealthMonitor> health;              // every rank, when train.health_every > 0
   std::vector<StepHook> hooks;
   int64_t step = 0, bad_in_a_row = 0, bad_total = 0, samples_seen = 0;
+  int64_t parameter_count = 0;               // counted before ZeRO-3 frees the parameters
   bool stopping = false, signalled = false;  // agreed this step: the run ends here (stop_at, or a signal on some rank)
   bool bar = false;                          // rank 0 on a terminal: progress bar
 
@@ -306,7 +318,14 @@ struct Trainer::Impl {
     keep_freed_memory();
     grad_comm = comm::make_communicator(rt, comm::default_backend(rt));
     control = comm::make_communicator(rt, comm::Backend::MPI);
-    if (s.zero)
+    models::BlockRunner* blocks = task.blocks();
+    if (s.activation_checkpointing) {
+      if (!blocks)
+        throw ConfigError(o.config.source("train.activation_checkpointing"), "train.activation_checkpointing",
+                          "task " + task.name() + " has no blocks to recompute");
+      blocks->set_checkpointing(true);
+    }
+    if (s.zero > 0)
       parallel::broadcast_module(*grad_comm, *model);
     else
       ddp = std::make_unique<parallel::DistributedDataParallel>(
@@ -319,16 +338,24 @@ struct Trainer::Impl {
       group.params.push_back(item.value());
       group.names.push_back(item.key());
     }
-    const auto& decayed = decaying.params;
-    const auto& plain = constant.params;
+    int64_t decayed_count = 0, plain_count = 0;  // before ZeRO-3 frees the parameters
+    for (const auto& p : decaying.params) decayed_count += p.numel();
+    for (const auto& p : constant.params) plain_count += p.numel();
+    parameter_count = decayed_count + plain_count;
     const AdamWOptions adamw_options{s.lr, s.beta1, s.beta2, s.eps};
-    if (s.optimizer == Optimizer::SGD)
+    if (s.optimizer == Optimizer::SGD) {
       sgd = std::make_unique<SGD>(std::vector<ParamGroup>{decaying, constant},
                                   SGDOptions{s.lr, momentum_at(s, 0), s.nesterov, 0});
-    else if (s.zero)
-      sharded = std::make_unique<ShardedAdamW>(std::vector<ParamGroup>{decaying, constant}, adamw_options, *grad_comm);
-    else
+    } else if (s.zero > 0) {
+      // ZeRO-3's parameter gathers run in forward's order, its gradient reductions in backward's:
+      // each on its own communicator.
+      if (s.zero == 3) gather_comm = comm::make_communicator(rt, comm::default_backend(rt));
+      sharded = std::make_unique<ShardedAdamW>(
+          std::vector<ParamGroup>{decaying, constant}, adamw_options, *grad_comm,
+          ZeroOptions{s.zero, kBucketNumel, blocks, model->parameters(), gather_comm.get()});
+    } else {
       optimizer = std::make_unique<AdamW>(std::vector<ParamGroup>{decaying, constant}, adamw_options);
+    }
 
     // After the broadcast: every rank starts its EMA from the same weights.
     if (s.ema > 0) ema = std::make_unique<Ema>(*model, s.ema, s.ema_tau);
@@ -345,22 +372,21 @@ struct Trainer::Impl {
       // under Open MPI a bar only on request (train.progress: bar).
       bar = s.progress == Progress::Bar ||
             (s.progress == Progress::Auto && isatty(fileno(stdout)) && !std::getenv("OMPI_COMM_WORLD_RANK"));
-      int64_t decayed_count = 0, plain_count = 0;
-      for (const auto& p : decayed) decayed_count += p.numel();
-      for (const auto& p : plain) plain_count += p.numel();
       spdlog::info(
           "{}: {:.2f}M parameters ({} tensors with weight decay {}, {} without: {} values), {:.3f} GFLOP per "
           "sample forward; {} ranks ({} node{}) x batch {} x accumulate {} = {} samples per step; {} steps; {}",
-          task.name(), (decayed_count + plain_count) / 1e6, decayed.size(), s.weight_decay, plain.size(), plain_count,
-          task.flops_per_sample() / 1e9, rt.size(), rt.node_count(), rt.node_count() == 1 ? "" : "s", task.batch_size(),
-          s.accumulate, global_batch(), s.steps, s.precision == Precision::BFloat16 ? "bf16 autocast" : "float32");
+          task.name(), (decayed_count + plain_count) / 1e6, decaying.params.size(), s.weight_decay,
+          constant.params.size(), plain_count, task.flops_per_sample() / 1e9, rt.size(), rt.node_count(),
+          rt.node_count() == 1 ? "" : "s", task.batch_size(), s.accumulate, global_batch(), s.steps,
+          s.precision == Precision::BFloat16 ? "bf16 autocast" : "float32");
       if (sgd) {
         spdlog::info("optimizer: SGD, {} momentum {} (from {} over the {} warmup steps), coupled weight decay",
                      s.nesterov ? "Nesterov" : "plain", s.momentum, s.warmup_momentum, s.warmup);
       } else {
-        const auto memory = ZeroMemoryReport::of(decayed_count + plain_count, rt.size());
-        spdlog::info("{}\n  in use: {} (optim.zero: {})", memory.to_string(),
-                     s.zero ? "sharded (ZeRO-1)" : "unsharded (DistributedDataParallel + AdamW)", s.zero);
+        const int64_t n = decayed_count + plain_count;
+        const auto memory = sharded ? sharded->memory_report() : ZeroMemoryReport::of_stage(0, n, rt.size(), n, n);
+        spdlog::info("{}{}", memory.to_string(),
+                     s.activation_checkpointing ? "; activations: recomputed block by block in backward" : "");
       }
       if (ddp)
         spdlog::info("gradients: reduced in {} during backward, {} buckets of {} MB (the first {} MB)",
@@ -410,6 +436,7 @@ struct Trainer::Impl {
       at::Tensor loss;
       {
         Autocast autocast(rt.device().type(), s.precision == Precision::BFloat16);
+        if (sharded) sharded->gather_outside_blocks();  // ZeRO-3: embeddings, heads
         loss = task.forward();
       }
       if (injected(o.straggler.compute_s))
@@ -420,6 +447,11 @@ struct Trainer::Impl {
       loss.backward();
       loss_sum += loss.detach().to(at::kCPU, at::kDouble);
       end_phase(t.backward, "backward", t0);
+      if (sharded) {  // ZeRO-2/3: the gradient reductions backward did not leave done
+        t0 = Clock::now();
+        sharded->end_backward();
+        end_phase(t.comm, "exposed comm", t0);
+      }
     }
     auto t0 = Clock::now();
     if (ddp) ddp->finish();
@@ -493,7 +525,9 @@ struct Trainer::Impl {
       at::NoGradGuard no_grad;               // float32 even with precision bf16: the same numbers as `meridian eval`
       std::optional<Ema::Swap> ema_weights;  // the EMA in the model while evaluating, then the training weights back
       if (ema) ema_weights.emplace(*ema);
+      if (sharded) sharded->gather_outside_blocks();  // ZeRO-3 (blocks gather themselves)
       m = task.evaluate();
+      if (sharded) sharded->release_all();
     }
     model->train();
     if (rt.rank() == 0 && !m.empty()) {
@@ -520,7 +554,7 @@ struct Trainer::Impl {
 
   TrainSummary run() {
     TrainSummary summary;
-    for (const auto& p : parameters) summary.parameters += p.numel();
+    summary.parameters = parameter_count;
     if (s.stop_at > 0 && step >= s.stop_at && s.stop_at < s.steps) {
       if (rt.rank() == 0)
         spdlog::info("train.stop_at {} already reached (resumed at step {}): nothing to do", s.stop_at, step);

@@ -1,9 +1,12 @@
 #include "meridian/train/zero.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <unordered_map>
 
 #include "meridian/core/error.h"
 
@@ -11,23 +14,26 @@ namespace meridian::train {
 
 namespace {
 
-std::string mib(int64_t bytes) {
+std::string gib(int64_t bytes) {
   char text[64];
-  std::snprintf(text, sizeof text, "%.2f MiB", double(bytes) / (1024.0 * 1024.0));
+  std::snprintf(text, sizeof text, "%.2f GiB", double(bytes) / double(int64_t(1) << 30));
   return text;
 }
 
 }  // namespace
 
 std::string ZeroMemoryReport::to_string() const {
-  std::string s = "ZeRO-1 memory per rank (" + std::to_string(world_size) + " ranks, " + std::to_string(numel) +
-                  " parameter elements, shard " + std::to_string(shard_numel) + "):\n";
-  s += "  parameters       " + mib(parameter_bytes) + " (replicated)\n";
-  s += "  gradients        " + mib(gradient_bytes) + " (replicated)\n";
-  s += "  optimizer state  " + mib(optimizer_bytes_sharded) + " sharded, " + mib(optimizer_bytes_unsharded) +
-       " unsharded\n";
-  s += "  work buffers     " + mib(buffer_bytes) + " (sharded only)\n";
-  s += "  total            " + mib(total_sharded()) + " sharded, " + mib(total_unsharded()) + " unsharded";
+  static const char* const kStages[] = {
+      "DistributedDataParallel + AdamW (optim.zero: 0)", "ZeRO-1: optimizer state sharded",
+      "ZeRO-2: optimizer state and gradients sharded", "ZeRO-3: optimizer state, gradients and parameters sharded"};
+  std::string s = std::string("memory per rank, closed form before activations, ") + kStages[std::clamp(stage, 0, 3)] +
+                  " (" + std::to_string(world_size) + " ranks, " + std::to_string(numel) + " parameter elements, " +
+                  std::to_string(shard_numel) + " per shard):\n";
+  s += "  parameters       " + gib(parameter_bytes) + (stage == 3 ? " (shard + gathered units)\n" : " (replicated)\n");
+  s += "  gradients        " + gib(gradient_bytes) + (stage >= 2 ? " (shard + units in flight)\n" : " (replicated)\n");
+  s += "  optimizer state  " + gib(optimizer_bytes) + (stage >= 1 ? " (sharded)\n" : " (replicated)\n");
+  s += "  work buffers     " + gib(buffer_bytes) + "\n";
+  s += "  total            " + gib(total());
   return s;
 }
 
@@ -42,20 +48,70 @@ int64_t zero_shard_numel(int64_t numel, int64_t world) {
 
 ZeroMemoryReport ZeroMemoryReport::of(int64_t numel, int64_t world, int64_t bucket_numel) {
   ZeroMemoryReport r;
+  r.stage = 1;
   r.world_size = world;
   r.numel = numel;
   r.shard_numel = zero_shard_numel(numel, world);
+  r.largest_unit = numel;
   r.parameter_bytes = 4 * numel;
   r.gradient_bytes = 4 * numel;
-  r.optimizer_bytes_unsharded = 8 * numel;
-  r.optimizer_bytes_sharded = 8 * r.shard_numel;
+  r.optimizer_bytes = 8 * r.shard_numel;
   r.buffer_bytes = 4 * (zero_bucket_piece(r.shard_numel, world, bucket_numel) * world + 2 * r.shard_numel);
   return r;
 }
 
+ZeroMemoryReport ZeroMemoryReport::of_stage(int stage, int64_t numel, int64_t world, int64_t largest_unit,
+                                            int64_t outside_blocks) {
+  if (stage == 1) return of(numel, world);
+  ZeroMemoryReport r;
+  r.stage = stage;
+  r.world_size = world;
+  r.numel = numel;
+  r.shard_numel = stage == 0 ? numel : zero_shard_numel(numel, world);
+  r.largest_unit = largest_unit;
+  r.outside_blocks = outside_blocks;
+  const int64_t s = r.shard_numel, u = largest_unit;
+  switch (stage) {
+    case 0:
+      r.parameter_bytes = 4 * numel, r.gradient_bytes = 4 * numel, r.optimizer_bytes = 8 * numel;
+      break;
+    case 2:
+      // In flight during backward: the .grad tensors of about one unit, and two units' flat buffers.
+      r.parameter_bytes = 4 * numel, r.gradient_bytes = 4 * s + 12 * u, r.optimizer_bytes = 8 * s;
+      r.buffer_bytes = 4 * s + 4 * u;  // the parameter shard; update()'s gather of one unit
+      break;
+    default:
+      // Gathered: the units outside blocks for the whole step, a block and the next one (prefetched).
+      r.parameter_bytes = 4 * s + 4 * (outside_blocks + 2 * u);
+      r.gradient_bytes = 4 * s + 12 * u;
+      r.optimizer_bytes = 8 * s;
+      break;
+  }
+  return r;
+}
+
+// A unit's state within a step.
+struct ShardedAdamW::UnitState {
+  at::Tensor flat_grad;       // W * S_u: this backward's gradients, filled by the hooks
+  int64_t pending = 0;        // parameters whose gradient has not arrived in this backward
+  bool ready = false;         // all arrived (or end_backward())
+  comm::WorkPtr reduce;       // the reduce-scatter in flight
+  at::Tensor reduced;         // its output: the gradient shard's slice, or a temporary to add
+  at::Tensor gathered;        // stage 3: W * S_u, the gathered parameters (or being gathered)
+  comm::WorkPtr gather;       // in flight
+  bool materialized = false;  // the parameters are views into `gathered`
+  bool release_due = false;   // free once autograd has stored the last gradient (the next hook)
+};
+
 ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& options, comm::Communicator& comm,
                            int64_t bucket_numel)
-    : groups_(std::move(groups)), options_(options), comm_(comm) {
+    : ShardedAdamW(std::move(groups), options, comm, ZeroOptions{1, bucket_numel, nullptr, {}, nullptr}) {}
+
+ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& options, comm::Communicator& comm,
+                           ZeroOptions zero)
+    : groups_(std::move(groups)), options_(options), comm_(comm), stage_(zero.stage) {
+  if (stage_ < 1 || stage_ > 3) throw UserError("ShardedAdamW: stage must be 1, 2 or 3, got " + std::to_string(stage_));
+  gather_comm_ = zero.gather_comm ? zero.gather_comm : &comm_;
   world_ = comm_.size();
   rank_ = comm_.rank();
   std::optional<c10::Device> device;
@@ -70,7 +126,7 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
         throw UserError("ShardedAdamW: parameters on different devices (" + device->str() + ", " + p.device().str() +
                         ")");
       device = p.device();
-      params_.push_back({p, group.weight_decay});
+      params_.push_back({p, group.weight_decay, p.sizes().vec()});
       offsets_.push_back(offsets_.back() + p.numel());
     }
   numel_ = offsets_.back();
@@ -79,12 +135,12 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
   if (device && device->type() != expected)
     throw UserError("ShardedAdamW: parameters on " + device->str() + " but the communicator is " +
                     comm::to_string(comm_.backend()));
-  const auto options_f = at::TensorOptions().dtype(at::kFloat).device(device.value_or(c10::Device(expected)));
+  options_f_ = at::TensorOptions().dtype(at::kFloat).device(device.value_or(c10::Device(expected)));
 
   // Every rank must hold the same layout: max and -min of (N, P) agree only if all ranks agree.
   at::Tensor counts = at::tensor({double(numel_), -double(numel_), double(params_.size()), -double(params_.size())},
                                  at::TensorOptions().dtype(at::kDouble))
-                          .to(options_f.device());
+                          .to(options_f_.device());
   comm_.allreduce(counts, comm::ReduceOp::Max);
   const auto c = counts.cpu();
   const auto* v = c.data_ptr<double>();
@@ -94,19 +150,248 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
                     " to " + std::to_string(int64_t(v[2])) + " (this rank: " + std::to_string(numel_) + ", " +
                     std::to_string(params_.size()) + ")");
 
-  shard_numel_ = zero_shard_numel(numel_, world_);
-  bucket_numel_ = bucket_numel;
-  piece_ = zero_bucket_piece(shard_numel_, world_, bucket_numel);
-  bucket_ = at::zeros({piece_ * world_}, options_f);
-  grad_shard_ = at::zeros({shard_numel_}, options_f);
-  param_shard_ = at::zeros({shard_numel_}, options_f);
-  exp_avg_ = at::zeros({shard_numel_}, options_f);
-  exp_avg_sq_ = at::zeros({shard_numel_}, options_f);
-  flags_ = at::zeros({int64_t(params_.size())}, options_f);
+  bucket_numel_ = zero.bucket_numel;
+  build_units(zero);
+  state_.resize(units_.size());
+  for (size_t u = 0; u < units_.size(); ++u) state_[u].pending = int64_t(units_[u].params.size());
+  shard_numel_ = 0;
+  for (const auto& u : units_) shard_numel_ += u.shard_numel;
+  if (stage_ == 1) {
+    piece_ = zero_bucket_piece(shard_numel_, world_, bucket_numel_);
+    bucket_ = at::zeros({piece_ * world_}, options_f_);
+  }
+  grad_shard_ = at::zeros({shard_numel_}, options_f_);
+  param_shard_ = at::zeros({shard_numel_}, options_f_);
+  exp_avg_ = at::zeros({shard_numel_}, options_f_);
+  exp_avg_sq_ = at::zeros({shard_numel_}, options_f_);
+  flags_ = at::zeros({int64_t(params_.size())}, options_f_);
+  has_grad_.assign(params_.size(), 0);
+
+  if (stage_ >= 2)
+    for (size_t i = 0; i < params_.size(); ++i)
+      hook_ids_.push_back(params_[i].tensor.register_hook([this, i](const at::Tensor& grad) { on_gradient(i, grad); }));
+  if (stage_ == 3) {
+    // This rank's shard of every unit, then the parameters' data freed (gathered again when used).
+    at::NoGradGuard no_grad;
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const auto& unit = units_[u];
+      for_each_segment(unit, rank_ * unit.shard_numel, unit.shard_numel,
+                       [&](size_t k, int64_t at, int64_t from, int64_t n) {
+                         param_shard_.narrow(0, unit.base + at, n)
+                             .copy_(params_[unit.params[k]].tensor.detach().reshape({-1}).narrow(0, from, n));
+                       });
+      state_[u].materialized = true;
+      release(u);
+    }
+    blocks_ = zero.blocks;
+    if (blocks_) blocks_->set_hooks(this);
+  }
+}
+
+ShardedAdamW::~ShardedAdamW() {
+  if (blocks_ && blocks_->hooks() == this) blocks_->set_hooks(nullptr);
+  for (size_t i = 0; i < hook_ids_.size(); ++i) params_[i].tensor.remove_hook(hook_ids_[i]);
+}
+
+void ShardedAdamW::build_units(const ZeroOptions& zero) {
+  if (stage_ == 1) {
+    ZeroUnit u;
+    for (size_t i = 0; i < params_.size(); ++i) u.params.push_back(i);
+    u.offsets = offsets_;
+    u.numel = numel_;
+    u.shard_numel = zero_shard_numel(numel_, world_);
+    units_.push_back(u);
+    unit_of_.assign(params_.size(), 0);
+    reduce_order_ = {0};
+    return;
+  }
+  std::unordered_map<const void*, size_t> index;  // TensorImpl -> flat parameter index
+  for (size_t i = 0; i < params_.size(); ++i) index[params_[i].tensor.unsafeGetTensorImpl()] = i;
+  // Registration position of each parameter (readiness: reverse of it).
+  std::vector<size_t> position(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) position[i] = i;
+  if (!zero.registration.empty()) {
+    size_t k = 0;
+    for (const auto& p : zero.registration) {
+      const auto it = index.find(p.unsafeGetTensorImpl());
+      if (it != index.end()) position[it->second] = k++;
+    }
+  }
+  unit_of_.assign(params_.size(), SIZE_MAX);
+  auto add_unit = [&](std::vector<size_t> members, int block) {
+    ZeroUnit u;
+    u.block = block;
+    u.offsets.push_back(0);
+    for (size_t i : members) {
+      unit_of_[i] = units_.size();
+      u.params.push_back(i);
+      u.offsets.push_back(u.offsets.back() + params_[i].tensor.numel());
+    }
+    u.numel = u.offsets.back();
+    u.shard_numel = zero_shard_numel(u.numel, world_);
+    units_.push_back(std::move(u));
+  };
+  if (zero.blocks)
+    for (size_t b = 0; b < zero.blocks->blocks().size(); ++b) {
+      std::vector<size_t> members;
+      for (const auto& p : zero.blocks->blocks()[b]->parameters()) {
+        const auto it = index.find(p.unsafeGetTensorImpl());
+        if (it != index.end() && unit_of_[it->second] == SIZE_MAX) members.push_back(it->second);
+      }
+      block_unit_.push_back(members.empty() ? -1 : int(units_.size()));
+      if (!members.empty()) add_unit(members, int(b));
+    }
+  // The rest in registration order, in units of at most bucket_numel elements.
+  std::vector<size_t> rest;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (unit_of_[i] == SIZE_MAX) rest.push_back(i);
+  std::sort(rest.begin(), rest.end(), [&](size_t a, size_t b) { return position[a] < position[b]; });
+  std::vector<size_t> members;
+  int64_t count = 0;
+  for (size_t i : rest) {
+    const int64_t n = params_[i].tensor.numel();
+    if (!members.empty() && count + n > bucket_numel_) add_unit(std::exchange(members, {}), -1), count = 0;
+    members.push_back(i);
+    count += n;
+  }
+  if (!members.empty()) add_unit(members, -1);
+  int64_t base = 0;
+  std::vector<size_t> last(units_.size(), 0);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    units_[u].base = base;
+    base += units_[u].shard_numel;
+    for (size_t i : units_[u].params) last[u] = std::max(last[u], position[i]);
+    reduce_order_.push_back(u);
+  }
+  std::stable_sort(reduce_order_.begin(), reduce_order_.end(), [&](size_t a, size_t b) { return last[a] > last[b]; });
+}
+
+void ShardedAdamW::on_gradient(size_t i, const at::Tensor& grad) {
+  at::NoGradGuard no_grad;
+  // Parameters whose .grad autograd stored after their unit was reduced: dropped now.
+  for (size_t j : stale_) params_[j].tensor.mutable_grad() = at::Tensor();
+  stale_.clear();
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (state_[u].release_due) release(u);
+  const size_t u = unit_of_[i];
+  const ZeroUnit& unit = units_[u];
+  UnitState& st = state_[u];
+  if (!st.flat_grad.defined()) st.flat_grad = at::zeros({world_ * unit.shard_numel}, options_f_);
+  const size_t k = size_t(std::find(unit.params.begin(), unit.params.end(), i) - unit.params.begin());
+  st.flat_grad.narrow(0, unit.offsets[k], unit.offsets[k + 1] - unit.offsets[k]).copy_(grad.reshape({-1}));
+  has_grad_[i] = 1;
+  stale_.push_back(i);
+  if (--st.pending > 0) return;
+  st.ready = true;
+  if (stage_ == 3 && st.materialized) st.release_due = true;
+  issue_ready_reductions();
+}
+
+void ShardedAdamW::issue_ready_reductions() {
+  while (next_reduce_ < reduce_order_.size() && state_[reduce_order_[next_reduce_]].ready) {
+    const size_t u = reduce_order_[next_reduce_++];
+    const ZeroUnit& unit = units_[u];
+    UnitState& st = state_[u];
+    if (!st.flat_grad.defined()) st.flat_grad = at::zeros({world_ * unit.shard_numel}, options_f_);
+    st.reduced =
+        micro_ == 0 ? grad_shard_.narrow(0, unit.base, unit.shard_numel) : at::empty({unit.shard_numel}, options_f_);
+    st.reduce = comm_.reduce_scatter_async(st.flat_grad, st.reduced, comm::ReduceOp::Avg);
+  }
+}
+
+void ShardedAdamW::end_backward() {
+  if (stage_ == 1) return;
+  at::NoGradGuard no_grad;
+  for (auto& st : state_) st.ready = true;  // what backward did not complete: zeros where missing
+  issue_ready_reductions();
+  for (size_t u : reduce_order_) {
+    UnitState& st = state_[u];
+    st.reduce->wait();
+    if (micro_ > 0) grad_shard_.narrow(0, units_[u].base, units_[u].shard_numel).add_(st.reduced);
+    st.reduce.reset();
+    st.reduced = st.flat_grad = at::Tensor();
+    st.ready = false;
+    st.pending = int64_t(units_[u].params.size());
+  }
+  next_reduce_ = 0;
+  stale_.clear();
+  for (auto& p : params_) p.tensor.mutable_grad() = at::Tensor();
+  if (stage_ == 3) release_all();
+  ++micro_;
+}
+
+void ShardedAdamW::gather(size_t u) {
+  UnitState& st = state_[u];
+  if (st.gathered.defined()) return;  // gathered or on its way
+  const ZeroUnit& unit = units_[u];
+  st.gathered = at::empty({world_ * unit.shard_numel}, options_f_);
+  st.gather = gather_comm_->allgather_async(param_shard_.narrow(0, unit.base, unit.shard_numel), st.gathered);
+}
+
+void ShardedAdamW::materialize(size_t u) {
+  UnitState& st = state_[u];
+  st.release_due = false;
+  if (st.materialized) return;
+  gather(u);
+  st.gather->wait();
+  st.gather.reset();
+  const ZeroUnit& unit = units_[u];
+  for (size_t k = 0; k < unit.params.size(); ++k) {
+    const Param& p = params_[unit.params[k]];
+    p.tensor.set_data(st.gathered.narrow(0, unit.offsets[k], unit.offsets[k + 1] - unit.offsets[k]).view(p.shape));
+  }
+  st.materialized = true;
+}
+
+void ShardedAdamW::release(size_t u) {
+  UnitState& st = state_[u];
+  st.release_due = false;
+  if (st.gather) st.gather->wait(), st.gather.reset();  // a prefetch nobody used
+  if (st.materialized) {
+    const at::Tensor empty = at::empty({0}, options_f_);
+    for (size_t i : units_[u].params) params_[i].tensor.set_data(empty);
+    // Autocast keeps bfloat16 casts of the weights it saw; they would keep this unit alive.
+    at::autocast::clear_cache();
+  }
+  st.materialized = false;
+  st.gathered = at::Tensor();
+}
+
+void ShardedAdamW::gather_outside_blocks() {
+  if (stage_ != 3) return;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u].block < 0) gather(u);
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u].block < 0) materialize(u);
+}
+
+void ShardedAdamW::release_all() {
+  if (stage_ != 3) return;
+  for (size_t u = 0; u < units_.size(); ++u) release(u);
+}
+
+void ShardedAdamW::before(size_t block, bool recompute) {
+  if (stage_ != 3 || block >= block_unit_.size()) return;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (state_[u].release_due) release(u);
+  if (block_unit_[block] >= 0) materialize(size_t(block_unit_[block]));
+  // The next block in this direction (forward: up; recomputation in backward: down) gathered ahead.
+  for (size_t b = recompute ? block - 1 : block + 1; b < block_unit_.size(); b = recompute ? b - 1 : b + 1)
+    if (block_unit_[b] >= 0) {
+      gather(size_t(block_unit_[b]));
+      break;
+    }
+}
+
+void ShardedAdamW::after(size_t block, bool /*recompute*/) {
+  if (stage_ != 3 || block >= block_unit_.size() || block_unit_[block] < 0) return;
+  // Without a graph nothing refers to the parameters any more (evaluation, checkpointing's first pass).
+  if (!at::GradMode::is_enabled()) release(size_t(block_unit_[block]));
 }
 
 double ShardedAdamW::reduce_gradients() {
   any_.assign(params_.size(), 0);
+  const int64_t micro = std::exchange(micro_, 0);
   if (numel_ == 0) return 0;  // every rank agrees (checked at construction)
   at::NoGradGuard no_grad;
   const size_t count = params_.size();
@@ -114,9 +399,11 @@ double ShardedAdamW::reduce_gradients() {
   // 1. Which parameters have a gradient on some rank.
   {
     std::vector<float> local(count);
-    for (size_t i = 0; i < count; ++i) local[i] = params_[i].tensor.grad().defined() ? 1.0f : 0.0f;
+    for (size_t i = 0; i < count; ++i)
+      local[i] = (stage_ == 1 ? params_[i].tensor.grad().defined() : has_grad_[i] != 0) ? 1.0f : 0.0f;
     flags_.copy_(at::from_blob(local.data(), {int64_t(count)}, at::kFloat));
   }
+  has_grad_.assign(count, 0);
   comm_.allreduce(flags_, comm::ReduceOp::Max);
   std::vector<char>& any = any_;
   {
@@ -125,22 +412,28 @@ double ShardedAdamW::reduce_gradients() {
     for (size_t i = 0; i < count; ++i) any[i] = f[i] != 0;
   }
   if (std::none_of(any.begin(), any.end(), [](char a) { return a != 0; })) return 0;  // as AdamW: nothing to do
+  if (stage_ >= 2 && micro == 0)
+    throw UserError("ShardedAdamW: reduce_gradients() at stage " + std::to_string(stage_) +
+                    " without end_backward() after the backward");
 
-  // 2. Bucket by bucket: piece [k0, k0 + c) of every rank's shard of the flat gradient (zeros where
-  // this rank has none, and in the padding), reduce-scattered into this rank's piece.
-  for (int64_t k0 = 0; k0 < shard_numel_; k0 += piece_) {
-    const int64_t c = std::min(piece_, shard_numel_ - k0);
-    at::Tensor in = bucket_.narrow(0, 0, world_ * c);
-    for (int64_t r = 0; r < world_; ++r) {
-      at::Tensor piece = in.narrow(0, r * c, c);
-      piece.zero_();
-      for_each_segment(r * shard_numel_ + k0, c, [&](size_t i, int64_t at, int64_t from, int64_t n) {
-        const at::Tensor& grad = params_[i].tensor.grad();
-        if (grad.defined()) piece.narrow(0, at, n).copy_(grad.reshape({-1}).narrow(0, from, n));
-      });
+  // 2. Stage 1, bucket by bucket: piece [k0, k0 + c) of every rank's shard of the flat gradient
+  // (zeros where this rank has none, and in the padding), reduce-scattered into this rank's piece.
+  if (stage_ == 1) {
+    const ZeroUnit& unit = units_[0];
+    for (int64_t k0 = 0; k0 < shard_numel_; k0 += piece_) {
+      const int64_t c = std::min(piece_, shard_numel_ - k0);
+      at::Tensor in = bucket_.narrow(0, 0, world_ * c);
+      for (int64_t r = 0; r < world_; ++r) {
+        at::Tensor piece = in.narrow(0, r * c, c);
+        piece.zero_();
+        for_each_segment(unit, r * shard_numel_ + k0, c, [&](size_t k, int64_t at, int64_t from, int64_t n) {
+          const at::Tensor& grad = params_[unit.params[k]].tensor.grad();
+          if (grad.defined()) piece.narrow(0, at, n).copy_(grad.reshape({-1}).narrow(0, from, n));
+        });
+      }
+      at::Tensor out = grad_shard_.narrow(0, k0, c);
+      comm_.reduce_scatter(in, out, comm::ReduceOp::Avg);
     }
-    at::Tensor out = grad_shard_.narrow(0, k0, c);
-    comm_.reduce_scatter(in, out, comm::ReduceOp::Avg);
   }
   // The global norm: each rank's share of the sum of squares (padding is zero), summed in double.
   at::Tensor squares = grad_shard_.to(at::kDouble).pow(2).sum().reshape({1});
@@ -152,57 +445,110 @@ void ShardedAdamW::update(double grad_scale) {
   const std::vector<char>& any = any_;
   if (std::none_of(any.begin(), any.end(), [](char a) { return a != 0; })) return;  // every rank agrees
   at::NoGradGuard no_grad;
-  const size_t count = params_.size();
   if (grad_scale != 1.0) grad_shard_.mul_(grad_scale);
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (any[i]) steps_[i] += 1;  // on every rank, whether or not the parameter meets this rank's shard
 
   // 3. AdamW on this rank's shard: the segments of the parameters that intersect it, each with the
   // operations of train::AdamW::step in the same order.
   const double beta1 = options_.beta1, beta2 = options_.beta2, lr = options_.lr;
-  const int64_t begin = shard_begin(), end = shard_end();
-  for (size_t i = 0; i < count; ++i) {
-    if (!any[i]) continue;
-    steps_[i] += 1;  // on every rank, whether or not the parameter meets this rank's shard
-    const int64_t lo = std::max(begin, offsets_[i]), hi = std::min(end, offsets_[i + 1]);
-    if (lo >= hi) continue;
-    const int64_t n = hi - lo;
-    at::Tensor p = param_shard_.narrow(0, lo - begin, n);
-    p.copy_(params_[i].tensor.detach().reshape({-1}).narrow(0, lo - offsets_[i], n));
-    at::Tensor grad = grad_shard_.narrow(0, lo - begin, n);
-    at::Tensor exp_avg = exp_avg_.narrow(0, lo - begin, n);
-    at::Tensor exp_avg_sq = exp_avg_sq_.narrow(0, lo - begin, n);
-    if (params_[i].weight_decay != 0) p.mul_(1 - lr * params_[i].weight_decay);
-    const double bias_correction1 = 1 - std::pow(beta1, double(steps_[i]));
-    const double bias_correction2 = 1 - std::pow(beta2, double(steps_[i]));
-    exp_avg.mul_(beta1).add_(grad, 1 - beta1);
-    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
-    const at::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options_.eps);
-    p.addcdiv_(exp_avg, denom, -lr / bias_correction1);
-  }
+  for (const ZeroUnit& unit : units_)
+    for_each_segment(unit, rank_ * unit.shard_numel, unit.shard_numel,
+                     [&](size_t k, int64_t at, int64_t from, int64_t n) {
+                       const size_t i = unit.params[k];
+                       if (!any[i]) return;
+                       at::Tensor p = param_shard_.narrow(0, unit.base + at, n);
+                       if (stage_ < 3) p.copy_(params_[i].tensor.detach().reshape({-1}).narrow(0, from, n));
+                       at::Tensor grad = grad_shard_.narrow(0, unit.base + at, n);
+                       at::Tensor exp_avg = exp_avg_.narrow(0, unit.base + at, n);
+                       at::Tensor exp_avg_sq = exp_avg_sq_.narrow(0, unit.base + at, n);
+                       if (params_[i].weight_decay != 0) p.mul_(1 - lr * params_[i].weight_decay);
+                       const double bias_correction1 = 1 - std::pow(beta1, double(steps_[i]));
+                       const double bias_correction2 = 1 - std::pow(beta2, double(steps_[i]));
+                       exp_avg.mul_(beta1).add_(grad, 1 - beta1);
+                       exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+                       const at::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options_.eps);
+                       p.addcdiv_(exp_avg, denom, -lr / bias_correction1);
+                     });
+  if (stage_ == 3) return;  // the shard is the parameter
 
-  // 4. Bucket by bucket: every rank's updated piece gathered, then copied into the parameters that
-  // were updated (the others are not written at all).
-  for (int64_t k0 = 0; k0 < shard_numel_; k0 += piece_) {
-    const int64_t c = std::min(piece_, shard_numel_ - k0);
-    at::Tensor out = bucket_.narrow(0, 0, world_ * c);
-    comm_.allgather(param_shard_.narrow(0, k0, c), out);
+  // 4. Every rank's updated pieces gathered, then copied into the parameters that were updated (the
+  // others are not written at all). Stage 1 bucket by bucket, stage 2 unit by unit.
+  auto copy_back = [&](const ZeroUnit& unit, const at::Tensor& out, int64_t k0, int64_t c) {
     for (int64_t r = 0; r < world_; ++r)
-      for_each_segment(r * shard_numel_ + k0, c, [&](size_t i, int64_t at, int64_t from, int64_t n) {
+      for_each_segment(unit, r * unit.shard_numel + k0, c, [&](size_t k, int64_t at, int64_t from, int64_t n) {
+        const size_t i = unit.params[k];
         if (any[i]) params_[i].tensor.detach().view({-1}).narrow(0, from, n).copy_(out.narrow(0, r * c + at, n));
       });
+  };
+  if (stage_ == 1) {
+    for (int64_t k0 = 0; k0 < shard_numel_; k0 += piece_) {
+      const int64_t c = std::min(piece_, shard_numel_ - k0);
+      at::Tensor out = bucket_.narrow(0, 0, world_ * c);
+      comm_.allgather(param_shard_.narrow(0, k0, c), out);
+      copy_back(units_[0], out, k0, c);
+    }
+    return;
+  }
+  for (const ZeroUnit& unit : units_) {
+    at::Tensor out = at::empty({world_ * unit.shard_numel}, options_f_);
+    comm_.allgather(param_shard_.narrow(0, unit.base, unit.shard_numel), out);
+    copy_back(unit, out, 0, unit.shard_numel);
+  }
+}
+
+void ShardedAdamW::with_each_unit(bool gather_first, const std::function<void(const ZeroUnit&)>& fn) {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (stage_ != 3) {
+      fn(units_[u]);
+      continue;
+    }
+    const ZeroUnit& unit = units_[u];
+    if (gather_first) {
+      materialize(u);
+    } else {
+      UnitState& st = state_[u];
+      release(u);
+      st.gathered = at::zeros({world_ * unit.shard_numel}, options_f_);
+      for (size_t k = 0; k < unit.params.size(); ++k) {
+        const Param& p = params_[unit.params[k]];
+        p.tensor.set_data(st.gathered.narrow(0, unit.offsets[k], unit.offsets[k + 1] - unit.offsets[k]).view(p.shape));
+      }
+      st.materialized = true;
+    }
+    try {
+      fn(unit);
+    } catch (...) {
+      release(u);
+      throw;
+    }
+    if (!gather_first)
+      param_shard_.narrow(0, unit.base, unit.shard_numel)
+          .copy_(state_[u].gathered.narrow(0, rank_ * unit.shard_numel, unit.shard_numel));
+    release(u);
   }
 }
 
 template <typename F>
-void ShardedAdamW::for_each_segment(int64_t begin, int64_t count, F&& f) const {
-  const int64_t end = std::min(numel_, begin + count);
+void ShardedAdamW::for_each_segment(const ZeroUnit& unit, int64_t begin, int64_t count, F&& f) const {
+  const auto& offsets = unit.offsets;
+  const int64_t end = std::min(unit.numel, begin + count);
   // The first parameter whose range ends after `begin`.
-  size_t i = size_t(std::upper_bound(offsets_.begin(), offsets_.end(), begin) - offsets_.begin());
-  for (i = i == 0 ? 0 : i - 1; i + 1 < offsets_.size() && offsets_[i] < end; ++i) {
-    const int64_t lo = std::max(begin, offsets_[i]), hi = std::min(end, offsets_[i + 1]);
-    if (lo < hi) f(i, lo - begin, lo - offsets_[i], hi - lo);
+  size_t k = size_t(std::upper_bound(offsets.begin(), offsets.end(), begin) - offsets.begin());
+  for (k = k == 0 ? 0 : k - 1; k + 1 < offsets.size() && offsets[k] < end; ++k) {
+    const int64_t lo = std::max(begin, offsets[k]), hi = std::min(end, offsets[k + 1]);
+    if (lo < hi) f(k, lo - begin, lo - offsets[k], hi - lo);
   }
 }
 
-ZeroMemoryReport ShardedAdamW::memory_report() const { return ZeroMemoryReport::of(numel_, world_, bucket_numel_); }
+ZeroMemoryReport ShardedAdamW::memory_report() const {
+  if (stage_ == 1) return ZeroMemoryReport::of(numel_, world_, bucket_numel_);
+  int64_t largest = 0, outside = 0;
+  for (const auto& u : units_) {
+    largest = std::max(largest, u.numel);
+    if (u.block < 0) outside += u.numel;
+  }
+  return ZeroMemoryReport::of_stage(stage_, numel_, world_, largest, outside);
+}
 
 }  // namespace meridian::train

@@ -226,7 +226,7 @@ TEST(ZeroLayout, ShardsAboveTheAlignmentAreMultiplesOfIt) {
   EXPECT_EQ(train::zero_shard_numel(2 * a + 2, 2), 2 * a);  // a + 1 rounds up to 2 blocks
   EXPECT_EQ(train::zero_shard_numel(3 * a + 5, 1), 4 * a);
   EXPECT_EQ(train::zero_bucket_piece(train::zero_shard_numel(3 * a + 5, 1), 1, 1000), 1000);
-  EXPECT_EQ(train::ZeroMemoryReport::of(2 * a + 2, 2).optimizer_bytes_sharded, 8 * 2 * a);
+  EXPECT_EQ(train::ZeroMemoryReport::of(2 * a + 2, 2).optimizer_bytes, 8 * 2 * a);
 }
 
 TEST_F(Zero, MemoryReportInClosedForm) {
@@ -247,11 +247,10 @@ TEST_F(Zero, MemoryReportInClosedForm) {
   EXPECT_EQ(r.shard_numel, s);
   EXPECT_EQ(r.parameter_bytes, 4 * n);
   EXPECT_EQ(r.gradient_bytes, 4 * n);
-  EXPECT_EQ(r.optimizer_bytes_unsharded, 8 * n);
-  EXPECT_EQ(r.optimizer_bytes_sharded, 8 * s);
+  EXPECT_EQ(r.optimizer_bytes, 8 * s);
   EXPECT_EQ(r.buffer_bytes, 4 * (w * s + 2 * s));
-  EXPECT_EQ(r.total_unsharded(), 16 * n);
-  EXPECT_EQ(r.total_sharded(), 8 * n + 8 * s + 4 * (w * s + 2 * s));
+  EXPECT_EQ(r.total(), 8 * n + 8 * s + 4 * (w * s + 2 * s));
+  EXPECT_EQ(train::ZeroMemoryReport::of_stage(0, n, w, n, n).total(), 16 * n);  // DDP + AdamW
   EXPECT_NE(r.to_string().find("optimizer state"), std::string::npos);
 }
 

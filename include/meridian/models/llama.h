@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "meridian/models/blocks.h"
+
 namespace meridian {
 class Config;
 class ConfigSchema;
@@ -113,9 +115,12 @@ class LlamaModelImpl : public torch::nn::Module {
   // (cache->length + T <= max_seq_len, else std::invalid_argument), and the cache grows by T.
   at::Tensor forward(const at::Tensor& tokens, KvCache* cache = nullptr);
   torch::nn::Embedding& embed_tokens() { return embed_tokens_; }
+  // The decoder layers, in order (activation checkpointing, ZeRO-3).
+  BlockRunner& blocks() { return blocks_; }
 
  private:
   LlamaConfig config_;
+  BlockRunner blocks_;
   torch::nn::Embedding embed_tokens_{nullptr};
   torch::nn::ModuleList layers_{nullptr};
   RMSNorm norm_{nullptr};
@@ -129,6 +134,7 @@ class LlamaImpl : public torch::nn::Module {
   // LlamaModelImpl::forward (the logits equal those of a forward over the whole sequence).
   at::Tensor forward(const at::Tensor& tokens, KvCache* cache = nullptr);
   const LlamaConfig& config() const { return config_; }
+  BlockRunner& blocks() { return model_->blocks(); }
 
  private:
   LlamaConfig config_;

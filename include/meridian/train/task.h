@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "meridian/models/blocks.h"
+
 namespace meridian::train {
 
 // Where the training data stands: global samples consumed in `epoch` (data::DistributedSampler's
@@ -60,6 +62,8 @@ class Task {
   virtual Metrics evaluate() { return {}; }
   // After the batches consumed so far (checkpoints save it; the task is built at it on resume).
   virtual DataPosition data_position() const { return {}; }
+  // The model's repeated blocks (activation checkpointing, ZeRO-3's units); null: none.
+  virtual models::BlockRunner* blocks() { return nullptr; }
   // Values worth logging next to the loss (e.g. the SigLIP temperature); not collective.
   virtual Metrics step_metrics() { return {}; }
 };

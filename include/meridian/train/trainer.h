@@ -87,12 +87,14 @@ struct TrainerSettings {
   bool nesterov = true;                    // sgd: Nesterov momentum (needs momentum and warmup_momentum > 0)
   double warmup_momentum = 0.8;            // sgd: momentum at step 0, ramped linearly to `momentum` over `warmup` steps
   double lr = 5e-4, min_lr = 1e-5, weight_decay = 1e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  double clip = 1.0;      // max global gradient norm; 0: no clipping (the norm is still checked)
-  int64_t warmup = 10;    // steps of linear warmup
-  bool zero = false;      // ZeRO-1: AdamW state sharded across ranks (train::ShardedAdamW) instead of
-                          // DistributedDataParallel + AdamW; the same updates to rounding (not with sgd)
-  double peak_flops = 0;  // train.peak_flops: one device's peak FLOP/s (e.g. 989e12 for an H100's
-                          // bf16 dense): reported as model FLOPs utilisation (mfu); 0: not reported
+  double clip = 1.0;    // max global gradient norm; 0: no clipping (the norm is still checked)
+  int64_t warmup = 10;  // steps of linear warmup
+  int zero = 0;         // optim.zero: 0 (DistributedDataParallel + AdamW), 1, 2 or 3 (train::ShardedAdamW's
+                        // stages; true is 1, false 0); the same updates to rounding (not with sgd)
+  bool activation_checkpointing = false;  // train.activation_checkpointing: the task's blocks recompute their
+                                          // activations in backward (models::BlockRunner)
+  double peak_flops = 0;                  // train.peak_flops: one device's peak FLOP/s (e.g. 989e12 for an H100's
+                                          // bf16 dense): reported as model FLOPs utilisation (mfu); 0: not reported
   // comm: how DistributedDataParallel reduces the gradients (parallel::DdpOptions)
   bool bf16_gradients = false;  // comm.grad_dtype: float32 | bf16 (reduced in bfloat16: half the bytes; the
                                 // optimizer still gets float32 gradients); not with optim.zero

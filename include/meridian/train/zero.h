@@ -1,55 +1,62 @@
-// ZeRO-1: AdamW with its optimizer state sharded across the data-parallel ranks.
+// ZeRO: AdamW with its state sharded across the data-parallel ranks, in three stages
+// (optim.zero: 1, 2, 3), used INSTEAD of DistributedDataParallel:
+//  1. optimizer state sharded; gradients reduce-scattered after backward from the full .grad tensors;
+//  2. also gradients: each unit's gradients (a unit = a model block, see models::BlockRunner, or a
+//     bucket of the other parameters) are reduce-scattered as soon as backward has produced all of
+//     them, and the .grad tensors are dropped; no full gradient is kept;
+//  3. also parameters: between uses a parameter holds no data (an empty tensor); a block's unit is
+//     all-gathered just before the block runs (BlockHooks::before; the next block's gather is issued
+//     ahead so it overlaps with compute) and freed after it when no gradient graph keeps it (with
+//     activation checkpointing, after its forward and again after its recomputation in backward;
+//     without, after its gradients are reduced). Units outside blocks (embeddings, heads) are
+//     gathered by gather_outside_blocks() before each forward and freed after backward.
 //
 //   comm = comm::make_communicator(runtime, comm::default_backend(runtime));
-//   train::ShardedAdamW optimizer(groups, options, *comm);   // collective
-//   log(optimizer.memory_report().to_string());
+//   train::ShardedAdamW optimizer(groups, options, *comm);   // collective; ZeRO-1
 //   for (...) {
 //     model->zero_grad();
 //     loss_fn(model->forward(x), y).backward();   // plain, local backward: NO DistributedDataParallel
 //     optimizer.set_lr(schedule(step));
 //     optimizer.step();                           // collective: reduces the gradients itself
 //   }
-// or, with clipping by the global gradient norm (train::Trainer does this with optim.zero: true):
+// Stages 2 and 3 (train::Trainer does this with optim.zero: 2 or 3):
+//     optimizer.gather_outside_blocks();             // stage 3 (collective); nothing otherwise
+//     loss_fn(model->forward(x), y).backward();      // units reduce-scattered as they become ready
+//     optimizer.end_backward();                      // collective: the rest, waited for
 //     const double norm = optimizer.reduce_gradients();           // collective
 //     optimizer.update(norm > clip ? clip / (norm + 1e-6) : 1.0);  // collective
 //
-// Use it INSTEAD of DistributedDataParallel (do not wrap the model, do not call ddp.finish()):
-// step() averages the gradients across ranks itself, with a reduce-scatter that leaves each rank
-// only the averaged gradient of its own shard. The parameters must be identical on every rank
-// before the first step (same seed, a load, or a broadcast); step() keeps them identical.
+// The parameters must be identical on every rank before construction (same seed, a load, or a
+// broadcast); the updates keep them identical.
 //
-// Layout: every parameter (float32, all on one device, the communicator's device kind) flattened in
-// group order then parameter order into one logical vector of N elements, padded with zeros to
-// N_pad = W * S, W the communicator's size, S = ceil(N / W) rounded up to a multiple of
-// kShardAlign (2^18 elements) when it is larger than that, so that a checkpoint's 1 MiB checksum
-// blocks never straddle two ranks' shards. Rank r owns elements [r*S, (r+1)*S)
-// (the last rank's range may end in the padding, and for tiny N a rank may own padding only). It
-// holds exp_avg and exp_avg_sq (float32) for those S elements only, and the step count of every
-// parameter (identical on all ranks).
+// Layout: every unit u (ZeRO-1: one unit, every parameter in group order then parameter order)
+// flattened into a vector of N_u elements, padded with zeros to W * S_u, S_u = ceil(N_u / W) rounded
+// up to a multiple of kShardAlign (2^18 elements) when it is larger than that (a checkpoint's 1 MiB
+// checksum blocks never straddle two ranks' shards). Rank r owns elements [r*S_u, (r+1)*S_u) of every
+// unit. Its state (exp_avg, exp_avg_sq, the reduced gradient and, at stage 3, the float32 parameter
+// itself) is the concatenation of its unit shards, unit u at [base_u, base_u + S_u); the step count
+// of every parameter is kept on every rank.
 //
-// step() = reduce_gradients() (1, 2) then update(1.0) (3, 4), collective:
+// reduce_gradients() then update(scale), collective:
 //  1. one allreduce (Max) of a per-parameter "has a gradient" flag: a parameter that no rank has a
 //     gradient for is skipped, as train::AdamW does (no decay, no update, its step count stays); a
 //     rank without a gradient for a parameter that another rank has contributes zeros;
-//  2. the flat gradient (every .grad) reduce-scattered (Avg) into this rank's shard, one bucket at a
-//     time (see kBucketNumel); the
-//     global norm of the averaged gradient from one allreduce of the shards' sums of squares;
-//  3. the gradient shard scaled by update()'s factor (when not 1), then AdamW on this rank's shard, parameter segment
-//  by parameter segment, with exactly the
-//     operations of train::AdamW::step (its group's weight decay, its own step count and bias
-//     corrections) applied to the slices of the parameter/moment/gradient shards;
-//  4. allgather of the updated parameter shards, bucket by bucket, copied back into every
-//     parameter that was updated (the others are not written at all).
+//  2. the gradient reduce-scattered (Avg) into this rank's shard (stage 1 here, bucket by bucket, see
+//     kBucketNumel; stages 2-3 already in backward, in a fixed unit order whatever order the units
+//     became ready in, so every rank issues the same collectives); the global norm of the averaged
+//     gradient from one allreduce of the shards' sums of squares (in double);
+//  3. the gradient shard scaled by update()'s factor (when not 1), then AdamW on this rank's shard,
+//     parameter segment by parameter segment, with exactly the operations of train::AdamW::step;
+//  4. stages 1-2: allgather of the updated parameter shards, copied back into every parameter that
+//     was updated (the others are not written at all); stage 3: the shard is the parameter.
 // The result equals train::AdamW run on gradients averaged across ranks: the same operations per
-// element, so any difference comes only from the order of the cross-rank sum (tests/train/
-// zero_mpi_test.cpp). .grad tensors are read, never modified.
-//
-// Memory: besides the model's parameters and gradients, one bucket buffer of W * C floats (about
-// 64 MiB; gradients, then gathered parameters) and two of S (gradient shard, parameter shard), plus
-// the 2 * S of state.
+// element, so any difference comes only from the order of the cross-rank sum (bit-identical at 2
+// ranks; tests/train/zero_mpi_test.cpp). With gradient accumulation, stages 2-3 reduce every
+// micro-step and add the averages (the sum in another order than DDP's: equal to rounding).
 //
 // Not thread-safe. Collective operations must be called by every rank of the communicator in the
-// same order (they use it blocking, from the calling thread; no Work is left pending on return).
+// same order. Stages 2-3 also run collectives inside backward (from parameter hooks) and, at stage
+// 3, inside forward (from the block hooks): every rank must run the same model graph.
 // An exception inside step() (only from misuse: wrong dtype/device) leaves the object usable for
 // the next step, but that step's update may have been partially applied on some ranks.
 #pragma once
@@ -57,10 +64,12 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "meridian/comm/communicator.h"
+#include "meridian/models/blocks.h"
 #include "meridian/train/adamw.h"
 
 namespace meridian::train {
@@ -68,104 +77,180 @@ namespace meridian::train {
 // Shards longer than this many elements are a multiple of it (see Layout above).
 constexpr int64_t kShardAlign = int64_t(1) << 18;
 
-// Collectives go bucket by bucket: W pieces of C = min(S, kBucketNumel / W) elements each (piece k
-// of every rank's shard), so the work buffer is about kBucketNumel floats (64 MiB), whatever N is.
+// Stage 1 collectives go bucket by bucket: W pieces of C = min(S, kBucketNumel / W) elements each
+// (piece k of every rank's shard), so the work buffer is about kBucketNumel floats (64 MiB). Stages
+// 2-3: parameters outside blocks form units of at most this many elements (one larger parameter
+// is a unit alone).
 constexpr int64_t kBucketNumel = int64_t(1) << 24;
-// Bytes per rank, with and without sharding the optimizer state. ZeRO-1 shards only the optimizer
-// state: parameters and gradients are replicated on every rank either way.
+
+// Bytes per rank of each stage, closed form, before activations (float32 parameters, gradients and
+// moments). U: the largest unit, R: the elements outside blocks.
 struct ZeroMemoryReport {
+  int stage = 1;  // 0: DistributedDataParallel + AdamW
   int64_t world_size = 1;
-  int64_t numel = 0;                      // N: parameter elements
-  int64_t shard_numel = 0;                // S = ceil(N / W)
-  int64_t parameter_bytes = 0;            // 4 N
-  int64_t gradient_bytes = 0;             // 4 N (the .grad tensors)
-  int64_t optimizer_bytes_unsharded = 0;  // 8 N: exp_avg + exp_avg_sq for every element (train::AdamW)
-  int64_t optimizer_bytes_sharded = 0;    // 8 S: the same for this rank's shard only
-  int64_t buffer_bytes = 0;               // ShardedAdamW's work buffers: 4 (W C + 2 S), C the bucket piece
-  int64_t total_unsharded() const { return parameter_bytes + gradient_bytes + optimizer_bytes_unsharded; }
-  int64_t total_sharded() const { return parameter_bytes + gradient_bytes + optimizer_bytes_sharded + buffer_bytes; }
+  int64_t numel = 0;        // N: parameter elements
+  int64_t shard_numel = 0;  // S: this rank's elements over all units (about N / W)
+  int64_t largest_unit = 0, outside_blocks = 0;
+  int64_t parameter_bytes = 0;  // 0, 1, 2: 4 N (replicated); 3: 4 S (the shard) + gathered units
+  int64_t gradient_bytes = 0;   // 0, 1: 4 N (the .grad tensors); 2, 3: 4 S (the reduced shard) + in flight
+  int64_t optimizer_bytes = 0;  // 0: 8 N; 1-3: 8 S (exp_avg + exp_avg_sq)
+  int64_t buffer_bytes = 0;     // work buffers and transient copies (stage 1: 4 (W C + 2 S))
+  int64_t total() const { return parameter_bytes + gradient_bytes + optimizer_bytes + buffer_bytes; }
   // One line per figure, for the log at start ("parameters 1.2 GiB, ...").
   std::string to_string() const;
-  // The figures for N parameter elements over W ranks (the same as ShardedAdamW::memory_report()).
+  // Stage 1's figures for N elements over W ranks (ShardedAdamW::memory_report() of a ZeRO-1 object).
   static ZeroMemoryReport of(int64_t numel, int64_t world_size, int64_t bucket_numel = kBucketNumel);
+  // Any stage (0: DDP + AdamW) for a model of N elements in units of at most `largest_unit`
+  // elements (blocks), `outside_blocks` of them outside any block.
+  static ZeroMemoryReport of_stage(int stage, int64_t numel, int64_t world_size, int64_t largest_unit,
+                                   int64_t outside_blocks);
 };
 
 // S for N elements over W ranks (see Layout above).
 int64_t zero_shard_numel(int64_t numel, int64_t world_size);
 int64_t zero_bucket_piece(int64_t shard_numel, int64_t world_size, int64_t bucket_numel = kBucketNumel);
 
-class ShardedAdamW {
+struct ZeroOptions {
+  int stage = 1;                          // 1, 2 or 3 (see above)
+  int64_t bucket_numel = kBucketNumel;    // see kBucketNumel (tests use small ones)
+  models::BlockRunner* blocks = nullptr;  // stages 2-3: a unit per block; its hooks are set (and unset in
+                                          // the destructor). Null: units of bucket_numel only
+  // Stages 2-3: every parameter in the model's registration order (units are reduced in the reverse
+  // of it, about the order backward produces their gradients). Empty: the groups' order.
+  std::vector<at::Tensor> registration;
+  // Stage 3: the communicator of the parameter all-gathers (forward's order; the gradients follow
+  // backward's). Null: the optimizer's own. Not owned.
+  comm::Communicator* gather_comm = nullptr;
+};
+
+// A unit of the layout: parameters reduced (and, at stage 3, gathered) together.
+struct ZeroUnit {
+  std::vector<size_t> params;    // flat parameter indices (group order), in unit order
+  std::vector<int64_t> offsets;  // params.size() + 1 offsets in the unit's vector
+  int64_t numel = 0, shard_numel = 0, base = 0;
+  int block = -1;  // the block it belongs to, -1 outside blocks
+};
+
+class ShardedAdamW : public models::BlockHooks {
  public:
   // Collective (one small allreduce): every rank passes the same parameter list (checked: the same
   // element count and parameter count on every rank, UserError on every rank otherwise). Parameters
   // must be contiguous float32, on one device, of the communicator's kind (CPU for MPI, CUDA for NCCL);
-  // UserError otherwise. `comm` must outlive this object. Allocates the buffers and the shard state.
-  // bucket_numel: elements per bucket collective (tests use small ones).
+  // UserError otherwise. `comm` must outlive this object. Allocates the buffers and the shard state;
+  // stage 3 then frees every parameter's data. bucket_numel: as ZeroOptions::bucket_numel.
   ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& options, comm::Communicator& comm,
                int64_t bucket_numel = kBucketNumel);
+  ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& options, comm::Communicator& comm, ZeroOptions zero);
+  ~ShardedAdamW() override;
+  ShardedAdamW(const ShardedAdamW&) = delete;
+  ShardedAdamW& operator=(const ShardedAdamW&) = delete;
 
+  int stage() const { return stage_; }
   // Not collective. Every rank must use the same lr in a step (as with any data-parallel optimizer).
   void set_lr(double lr) { options_.lr = lr; }
   double lr() const { return options_.lr; }
   const AdamWOptions& options() const { return options_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
 
-  // Collective (allreduce of the flags, reduce_scatter, allgather; blocking, on the calling
-  // thread). Call after a plain local backward on every rank, never after DDP's finish(): see
-  // above. Every rank returns with the same updated parameters.
+  // Collective: end_backward() (stages 2-3), reduce_gradients(), update(1.0).
   void step() {
+    end_backward();
     reduce_gradients();
     update(1.0);
   }
-  // Collective, steps 1 and 2 (allreduce, reduce_scatter, allreduce of one double): returns the
-  // L2 norm of the gradient averaged over ranks (the same value on every rank; 0 when no rank has
-  // any gradient; NaN/Inf when a gradient is not finite). .grad tensors are only read.
+  // Stage 3, collective (allgathers): the units outside blocks gathered into their parameters, for a
+  // forward (training or evaluation). Nothing at stages 1-2.
+  void gather_outside_blocks();
+  // Stage 3, not collective: every gathered unit freed (after an evaluation).
+  void release_all();
+  // Stages 2-3, collective: after each backward (every micro-step), the units backward did not
+  // complete are reduced too (zeros for parameters without gradient), every reduction is waited
+  // for and added to the gradient shard, and the .grad tensors are dropped. Nothing at stage 1.
+  void end_backward();
+  // Collective, steps 1 and 2 (allreduce, stage 1's reduce_scatter, allreduce of one double):
+  // returns the L2 norm of the gradient averaged over ranks (the same value on every rank; 0 when
+  // no rank has any gradient; NaN/Inf when a gradient is not finite). .grad tensors are only read.
   double reduce_gradients();
-  // Collective, steps 3 and 4 (allgather): AdamW on the last reduce_gradients()' shard multiplied
-  // by grad_scale (every rank passes the same value). Skip it on every rank to drop the step.
+  // Collective, steps 3 and 4 (allgather at stages 1-2): AdamW on the last reduce_gradients()'
+  // shard multiplied by grad_scale (every rank passes the same value). Skip it on every rank to
+  // drop the step.
   void update(double grad_scale = 1.0);
 
   // Not collective: sizes of this rank (the same on every rank).
   ZeroMemoryReport memory_report() const;
 
-  // --- For checkpoints (not collective) ---
+  // models::BlockHooks (stage 3 gathers and frees; nothing at stages 1-2).
+  void before(size_t block, bool recompute) override;
+  void after(size_t block, bool recompute) override;
+
+  // --- For checkpoints (not collective unless said) ---
   int64_t world_size() const { return world_; }
   int64_t rank() const { return rank_; }
-  int64_t numel() const { return numel_; }                          // N
+  int64_t numel() const { return numel_; }  // N
+  const std::vector<ZeroUnit>& units() const { return units_; }
+  // Stage 1 (one unit): the padded flat vector and this rank's range of it.
   int64_t padded_numel() const { return shard_numel_ * world_; }    // N_pad
-  int64_t shard_numel() const { return shard_numel_; }              // S
-  int64_t shard_begin() const { return rank_ * shard_numel_; }      // this rank owns [begin, end) of the
-  int64_t shard_end() const { return (rank_ + 1) * shard_numel_; }  // padded flat vector
+  int64_t shard_numel() const { return shard_numel_; }              // S (all units)
+  int64_t shard_begin() const { return rank_ * shard_numel_; }      // stage 1: this rank owns [begin, end)
+  int64_t shard_end() const { return (rank_ + 1) * shard_numel_; }  // of the padded flat vector
   // Offset of parameter i (flat index, group order then parameter order) in the flat vector; the
   // vector has one more entry, N, so parameter i spans [offsets()[i], offsets()[i+1]).
   const std::vector<int64_t>& offsets() const { return offsets_; }
-  // This rank's moments, S float32 elements each on the parameters' device; element k belongs to
-  // flat index shard_begin() + k (padding elements stay zero). Writable in place (a restore).
+  // This rank's moments, S float32 elements each on the parameters' device; element base_u + k
+  // belongs to element r * S_u + k of unit u (padding elements stay zero). Writable in place.
   at::Tensor& exp_avg_shard() { return exp_avg_; }
   at::Tensor& exp_avg_sq_shard() { return exp_avg_sq_; }
+  // Stage 3: this rank's parameter shards (the float32 parameters), laid out as the moments.
+  at::Tensor& parameter_shard() { return param_shard_; }
   // Step count per parameter (flat index), identical on every rank. Writable (a restore).
   std::vector<int64_t>& steps() { return steps_; }
   const std::vector<int64_t>& steps() const { return steps_; }
+  // Stage 3, collective: for each unit in order, its parameters hold their full values while
+  // fn(unit) runs (gathered when `gather`, else zeros for fn to fill: after fn this rank's shard is
+  // copied out of them), then are freed. Memory: one unit. Stages 1-2: fn(unit) for each unit.
+  void with_each_unit(bool gather, const std::function<void(const ZeroUnit&)>& fn);
 
  private:
   struct Param {
     at::Tensor tensor;
     double weight_decay;
+    std::vector<int64_t> shape;
   };
+  struct UnitState;  // per-step state of a unit (gathers, gradient buffer, reduction in flight)
   std::vector<ParamGroup> groups_;
   AdamWOptions options_;
   comm::Communicator& comm_;
+  comm::Communicator* gather_comm_ = nullptr;
+  int stage_ = 1;
   std::vector<Param> params_;     // flat index order
   std::vector<int64_t> offsets_;  // size params_.size() + 1
   std::vector<int64_t> steps_;
+  std::vector<ZeroUnit> units_;
+  std::vector<UnitState> state_;      // parallel to units_
+  std::vector<size_t> unit_of_;       // per parameter
+  std::vector<size_t> reduce_order_;  // units in the order their reductions are issued
+  std::vector<int> block_unit_;       // per block: its unit (-1: a block without parameters)
+  std::vector<unsigned> hook_ids_;    // per parameter (stages 2-3)
+  models::BlockRunner* blocks_ = nullptr;
   int64_t world_ = 1, rank_ = 0, numel_ = 0, shard_numel_ = 0;
+  int64_t micro_ = 0;           // backwards ended since the last reduce_gradients()
+  size_t next_reduce_ = 0;      // position in reduce_order_ of the next reduction to issue
+  std::vector<size_t> stale_;   // parameters whose .grad autograd sets after their unit was reduced
+  std::vector<char> has_grad_;  // stages 2-3: parameters that got a gradient since reduce_gradients()
   // Calls f(parameter i, offset in the range, offset in the parameter, count) for every parameter
-  // overlapping flat range [begin, begin + count) (clipped to N).
+  // of unit u overlapping its range [begin, begin + count) (clipped to N_u).
   template <typename F>
-  void for_each_segment(int64_t begin, int64_t count, F&& f) const;
+  void for_each_segment(const ZeroUnit& u, int64_t begin, int64_t count, F&& f) const;
+  void build_units(const ZeroOptions& zero);
+  void on_gradient(size_t param, const at::Tensor& grad);
+  void issue_ready_reductions();
+  void gather(size_t unit);
+  void materialize(size_t unit);
+  void release(size_t unit);
   int64_t bucket_numel_ = kBucketNumel;
-  int64_t piece_ = 1;  // C: elements per rank and bucket
-  at::Tensor bucket_;  // W * C: a bucket of gradients, then of gathered parameters
+  int64_t piece_ = 1;  // C: elements per rank and bucket (stage 1)
+  at::TensorOptions options_f_;
+  at::Tensor bucket_;  // stage 1: W * C, a bucket of gradients, then of gathered parameters
   at::Tensor grad_shard_, param_shard_, exp_avg_, exp_avg_sq_;  // S each
   at::Tensor flags_;                                            // one float per parameter: has a gradient
   std::vector<char> any_;  // reduce_gradients(): parameters some rank has a gradient for
