@@ -117,16 +117,22 @@ SiglipImpl::SiglipImpl(const SiglipConfig& c) : config_(c) {
       "patch_embed", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, c.vision.width, c.patch).stride(c.patch)));
   vision_pos_ = register_parameter("vision_pos", at::randn({1, grid * grid, c.vision.width}) * 0.02);
   vision_blocks_ = register_module("vision_blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.vision.depth; ++i)
-    vision_blocks_->push_back(Block(c.vision.width, c.vision.heads, c.vision.mlp_ratio));
+  for (int64_t i = 0; i < c.vision.depth; ++i) {
+    Block block(c.vision.width, c.vision.heads, c.vision.mlp_ratio);
+    vision_blocks_->push_back(block);
+    blocks_.add(block.ptr());
+  }
   vision_ln_ = register_module("vision_ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.vision.width})));
   vision_proj_ =
       register_module("vision_proj", torch::nn::Linear(torch::nn::LinearOptions(c.vision.width, c.embed).bias(false)));
   token_embed_ = register_module("token_embed", torch::nn::Embedding(c.vocab_size, c.text.width));
   text_pos_ = register_parameter("text_pos", at::randn({1, c.context_length, c.text.width}) * 0.01);
   text_blocks_ = register_module("text_blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.text.depth; ++i)
-    text_blocks_->push_back(Block(c.text.width, c.text.heads, c.text.mlp_ratio));
+  for (int64_t i = 0; i < c.text.depth; ++i) {
+    Block block(c.text.width, c.text.heads, c.text.mlp_ratio);
+    text_blocks_->push_back(block);
+    blocks_.add(block.ptr());
+  }
   text_ln_ = register_module("text_ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.text.width})));
   text_proj_ =
       register_module("text_proj", torch::nn::Linear(torch::nn::LinearOptions(c.text.width, c.embed).bias(false)));
@@ -136,7 +142,10 @@ SiglipImpl::SiglipImpl(const SiglipConfig& c) : config_(c) {
 
 at::Tensor SiglipImpl::encode_images(const at::Tensor& images) {
   auto x = patch_embed_(images).flatten(2).transpose(1, 2) + vision_pos_;  // [B, P, W]
-  for (const auto& block : *vision_blocks_) x = block->as<Block>()->forward(x);
+  for (size_t i = 0; i < vision_blocks_->size(); ++i) {
+    auto* block = vision_blocks_[i]->as<Block>();
+    x = blocks_.run(i, x, [block](const at::Tensor& h) { return block->forward(h); });
+  }
   x = vision_ln_(x).mean(1);  // mean-pooled patches
   return torch::nn::functional::normalize(vision_proj_(x), torch::nn::functional::NormalizeFuncOptions().dim(-1));
 }
@@ -146,7 +155,11 @@ at::Tensor SiglipImpl::encode_text(const at::Tensor& tokens, const at::Tensor& l
   auto x = token_embed_(tokens) + text_pos_.narrow(1, 0, t);
   const auto positions = at::arange(t, tokens.options().dtype(at::kLong)).unsqueeze(0);
   const auto padding = positions >= lengths.to(at::kLong).unsqueeze(1);  // [B, T]
-  for (const auto& block : *text_blocks_) x = block->as<Block>()->forward(x, padding);
+  const size_t first = vision_blocks_->size();  // text blocks follow the vision blocks in blocks_
+  for (size_t i = 0; i < text_blocks_->size(); ++i) {
+    auto* block = text_blocks_[i]->as<Block>();
+    x = blocks_.run(first + i, x, [block, padding](const at::Tensor& h) { return block->forward(h, padding); });
+  }
   x = text_ln_(x);
   const auto last = (lengths.to(at::kLong) - 1).clamp_min(0).view({b, 1, 1}).expand({b, 1, x.size(2)});
   x = x.gather(1, last).squeeze(1);  // the eos token

@@ -27,12 +27,6 @@
 
 namespace meridian::ops {
 
-namespace {
-
-using nlohmann::json;
-
-// ---- Facts one rank gathers about itself.
-
 MemoryFacts memory_facts() {
   MemoryFacts m;
   std::ifstream in("/proc/meminfo");
@@ -45,6 +39,12 @@ MemoryFacts memory_facts() {
   }
   return m;
 }
+
+namespace {
+
+using nlohmann::json;
+
+// ---- Facts one rank gathers about itself.
 
 // Free space and writability of the run directory (a file created, written and removed).
 RunDirFacts run_dir_facts(const std::string& dir, int rank) {

@@ -154,6 +154,7 @@ struct SiglipTask::Impl {
   std::unique_ptr<comm::Communicator> loss_comm;  // the gathers inside forward/backward: their own
   models::Siglip model{nullptr};
   at::Tensor images, tokens, lengths;  // the current batch, on the device
+  at::Tensor scale, bias;              // the last forward's temperature (log) and bias, for step_metrics
 
   train::DataPosition position;  // after the last batch handed out
 
@@ -239,6 +240,7 @@ SiglipTask::~SiglipTask() = default;
 
 std::string SiglipTask::name() const { return impl_->softmax ? "clip" : "siglip"; }
 std::shared_ptr<torch::nn::Module> SiglipTask::model() { return impl_->model.ptr(); }
+models::BlockRunner* SiglipTask::blocks() { return &impl_->model->blocks(); }
 int64_t SiglipTask::batch_size() const { return impl_->batch; }
 double SiglipTask::flops_per_sample() const { return impl_->mc.flops_per_sample(); }
 models::Siglip& SiglipTask::siglip() { return impl_->model; }
@@ -262,6 +264,9 @@ at::Tensor SiglipTask::forward() {
   // The loss in float32 also under autocast (logits of a few thousand pairs, exp of the scale).
   const auto images = m.model->encode_images(m.images).to(at::kFloat);
   const auto texts = m.model->encode_text(m.tokens, m.lengths).to(at::kFloat);
+  // Copies: under ZeRO-3 the parameters hold no data after the step.
+  m.scale = m.model->logit_scale().detach().clone();
+  m.bias = m.model->logit_bias().detach().clone();
   if (m.softmax) return models::clip_loss(images, texts, m.model->logit_scale(), m.loss_comm.get());
   return models::siglip_loss(images, texts, m.model->logit_scale(), m.model->logit_bias(), m.loss_comm.get());
 }
@@ -280,8 +285,8 @@ train::Metrics SiglipTask::evaluate() {
 train::DataPosition SiglipTask::data_position() const { return impl_->position; }
 
 train::Metrics SiglipTask::step_metrics() {
-  return {{"temperature", impl_->model->logit_scale().exp().item<double>()},
-          {"bias", impl_->model->logit_bias().item<double>()}};
+  if (!impl_->scale.defined()) return {};
+  return {{"temperature", impl_->scale.exp().item<double>()}, {"bias", impl_->bias.item<double>()}};
 }
 
 }  // namespace meridian::tasks

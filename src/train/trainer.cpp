@@ -3,6 +3,7 @@
 #include <ATen/autocast_mode.h>
 #include <malloc.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <torch/utils.h>
 #include <torch/version.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/trace.h"
+#include "meridian/ops/facts.h"
 #include "meridian/ops/health.h"
 #include "meridian/parallel/ddp.h"
 #include "run_files.h"
@@ -325,6 +327,7 @@ struct Trainer::Impl {
                           "task " + task.name() + " has no blocks to recompute");
       blocks->set_checkpointing(true);
     }
+    if (s.optimizer == Optimizer::AdamW) check_memory(blocks);
     if (s.zero > 0)
       parallel::broadcast_module(*grad_comm, *model);
     else
@@ -396,6 +399,75 @@ struct Trainer::Impl {
         spdlog::warn(
             "train.precision bf16: this CPU has no native bfloat16 (avx512_bf16/amx_bf16); expect it to be slow");
     }
+  }
+
+  // The closed-form memory of each stage for this model and world (before activations).
+  ZeroMemoryReport memory_of(int stage, models::BlockRunner* blocks) const {
+    int64_t numel = 0, largest = 0, in_blocks = 0;
+    for (const auto& p : model->parameters()) numel += p.numel();
+    if (blocks)
+      for (const auto& block : blocks->blocks()) {
+        int64_t n = 0;
+        for (const auto& p : block->parameters()) n += p.numel();
+        largest = std::max(largest, n), in_blocks += n;
+      }
+    const int64_t outside = numel - in_blocks;
+    return ZeroMemoryReport::of_stage(stage, numel, rt.size(), std::max(largest, std::min(outside, kBucketNumel)),
+                                      outside);
+  }
+
+  // Collective: every rank's peak resident memory so far (getrusage), logged by rank 0 next to the
+  // closed form of the chosen stage (CPU: the whole process, LibTorch and the batch included).
+  void report_peak_memory(int64_t steps) {
+    struct rusage usage {};
+    getrusage(RUSAGE_SELF, &usage);
+    const double mine = double(usage.ru_maxrss) * 1024;  // KiB on Linux
+    at::Tensor peaks = at::tensor({mine, -mine}, at::kDouble);
+    control->allreduce(peaks, comm::ReduceOp::Max);
+    if (rt.rank() != 0 || s.optimizer != Optimizer::AdamW) return;
+    const auto closed =
+        sharded ? sharded->memory_report()
+                : ZeroMemoryReport::of_stage(0, parameter_count, rt.size(), parameter_count, parameter_count);
+    const double gib = double(int64_t(1) << 30);
+    spdlog::info(
+        "memory after {} step(s): peak resident {:.2f} GiB per rank (max over ranks; min {:.2f}); closed form "
+        "of optim.zero {}: {:.2f} GiB before activations",
+        steps, peaks[0].item<double>() / gib, -peaks[1].item<double>() / gib, s.zero, double(closed.total()) / gib);
+  }
+
+  // Collective: a run whose optimizer state cannot fit in a node's free memory is refused on every
+  // rank before anything is allocated (instead of the kernel killing one rank at the first step and
+  // the others waiting for it). The closed form of the chosen stage beyond the parameters the task
+  // already holds, times the ranks on the node, against MemAvailable. CPU ranks only: on CUDA an
+  // allocation that fails is an exception.
+  void check_memory(models::BlockRunner* blocks) {
+    std::string mine;
+    if (rt.device().is_cpu()) {
+      const auto report = memory_of(s.zero, blocks);
+      const double more = double(report.total() - 4 * report.numel) * rt.local_size();
+      const auto memory = ops::memory_facts();
+      const double gib = double(int64_t(1) << 30);
+      if (memory.available >= 0 && more > memory.available) {
+        std::string fits;
+        for (int stage = 1; stage <= 3; ++stage) {
+          const auto other = memory_of(stage, blocks);
+          if (double(other.total() - 4 * other.numel) * rt.local_size() <= 0.9 * memory.available)
+            fits += fmt::format("{}optim.zero {} ({:.2f} GiB per rank)", fits.empty() ? "" : ", ", stage,
+                                double(other.total()) / gib);
+        }
+        mine = fmt::format(
+            "out of memory: optim.zero {} needs {:.2f} GiB per rank before activations (parameters {:.2f}, "
+            "gradients {:.2f}, optimizer state {:.2f}, buffers {:.2f}); the {} rank(s) on {} need {:.2f} GiB more "
+            "than the parameters already allocated, and {:.2f} GiB is available there. {}",
+            s.zero, double(report.total()) / gib, double(report.parameter_bytes) / gib,
+            double(report.gradient_bytes) / gib, double(report.optimizer_bytes) / gib,
+            double(report.buffer_bytes) / gib, rt.local_size(), rt.host(), more / gib, memory.available / gib,
+            fits.empty() ? "No ZeRO stage fits either: use more nodes or a smaller model."
+                         : "Stages that fit: " + fits + " (with train.activation_checkpointing for the activations).");
+      }
+    }
+    for (const auto& message : rt.allgather(mine))
+      if (!message.empty()) throw UserError(message);
   }
 
   double bucket_mb() const { return s.bucket_mb > 0 ? s.bucket_mb : rt.device().is_cuda() ? 25.0 : 2.0; }
@@ -625,6 +697,7 @@ struct Trainer::Impl {
       const double loss = train_step(t, grad_norm);
       summary.losses.push_back(loss);
       if (step > first + 1) measured += t, ++measured_steps;  // the first step warms up (allocations, caches)
+      if (step == std::min(first + 3, s.steps)) report_peak_memory(step - first);
       interval += t, ++interval_steps;
       if (health) {
         // Waiting for other ranks, wherever it was (NCCL's waits don't block the host: then the

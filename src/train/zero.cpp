@@ -160,12 +160,7 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
     piece_ = zero_bucket_piece(shard_numel_, world_, bucket_numel_);
     bucket_ = at::zeros({piece_ * world_}, options_f_);
   }
-  grad_shard_ = at::zeros({shard_numel_}, options_f_);
   param_shard_ = at::zeros({shard_numel_}, options_f_);
-  exp_avg_ = at::zeros({shard_numel_}, options_f_);
-  exp_avg_sq_ = at::zeros({shard_numel_}, options_f_);
-  flags_ = at::zeros({int64_t(params_.size())}, options_f_);
-  has_grad_.assign(params_.size(), 0);
 
   if (stage_ >= 2)
     for (size_t i = 0; i < params_.size(); ++i)
@@ -186,6 +181,12 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
     blocks_ = zero.blocks;
     if (blocks_) blocks_->set_hooks(this);
   }
+  // The rest after stage 3 has freed the parameters (peak 4 N + 4 S bytes instead of 4 N + 16 S).
+  grad_shard_ = at::zeros({shard_numel_}, options_f_);
+  exp_avg_ = at::zeros({shard_numel_}, options_f_);
+  exp_avg_sq_ = at::zeros({shard_numel_}, options_f_);
+  flags_ = at::zeros({int64_t(params_.size())}, options_f_);
+  has_grad_.assign(params_.size(), 0);
 }
 
 ShardedAdamW::~ShardedAdamW() {
@@ -273,6 +274,7 @@ void ShardedAdamW::on_gradient(size_t i, const at::Tensor& grad) {
   stale_.clear();
   for (size_t u = 0; u < units_.size(); ++u)
     if (state_[u].release_due) release(u);
+  retire_reductions(/*all=*/false);
   const size_t u = unit_of_[i];
   const ZeroUnit& unit = units_[u];
   UnitState& st = state_[u];
@@ -296,7 +298,23 @@ void ShardedAdamW::issue_ready_reductions() {
     st.reduced =
         micro_ == 0 ? grad_shard_.narrow(0, unit.base, unit.shard_numel) : at::empty({unit.shard_numel}, options_f_);
     st.reduce = comm_.reduce_scatter_async(st.flat_grad, st.reduced, comm::ReduceOp::Avg);
+    in_flight_.push_back(u);
+    // At most kInFlight units' gradient buffers at once: the oldest waited for beyond that.
+    if (in_flight_.size() > kInFlight) retire(in_flight_.front());
   }
+}
+
+void ShardedAdamW::retire(size_t u) {
+  UnitState& st = state_[u];
+  st.reduce->wait();
+  if (micro_ > 0) grad_shard_.narrow(0, units_[u].base, units_[u].shard_numel).add_(st.reduced);
+  st.reduce.reset();
+  st.reduced = st.flat_grad = at::Tensor();
+  in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), u));
+}
+
+void ShardedAdamW::retire_reductions(bool all) {
+  while (!in_flight_.empty() && (all || state_[in_flight_.front()].reduce->is_completed())) retire(in_flight_.front());
 }
 
 void ShardedAdamW::end_backward() {
@@ -304,14 +322,10 @@ void ShardedAdamW::end_backward() {
   at::NoGradGuard no_grad;
   for (auto& st : state_) st.ready = true;  // what backward did not complete: zeros where missing
   issue_ready_reductions();
-  for (size_t u : reduce_order_) {
-    UnitState& st = state_[u];
-    st.reduce->wait();
-    if (micro_ > 0) grad_shard_.narrow(0, units_[u].base, units_[u].shard_numel).add_(st.reduced);
-    st.reduce.reset();
-    st.reduced = st.flat_grad = at::Tensor();
-    st.ready = false;
-    st.pending = int64_t(units_[u].params.size());
+  retire_reductions(/*all=*/true);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    state_[u].ready = false;
+    state_[u].pending = int64_t(units_[u].params.size());
   }
   next_reduce_ = 0;
   stale_.clear();
@@ -436,7 +450,11 @@ double ShardedAdamW::reduce_gradients() {
     }
   }
   // The global norm: each rank's share of the sum of squares (padding is zero), summed in double.
-  at::Tensor squares = grad_shard_.to(at::kDouble).pow(2).sum().reshape({1});
+  // In pieces: a double copy of the whole shard would be 2 S doubles at once.
+  at::Tensor squares = at::zeros({1}, grad_shard_.options().dtype(at::kDouble));
+  constexpr int64_t kPiece = int64_t(1) << 22;
+  for (int64_t k0 = 0; k0 < shard_numel_; k0 += kPiece)
+    squares += grad_shard_.narrow(0, k0, std::min(kPiece, shard_numel_ - k0)).to(at::kDouble).pow(2).sum();
   comm_.allreduce(squares, comm::ReduceOp::Sum);
   return std::sqrt(squares.item<double>());
 }

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "meridian/comm/communicator.h"
+#include "meridian/models/blocks.h"
 
 namespace meridian {
 class Config;
@@ -67,9 +68,12 @@ class SiglipImpl : public torch::nn::Module {
   at::Tensor logit_scale() const { return logit_scale_; }  // log t, initialised to log 10
   at::Tensor logit_bias() const { return logit_bias_; }    // b, initialised to -10
   const SiglipConfig& config() const { return config_; }
+  // The vision blocks then the text blocks (activation checkpointing, ZeRO-3).
+  BlockRunner& blocks() { return blocks_; }
 
  private:
   SiglipConfig config_;
+  BlockRunner blocks_;
   torch::nn::Conv2d patch_embed_{nullptr};
   at::Tensor vision_pos_, text_pos_, logit_scale_, logit_bias_;
   torch::nn::ModuleList vision_blocks_{nullptr}, text_blocks_{nullptr};

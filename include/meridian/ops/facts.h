@@ -23,6 +23,8 @@ namespace meridian::ops {
 struct MemoryFacts {
   double total = -1, available = -1;  // bytes, from /proc/meminfo; -1 when unreadable
 };
+// Not collective: this host's memory now.
+MemoryFacts memory_facts();
 
 // The run directory (--run-dir): where checkpoints and logs go.
 struct RunDirFacts {

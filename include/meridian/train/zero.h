@@ -244,6 +244,10 @@ class ShardedAdamW : public models::BlockHooks {
   void build_units(const ZeroOptions& zero);
   void on_gradient(size_t param, const at::Tensor& grad);
   void issue_ready_reductions();
+  void retire(size_t unit);               // waits for its reduction, adds it, frees its buffers
+  void retire_reductions(bool all);       // the completed ones in issue order (all: every one)
+  static constexpr size_t kInFlight = 2;  // gradient reductions in flight at most
+  std::vector<size_t> in_flight_;         // units whose reduction is issued, oldest first
   void gather(size_t unit);
   void materialize(size_t unit);
   void release(size_t unit);
