@@ -308,12 +308,12 @@ std::string save(const comm::Runtime& rt, train::Trainer& trainer, const Config&
     Writer w(rt, tmp);
     auto& model = *trainer.task().model();
     auto* zero = trainer.sharded_adamw();
-    if (zero && zero->stage() == 3) {
-      // Unit by unit: gathered on every rank, each writing its share of the rows, then freed again.
+    if (zero) {
+      // Unit by unit (the float32 masters gathered on every rank when they are sharded), each rank
+      // writing its share of the rows.
       const auto names = flat_names(zero->groups());
-      const auto params = flat_params(zero->groups());
-      zero->with_each_unit(/*gather=*/true, [&](const train::ZeroUnit& u) {
-        for (size_t i : u.params) w.replicated("model/" + names[i], params[i]);
+      zero->with_each_unit(/*gather=*/true, [&](const train::ZeroUnit& u, const std::vector<at::Tensor>& full) {
+        for (size_t k = 0; k < u.params.size(); ++k) w.replicated("model/" + names[u.params[k]], full[k]);
       });
     } else {
       for (const auto& item : model.named_parameters()) w.replicated("model/" + item.key(), item.value());
@@ -588,12 +588,11 @@ void restore(const comm::Runtime& rt, train::Trainer& trainer, const ResumePoint
   at::NoGradGuard no_grad;
   SharedLoad load(rt, r);
   auto* zero = trainer.sharded_adamw();
-  if (zero && zero->stage() == 3) {
-    // Unit by unit: every rank loads the unit's parameters (in shares), keeps its shard, frees them.
+  if (zero) {
+    // Unit by unit: every rank loads the unit's parameters in float32 (in shares) and keeps its shard.
     const auto names = flat_names(zero->groups());
-    const auto params = flat_params(zero->groups());
-    zero->with_each_unit(/*gather=*/false, [&](const train::ZeroUnit& u) {
-      for (size_t i : u.params) load("model/" + names[i], params[i]);
+    zero->with_each_unit(/*gather=*/false, [&](const train::ZeroUnit& u, const std::vector<at::Tensor>& full) {
+      for (size_t k = 0; k < u.params.size(); ++k) load("model/" + names[u.params[k]], full[k]);
     });
     for (const auto& item : trainer.task().model()->named_buffers()) load("model/" + item.key(), item.value());
   } else {

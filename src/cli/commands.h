@@ -39,6 +39,7 @@ Command config_command();
 Command bench_train_command();
 Command eval_command();
 Command bench_ckpt_command();
+Command bench_memory_command();
 Command generate_command();
 Command predict_command();
 Command doctor_command();

@@ -58,12 +58,15 @@ LlamaConfig LlamaConfig::from_config(const Config& c) {
   return s;
 }
 
-int64_t LlamaConfig::parameter_count() const {
+int64_t LlamaConfig::block_parameter_count() const {
   const int64_t d = head_dim();
   const int64_t attention = dim * heads * d + 2 * dim * kv_heads * d + heads * d * dim;
   const int64_t mlp = 3 * dim * hidden;
-  const int64_t block = attention + mlp + 2 * dim;  // two RMSNorm weights
-  return vocab_size * dim + layers * block + dim + (tie_embeddings ? 0 : vocab_size * dim);
+  return attention + mlp + 2 * dim;  // two RMSNorm weights
+}
+
+int64_t LlamaConfig::parameter_count() const {
+  return vocab_size * dim + layers * block_parameter_count() + dim + (tie_embeddings ? 0 : vocab_size * dim);
 }
 
 double LlamaConfig::flops_per_token(int64_t seq) const {

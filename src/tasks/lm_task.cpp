@@ -34,6 +34,16 @@ std::pair<at::Tensor, int64_t> token_loss_sum(models::Llama& model, const at::Te
 }
 }  // namespace
 
+train::ZeroMemoryReport lm_memory(const models::LlamaConfig& model, int stage, int64_t world,
+                                  int64_t parameter_element_bytes) {
+  const int64_t n = model.parameter_count(), block = model.block_parameter_count();
+  const int64_t outside = n - model.layers * block;
+  // Units outside blocks hold at most kBucketNumel elements unless one parameter is larger.
+  const int64_t largest =
+      std::max(block, std::min(outside, std::max(train::kBucketNumel, model.vocab_size * model.dim)));
+  return train::ZeroMemoryReport::of_stage(stage, n, world, largest, outside, parameter_element_bytes);
+}
+
 struct LmTask::Impl {
   const comm::Runtime& rt;
   models::LlamaConfig mc;

@@ -159,6 +159,10 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   if (s.zero == 3 && s.ema > 0)
     throw ConfigError(c.source("train.ema"), "train.ema",
                       "not with optim.zero 3 (the EMA keeps a full copy of the weights, which ZeRO-3 shards)");
+  if (s.zero > 0 && s.precision == Precision::BFloat16 && s.ema > 0)
+    throw ConfigError(c.source("train.ema"), "train.ema",
+                      "not with train.precision bf16 and optim.zero (the parameters are bfloat16 then; the float32 "
+                      "masters are sharded)");
   if (!(s.min_lr <= s.lr)) throw ConfigError(c.source("optim.min_lr"), "optim.min_lr", "must be within [0, optim.lr]");
   if (s.optimizer == Optimizer::SGD) {
     if (s.zero)
@@ -355,7 +359,7 @@ struct Trainer::Impl {
       if (s.zero == 3) gather_comm = comm::make_communicator(rt, comm::default_backend(rt));
       sharded = std::make_unique<ShardedAdamW>(
           std::vector<ParamGroup>{decaying, constant}, adamw_options, *grad_comm,
-          ZeroOptions{s.zero, kBucketNumel, blocks, model->parameters(), gather_comm.get()});
+          ZeroOptions{s.zero, kBucketNumel, blocks, model->parameters(), gather_comm.get(), parameter_dtype()});
     } else {
       optimizer = std::make_unique<AdamW>(std::vector<ParamGroup>{decaying, constant}, adamw_options);
     }
@@ -401,6 +405,11 @@ struct Trainer::Impl {
     }
   }
 
+  // bfloat16 parameters (with float32 master shards) under ZeRO with precision bf16; else float32.
+  at::ScalarType parameter_dtype() const {
+    return s.zero > 0 && s.precision == Precision::BFloat16 ? at::kBFloat16 : at::kFloat;
+  }
+
   // The closed-form memory of each stage for this model and world (before activations).
   ZeroMemoryReport memory_of(int stage, models::BlockRunner* blocks) const {
     int64_t numel = 0, largest = 0, in_blocks = 0;
@@ -413,7 +422,7 @@ struct Trainer::Impl {
       }
     const int64_t outside = numel - in_blocks;
     return ZeroMemoryReport::of_stage(stage, numel, rt.size(), std::max(largest, std::min(outside, kBucketNumel)),
-                                      outside);
+                                      outside, stage > 0 && s.precision == Precision::BFloat16 ? 2 : 4);
   }
 
   // Collective: every rank's peak resident memory so far (getrusage), logged by rank 0 next to the

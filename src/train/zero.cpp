@@ -29,7 +29,11 @@ std::string ZeroMemoryReport::to_string() const {
   std::string s = std::string("memory per rank, closed form before activations, ") + kStages[std::clamp(stage, 0, 3)] +
                   " (" + std::to_string(world_size) + " ranks, " + std::to_string(numel) + " parameter elements, " +
                   std::to_string(shard_numel) + " per shard):\n";
-  s += "  parameters       " + gib(parameter_bytes) + (stage == 3 ? " (shard + gathered units)\n" : " (replicated)\n");
+  const std::string dtype = parameter_element_bytes == 4 ? "float32" : "bfloat16, float32 master shard";
+  s += "  parameters       " + gib(parameter_bytes) +
+       (stage == 3 ? " (float32 shard + gathered " +
+                         std::string(parameter_element_bytes == 4 ? "float32" : "bfloat16") + " units)\n"
+                   : " (" + dtype + ", replicated)\n");
   s += "  gradients        " + gib(gradient_bytes) + (stage >= 2 ? " (shard + units in flight)\n" : " (replicated)\n");
   s += "  optimizer state  " + gib(optimizer_bytes) + (stage >= 1 ? " (sharded)\n" : " (replicated)\n");
   s += "  work buffers     " + gib(buffer_bytes) + "\n";
@@ -46,44 +50,50 @@ int64_t zero_shard_numel(int64_t numel, int64_t world) {
   return s > kShardAlign ? (s + kShardAlign - 1) / kShardAlign * kShardAlign : s;
 }
 
-ZeroMemoryReport ZeroMemoryReport::of(int64_t numel, int64_t world, int64_t bucket_numel) {
+ZeroMemoryReport ZeroMemoryReport::of(int64_t numel, int64_t world, int64_t bucket_numel, int64_t bytes) {
   ZeroMemoryReport r;
   r.stage = 1;
   r.world_size = world;
   r.numel = numel;
+  r.parameter_element_bytes = bytes;
   r.shard_numel = zero_shard_numel(numel, world);
   r.largest_unit = numel;
-  r.parameter_bytes = 4 * numel;
-  r.gradient_bytes = 4 * numel;
-  r.optimizer_bytes = 8 * r.shard_numel;
-  r.buffer_bytes = 4 * (zero_bucket_piece(r.shard_numel, world, bucket_numel) * world + 2 * r.shard_numel);
+  const int64_t s = r.shard_numel, master = bytes == 4 ? 0 : 4 * s;
+  r.parameter_bytes = bytes * numel + master;
+  r.gradient_bytes = bytes * numel;
+  r.optimizer_bytes = 8 * s;
+  // The bucket; the gradient shard; the parameter shard (float32 parameters: a copy; else the master).
+  r.buffer_bytes = bytes * zero_bucket_piece(s, world, bucket_numel) * world + 4 * s + (bytes == 4 ? 4 * s : 0);
   return r;
 }
 
 ZeroMemoryReport ZeroMemoryReport::of_stage(int stage, int64_t numel, int64_t world, int64_t largest_unit,
-                                            int64_t outside_blocks) {
-  if (stage == 1) return of(numel, world);
+                                            int64_t outside_blocks, int64_t bytes) {
+  if (stage == 1) return of(numel, world, kBucketNumel, bytes);
   ZeroMemoryReport r;
   r.stage = stage;
   r.world_size = world;
   r.numel = numel;
+  r.parameter_element_bytes = bytes;
   r.shard_numel = stage == 0 ? numel : zero_shard_numel(numel, world);
   r.largest_unit = largest_unit;
   r.outside_blocks = outside_blocks;
-  const int64_t s = r.shard_numel, u = largest_unit;
+  const int64_t s = r.shard_numel, u = largest_unit, b = bytes;
   switch (stage) {
     case 0:
       r.parameter_bytes = 4 * numel, r.gradient_bytes = 4 * numel, r.optimizer_bytes = 8 * numel;
       break;
     case 2:
       // In flight during backward: the .grad tensors of about one unit, and two units' flat buffers.
-      r.parameter_bytes = 4 * numel, r.gradient_bytes = 4 * s + 12 * u, r.optimizer_bytes = 8 * s;
-      r.buffer_bytes = 4 * s + 4 * u;  // the parameter shard; update()'s gather of one unit
+      r.parameter_bytes = b * numel + (b == 4 ? 0 : 4 * s), r.gradient_bytes = 4 * s + 3 * b * u;
+      r.optimizer_bytes = 8 * s;
+      r.buffer_bytes = (b == 4 ? 4 * s : 0) + b * u;  // a float32 parameter shard copy; update()'s gather of a unit
       break;
     default:
-      // Gathered: the units outside blocks for the whole step, a block and the next one (prefetched).
-      r.parameter_bytes = 4 * s + 4 * (outside_blocks + 2 * u);
-      r.gradient_bytes = 4 * s + 12 * u;
+      // The float32 shard, and gathered: the units outside blocks for the whole step, a block and the
+      // next one (prefetched).
+      r.parameter_bytes = 4 * s + b * (outside_blocks + 2 * u);
+      r.gradient_bytes = 4 * s + 3 * b * u;
       r.optimizer_bytes = 8 * s;
       break;
   }
@@ -96,7 +106,8 @@ struct ShardedAdamW::UnitState {
   int64_t pending = 0;        // parameters whose gradient has not arrived in this backward
   bool ready = false;         // all arrived (or end_backward())
   comm::WorkPtr reduce;       // the reduce-scatter in flight
-  at::Tensor reduced;         // its output: the gradient shard's slice, or a temporary to add
+  at::Tensor reduced;         // its output: the gradient shard's slice, or a temporary to copy or add
+  bool direct = false;        // `reduced` is the gradient shard's slice
   at::Tensor gathered;        // stage 3: W * S_u, the gathered parameters (or being gathered)
   comm::WorkPtr gather;       // in flight
   bool materialized = false;  // the parameters are views into `gathered`
@@ -105,12 +116,16 @@ struct ShardedAdamW::UnitState {
 
 ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& options, comm::Communicator& comm,
                            int64_t bucket_numel)
-    : ShardedAdamW(std::move(groups), options, comm, ZeroOptions{1, bucket_numel, nullptr, {}, nullptr}) {}
+    : ShardedAdamW(std::move(groups), options, comm, ZeroOptions{1, bucket_numel, nullptr, {}, nullptr, at::kFloat}) {}
 
 ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& options, comm::Communicator& comm,
                            ZeroOptions zero)
     : groups_(std::move(groups)), options_(options), comm_(comm), stage_(zero.stage) {
   if (stage_ < 1 || stage_ > 3) throw UserError("ShardedAdamW: stage must be 1, 2 or 3, got " + std::to_string(stage_));
+  if (zero.param_dtype != at::kFloat && zero.param_dtype != at::kBFloat16)
+    throw UserError(std::string("ShardedAdamW: parameter dtype must be float32 or bfloat16, got ") +
+                    c10::toString(zero.param_dtype));
+  master_ = stage_ == 3 || zero.param_dtype != at::kFloat;
   gather_comm_ = zero.gather_comm ? zero.gather_comm : &comm_;
   world_ = comm_.size();
   rank_ = comm_.rank();
@@ -136,6 +151,7 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
     throw UserError("ShardedAdamW: parameters on " + device->str() + " but the communicator is " +
                     comm::to_string(comm_.backend()));
   options_f_ = at::TensorOptions().dtype(at::kFloat).device(device.value_or(c10::Device(expected)));
+  options_p_ = options_f_.dtype(zero.param_dtype);
 
   // Every rank must hold the same layout: max and -min of (N, P) agree only if all ranks agree.
   at::Tensor counts = at::tensor({double(numel_), -double(numel_), double(params_.size()), -double(params_.size())},
@@ -158,15 +174,16 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
   for (const auto& u : units_) shard_numel_ += u.shard_numel;
   if (stage_ == 1) {
     piece_ = zero_bucket_piece(shard_numel_, world_, bucket_numel_);
-    bucket_ = at::zeros({piece_ * world_}, options_f_);
+    bucket_ = at::zeros({piece_ * world_}, options_p_);
   }
   param_shard_ = at::zeros({shard_numel_}, options_f_);
 
   if (stage_ >= 2)
     for (size_t i = 0; i < params_.size(); ++i)
       hook_ids_.push_back(params_[i].tensor.register_hook([this, i](const at::Tensor& grad) { on_gradient(i, grad); }));
-  if (stage_ == 3) {
-    // This rank's shard of every unit, then the parameters' data freed (gathered again when used).
+  if (master_) {
+    // This rank's shard of every unit (the float32 master), then stage 3 frees the parameters' data
+    // (gathered again when used) and bfloat16 turns them into bfloat16 copies.
     at::NoGradGuard no_grad;
     for (size_t u = 0; u < units_.size(); ++u) {
       const auto& unit = units_[u];
@@ -175,9 +192,12 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
                          param_shard_.narrow(0, unit.base + at, n)
                              .copy_(params_[unit.params[k]].tensor.detach().reshape({-1}).narrow(0, from, n));
                        });
-      state_[u].materialized = true;
-      release(u);
+      if (stage_ == 3) state_[u].materialized = true, release(u);
     }
+    if (stage_ < 3)
+      for (auto& p : params_) p.tensor.set_data(p.tensor.detach().to(options_p_.dtype()));
+  }
+  if (stage_ == 3) {
     blocks_ = zero.blocks;
     if (blocks_) blocks_->set_hooks(this);
   }
@@ -278,7 +298,7 @@ void ShardedAdamW::on_gradient(size_t i, const at::Tensor& grad) {
   const size_t u = unit_of_[i];
   const ZeroUnit& unit = units_[u];
   UnitState& st = state_[u];
-  if (!st.flat_grad.defined()) st.flat_grad = at::zeros({world_ * unit.shard_numel}, options_f_);
+  if (!st.flat_grad.defined()) st.flat_grad = at::zeros({world_ * unit.shard_numel}, options_p_);
   const size_t k = size_t(std::find(unit.params.begin(), unit.params.end(), i) - unit.params.begin());
   st.flat_grad.narrow(0, unit.offsets[k], unit.offsets[k + 1] - unit.offsets[k]).copy_(grad.reshape({-1}));
   has_grad_[i] = 1;
@@ -294,9 +314,10 @@ void ShardedAdamW::issue_ready_reductions() {
     const size_t u = reduce_order_[next_reduce_++];
     const ZeroUnit& unit = units_[u];
     UnitState& st = state_[u];
-    if (!st.flat_grad.defined()) st.flat_grad = at::zeros({world_ * unit.shard_numel}, options_f_);
+    if (!st.flat_grad.defined()) st.flat_grad = at::zeros({world_ * unit.shard_numel}, options_p_);
+    st.direct = micro_ == 0 && options_p_.dtype() == at::kFloat;
     st.reduced =
-        micro_ == 0 ? grad_shard_.narrow(0, unit.base, unit.shard_numel) : at::empty({unit.shard_numel}, options_f_);
+        st.direct ? grad_shard_.narrow(0, unit.base, unit.shard_numel) : at::empty({unit.shard_numel}, options_p_);
     st.reduce = comm_.reduce_scatter_async(st.flat_grad, st.reduced, comm::ReduceOp::Avg);
     in_flight_.push_back(u);
     // At most kInFlight units' gradient buffers at once: the oldest waited for beyond that.
@@ -307,7 +328,8 @@ void ShardedAdamW::issue_ready_reductions() {
 void ShardedAdamW::retire(size_t u) {
   UnitState& st = state_[u];
   st.reduce->wait();
-  if (micro_ > 0) grad_shard_.narrow(0, units_[u].base, units_[u].shard_numel).add_(st.reduced);
+  at::Tensor shard = grad_shard_.narrow(0, units_[u].base, units_[u].shard_numel);
+  if (!st.direct) micro_ == 0 ? shard.copy_(st.reduced) : shard.add_(st.reduced);
   st.reduce.reset();
   st.reduced = st.flat_grad = at::Tensor();
   in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), u));
@@ -338,8 +360,9 @@ void ShardedAdamW::gather(size_t u) {
   UnitState& st = state_[u];
   if (st.gathered.defined()) return;  // gathered or on its way
   const ZeroUnit& unit = units_[u];
-  st.gathered = at::empty({world_ * unit.shard_numel}, options_f_);
-  st.gather = gather_comm_->allgather_async(param_shard_.narrow(0, unit.base, unit.shard_numel), st.gathered);
+  st.gathered = at::empty({world_ * unit.shard_numel}, options_p_);
+  st.gather = gather_comm_->allgather_async(param_shard_.narrow(0, unit.base, unit.shard_numel).to(options_p_.dtype()),
+                                            st.gathered);
 }
 
 void ShardedAdamW::materialize(size_t u) {
@@ -362,7 +385,7 @@ void ShardedAdamW::release(size_t u) {
   st.release_due = false;
   if (st.gather) st.gather->wait(), st.gather.reset();  // a prefetch nobody used
   if (st.materialized) {
-    const at::Tensor empty = at::empty({0}, options_f_);
+    const at::Tensor empty = at::empty({0}, options_p_);
     for (size_t i : units_[u].params) params_[i].tensor.set_data(empty);
     // Autocast keeps bfloat16 casts of the weights it saw; they would keep this unit alive.
     at::autocast::clear_cache();
@@ -446,7 +469,13 @@ double ShardedAdamW::reduce_gradients() {
         });
       }
       at::Tensor out = grad_shard_.narrow(0, k0, c);
-      comm_.reduce_scatter(in, out, comm::ReduceOp::Avg);
+      if (options_p_.dtype() == at::kFloat) {
+        comm_.reduce_scatter(in, out, comm::ReduceOp::Avg);
+      } else {  // reduced in bfloat16 (half the bytes), kept in float32
+        at::Tensor low = at::empty({c}, options_p_);
+        comm_.reduce_scatter(in, low, comm::ReduceOp::Avg);
+        out.copy_(low);
+      }
     }
   }
   // The global norm: each rank's share of the sum of squares (padding is zero), summed in double.
@@ -476,7 +505,7 @@ void ShardedAdamW::update(double grad_scale) {
                        const size_t i = unit.params[k];
                        if (!any[i]) return;
                        at::Tensor p = param_shard_.narrow(0, unit.base + at, n);
-                       if (stage_ < 3) p.copy_(params_[i].tensor.detach().reshape({-1}).narrow(0, from, n));
+                       if (!master_) p.copy_(params_[i].tensor.detach().reshape({-1}).narrow(0, from, n));
                        at::Tensor grad = grad_shard_.narrow(0, unit.base + at, n);
                        at::Tensor exp_avg = exp_avg_.narrow(0, unit.base + at, n);
                        at::Tensor exp_avg_sq = exp_avg_sq_.narrow(0, unit.base + at, n);
@@ -503,47 +532,39 @@ void ShardedAdamW::update(double grad_scale) {
     for (int64_t k0 = 0; k0 < shard_numel_; k0 += piece_) {
       const int64_t c = std::min(piece_, shard_numel_ - k0);
       at::Tensor out = bucket_.narrow(0, 0, world_ * c);
-      comm_.allgather(param_shard_.narrow(0, k0, c), out);
+      comm_.allgather(param_shard_.narrow(0, k0, c).to(options_p_.dtype()), out);
       copy_back(units_[0], out, k0, c);
     }
     return;
   }
   for (const ZeroUnit& unit : units_) {
-    at::Tensor out = at::empty({world_ * unit.shard_numel}, options_f_);
-    comm_.allgather(param_shard_.narrow(0, unit.base, unit.shard_numel), out);
+    at::Tensor out = at::empty({world_ * unit.shard_numel}, options_p_);
+    comm_.allgather(param_shard_.narrow(0, unit.base, unit.shard_numel).to(options_p_.dtype()), out);
     copy_back(unit, out, 0, unit.shard_numel);
   }
 }
 
-void ShardedAdamW::with_each_unit(bool gather_first, const std::function<void(const ZeroUnit&)>& fn) {
-  for (size_t u = 0; u < units_.size(); ++u) {
-    if (stage_ != 3) {
-      fn(units_[u]);
-      continue;
-    }
-    const ZeroUnit& unit = units_[u];
-    if (gather_first) {
-      materialize(u);
+void ShardedAdamW::with_each_unit(bool gather_first,
+                                  const std::function<void(const ZeroUnit&, const std::vector<at::Tensor>&)>& fn) {
+  at::NoGradGuard no_grad;
+  for (const ZeroUnit& unit : units_) {
+    std::vector<at::Tensor> full;
+    at::Tensor buffer;  // the unit's float32 values when the shard is the master
+    if (master_) {
+      buffer = at::zeros({world_ * unit.shard_numel}, options_f_);
+      if (gather_first) gather_comm_->allgather(param_shard_.narrow(0, unit.base, unit.shard_numel), buffer);
+      for (size_t k = 0; k < unit.params.size(); ++k)
+        full.push_back(buffer.narrow(0, unit.offsets[k], unit.offsets[k + 1] - unit.offsets[k])
+                           .view(params_[unit.params[k]].shape));
     } else {
-      UnitState& st = state_[u];
-      release(u);
-      st.gathered = at::zeros({world_ * unit.shard_numel}, options_f_);
-      for (size_t k = 0; k < unit.params.size(); ++k) {
-        const Param& p = params_[unit.params[k]];
-        p.tensor.set_data(st.gathered.narrow(0, unit.offsets[k], unit.offsets[k + 1] - unit.offsets[k]).view(p.shape));
-      }
-      st.materialized = true;
+      for (size_t i : unit.params) full.push_back(params_[i].tensor.detach());
     }
-    try {
-      fn(unit);
-    } catch (...) {
-      release(u);
-      throw;
-    }
-    if (!gather_first)
-      param_shard_.narrow(0, unit.base, unit.shard_numel)
-          .copy_(state_[u].gathered.narrow(0, rank_ * unit.shard_numel, unit.shard_numel));
-    release(u);
+    fn(unit, full);
+    if (gather_first || !master_) continue;
+    param_shard_.narrow(0, unit.base, unit.shard_numel)
+        .copy_(buffer.narrow(0, rank_ * unit.shard_numel, unit.shard_numel));
+    if (stage_ < 3)  // the replicated (bfloat16) parameters too
+      for (size_t k = 0; k < unit.params.size(); ++k) params_[unit.params[k]].tensor.detach().copy_(full[k]);
   }
 }
 
@@ -560,13 +581,13 @@ void ShardedAdamW::for_each_segment(const ZeroUnit& unit, int64_t begin, int64_t
 }
 
 ZeroMemoryReport ShardedAdamW::memory_report() const {
-  if (stage_ == 1) return ZeroMemoryReport::of(numel_, world_, bucket_numel_);
+  if (stage_ == 1) return ZeroMemoryReport::of(numel_, world_, bucket_numel_, int64_t(options_p_.dtype().itemsize()));
   int64_t largest = 0, outside = 0;
   for (const auto& u : units_) {
     largest = std::max(largest, u.numel);
     if (u.block < 0) outside += u.numel;
   }
-  return ZeroMemoryReport::of_stage(stage_, numel_, world_, largest, outside);
+  return ZeroMemoryReport::of_stage(stage_, numel_, world_, largest, outside, int64_t(options_p_.dtype().itemsize()));
 }
 
 }  // namespace meridian::train

@@ -44,6 +44,8 @@ struct LlamaConfig {
   int64_t head_dim() const { return dim / heads; }
   // Closed form, without building the model (the 7b preset: 6,738,415,616 as Llama-2-7B).
   int64_t parameter_count() const;
+  // One decoder layer's parameters (attention, MLP, two norms): ZeRO-3's unit.
+  int64_t block_parameter_count() const;
   // Forward FLOPs per token at sequence length `seq` (2 x multiply-adds, attention included).
   double flops_per_token(int64_t seq) const;
 };

@@ -15,12 +15,20 @@
 #include "meridian/core/config_schema.h"
 #include "meridian/models/llama.h"
 #include "meridian/train/task.h"
+#include "meridian/train/zero.h"
 
 namespace meridian::comm {
 class Runtime;
 }
 
 namespace meridian::tasks {
+
+// Not collective: the closed-form memory per rank of training `model` on `world` ranks with ZeRO
+// stage `stage` (0: DistributedDataParallel + AdamW), float32 or bfloat16 parameters (2 bytes;
+// float32 master shards), before activations: a unit per decoder layer, the embedding, final norm
+// and head outside blocks (what train::ShardedAdamW builds for this model).
+train::ZeroMemoryReport lm_memory(const models::LlamaConfig& model, int stage, int64_t world,
+                                  int64_t parameter_element_bytes = 4);
 
 class LmTask : public train::Task {
  public:

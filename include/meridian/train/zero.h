@@ -91,19 +91,21 @@ struct ZeroMemoryReport {
   int64_t numel = 0;        // N: parameter elements
   int64_t shard_numel = 0;  // S: this rank's elements over all units (about N / W)
   int64_t largest_unit = 0, outside_blocks = 0;
-  int64_t parameter_bytes = 0;  // 0, 1, 2: 4 N (replicated); 3: 4 S (the shard) + gathered units
-  int64_t gradient_bytes = 0;   // 0, 1: 4 N (the .grad tensors); 2, 3: 4 S (the reduced shard) + in flight
-  int64_t optimizer_bytes = 0;  // 0: 8 N; 1-3: 8 S (exp_avg + exp_avg_sq)
-  int64_t buffer_bytes = 0;     // work buffers and transient copies (stage 1: 4 (W C + 2 S))
+  int64_t parameter_element_bytes = 4;  // 4: float32 parameters; 2: bfloat16 (with a float32 master shard)
+  int64_t parameter_bytes = 0;          // 0, 1, 2: 4 N (replicated); 3: 4 S (the shard) + gathered units
+  int64_t gradient_bytes = 0;           // 0, 1: 4 N (the .grad tensors); 2, 3: 4 S (the reduced shard) + in flight
+  int64_t optimizer_bytes = 0;          // 0: 8 N; 1-3: 8 S (exp_avg + exp_avg_sq)
+  int64_t buffer_bytes = 0;             // work buffers and transient copies (stage 1: 4 (W C + 2 S))
   int64_t total() const { return parameter_bytes + gradient_bytes + optimizer_bytes + buffer_bytes; }
   // One line per figure, for the log at start ("parameters 1.2 GiB, ...").
   std::string to_string() const;
   // Stage 1's figures for N elements over W ranks (ShardedAdamW::memory_report() of a ZeRO-1 object).
-  static ZeroMemoryReport of(int64_t numel, int64_t world_size, int64_t bucket_numel = kBucketNumel);
-  // Any stage (0: DDP + AdamW) for a model of N elements in units of at most `largest_unit`
-  // elements (blocks), `outside_blocks` of them outside any block.
+  static ZeroMemoryReport of(int64_t numel, int64_t world_size, int64_t bucket_numel = kBucketNumel,
+                             int64_t parameter_element_bytes = 4);
+  // Any stage (0: DDP + AdamW, float32 only) for a model of N elements in units of at most
+  // `largest_unit` elements (blocks), `outside_blocks` of them outside any block.
   static ZeroMemoryReport of_stage(int stage, int64_t numel, int64_t world_size, int64_t largest_unit,
-                                   int64_t outside_blocks);
+                                   int64_t outside_blocks, int64_t parameter_element_bytes = 4);
 };
 
 // S for N elements over W ranks (see Layout above).
@@ -121,6 +123,10 @@ struct ZeroOptions {
   // Stage 3: the communicator of the parameter all-gathers (forward's order; the gradients follow
   // backward's). Null: the optimizer's own. Not owned.
   comm::Communicator* gather_comm = nullptr;
+  // bfloat16: the parameters become bfloat16 (replicated at stages 1-2, gathered in bfloat16 at 3),
+  // gradients are reduced in bfloat16, and every rank keeps the float32 master of its shard, which
+  // AdamW updates (its moments and the reduced gradient in float32 too).
+  at::ScalarType param_dtype = at::kFloat;
 };
 
 // A unit of the layout: parameters reduced (and, at stage 3, gathered) together.
@@ -200,15 +206,19 @@ class ShardedAdamW : public models::BlockHooks {
   // belongs to element r * S_u + k of unit u (padding elements stay zero). Writable in place.
   at::Tensor& exp_avg_shard() { return exp_avg_; }
   at::Tensor& exp_avg_sq_shard() { return exp_avg_sq_; }
-  // Stage 3: this rank's parameter shards (the float32 parameters), laid out as the moments.
+  // This rank's float32 parameter shards, laid out as the moments: the parameters themselves when
+  // owns_master() (stage 3, or bfloat16 parameters), else a copy made by update().
   at::Tensor& parameter_shard() { return param_shard_; }
+  bool owns_master() const { return master_; }
   // Step count per parameter (flat index), identical on every rank. Writable (a restore).
   std::vector<int64_t>& steps() { return steps_; }
   const std::vector<int64_t>& steps() const { return steps_; }
-  // Stage 3, collective: for each unit in order, its parameters hold their full values while
-  // fn(unit) runs (gathered when `gather`, else zeros for fn to fill: after fn this rank's shard is
-  // copied out of them), then are freed. Memory: one unit. Stages 1-2: fn(unit) for each unit.
-  void with_each_unit(bool gather, const std::function<void(const ZeroUnit&)>& fn);
+  // Collective when owns_master(): for each unit in order, fn(unit, tensors) with one float32 tensor
+  // per parameter of the unit (in unit order, the parameters' shapes): `gather`: their values (the
+  // masters all-gathered, one unit at a time), to write; else zeros for fn to fill (a load): then this
+  // rank's master shard and, at stages 1-2, the parameters are set from them. Without a master the
+  // tensors are the float32 parameters themselves.
+  void with_each_unit(bool gather, const std::function<void(const ZeroUnit&, const std::vector<at::Tensor>&)>& fn);
 
  private:
   struct Param {
@@ -222,6 +232,7 @@ class ShardedAdamW : public models::BlockHooks {
   comm::Communicator& comm_;
   comm::Communicator* gather_comm_ = nullptr;
   int stage_ = 1;
+  bool master_ = false;           // the float32 parameter shard is the master (stage 3, or bfloat16 parameters)
   std::vector<Param> params_;     // flat index order
   std::vector<int64_t> offsets_;  // size params_.size() + 1
   std::vector<int64_t> steps_;
@@ -252,9 +263,9 @@ class ShardedAdamW : public models::BlockHooks {
   void materialize(size_t unit);
   void release(size_t unit);
   int64_t bucket_numel_ = kBucketNumel;
-  int64_t piece_ = 1;  // C: elements per rank and bucket (stage 1)
-  at::TensorOptions options_f_;
-  at::Tensor bucket_;  // stage 1: W * C, a bucket of gradients, then of gathered parameters
+  int64_t piece_ = 1;                        // C: elements per rank and bucket (stage 1)
+  at::TensorOptions options_f_, options_p_;  // float32; the parameters' (and gradient collectives') dtype
+  at::Tensor bucket_;                        // stage 1: W * C, a bucket of gradients, then of gathered parameters
   at::Tensor grad_shard_, param_shard_, exp_avg_, exp_avg_sq_;  // S each
   at::Tensor flags_;                                            // one float per parameter: has a gradient
   std::vector<char> any_;  // reduce_gradients(): parameters some rank has a gradient for

@@ -1,0 +1,64 @@
+// `meridian bench memory`: the closed-form memory per rank of a Llama config (tasks::lm_memory)
+// for every ZeRO stage, world size and parameter dtype: the table of docs/performance.md. The
+// measured side is `meridian train`'s "memory after 3 steps" line.
+#include <cstdio>
+#include <sstream>
+
+#include "commands.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/core/config.h"
+#include "meridian/core/error.h"
+#include "meridian/tasks/lm_task.h"
+
+namespace meridian::cli {
+
+Command bench_memory_command() {
+  Command c;
+  c.name = "bench memory";
+  c.summary = "Memory per rank of a Llama config (closed form) for DDP and ZeRO-1/2/3, float32 and bf16 parameters";
+  c.add_options = [](cxxopts::Options& o) {
+    // clang-format off
+    o.add_options()
+        ("config", "A Llama (task lm) config, e.g. jobs/configs/llama-7b.yaml", cxxopts::value<std::string>())
+        ("ranks", "World sizes, comma-separated", cxxopts::value<std::string>()->default_value("8,16"));
+    // clang-format on
+  };
+  c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
+    if (!p.count("config")) throw UserError("bench memory: give --config (a task lm config)");
+    const auto config = Config::load_file(p["config"].as<std::string>());
+    if (config.text("task.name") != "lm")
+      throw ConfigError(config.source("task.name"), "task.name",
+                        "bench memory needs a Llama config (task lm), got '" + config.text("task.name") + "'");
+    const auto model = models::LlamaConfig::from_config(config);
+    std::vector<int64_t> ranks;
+    std::stringstream list(p["ranks"].as<std::string>());
+    for (std::string item; std::getline(list, item, ',');) {
+      try {
+        ranks.push_back(std::stoll(item));
+      } catch (const std::exception&) {
+        throw UserError("bench memory: --ranks: '" + item + "' is not a number");
+      }
+      if (ranks.back() < 1) throw UserError("bench memory: --ranks: " + item + " is not a world size");
+    }
+    if (rt.rank() != 0) return 0;
+    const double gib = double(int64_t(1) << 30);
+    std::printf("bench memory: %s, %lld parameters (%lld per layer), per rank before activations, GiB\n",
+                config.origin().c_str(), (long long)model.parameter_count(), (long long)model.block_parameter_count());
+    std::printf("| ranks | setup | parameters | gradients | AdamW state | buffers | total | total GB |\n");
+    std::printf("|---:|---|---:|---:|---:|---:|---:|---:|\n");
+    for (const int64_t w : ranks)
+      for (const int64_t bytes : {int64_t(4), int64_t(2)})
+        for (int stage = bytes == 4 ? 0 : 1; stage <= 3; ++stage) {
+          const auto r = tasks::lm_memory(model, stage, w, bytes);
+          const std::string setup = (stage == 0 ? std::string("DDP") : "ZeRO-" + std::to_string(stage)) +
+                                    (bytes == 4 ? ", float32" : ", bf16 + float32 master");
+          std::printf("| %lld | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", (long long)w, setup.c_str(),
+                      r.parameter_bytes / gib, r.gradient_bytes / gib, r.optimizer_bytes / gib, r.buffer_bytes / gib,
+                      r.total() / gib, r.total() / 1e9);
+        }
+    return 0;
+  };
+  return c;
+}
+
+}  // namespace meridian::cli
