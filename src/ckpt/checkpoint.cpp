@@ -11,9 +11,11 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <thread>
 
 #include "meridian/ckpt/file.h"
 #include "meridian/comm/communicator.h"
+#include "meridian/comm/mpi_interop.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/files.h"
@@ -32,6 +34,7 @@ CheckpointSettings CheckpointSettings::from_config(const Config& c, const std::s
   s.keep_last = c.get<int64_t>("checkpoint.keep_last", s.keep_last);
   s.keep_every = c.get<int64_t>("checkpoint.keep_every", s.keep_every);
   s.at_end = c.get<bool>("checkpoint.at_end", s.at_end);
+  s.async = c.get<bool>("checkpoint.async", s.async);
   return s;
 }
 
@@ -46,6 +49,9 @@ void CheckpointSettings::declare(ConfigSchema& schema) {
                "also keep every checkpoint whose step is a multiple of this; 0: none")
       .at_least(0);
   schema.boolean("checkpoint.at_end", d.at_end, "save after the last step");
+  schema.boolean("checkpoint.async", d.async,
+                 "copy the state to host memory at the step and write it in the background while training goes on "
+                 "(at most one save in flight; latest moves when every rank's write is complete)");
 }
 
 namespace {
@@ -228,7 +234,8 @@ std::string optimizer_kind(train::Trainer& trainer) { return trainer.sgd() ? "sg
 // optim/<name>/step for every parameter; the moments as optim/<name>/{exp_avg, exp_avg_sq} (AdamW)
 // or, sharded, as optim/flat/{exp_avg, exp_avg_sq} in the flat order named by attribute optim_flat;
 // SGD: optim/<name>/momentum_buffer. Root attribute optimizer: adamw | sgd.
-void save_optimizer(Writer& w, train::Trainer& trainer) {
+template <class Sink>
+void save_optimizer(Sink& w, train::Trainer& trainer) {
   w.attribute("optimizer", optimizer_kind(trainer));
   if (auto* sgd = trainer.sgd()) {
     const auto names = flat_names(sgd->groups());
@@ -291,52 +298,126 @@ Config saved_config(const Reader& reader) {
   return Config::parse(reader.string_attribute("config").value_or(""), reader.path() + " (config)");
 }
 
-std::string save(const comm::Runtime& rt, train::Trainer& trainer, const Config& config, const CheckpointSettings& s) {
-  if (s.dir.empty()) throw UserError("checkpoint: no directory (give --run-dir or checkpoint.dir)");
-  const auto t0 = std::chrono::steady_clock::now();
+namespace {
+
+// Everything a checkpoint holds, through a Writer (a save now) or a Recorder (a host copy for a
+// background save). Collective (ZeRO's float32 masters are gathered unit by unit).
+template <class Sink>
+void write_contents(Sink& w, train::Trainer& trainer, const Config& config) {
   const train::TrainerState state = trainer.state();
-  const std::string final_path = s.dir + "/" + step_name(state.step), tmp = final_path + ".tmp";
+  auto& model = *trainer.task().model();
+  if (auto* zero = trainer.sharded_adamw()) {
+    // Unit by unit (the float32 masters gathered on every rank when they are sharded), each rank
+    // writing its share of the rows.
+    const auto names = flat_names(zero->groups());
+    zero->with_each_unit(/*gather=*/true, [&](const train::ZeroUnit& u, const std::vector<at::Tensor>& full) {
+      for (size_t k = 0; k < u.params.size(); ++k) w.replicated("model/" + names[u.params[k]], full[k]);
+    });
+  } else {
+    for (const auto& item : model.named_parameters()) w.replicated("model/" + item.key(), item.value());
+  }
+  for (const auto& item : model.named_buffers()) w.replicated("model/" + item.key(), item.value());
+  save_optimizer(w, trainer);
+  if (auto* ema = trainer.ema()) {
+    for (size_t i = 0; i < ema->names().size(); ++i) w.replicated("ema/" + ema->names()[i], ema->tensors()[i]);
+    w.attribute("ema_updates", ema->updates());
+  }
+  w.per_rank("torch_rng", cpu_generator().get_state());
+  const auto position = trainer.task().data_position();
+  w.attribute("step", state.step);
+  w.attribute("epoch", position.epoch);
+  w.attribute("position", position.position);
+  w.attribute("samples_seen", state.samples_seen);
+  w.attribute("bad_steps", state.bad_steps);
+  w.attribute("bad_in_a_row", state.bad_in_a_row);
+  w.attribute("global_batch", trainer.global_batch());
+  w.attribute("config", config.dump());
+  w.attribute("created_by", created_by());
+  w.attribute("time", now_text());
+}
+
+// A checkpoint's contents as host copies of what this rank writes (its share of the rows of every
+// replicated tensor, its shards, its own tensors), taken at the step boundary; replayed into a
+// Writer by the background thread.
+class Recorder {
+ public:
+  explicit Recorder(const comm::Runtime& rt) : rt_(rt) {}
+  void replicated(const std::string& name, const at::Tensor& tensor) {
+    items_.push_back({Item::Replicated, name, tensor.sizes().vec(), tensor.scalar_type(),
+                      copy(Writer::share_rows(tensor, rt_.rank(), rt_.size())), 0, 0, 0});
+  }
+  void sharded(const std::string& name, int64_t total, int64_t first, const at::Tensor& part, int64_t block) {
+    items_.push_back({Item::Sharded, name, {}, part.scalar_type(), copy(part), total, first, block});
+  }
+  void per_rank(const std::string& name, const at::Tensor& mine) {
+    items_.push_back({Item::PerRank, name, {}, mine.scalar_type(), copy(mine), 0, 0, 0});
+  }
+  void attribute(const std::string& name, int64_t value) { ints_.emplace_back(name, value); }
+  void attribute(const std::string& name, const std::string& value) { strings_.emplace_back(name, value); }
+
+  void replay(Writer& w) const {
+    for (const auto& item : items_) switch (item.kind) {
+        case Item::Replicated:
+          w.replicated_rows(item.name, item.shape, item.dtype, item.data);
+          break;
+        case Item::Sharded:
+          w.sharded(item.name, item.total, item.first, item.data, item.block);
+          break;
+        case Item::PerRank:
+          w.per_rank(item.name, item.data);
+          break;
+      }
+    for (const auto& [k, v] : ints_) w.attribute(k, v);
+    for (const auto& [k, v] : strings_) w.attribute(k, v);
+  }
+  int64_t bytes() const {
+    int64_t n = 0;
+    for (const auto& item : items_) n += int64_t(item.data.nbytes());
+    return n;
+  }
+
+ private:
+  static at::Tensor copy(const at::Tensor& t) {
+    const at::Tensor d = t.detach();
+    return (d.device().is_cpu() ? d.clone() : d.to(at::kCPU)).contiguous();
+  }
+  struct Item {
+    enum Kind { Replicated, Sharded, PerRank } kind;
+    std::string name;
+    std::vector<int64_t> shape;
+    at::ScalarType dtype;
+    at::Tensor data;
+    int64_t total, first, block;
+  };
+  const comm::Runtime& rt_;
+  std::vector<Item> items_;
+  std::vector<std::pair<std::string, int64_t>> ints_;
+  std::vector<std::pair<std::string, std::string>> strings_;
+};
+
+// Collective: every rank learns every rank's message (on `own` when given, else the world).
+std::vector<std::string> agree(const comm::Runtime& rt, const comm::OwnComm* own, const std::string& mine) {
+  return own ? comm::allgather_strings(rt, own->get(), mine) : rt.allgather(mine);
+}
+
+// Collective: creates the directory (rank 0), writes `fill` into step_<step>.h5.tmp, closes it, then
+// rank 0 renames it to step_<step>.h5, moves `latest` to it and applies retention. A failure on any
+// rank is a SystemError on every rank and leaves the previous checkpoint as `latest`.
+std::string write_checkpoint(const comm::Runtime& rt, const comm::OwnComm* own, const CheckpointSettings& s,
+                             int64_t step, const std::function<void(Writer&)>& fill) {
+  const std::string final_path = s.dir + "/" + step_name(step), tmp = final_path + ".tmp";
   std::string error;
   if (rt.rank() == 0) {
     std::error_code ec;
     fs::create_directories(s.dir, ec);
     if (ec) error = "cannot create the checkpoint directory '" + s.dir + "': " + ec.message();
   }
-  const auto errors = rt.allgather(error);
+  const auto errors = agree(rt, own, error);
   if (!errors[0].empty()) throw SystemError(errors[0]);
   try {
-    Writer w(rt, tmp);
-    auto& model = *trainer.task().model();
-    auto* zero = trainer.sharded_adamw();
-    if (zero) {
-      // Unit by unit (the float32 masters gathered on every rank when they are sharded), each rank
-      // writing its share of the rows.
-      const auto names = flat_names(zero->groups());
-      zero->with_each_unit(/*gather=*/true, [&](const train::ZeroUnit& u, const std::vector<at::Tensor>& full) {
-        for (size_t k = 0; k < u.params.size(); ++k) w.replicated("model/" + names[u.params[k]], full[k]);
-      });
-    } else {
-      for (const auto& item : model.named_parameters()) w.replicated("model/" + item.key(), item.value());
-    }
-    for (const auto& item : model.named_buffers()) w.replicated("model/" + item.key(), item.value());
-    save_optimizer(w, trainer);
-    if (auto* ema = trainer.ema()) {
-      for (size_t i = 0; i < ema->names().size(); ++i) w.replicated("ema/" + ema->names()[i], ema->tensors()[i]);
-      w.attribute("ema_updates", ema->updates());
-    }
-    w.per_rank("torch_rng", cpu_generator().get_state());
-    const auto position = trainer.task().data_position();
-    w.attribute("step", state.step);
-    w.attribute("epoch", position.epoch);
-    w.attribute("position", position.position);
-    w.attribute("samples_seen", state.samples_seen);
-    w.attribute("bad_steps", state.bad_steps);
-    w.attribute("bad_in_a_row", state.bad_in_a_row);
-    w.attribute("global_batch", trainer.global_batch());
-    w.attribute("config", config.dump());
-    w.attribute("created_by", created_by());
-    w.attribute("time", now_text());
-    w.close();
+    Writer w(rt, tmp, own);
+    fill(w);
+    w.close();  // agreed: every rank's writes are complete when it returns on any rank
   } catch (...) {
     if (rt.rank() == 0) {
       std::error_code ec;
@@ -344,13 +425,13 @@ std::string save(const comm::Runtime& rt, train::Trainer& trainer, const Config&
     }
     throw;
   }
-  rt.barrier();
   if (rt.rank() == 0) {
     try {
+      if (!is_checkpoint(tmp)) throw SystemError(tmp + ": written, but does not open as a checkpoint");
       std::error_code ec;
       fs::rename(tmp, final_path, ec);
       if (ec) throw SystemError("cannot rename " + tmp + ": " + ec.message());
-      write_file_atomically(s.dir + "/latest", step_name(state.step) + "\n");
+      write_file_atomically(s.dir + "/latest", step_name(step) + "\n");
       // Retention: the newest keep_last, plus multiples of keep_every.
       const auto all = list_checkpoints(s.dir);
       for (size_t i = size_t(s.keep_last); i < all.size(); ++i)
@@ -360,12 +441,22 @@ std::string save(const comm::Runtime& rt, train::Trainer& trainer, const Config&
       error = e.what();
     }
   }
-  const auto after = rt.allgather(error);
+  const auto after = agree(rt, own, error);
   if (!after[0].empty()) throw SystemError(after[0]);
-  if (rt.rank() == 0)
-    spdlog::info("checkpoint {} written in {:.2f} s", final_path,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return final_path;
+}
+
+}  // namespace
+
+std::string save(const comm::Runtime& rt, train::Trainer& trainer, const Config& config, const CheckpointSettings& s) {
+  if (s.dir.empty()) throw UserError("checkpoint: no directory (give --run-dir or checkpoint.dir)");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string path =
+      write_checkpoint(rt, nullptr, s, trainer.state().step, [&](Writer& w) { write_contents(w, trainer, config); });
+  if (rt.rank() == 0)
+    spdlog::info("checkpoint {} written in {:.2f} s (training waited for all of it)", path,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return path;
 }
 
 namespace {
@@ -629,8 +720,53 @@ void restore(const comm::Runtime& rt, train::Trainer& trainer, const ResumePoint
                  point.path, point.step, point.epoch, point.position, point.world_size, point.global_batch);
 }
 
+// The background save of checkpoint.async: one thread at a time, writing a Recorder through its own
+// duplicate of the world (so its collectives never meet the training's).
+struct Checkpointer::Background {
+  explicit Background(const comm::Runtime& runtime) : rt(runtime), comm(runtime) {}
+  ~Background() {
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      spdlog::error("checkpoint: the background save failed: {}", e.what());
+    }
+  }
+  // Collective (the thread's end is agreed inside it): waits for the save in flight; SystemError on
+  // every rank if it failed. Returns its path ("" when none was in flight).
+  std::string wait() {
+    if (!thread.joinable()) return "";
+    thread.join();
+    if (!error.empty()) throw SystemError(std::exchange(error, ""));
+    return path;
+  }
+  void start(std::shared_ptr<Recorder> contents, const CheckpointSettings& s, int64_t step, double stalled_s) {
+    path.clear();
+    thread = std::thread([this, contents, s, step, stalled_s] {
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        path = write_checkpoint(rt, &comm, s, step, [&](Writer& w) {
+          // Test hook: a long write (the .tmp file exists), so a test can kill a rank in the middle of it.
+          if (const char* delay = std::getenv("MERIDIAN_TEST_CKPT_DELAY_S"))
+            std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(delay)));
+          contents->replay(w);
+        });
+        if (rt.rank() == 0)
+          spdlog::info("checkpoint {} written in the background in {:.2f} s (training waited {:.3f} s for the copy)",
+                       path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), stalled_s);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+  }
+  const comm::Runtime& rt;
+  comm::OwnComm comm;
+  std::thread thread;
+  std::string path, error;  // set by the thread; read after join
+};
+
 Checkpointer::Checkpointer(const comm::Runtime& rt, train::Trainer& trainer, const Config& config,
                            CheckpointSettings s) {
+  if (s.async) background_ = std::make_unique<Background>(rt);
   auto last_time = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
   trainer.add_step_hook([&rt, config, s, last_time, this](train::Trainer& t, const train::StepEvent& e) {
     bool due = e.stopping || (e.last && s.at_end) || (s.every_steps > 0 && e.steps_done % s.every_steps == 0);
@@ -641,9 +777,26 @@ Checkpointer::Checkpointer(const comm::Runtime& rt, train::Trainer& trainer, con
       due = rt.max(int64_t(rt.rank() == 0 && late)) > 0 || due;
     }
     if (!due || s.dir.empty()) return;
-    last_ = save(rt, t, config, s);
     *last_time = std::chrono::steady_clock::now();
+    if (!background_) {
+      last_ = save(rt, t, config, s);
+      return;
+    }
+    // At most one save in flight: the previous one finishes first (usually long done).
+    const auto t0 = std::chrono::steady_clock::now();
+    if (auto done = background_->wait(); !done.empty()) last_ = done;
+    auto contents = std::make_shared<Recorder>(rt);
+    write_contents(*contents, t, config);
+    const double stalled = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rt.rank() == 0)
+      spdlog::info("checkpoint step {}: {:.3f} GB copied to host memory in {:.3f} s; writing in the background",
+                   e.steps_done, double(contents->bytes()) / 1e9, stalled);
+    background_->start(contents, s, e.steps_done, stalled);
+    // The run ends here: its last checkpoint must be complete before the process exits.
+    if (e.last || e.stopping) last_ = background_->wait();
   });
 }
+
+Checkpointer::~Checkpointer() = default;
 
 }  // namespace meridian::ckpt

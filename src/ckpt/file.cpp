@@ -127,6 +127,7 @@ struct Writer::Impl {
   // Every step below is collective file I/O: one stuck rank would hang every rank.
   comm::Watchdog watchdog;
   MPI_Comm comm = MPI_COMM_NULL;
+  bool owns_comm = true;  // a duplicate of the world made for this file (else the caller's OwnComm)
   h5::Id file, xfer, lcpl;
   // Per dataset, in creation order (the same on every rank): this rank's block checksums.
   struct Pending {
@@ -152,7 +153,7 @@ struct Writer::Impl {
     } catch (const std::exception& e) {
       error = e.what();
     }
-    const auto errors = rt.allgather(error);
+    const auto errors = comm::allgather_strings(rt, comm, error);
     watchdog.end(op);
     for (size_t r = 0; r < errors.size(); ++r)
       if (!errors[r].empty())
@@ -183,13 +184,15 @@ struct Writer::Impl {
   }
 };
 
-Writer::Writer(const comm::Runtime& runtime, const std::string& path) : impl_(std::make_unique<Impl>(runtime, path)) {
+Writer::Writer(const comm::Runtime& runtime, const std::string& path, const comm::OwnComm* own)
+    : impl_(std::make_unique<Impl>(runtime, path)) {
   auto& m = *impl_;
-  m.comm = comm::duplicate_world(runtime);
+  m.owns_comm = own == nullptr;
+  m.comm = own ? own->get() : comm::duplicate_world(runtime);
   try {
     m.create();
   } catch (...) {
-    comm::free_comm(m.comm);
+    if (m.owns_comm) comm::free_comm(m.comm);
     throw;
   }
 }
@@ -223,27 +226,45 @@ Writer::~Writer() {
     m.lcpl.reset();
     m.file.release();
   }
-  comm::free_comm(m.comm);
+  if (m.owns_comm) comm::free_comm(m.comm);
+}
+
+std::pair<int64_t, int64_t> Writer::share(const at::Tensor& tensor, int rank, int world) {
+  const int64_t rows = rows_of(tensor), block_rows = block_rows_for(tensor);
+  const int64_t blocks = (rows + block_rows - 1) / block_rows;
+  const int64_t b0 = blocks * rank / world, b1 = blocks * (rank + 1) / world;
+  return {b0 * block_rows, std::min(rows, b1 * block_rows)};
+}
+
+at::Tensor Writer::share_rows(const at::Tensor& tensor, int rank, int world) {
+  const at::Tensor whole = tensor.detach();
+  const auto [first, last] = share(whole, rank, world);
+  return (whole.dim() == 0 ? whole.reshape({1}) : whole).narrow(0, first, std::max<int64_t>(0, last - first));
 }
 
 void Writer::replicated(const std::string& name, const at::Tensor& tensor) {
   auto& m = *impl_;
-  const at::Tensor whole = tensor.detach();
-  const TypeInfo type = type_info(whole.scalar_type());
-  const int64_t rows = rows_of(whole), block_rows = block_rows_for(whole);
-  const int64_t blocks = (rows + block_rows - 1) / block_rows;
-  const int64_t b0 = blocks * m.rt.rank() / m.rt.size(), b1 = blocks * (m.rt.rank() + 1) / m.rt.size();
-  const int64_t first = b0 * block_rows, last = std::min(rows, b1 * block_rows);
   // Only this rank's rows come to the host.
-  const at::Tensor mine = (whole.dim() == 0 ? whole.reshape({1}) : whole)
-                              .narrow(0, first, std::max<int64_t>(0, last - first))
-                              .to(at::kCPU)
-                              .contiguous();
+  replicated_rows(name, tensor.sizes().vec(), tensor.scalar_type(),
+                  share_rows(tensor, m.rt.rank(), m.rt.size()).to(at::kCPU).contiguous());
+}
+
+void Writer::replicated_rows(const std::string& name, const std::vector<int64_t>& shape, at::ScalarType dtype,
+                             const at::Tensor& rows_part) {
+  auto& m = *impl_;
+  const at::Tensor whole = at::empty(shape, at::TensorOptions().dtype(dtype).device(at::kMeta));
+  const TypeInfo type = type_info(dtype);
+  const int64_t rows = rows_of(whole), block_rows = block_rows_for(whole);
+  const auto [first, last] = share(whole, m.rt.rank(), m.rt.size());
+  const at::Tensor mine = rows_part.to(at::kCPU).contiguous();
+  if (mine.size(0) != std::max<int64_t>(0, last - first))
+    throw std::invalid_argument("replicated_rows '" + name + "': " + std::to_string(mine.size(0)) +
+                                " rows given, this rank's share is " + std::to_string(last - first));
   const int64_t row_bytes = last > first ? int64_t(mine.nbytes()) / (last - first) : 0;
   m.create_and_write(name, shape_of(whole), type, first, last - first, mine.data_ptr());
   Impl::Pending p{name, type.name, block_rows, {}};
-  for (int64_t b = b0; b < b1; ++b) {
-    const int64_t a = b * block_rows, e = std::min(rows, a + block_rows);
+  for (int64_t a = first; a < last; a += block_rows) {
+    const int64_t e = std::min(rows, a + block_rows);
     p.crcs.push_back(
         crc32c(static_cast<const uint8_t*>(mine.data_ptr()) + (a - first) * row_bytes, size_t((e - a) * row_bytes)));
   }
@@ -278,7 +299,7 @@ void Writer::per_rank(const std::string& name, const at::Tensor& mine) {
   // Every rank creates every rank's dataset (creation is collective), then writes only its own.
   std::string shape = type_info(t.scalar_type()).name;
   for (auto s : t.sizes()) shape += " " + std::to_string(s);
-  const auto shapes = m.rt.allgather(shape);
+  const auto shapes = comm::allgather_strings(m.rt, m.comm, shape);
   for (int r = 0; r < m.rt.size(); ++r) {
     std::stringstream ss(shapes[size_t(r)]);
     std::string dtype;
@@ -308,7 +329,7 @@ void Writer::close() {
     mine.append(reinterpret_cast<const char*>(&n), 4);
     mine.append(reinterpret_cast<const char*>(p.crcs.data()), p.crcs.size() * 4);
   }
-  const auto all = m.rt.allgather(mine);
+  const auto all = comm::allgather_strings(m.rt, m.comm, mine);
   std::vector<std::vector<uint32_t>> crcs(m.pending.size());
   for (const auto& from : all) {
     size_t at = 0;
@@ -326,7 +347,7 @@ void Writer::close() {
   std::string attrs;
   for (const auto& [k, v] : m.int_attrs) attrs += "i" + k + '\0' + std::to_string(v) + '\0';
   for (const auto& [k, v] : m.string_attrs) attrs += "s" + k + '\0' + v + '\0';
-  const std::string root_attrs = m.rt.allgather(attrs)[0];
+  const std::string root_attrs = comm::allgather_strings(m.rt, m.comm, attrs)[0];
   m.agreed("attributes", [&] {
     const auto locked = h5::lock();
     h5::QuietErrors quiet;

@@ -179,20 +179,7 @@ std::vector<std::string> Runtime::gather_to_root(const std::string& mine) const 
 }
 
 std::vector<std::string> Runtime::allgather(const std::string& mine) const {
-  const int len = static_cast<int>(mine.size());
-  std::vector<int> lens(size_), offsets;
-  std::string all;
-  watched("allgather of strings", [&] {
-    MERIDIAN_MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD));
-    int total = 0;
-    for (int l : lens) offsets.push_back(total), total += l;
-    all.assign(total, '\0');
-    MERIDIAN_MPI_CHECK(
-        MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD));
-  });
-  std::vector<std::string> out;
-  for (int r = 0; r < size_; ++r) out.push_back(all.substr(offsets[r], lens[r]));
-  return out;
+  return allgather_strings(*this, MPI_COMM_WORLD, mine);
 }
 
 bool Runtime::all_true(bool ok) const {
@@ -266,6 +253,23 @@ MPI_Comm duplicate_world(const Runtime& runtime) {
   MPI_Comm comm;
   runtime.watched("MPI_Comm_dup of the world", [&] { MERIDIAN_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm)); });
   return comm;
+}
+
+std::vector<std::string> allgather_strings(const Runtime& runtime, MPI_Comm comm, const std::string& mine) {
+  const int len = static_cast<int>(mine.size());
+  std::vector<int> lens(size_t(runtime.size())), offsets;
+  std::string all;
+  runtime.watched("allgather of strings", [&] {
+    MERIDIAN_MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
+    int total = 0;
+    for (int l : lens) offsets.push_back(total), total += l;
+    all.assign(total, '\0');
+    MERIDIAN_MPI_CHECK(
+        MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, comm));
+  });
+  std::vector<std::string> out;
+  for (int r = 0; r < runtime.size(); ++r) out.push_back(all.substr(offsets[r], lens[r]));
+  return out;
 }
 
 void free_comm(MPI_Comm& comm) {

@@ -50,6 +50,7 @@ struct CheckpointSettings {
   int64_t keep_last = 3;     // checkpoints kept (older ones deleted), >= 1
   int64_t keep_every = 0;    // also keep every checkpoint whose step is a multiple of this (0: none)
   bool at_end = true;        // save after the last step
+  bool async = false;        // copy to host memory at the step, write in a background thread
   static CheckpointSettings from_config(const Config& config, const std::string& run_dir);
   // Declares the checkpoint: keys (types, defaults from this struct, ranges, meanings).
   static void declare(ConfigSchema& schema);
@@ -117,13 +118,23 @@ void load_module(const std::string& path, torch::nn::Module& module);
 
 // Saves every `every_steps` steps / `every_minutes` minutes, after the last step (at_end), and when
 // the trainer stops on a signal (SIGTERM/SIGUSR1): registers a step hook on the trainer.
+// checkpoint.async: at the step, every rank copies what it writes (its share of the rows, its
+// shards) to host memory, then a background thread writes the file through its own duplicate of
+// the world while training goes on; the next save first waits for it (at most one in flight), and
+// the last one (end of run, stop) is waited for before the hook returns. `latest` moves only after
+// every rank's write completed (agreed) and the file opens: a rank killed during a background
+// write leaves the previous checkpoint as `latest`. A failed background write is a SystemError on
+// every rank at the next save (or at the end of the run).
 class Checkpointer {
  public:
   Checkpointer(const comm::Runtime& runtime, train::Trainer& trainer, const Config& config,
                CheckpointSettings settings);
+  ~Checkpointer();  // waits for a background save in flight (logs, does not throw, if it failed)
   const std::string& last_saved() const { return last_; }
 
  private:
+  struct Background;
+  std::unique_ptr<Background> background_;
   std::string last_;
 };
 

@@ -20,19 +20,23 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace meridian::comm {
 class Runtime;
-}
+class OwnComm;
+}  // namespace meridian::comm
 
 namespace meridian::ckpt {
 
 class Writer {
  public:
   // Collective: creates (truncates) `path` with the MPI-IO driver. SystemError naming the path
-  // when it cannot be created.
-  Writer(const comm::Runtime& runtime, const std::string& path);
+  // when it cannot be created. Every collective of the writer runs on `comm` (not owned; a
+  // background writer's own duplicate of the world) or, when null, on a duplicate made for it; the
+  // writer may then live on any one thread per rank (HDF5 itself is serialised by h5::lock()).
+  Writer(const comm::Runtime& runtime, const std::string& path, const comm::OwnComm* comm = nullptr);
   ~Writer();  // closes if close() was not called (not collective when unwinding: handles dropped)
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
@@ -40,6 +44,14 @@ class Writer {
   // Collective: every rank passes the same name and a tensor of the same shape and dtype (its
   // values are taken from each rank's own copy of its share of rows).
   void replicated(const std::string& name, const at::Tensor& tensor);
+  // The same write from this rank's share of the rows only (share_rows() of the whole tensor, on any
+  // device): what an asynchronous save keeps of a replicated tensor.
+  void replicated_rows(const std::string& name, const std::vector<int64_t>& shape, at::ScalarType dtype,
+                       const at::Tensor& rows);
+  // Rows [first, last) of `tensor` (dimension 0; one row for a 0-dim tensor) that rank `rank` of
+  // `world` writes of a replicated tensor, and those rows as a view.
+  static std::pair<int64_t, int64_t> share(const at::Tensor& tensor, int rank, int world);
+  static at::Tensor share_rows(const at::Tensor& tensor, int rank, int world);
   // Collective: a 1-D tensor of `total` elements that no rank holds whole (ZeRO's optimizer
   // shards). Rank r passes its elements [first, first + part.numel()); the ranges must be in rank
   // order and together cover [0, total) without overlap (a rank may pass an empty part). Every
