@@ -785,12 +785,17 @@ Checkpointer::Checkpointer(const comm::Runtime& rt, train::Trainer& trainer, con
     // At most one save in flight: the previous one finishes first (usually long done).
     const auto t0 = std::chrono::steady_clock::now();
     if (auto done = background_->wait(); !done.empty()) last_ = done;
+    const auto t1 = std::chrono::steady_clock::now();
     auto contents = std::make_shared<Recorder>(rt);
     write_contents(*contents, t, config);
-    const double stalled = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto t2 = std::chrono::steady_clock::now();
+    const double stalled = std::chrono::duration<double>(t2 - t0).count();
     if (rt.rank() == 0)
-      spdlog::info("checkpoint step {}: {:.3f} GB copied to host memory in {:.3f} s; writing in the background",
-                   e.steps_done, double(contents->bytes()) / 1e9, stalled);
+      spdlog::info(
+          "checkpoint step {}: {:.3f} GB (rank 0's part) copied to host memory in {:.3f} s, after waiting {:.3f} s for "
+          "the previous save; writing in the background",
+          e.steps_done, double(contents->bytes()) / 1e9, std::chrono::duration<double>(t2 - t1).count(),
+          std::chrono::duration<double>(t1 - t0).count());
     background_->start(contents, s, e.steps_done, stalled);
     // The run ends here: its last checkpoint must be complete before the process exits.
     if (e.last || e.stopping) last_ = background_->wait();

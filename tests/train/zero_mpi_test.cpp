@@ -219,6 +219,106 @@ TEST_F(Zero, ParameterWithoutGradientIsUntouched) {
   expect_identical_across_ranks(sharded);
 }
 
+// Stages 2 and 3 in units of at most 20 elements (no blocks: every parameter in buckets; fc1.weight,
+// 42 elements, is a unit alone), with the parameter no rank uses and the one only rank 0 uses from
+// step 2 on: the same parameters, moments and step counts as stage 1. Backward reduces units on
+// rank 0 that rank 1 only reduces in end_backward (its hooks never fire for rank0_only): the fixed
+// order keeps the collectives matched. Stage 3 frees the parameters between steps.
+TEST_F(Zero, StagesTwoAndThreeMatchStageOne) {
+  const train::AdamWOptions options{0.05, 0.9, 0.999, 1e-8};
+  Model one(true);
+  train::ShardedAdamW zero_one(one.groups(), options, communicator());
+  for (int t = 0; t < 5; ++t) {
+    one.zero_grad();
+    one.loss(runtime().rank(), t).backward();
+    zero_one.set_lr(lr_at(t));
+    zero_one.step();
+  }
+  for (const int stage : {2, 3}) {
+    Model model(true);
+    train::ZeroOptions zo;
+    zo.stage = stage;
+    zo.bucket_numel = 20;
+    train::ShardedAdamW zero(model.groups(), options, communicator(), zo);
+    EXPECT_EQ(zero.units().size(),
+              4u);  // [fc1.weight] [fc2.weight] [unused fc1.bias norm.weight] [norm.bias fc2.bias rank0_only]
+    if (stage == 3) EXPECT_EQ(model.fc1->weight.numel(), 0);  // freed until gathered
+    for (int t = 0; t < 5; ++t) {
+      model.zero_grad();
+      zero.gather_outside_blocks();  // stage 3: every unit (no blocks); nothing at stage 2
+      model.loss(runtime().rank(), t).backward();
+      zero.set_lr(lr_at(t));
+      zero.step();  // end_backward, reduce_gradients, update
+      for (const auto& p : model.params()) EXPECT_FALSE(p.grad().defined()) << "stage " << stage;  // dropped
+    }
+    zero.gather_outside_blocks();
+    const auto a = model.flat().cpu(), b = one.flat().cpu();
+    zero.release_all();
+    const double diff = (a - b).abs().max().item<double>();
+    if (runtime().rank() == 0)
+      std::printf("[ zero ] %d ranks: stage %d vs stage 1: max difference %.3g (%s)\n", runtime().size(), stage, diff,
+                  torch::equal(a, b) ? "bit-identical" : "not bit-identical");
+    if (runtime().size() <= 2) EXPECT_TRUE(torch::equal(a, b)) << "stage " << stage << ": " << diff;
+    EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << "stage " << stage << ": " << diff;
+    EXPECT_EQ(zero.steps(), zero_one.steps()) << "stage " << stage;
+    EXPECT_EQ(zero.steps()[2], 0);  // unused
+    EXPECT_EQ(zero.steps()[7], 3);  // rank0_only, from step 2 on
+    // The moments by parameter, whichever layout holds them: gathered from every rank's shards.
+    auto moments_of = [&](train::ShardedAdamW& z) {
+      std::vector<at::Tensor> per_param(size_t(z.offsets().size() - 1));
+      for (const auto& u : z.units()) {
+        at::Tensor all = at::empty({z.world_size() * u.shard_numel}, z.exp_avg_sq_shard().options());
+        communicator().allgather(z.exp_avg_sq_shard().narrow(0, u.base, u.shard_numel), all);
+        for (size_t k = 0; k < u.params.size(); ++k)
+          per_param[u.params[k]] = all.narrow(0, u.offsets[k], u.offsets[k + 1] - u.offsets[k]).cpu();
+      }
+      return per_param;
+    };
+    const auto mine = moments_of(zero), theirs = moments_of(zero_one);
+    for (size_t i = 0; i < mine.size(); ++i) EXPECT_TRUE(torch::allclose(mine[i], theirs[i], 1e-5, 1e-10)) << i;
+  }
+}
+
+// bfloat16 parameters with float32 masters: the parameters are bfloat16 roundings of the masters
+// after every update, the masters follow AdamW on the bfloat16 gradients.
+TEST_F(Zero, BFloat16ParametersKeepFloat32Masters) {
+  const train::AdamWOptions options{0.05, 0.9, 0.999, 1e-8};
+  for (const int stage : {1, 2, 3}) {
+    Model model(false);
+    train::ZeroOptions zo;
+    zo.stage = stage;
+    zo.bucket_numel = 20;
+    zo.param_dtype = at::kBFloat16;
+    train::ShardedAdamW zero(model.groups(), options, communicator(), zo);
+    EXPECT_TRUE(zero.owns_master());
+    for (int t = 0; t < 3; ++t) {
+      model.zero_grad();
+      zero.gather_outside_blocks();
+      // The test model's input is float32: the loss in float32 from bfloat16 weights.
+      torch::manual_seed(1000 + 100 * t + runtime().rank());
+      const auto x = torch::randn({4, 7}).to(runtime().device());
+      const auto y = torch::randn({4, 3}).to(runtime().device());
+      auto h = torch::nn::functional::linear(x.to(at::kBFloat16), model.fc1->weight, model.fc1->bias);
+      h = torch::tanh(model.norm(h));
+      const auto out = torch::nn::functional::linear(h, model.fc2->weight, model.fc2->bias).to(at::kFloat);
+      torch::mse_loss(out, y).backward();
+      zero.set_lr(lr_at(t));
+      zero.step();
+    }
+    zero.gather_outside_blocks();
+    for (const auto& p : model.params()) EXPECT_EQ(p.scalar_type(), at::kBFloat16) << "stage " << stage;
+    // Each parameter is its master rounded to bfloat16 (the masters gathered in float32).
+    zero.with_each_unit(true, [&](const train::ZeroUnit& u, const std::vector<at::Tensor>& full) {
+      for (size_t k = 0; k < u.params.size(); ++k) {
+        const auto p = model.params()[u.params[k]].detach().cpu();
+        EXPECT_EQ(full[k].scalar_type(), at::kFloat);
+        EXPECT_TRUE(torch::equal(full[k].cpu().to(at::kBFloat16), p)) << "stage " << stage << " parameter " << k;
+      }
+    });
+    zero.release_all();
+  }
+}
+
 TEST(ZeroLayout, ShardsAboveTheAlignmentAreMultiplesOfIt) {
   const int64_t a = train::kShardAlign;
   EXPECT_EQ(train::zero_shard_numel(81, 4), 21);            // small: ceil(N / W)
