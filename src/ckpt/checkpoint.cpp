@@ -313,6 +313,8 @@ void write_contents(Sink& w, train::Trainer& trainer, const Config& config) {
     zero->with_each_unit(/*gather=*/true, [&](const train::ZeroUnit& u, const std::vector<at::Tensor>& full) {
       for (size_t k = 0; k < u.params.size(); ++k) w.replicated("model/" + names[u.params[k]], full[k]);
     });
+    for (const auto& item : model.named_parameters())  // frozen ones (LoRA's base): not the optimizer's
+      if (!item.value().requires_grad()) w.replicated("model/" + item.key(), item.value());
   } else {
     for (const auto& item : model.named_parameters()) w.replicated("model/" + item.key(), item.value());
   }
@@ -685,6 +687,8 @@ void restore(const comm::Runtime& rt, train::Trainer& trainer, const ResumePoint
     zero->with_each_unit(/*gather=*/false, [&](const train::ZeroUnit& u, const std::vector<at::Tensor>& full) {
       for (size_t k = 0; k < u.params.size(); ++k) load("model/" + names[u.params[k]], full[k]);
     });
+    for (const auto& item : trainer.task().model()->named_parameters())
+      if (!item.value().requires_grad()) load("model/" + item.key(), item.value());
     for (const auto& item : trainer.task().model()->named_buffers()) load("model/" + item.key(), item.value());
   } else {
     load.module(*trainer.task().model(), "model/");

@@ -8,6 +8,7 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/core/config.h"
 #include "meridian/core/error.h"
+#include "meridian/models/lora.h"
 #include "meridian/tasks/lm_task.h"
 
 namespace meridian::cli {
@@ -20,7 +21,8 @@ Command bench_memory_command() {
     // clang-format off
     o.add_options()
         ("config", "A Llama (task lm) config, e.g. jobs/configs/llama-7b.yaml", cxxopts::value<std::string>())
-        ("ranks", "World sizes, comma-separated", cxxopts::value<std::string>()->default_value("8,16"));
+        ("ranks", "World sizes, comma-separated", cxxopts::value<std::string>()->default_value("8,16"))
+        ("lora", "Also LoRA rows, adapters of this rank on the config's task.lora.targets (default q_proj, v_proj); 0: none", cxxopts::value<int64_t>()->default_value("0"));
     // clang-format on
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
@@ -46,16 +48,30 @@ Command bench_memory_command() {
                 config.origin().c_str(), (long long)model.parameter_count(), (long long)model.block_parameter_count());
     std::printf("| ranks | setup | parameters | gradients | AdamW state | buffers | total | total GB |\n");
     std::printf("|---:|---|---:|---:|---:|---:|---:|---:|\n");
-    for (const int64_t w : ranks)
+    auto lora = models::LoraConfig::from_config(config);
+    lora.rank = p["lora"].as<int64_t>();
+    auto row = [&](int64_t w, const std::string& setup, const train::ZeroMemoryReport& r) {
+      std::printf("| %lld | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", (long long)w, setup.c_str(),
+                  r.parameter_bytes / gib, r.gradient_bytes / gib, r.optimizer_bytes / gib, r.buffer_bytes / gib,
+                  r.total() / gib, r.total() / 1e9);
+    };
+    for (const int64_t w : ranks) {
       for (const int64_t bytes : {int64_t(4), int64_t(2)})
-        for (int stage = bytes == 4 ? 0 : 1; stage <= 3; ++stage) {
-          const auto r = tasks::lm_memory(model, stage, w, bytes);
-          const std::string setup = (stage == 0 ? std::string("DDP") : "ZeRO-" + std::to_string(stage)) +
-                                    (bytes == 4 ? ", float32" : ", bf16 + float32 master");
-          std::printf("| %lld | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", (long long)w, setup.c_str(),
-                      r.parameter_bytes / gib, r.gradient_bytes / gib, r.optimizer_bytes / gib, r.buffer_bytes / gib,
-                      r.total() / gib, r.total() / 1e9);
+        for (int stage = bytes == 4 ? 0 : 1; stage <= 3; ++stage)
+          row(w,
+              (stage == 0 ? std::string("DDP") : "ZeRO-" + std::to_string(stage)) +
+                  (bytes == 4 ? ", float32" : ", bf16 + float32 master"),
+              tasks::lm_memory(model, stage, w, bytes));
+      if (!lora.enabled()) continue;
+      for (const int64_t bytes : {int64_t(4), int64_t(2)})
+        for (const int stage : {0, 3}) {
+          if (bytes == 2 && stage == 0) continue;  // a bfloat16 base comes with optim.zero only
+          row(w,
+              "LoRA r=" + std::to_string(lora.rank) + " on " + std::to_string(lora.targets.size()) + " targets, " +
+                  (bytes == 4 ? "float32 base" : "bf16 base") + (stage == 0 ? ", DDP" : ", ZeRO-3 (adapters sharded)"),
+              tasks::lm_memory(model, stage, w, bytes, &lora));
         }
+    }
     return 0;
   };
   return c;

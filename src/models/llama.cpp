@@ -104,9 +104,7 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& c)
     : heads_(c.heads), kv_heads_(c.kv_heads), head_dim_(c.head_dim()) {
-  auto linear = [](int64_t in, int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
-  };
+  auto linear = [](int64_t in, int64_t out) { return LoraLinear(in, out); };
   q_proj_ = register_module("q_proj", linear(c.dim, c.heads * head_dim_));
   k_proj_ = register_module("k_proj", linear(c.dim, c.kv_heads * head_dim_));
   v_proj_ = register_module("v_proj", linear(c.dim, c.kv_heads * head_dim_));
@@ -142,9 +140,7 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
 }
 
 LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& c) {
-  auto linear = [](int64_t in, int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
-  };
+  auto linear = [](int64_t in, int64_t out) { return LoraLinear(in, out); };
   gate_proj_ = register_module("gate_proj", linear(c.dim, c.hidden));
   up_proj_ = register_module("up_proj", linear(c.dim, c.hidden));
   down_proj_ = register_module("down_proj", linear(c.hidden, c.dim));

@@ -1,9 +1,13 @@
 #include "meridian/tasks/lm_task.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <map>
 
+#include "meridian/ckpt/checkpoint.h"
+#include "meridian/ckpt/file.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
@@ -35,7 +39,26 @@ std::pair<at::Tensor, int64_t> token_loss_sum(models::Llama& model, const at::Te
 }  // namespace
 
 train::ZeroMemoryReport lm_memory(const models::LlamaConfig& model, int stage, int64_t world,
-                                  int64_t parameter_element_bytes) {
+                                  int64_t parameter_element_bytes, const models::LoraConfig* lora) {
+  if (lora && lora->enabled()) {
+    // Adapters only are trained (one unit per layer); the base is frozen and replicated.
+    const int64_t d = model.head_dim();
+    const std::map<std::string, std::pair<int64_t, int64_t>> shapes{
+        {"q_proj", {model.dim, model.heads * d}},    {"k_proj", {model.dim, model.kv_heads * d}},
+        {"v_proj", {model.dim, model.kv_heads * d}}, {"o_proj", {model.heads * d, model.dim}},
+        {"gate_proj", {model.dim, model.hidden}},    {"up_proj", {model.dim, model.hidden}},
+        {"down_proj", {model.hidden, model.dim}}};
+    int64_t per_layer = 0;
+    for (const auto& target : lora->targets) {
+      const auto it = shapes.find(target);
+      if (it != shapes.end()) per_layer += lora->rank * (it->second.first + it->second.second);
+    }
+    auto r = train::ZeroMemoryReport::of_stage(stage, per_layer * model.layers, world, per_layer, 0,
+                                               parameter_element_bytes);
+    r.frozen_bytes = parameter_element_bytes * model.parameter_count();
+    r.parameter_bytes += r.frozen_bytes;
+    return r;
+  }
   const int64_t n = model.parameter_count(), block = model.block_parameter_count();
   const int64_t outside = n - model.layers * block;
   // Units outside blocks hold at most kBucketNumel elements unless one parameter is larger.
@@ -80,9 +103,38 @@ struct LmTask::Impl {
     model = models::Llama(mc);
     const std::string init = c.get<std::string>("task.init", "");
     if (!init.empty()) models::load_into(*model, models::load_safetensors(init), nullptr, init);
+    // LoRA: adapters on the targets (after the base weights are in), everything else frozen.
+    const auto lora = models::LoraConfig::from_config(c);
+    if (lora.enabled()) {
+      const int64_t layers = models::apply_lora(*model, lora);
+      int64_t trainable = 0, all = 0;
+      for (const auto& p : model->parameters()) all += p.numel(), trainable += p.requires_grad() ? p.numel() : 0;
+      if (rt.rank() == 0)
+        spdlog::info("LoRA: rank {}, alpha {}, dropout {} on {} layers ({}): {} of {} parameters trained", lora.rank,
+                     lora.alpha, lora.dropout, layers, fmt::join(lora.targets, ", "), trainable, all);
+    }
     model->to(rt.device());
   }
 };
+
+models::Llama load_lm(const std::string& checkpoint) {
+  ckpt::Reader reader(checkpoint);
+  const Config config = ckpt::saved_config(reader);
+  auto mc = models::LlamaConfig::from_config(config);
+  mc.vocab_size = reader.shape("model/model.embed_tokens.weight").at(0);  // raised to the tokenizer's in training
+  models::Llama model(mc);
+  const auto lora = models::LoraConfig::from_config(config);
+  if (lora.enabled()) models::apply_lora(*model, lora);
+  ckpt::load_module(checkpoint, *model);
+  return model;
+}
+
+int64_t export_merged(const std::string& checkpoint, const std::string& out) {
+  auto model = load_lm(checkpoint);
+  const auto merged = models::merged_weights(*model);
+  models::save_safetensors(out, merged, {{"format", "pt"}, {"source", checkpoint}});
+  return int64_t(merged.size());
+}
 
 void LmTask::declare(ConfigSchema& schema) {
   models::LlamaConfig::declare(schema);
@@ -93,6 +145,7 @@ void LmTask::declare(ConfigSchema& schema) {
   schema.choice("data.mode", {"pack", "pad"}, "pack",
                 "pack: windows of the token stream; pad: one document per sequence");
   schema.string("task.init", "", "safetensors file with the initial weights (Hugging Face names); '': random");
+  models::LoraConfig::declare(schema);
 }
 
 LmTask::LmTask(const comm::Runtime& rt, const Config& config, const std::string& train_data, train::DataPosition start)

@@ -341,6 +341,7 @@ struct Trainer::Impl {
     // AdamW with two groups: decayed and not (Task::decays; biases, norms, temperature, bias).
     ParamGroup decaying{{}, s.weight_decay, {}}, constant{{}, 0.0, {}};
     for (const auto& item : model->named_parameters()) {
+      if (!item.value().requires_grad()) continue;  // frozen (LoRA's base weights): not trained
       auto& group = task.decays(item.key(), item.value()) ? decaying : constant;
       group.params.push_back(item.value());
       group.names.push_back(item.key());
@@ -363,6 +364,9 @@ struct Trainer::Impl {
     } else {
       optimizer = std::make_unique<AdamW>(std::vector<ParamGroup>{decaying, constant}, adamw_options);
     }
+    if (parameter_dtype() != at::kFloat)  // frozen parameters (LoRA's base) in bfloat16 too: no master needed
+      for (auto& p : model->parameters())
+        if (!p.requires_grad() && p.is_floating_point()) p.set_data(p.detach().to(parameter_dtype()));
 
     // After the broadcast: every rank starts its EMA from the same weights.
     if (s.ema > 0) ema = std::make_unique<Ema>(*model, s.ema, s.ema_tau);
@@ -380,7 +384,7 @@ struct Trainer::Impl {
       bar = s.progress == Progress::Bar ||
             (s.progress == Progress::Auto && isatty(fileno(stdout)) && !std::getenv("OMPI_COMM_WORLD_RANK"));
       spdlog::info(
-          "{}: {:.2f}M parameters ({} tensors with weight decay {}, {} without: {} values), {:.3f} GFLOP per "
+          "{}: {:.2f}M trained parameters ({} tensors with weight decay {}, {} without: {} values), {:.3f} GFLOP per "
           "sample forward; {} ranks ({} node{}) x batch {} x accumulate {} = {} samples per step; {} steps; {}",
           task.name(), (decayed_count + plain_count) / 1e6, decaying.params.size(), s.weight_decay,
           constant.params.size(), plain_count, task.flops_per_sample() / 1e9, rt.size(), rt.node_count(),

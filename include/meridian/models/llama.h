@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "meridian/models/blocks.h"
+#include "meridian/models/lora.h"
 
 namespace meridian {
 class Config;
@@ -82,7 +83,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
-  torch::nn::Linear q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};
+  LoraLinear q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, o_proj_{nullptr};  // LoRA-capable
 };
 TORCH_MODULE(LlamaAttention);
 
@@ -92,7 +93,7 @@ class LlamaMlpImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);  // down(silu(gate(x)) * up(x))
 
  private:
-  torch::nn::Linear gate_proj_{nullptr}, up_proj_{nullptr}, down_proj_{nullptr};
+  LoraLinear gate_proj_{nullptr}, up_proj_{nullptr}, down_proj_{nullptr};
 };
 TORCH_MODULE(LlamaMlp);
 

@@ -26,9 +26,19 @@ namespace meridian::tasks {
 // Not collective: the closed-form memory per rank of training `model` on `world` ranks with ZeRO
 // stage `stage` (0: DistributedDataParallel + AdamW), float32 or bfloat16 parameters (2 bytes;
 // float32 master shards), before activations: a unit per decoder layer, the embedding, final norm
-// and head outside blocks (what train::ShardedAdamW builds for this model).
+// and head outside blocks (what train::ShardedAdamW builds for this model). With `lora` enabled:
+// only the adapters are trained (a unit per layer) and the base is frozen, replicated, in the
+// parameters' dtype (bfloat16 with train.precision bf16 and optim.zero).
 train::ZeroMemoryReport lm_memory(const models::LlamaConfig& model, int stage, int64_t world,
-                                  int64_t parameter_element_bytes = 4);
+                                  int64_t parameter_element_bytes = 4, const models::LoraConfig* lora = nullptr);
+
+// Not collective: the Llama of a checkpoint written by an lm run (its config, the vocabulary it
+// trained with, LoRA adapters when task.lora.rank > 0), weights loaded. DataError as ckpt::Reader.
+models::Llama load_lm(const std::string& checkpoint);
+// Not collective: `checkpoint`'s weights with every LoRA adapter merged into its layer (W + alpha/r
+// B A), written to `out` as safetensors with Hugging Face Llama names and no lora_* entries (the
+// same file as for a run without adapters). Returns the number of tensors written.
+int64_t export_merged(const std::string& checkpoint, const std::string& out);
 
 class LmTask : public train::Task {
  public:

@@ -92,10 +92,11 @@ struct ZeroMemoryReport {
   int64_t shard_numel = 0;  // S: this rank's elements over all units (about N / W)
   int64_t largest_unit = 0, outside_blocks = 0;
   int64_t parameter_element_bytes = 4;  // 4: float32 parameters; 2: bfloat16 (with a float32 master shard)
-  int64_t parameter_bytes = 0;          // 0, 1, 2: 4 N (replicated); 3: 4 S (the shard) + gathered units
-  int64_t gradient_bytes = 0;           // 0, 1: 4 N (the .grad tensors); 2, 3: 4 S (the reduced shard) + in flight
-  int64_t optimizer_bytes = 0;          // 0: 8 N; 1-3: 8 S (exp_avg + exp_avg_sq)
-  int64_t buffer_bytes = 0;             // work buffers and transient copies (stage 1: 4 (W C + 2 S))
+  int64_t parameter_bytes = 0;  // 0, 1, 2: 4 N (replicated); 3: 4 S (the shard) + gathered units; + frozen_bytes
+  int64_t frozen_bytes = 0;     // parameters not trained (LoRA's base weights), replicated, not in N
+  int64_t gradient_bytes = 0;   // 0, 1: 4 N (the .grad tensors); 2, 3: 4 S (the reduced shard) + in flight
+  int64_t optimizer_bytes = 0;  // 0: 8 N; 1-3: 8 S (exp_avg + exp_avg_sq)
+  int64_t buffer_bytes = 0;     // work buffers and transient copies (stage 1: 4 (W C + 2 S))
   int64_t total() const { return parameter_bytes + gradient_bytes + optimizer_bytes + buffer_bytes; }
   // One line per figure, for the log at start ("parameters 1.2 GiB, ...").
   std::string to_string() const;
