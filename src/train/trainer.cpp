@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <limits>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "meridian/comm/communicator.h"
@@ -154,8 +155,8 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   s.first_bucket_mb = c.get<double>("comm.first_bucket_mb", s.first_bucket_mb);
   if (s.bf16_gradients && s.zero)
     throw ConfigError(c.source("comm.grad_dtype"), "comm.grad_dtype",
-                      "bf16 gradient reduction is DistributedDataParallel's: not with optim.zero (ZeRO "
-                      "reduce-scatters float32 gradients)");
+                      "bf16 gradient reduction is DistributedDataParallel's: not with optim.zero (use "
+                      "train.precision bf16: bfloat16 parameters, gradients reduced in bfloat16, float32 masters)");
   if (s.zero == 3 && s.ema > 0)
     throw ConfigError(c.source("train.ema"), "train.ema",
                       "not with optim.zero 3 (the EMA keeps a full copy of the weights, which ZeRO-3 shards)");
@@ -313,6 +314,7 @@ struct Trainer::Impl {
   std::vector<StepHook> hooks;
   int64_t step = 0, bad_in_a_row = 0, bad_total = 0, samples_seen = 0;
   int64_t parameter_count = 0;               // counted before ZeRO-3 frees the parameters
+  ZeroMemoryReport closed_form;              // of the chosen stage, before activations (AdamW only)
   bool stopping = false, signalled = false;  // agreed this step: the run ends here (stop_at, or a signal on some rank)
   bool bar = false;                          // rank 0 on a terminal: progress bar
 
@@ -331,7 +333,10 @@ struct Trainer::Impl {
                           "task " + task.name() + " has no blocks to recompute");
       blocks->set_checkpointing(true);
     }
-    if (s.optimizer == Optimizer::AdamW) check_memory(blocks);
+    if (s.optimizer == Optimizer::AdamW) {
+      closed_form = memory_of(s.zero, blocks);  // before ZeRO-3 frees the parameters
+      check_memory(blocks);
+    }
     if (s.zero > 0)
       parallel::broadcast_module(*grad_comm, *model);
     else
@@ -394,9 +399,7 @@ struct Trainer::Impl {
         spdlog::info("optimizer: SGD, {} momentum {} (from {} over the {} warmup steps), coupled weight decay",
                      s.nesterov ? "Nesterov" : "plain", s.momentum, s.warmup_momentum, s.warmup);
       } else {
-        const int64_t n = decayed_count + plain_count;
-        const auto memory = sharded ? sharded->memory_report() : ZeroMemoryReport::of_stage(0, n, rt.size(), n, n);
-        spdlog::info("{}{}", memory.to_string(),
+        spdlog::info("{}{}", closed_form.to_string(),
                      s.activation_checkpointing ? "; activations: recomputed block by block in backward" : "");
       }
       if (ddp)
@@ -416,17 +419,33 @@ struct Trainer::Impl {
 
   // The closed-form memory of each stage for this model and world (before activations).
   ZeroMemoryReport memory_of(int stage, models::BlockRunner* blocks) const {
-    int64_t numel = 0, largest = 0, in_blocks = 0;
-    for (const auto& p : model->parameters()) numel += p.numel();
+    // Trained parameters by the stage's formula; frozen ones (LoRA's base) replicated as they are.
+    int64_t numel = 0, frozen = 0, largest = 0, in_blocks = 0, largest_outside = 0;
+    std::set<const void*> in_block;
     if (blocks)
       for (const auto& block : blocks->blocks()) {
         int64_t n = 0;
-        for (const auto& p : block->parameters()) n += p.numel();
+        for (const auto& p : block->parameters())
+          if (p.requires_grad()) n += p.numel(), in_block.insert(p.unsafeGetTensorImpl());
         largest = std::max(largest, n), in_blocks += n;
       }
-    const int64_t outside = numel - in_blocks;
-    return ZeroMemoryReport::of_stage(stage, numel, rt.size(), std::max(largest, std::min(outside, kBucketNumel)),
-                                      outside, stage > 0 && s.precision == Precision::BFloat16 ? 2 : 4);
+    for (const auto& p : model->parameters()) {
+      (p.requires_grad() ? numel : frozen) += p.numel();
+      if (p.requires_grad() && !in_block.count(p.unsafeGetTensorImpl()))
+        largest_outside = std::max(largest_outside, p.numel());
+    }
+    // Units outside blocks: buckets of kBucketNumel elements, a larger parameter alone (ZeroOptions).
+    const int64_t outside = numel - in_blocks, bytes = stage > 0 && s.precision == Precision::BFloat16 ? 2 : 4;
+    const int64_t unit = std::max({largest, largest_outside, std::min(outside, kBucketNumel)});
+    auto r = ZeroMemoryReport::of_stage(stage, numel, rt.size(), unit, outside, bytes);
+    r.frozen_bytes = bytes * frozen;
+    r.parameter_bytes += r.frozen_bytes;
+    return r;
+  }
+
+  // Bytes per rank a report needs beyond the float32 parameters the task has already allocated.
+  static int64_t beyond_allocated(const ZeroMemoryReport& r) {
+    return r.total() - 4 * r.numel - r.frozen_bytes / r.parameter_element_bytes * 4;
   }
 
   // Collective: every rank's peak resident memory so far (getrusage), logged by rank 0 next to the
@@ -438,9 +457,7 @@ struct Trainer::Impl {
     at::Tensor peaks = at::tensor({mine, -mine}, at::kDouble);
     control->allreduce(peaks, comm::ReduceOp::Max);
     if (rt.rank() != 0 || s.optimizer != Optimizer::AdamW) return;
-    const auto closed =
-        sharded ? sharded->memory_report()
-                : ZeroMemoryReport::of_stage(0, parameter_count, rt.size(), parameter_count, parameter_count);
+    const auto& closed = closed_form;
     const double gib = double(int64_t(1) << 30);
     spdlog::info(
         "memory after {} step(s): peak resident {:.2f} GiB per rank (max over ranks; min {:.2f}); closed form "
@@ -457,14 +474,14 @@ struct Trainer::Impl {
     std::string mine;
     if (rt.device().is_cpu()) {
       const auto report = memory_of(s.zero, blocks);
-      const double more = double(report.total() - 4 * report.numel) * rt.local_size();
+      const double more = double(beyond_allocated(report)) * rt.local_size();
       const auto memory = ops::memory_facts();
       const double gib = double(int64_t(1) << 30);
       if (memory.available >= 0 && more > memory.available) {
         std::string fits;
         for (int stage = 1; stage <= 3; ++stage) {
           const auto other = memory_of(stage, blocks);
-          if (double(other.total() - 4 * other.numel) * rt.local_size() <= 0.9 * memory.available)
+          if (double(beyond_allocated(other)) * rt.local_size() <= 0.9 * memory.available)
             fits += fmt::format("{}optim.zero {} ({:.2f} GiB per rank)", fits.empty() ? "" : ", ", stage,
                                 double(other.total()) / gib);
         }

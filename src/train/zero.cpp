@@ -34,6 +34,7 @@ std::string ZeroMemoryReport::to_string() const {
        (stage == 3 ? " (float32 shard + gathered " +
                          std::string(parameter_element_bytes == 4 ? "float32" : "bfloat16") + " units)\n"
                    : " (" + dtype + ", replicated)\n");
+  if (frozen_bytes > 0) s += "    of which frozen " + gib(frozen_bytes) + " (not trained: replicated, no state)\n";
   s += "  gradients        " + gib(gradient_bytes) + (stage >= 2 ? " (shard + units in flight)\n" : " (replicated)\n");
   s += "  optimizer state  " + gib(optimizer_bytes) + (stage >= 1 ? " (sharded)\n" : " (replicated)\n");
   s += "  work buffers     " + gib(buffer_bytes) + "\n";

@@ -8,10 +8,8 @@
 #    weight equal to W + (alpha / r) B A computed with numpy from the checkpoint's tensors.
 set -u
 mpirun=$1 meridian=$2 src=$3
-fail() { echo "FAIL: $*"; exit 1; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-"$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --kind text --count 200 --out "$tmp/text.h5" --log-level warn \
-  >/dev/null || fail "prep exited $?"
+source "$(dirname "$0")/../mpi_script_lib.sh"
+prep_text "$tmp/text.h5"
 run() {  # run NAME [--set ...]
   local name=$1
   shift

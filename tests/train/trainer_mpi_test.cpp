@@ -342,7 +342,8 @@ TEST(Trainer, Bf16GradientReductionFollowsFloat32) {
   if (runtime().size() > 1) EXPECT_FALSE(torch::equal(bf16, f32));
   EXPECT_EQ(message("comm: {grad_dtype: bf16}\noptim: {zero: true}"),
             "test.yaml line 1: field 'comm.grad_dtype': bf16 gradient reduction is DistributedDataParallel's: not "
-            "with optim.zero (ZeRO-1 reduce-scatters float32 gradients)");
+            "with optim.zero (use train.precision bf16: bfloat16 parameters, gradients reduced in bfloat16, float32 "
+            "masters)");
   EXPECT_EQ(message("comm: {grad_dtype: fp8}"),
             "test.yaml line 1: field 'comm.grad_dtype': expected one of float32 or bf16, got 'fp8'");
   EXPECT_EQ(message("comm: {bucket_mb: 0}"),
@@ -452,7 +453,12 @@ TEST(Settings, OptimizerAndEmaErrors) {
   EXPECT_EQ(message("optim: {name: lion}"),
             "test.yaml line 1: field 'optim.name': expected one of adamw or sgd, got 'lion'");
   EXPECT_EQ(message("optim: {name: sgd, zero: true}"),
-            "test.yaml line 1: field 'optim.zero': ZeRO-1 shards AdamW only: not with optim.name sgd");
+            "test.yaml line 1: field 'optim.zero': ZeRO shards AdamW only: not with optim.name sgd");
+  EXPECT_EQ(message("{optim: {zero: 3}, train: {ema: 0.99}}"),
+            "test.yaml line 1: field 'train.ema': not with optim.zero 3 (the EMA keeps a full copy of the weights, "
+            "which ZeRO-3 shards)");
+  EXPECT_EQ(message("optim: {zero: 4}"),
+            "test.yaml line 1: field 'optim.zero': expected one of 0, 1, 2, 3, false or true, got '4'");
   EXPECT_EQ(message("optim: {name: sgd, momentum: 1}"),
             "test.yaml line 1: field 'optim.momentum': expected a number in [0, 1), got '1'");
   EXPECT_EQ(

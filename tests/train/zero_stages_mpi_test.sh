@@ -15,10 +15,8 @@
 #  - a config whose DDP state does not fit in this machine's memory is refused on every rank.
 set -u
 mpirun=$1 meridian=$2 src=$3
-fail() { echo "FAIL: $*"; exit 1; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-"$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --kind text --count 200 --out "$tmp/text.h5" --log-level warn \
-  >/dev/null || fail "prep text exited $?"
+source "$(dirname "$0")/../mpi_script_lib.sh"
+prep_text "$tmp/text.h5"
 "$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --kind image-text --count 32 --size 64 --out "$tmp/it.h5" \
   --log-level warn >/dev/null || fail "prep image-text exited $?"
 "$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --kind detection --count 32 --size 64 --out "$tmp/det.h5" \
