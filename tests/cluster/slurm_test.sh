@@ -173,7 +173,7 @@ PRECISION=float32 CONFIG=$src/jobs/configs/lm-tiny-sft.yaml submit lm-sft lm-sft
   --set train.steps=4 --set train.batch=2 --set data.seq_len=64 --set train.eval_at_start=false
 ((JOB_RC == 0)) || fail "lm-sft: job exited $JOB_RC"
 grep -q "train: 4 steps, .* over 2 ranks" "$tmp/lm-sft.out" || fail "lm-sft: no summary of 4 steps over 2 ranks"
-grep -q "in use: sharded (ZeRO-1)" "$tmp/lm-sft.out" || fail "lm-sft: ZeRO-1 not in use"
+grep -q "ZeRO-1: optimizer state sharded" "$tmp/lm-sft.out" || fail "lm-sft: ZeRO-1 not in use"
 
 # 4. Requeue: SIGUSR1 -> checkpoint, exit 4 -> scontrol requeue -> same job resumes.
 sed -i 's/^train: .*/train: {batch: 8, steps: 1000000, log_every: 20}/; s/^checkpoint: .*/checkpoint: {every_steps: 0}/' \
