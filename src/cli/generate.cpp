@@ -5,13 +5,12 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "meridian/ckpt/checkpoint.h"
-#include "meridian/ckpt/file.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/data/format.h"
 #include "meridian/data/prep.h"
 #include "meridian/data/tokenizer.h"
+#include "meridian/tasks/lm_task.h"
 
 namespace meridian::cli {
 
@@ -53,26 +52,15 @@ Command generate_command() {
     if (!(temperature > 0)) throw UserError("generate: --temperature must be > 0");
     if (rt.rank() != 0) return 0;
 
+    // The run's model, with its LoRA adapters when it trained some.
     Config config;
-    int64_t vocab = 0;
-    {
-      ckpt::Reader reader(path);
-      config = ckpt::saved_config(reader);
-      if (config.get<std::string>("task.name", "siglip") != "lm")
-        throw UserError(path + ": generate needs a checkpoint of an lm run (task.name is " +
-                        config.get<std::string>("task.name", "siglip") + ")");
-      vocab = reader.shape("model/model.embed_tokens.weight").at(0);  // raised to the tokenizer's in training
-    }
+    models::Llama model = tasks::load_lm(path, &config);
     std::string tokenizer_path = p["tokenizer"].as<std::string>();
     if (tokenizer_path.empty()) tokenizer_path = config.get<std::string>("data.train", "");
     if (tokenizer_path.empty())
       throw UserError("generate: give --tokenizer (the checkpoint's config names no data.train)");
     const data::Tokenizer tok = load_tokenizer(tokenizer_path);
 
-    auto mc = models::LlamaConfig::from_config(config);
-    mc.vocab_size = vocab;
-    models::Llama model(mc);
-    ckpt::load_module(path, *model);
     model->to(rt.device());
     model->eval();
 

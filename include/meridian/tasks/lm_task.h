@@ -33,8 +33,9 @@ train::ZeroMemoryReport lm_memory(const models::LlamaConfig& model, int stage, i
                                   int64_t parameter_element_bytes = 4, const models::LoraConfig* lora = nullptr);
 
 // Not collective: the Llama of a checkpoint written by an lm run (its config, the vocabulary it
-// trained with, LoRA adapters when task.lora.rank > 0), weights loaded. DataError as ckpt::Reader.
-models::Llama load_lm(const std::string& checkpoint);
+// trained with, LoRA adapters when task.lora.rank > 0), weights loaded; `saved` (optional) gets the
+// run's config. DataError as ckpt::Reader; UserError naming the file for another task's checkpoint.
+models::Llama load_lm(const std::string& checkpoint, Config* saved = nullptr);
 // Not collective: `checkpoint`'s weights with every LoRA adapter merged into its layer (W + alpha/r
 // B A), written to `out` as safetensors with Hugging Face Llama names and no lora_* entries (the
 // same file as for a run without adapters). Returns the number of tensors written.
