@@ -216,14 +216,26 @@ ShardedAdamW::~ShardedAdamW() {
 }
 
 void ShardedAdamW::build_units(const ZeroOptions& zero) {
-  if (stage_ == 1) {
+  unit_of_.assign(params_.size(), SIZE_MAX);
+  slot_.assign(params_.size(), 0);
+  auto add_unit = [&](std::vector<size_t> members, int block) {
     ZeroUnit u;
-    for (size_t i = 0; i < params_.size(); ++i) u.params.push_back(i);
-    u.offsets = offsets_;
-    u.numel = numel_;
-    u.shard_numel = zero_shard_numel(numel_, world_);
-    units_.push_back(u);
-    unit_of_.assign(params_.size(), 0);
+    u.block = block;
+    u.offsets.push_back(0);
+    for (size_t i : members) {
+      unit_of_[i] = units_.size();
+      slot_[i] = u.params.size();
+      u.params.push_back(i);
+      u.offsets.push_back(u.offsets.back() + params_[i].tensor.numel());
+    }
+    u.numel = u.offsets.back();
+    u.shard_numel = zero_shard_numel(u.numel, world_);
+    units_.push_back(std::move(u));
+  };
+  if (stage_ == 1) {  // one unit: every parameter in flat order (offsets_ again)
+    std::vector<size_t> all(params_.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    add_unit(all, -1);
     reduce_order_ = {0};
     return;
   }
@@ -239,20 +251,6 @@ void ShardedAdamW::build_units(const ZeroOptions& zero) {
       if (it != index.end()) position[it->second] = k++;
     }
   }
-  unit_of_.assign(params_.size(), SIZE_MAX);
-  auto add_unit = [&](std::vector<size_t> members, int block) {
-    ZeroUnit u;
-    u.block = block;
-    u.offsets.push_back(0);
-    for (size_t i : members) {
-      unit_of_[i] = units_.size();
-      u.params.push_back(i);
-      u.offsets.push_back(u.offsets.back() + params_[i].tensor.numel());
-    }
-    u.numel = u.offsets.back();
-    u.shard_numel = zero_shard_numel(u.numel, world_);
-    units_.push_back(std::move(u));
-  };
   if (zero.blocks)
     for (size_t b = 0; b < zero.blocks->blocks().size(); ++b) {
       std::vector<size_t> members;
@@ -293,14 +291,13 @@ void ShardedAdamW::on_gradient(size_t i, const at::Tensor& grad) {
   // Parameters whose .grad autograd stored after their unit was reduced: dropped now.
   for (size_t j : stale_) params_[j].tensor.mutable_grad() = at::Tensor();
   stale_.clear();
-  for (size_t u = 0; u < units_.size(); ++u)
-    if (state_[u].release_due) release(u);
+  release_due_units();
   retire_reductions(/*all=*/false);
   const size_t u = unit_of_[i];
   const ZeroUnit& unit = units_[u];
   UnitState& st = state_[u];
   if (!st.flat_grad.defined()) st.flat_grad = at::zeros({world_ * unit.shard_numel}, options_p_);
-  const size_t k = size_t(std::find(unit.params.begin(), unit.params.end(), i) - unit.params.begin());
+  const size_t k = slot_[i];
   st.flat_grad.narrow(0, unit.offsets[k], unit.offsets[k + 1] - unit.offsets[k]).copy_(grad.reshape({-1}));
   has_grad_[i] = 1;
   stale_.push_back(i);
@@ -374,10 +371,8 @@ void ShardedAdamW::materialize(size_t u) {
   st.gather->wait();
   st.gather.reset();
   const ZeroUnit& unit = units_[u];
-  for (size_t k = 0; k < unit.params.size(); ++k) {
-    const Param& p = params_[unit.params[k]];
-    p.tensor.set_data(st.gathered.narrow(0, unit.offsets[k], unit.offsets[k + 1] - unit.offsets[k]).view(p.shape));
-  }
+  const auto views = unit_views(unit, st.gathered);
+  for (size_t k = 0; k < unit.params.size(); ++k) params_[unit.params[k]].tensor.set_data(views[k]);
   st.materialized = true;
 }
 
@@ -395,6 +390,19 @@ void ShardedAdamW::release(size_t u) {
   st.gathered = at::Tensor();
 }
 
+void ShardedAdamW::release_due_units() {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (state_[u].release_due) release(u);
+}
+
+std::vector<at::Tensor> ShardedAdamW::unit_views(const ZeroUnit& unit, const at::Tensor& flat) const {
+  std::vector<at::Tensor> views;
+  for (size_t k = 0; k < unit.params.size(); ++k)
+    views.push_back(
+        flat.narrow(0, unit.offsets[k], unit.offsets[k + 1] - unit.offsets[k]).view(params_[unit.params[k]].shape));
+  return views;
+}
+
 void ShardedAdamW::gather_outside_blocks() {
   if (stage_ != 3) return;
   for (size_t u = 0; u < units_.size(); ++u)
@@ -410,8 +418,7 @@ void ShardedAdamW::release_all() {
 
 void ShardedAdamW::before(size_t block, bool recompute) {
   if (stage_ != 3 || block >= block_unit_.size()) return;
-  for (size_t u = 0; u < units_.size(); ++u)
-    if (state_[u].release_due) release(u);
+  release_due_units();
   if (block_unit_[block] >= 0) materialize(size_t(block_unit_[block]));
   // The next block in this direction (forward: up; recomputation in backward: down) gathered ahead.
   for (size_t b = recompute ? block - 1 : block + 1; b < block_unit_.size(); b = recompute ? b - 1 : b + 1)
@@ -554,9 +561,7 @@ void ShardedAdamW::with_each_unit(bool gather_first,
     if (master_) {
       buffer = at::zeros({world_ * unit.shard_numel}, options_f_);
       if (gather_first) gather_comm_->allgather(param_shard_.narrow(0, unit.base, unit.shard_numel), buffer);
-      for (size_t k = 0; k < unit.params.size(); ++k)
-        full.push_back(buffer.narrow(0, unit.offsets[k], unit.offsets[k + 1] - unit.offsets[k])
-                           .view(params_[unit.params[k]].shape));
+      full = unit_views(unit, buffer);
     } else {
       for (size_t i : unit.params) full.push_back(params_[i].tensor.detach());
     }

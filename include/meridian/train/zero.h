@@ -240,6 +240,7 @@ class ShardedAdamW : public models::BlockHooks {
   std::vector<ZeroUnit> units_;
   std::vector<UnitState> state_;      // parallel to units_
   std::vector<size_t> unit_of_;       // per parameter
+  std::vector<size_t> slot_;          // per parameter: its position in its unit
   std::vector<size_t> reduce_order_;  // units in the order their reductions are issued
   std::vector<int> block_unit_;       // per block: its unit (-1: a block without parameters)
   std::vector<unsigned> hook_ids_;    // per parameter (stages 2-3)
@@ -260,6 +261,9 @@ class ShardedAdamW : public models::BlockHooks {
   void retire_reductions(bool all);       // the completed ones in issue order (all: every one)
   static constexpr size_t kInFlight = 2;  // gradient reductions in flight at most
   std::vector<size_t> in_flight_;         // units whose reduction is issued, oldest first
+  void release_due_units();               // the units whose release waited for autograd's last gradient
+  // The parameters' shapes as views of a unit's flat vector (W * S_u elements).
+  std::vector<at::Tensor> unit_views(const ZeroUnit& unit, const at::Tensor& flat) const;
   void gather(size_t unit);
   void materialize(size_t unit);
   void release(size_t unit);
