@@ -306,18 +306,17 @@ template <class Sink>
 void write_contents(Sink& w, train::Trainer& trainer, const Config& config) {
   const train::TrainerState state = trainer.state();
   auto& model = *trainer.task().model();
-  if (auto* zero = trainer.sharded_adamw()) {
-    // Unit by unit (the float32 masters gathered on every rank when they are sharded), each rank
-    // writing its share of the rows.
+  auto* zero = trainer.sharded_adamw();
+  if (zero) {
+    // The trained parameters unit by unit (the float32 masters gathered on every rank when they are
+    // sharded), each rank writing its share of the rows.
     const auto names = flat_names(zero->groups());
     zero->with_each_unit(/*gather=*/true, [&](const train::ZeroUnit& u, const std::vector<at::Tensor>& full) {
       for (size_t k = 0; k < u.params.size(); ++k) w.replicated("model/" + names[u.params[k]], full[k]);
     });
-    for (const auto& item : model.named_parameters())  // frozen ones (LoRA's base): not the optimizer's
-      if (!item.value().requires_grad()) w.replicated("model/" + item.key(), item.value());
-  } else {
-    for (const auto& item : model.named_parameters()) w.replicated("model/" + item.key(), item.value());
   }
+  for (const auto& item : model.named_parameters())  // with ZeRO the frozen ones only (LoRA's base)
+    if (!zero || !item.value().requires_grad()) w.replicated("model/" + item.key(), item.value());
   for (const auto& item : model.named_buffers()) w.replicated("model/" + item.key(), item.value());
   save_optimizer(w, trainer);
   if (auto* ema = trainer.ema()) {
@@ -519,10 +518,6 @@ class SharedLoad {
     comm_->allgather(piece, all);
     target.copy_(all.narrow(0, 0, rows));
   }
-  void module(torch::nn::Module& m, const std::string& prefix) {
-    for (const auto& item : m.named_parameters()) (*this)(prefix + item.key(), item.value());
-    for (const auto& item : m.named_buffers()) (*this)(prefix + item.key(), item.value());
-  }
 
  private:
   const comm::Runtime& rt_;
@@ -682,17 +677,16 @@ void restore(const comm::Runtime& rt, train::Trainer& trainer, const ResumePoint
   SharedLoad load(rt, r);
   auto* zero = trainer.sharded_adamw();
   if (zero) {
-    // Unit by unit: every rank loads the unit's parameters in float32 (in shares) and keeps its shard.
+    // The trained parameters unit by unit: every rank loads them in float32 (in shares) and keeps its shard.
     const auto names = flat_names(zero->groups());
     zero->with_each_unit(/*gather=*/false, [&](const train::ZeroUnit& u, const std::vector<at::Tensor>& full) {
       for (size_t k = 0; k < u.params.size(); ++k) load("model/" + names[u.params[k]], full[k]);
     });
-    for (const auto& item : trainer.task().model()->named_parameters())
-      if (!item.value().requires_grad()) load("model/" + item.key(), item.value());
-    for (const auto& item : trainer.task().model()->named_buffers()) load("model/" + item.key(), item.value());
-  } else {
-    load.module(*trainer.task().model(), "model/");
   }
+  auto& model = *trainer.task().model();
+  for (const auto& item : model.named_parameters())  // with ZeRO the frozen ones only (LoRA's base)
+    if (!zero || !item.value().requires_grad()) load("model/" + item.key(), item.value());
+  for (const auto& item : model.named_buffers()) load("model/" + item.key(), item.value());
   restore_optimizer(r, trainer, load);
   if (auto* ema = trainer.ema()) {
     const auto updates = r.int_attribute("ema_updates");
@@ -755,8 +749,8 @@ struct Checkpointer::Background {
           contents->replay(w);
         });
         if (rt.rank() == 0)
-          spdlog::info("checkpoint {} written in the background in {:.2f} s (training waited {:.3f} s for the copy)",
-                       path, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), stalled_s);
+          spdlog::info("checkpoint {} written in the background in {:.2f} s (training waited {:.3f} s for it)", path,
+                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), stalled_s);
       } catch (const std::exception& e) {
         error = e.what();
       }

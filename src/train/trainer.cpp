@@ -457,23 +457,23 @@ struct Trainer::Impl {
     at::Tensor peaks = at::tensor({mine, -mine}, at::kDouble);
     control->allreduce(peaks, comm::ReduceOp::Max);
     if (rt.rank() != 0 || s.optimizer != Optimizer::AdamW) return;
-    const auto& closed = closed_form;
     const double gib = double(int64_t(1) << 30);
     spdlog::info(
         "memory after {} step(s): peak resident {:.2f} GiB per rank (max over ranks; min {:.2f}); closed form "
         "of optim.zero {}: {:.2f} GiB before activations",
-        steps, peaks[0].item<double>() / gib, -peaks[1].item<double>() / gib, s.zero, double(closed.total()) / gib);
+        steps, peaks[0].item<double>() / gib, -peaks[1].item<double>() / gib, s.zero,
+        double(closed_form.total()) / gib);
   }
 
   // Collective: a run whose optimizer state cannot fit in a node's free memory is refused on every
   // rank before anything is allocated (instead of the kernel killing one rank at the first step and
   // the others waiting for it). The closed form of the chosen stage beyond the parameters the task
-  // already holds, times the ranks on the node, against MemAvailable. CPU ranks only: on CUDA an
-  // allocation that fails is an exception.
+  // already holds (closed_form), times the ranks on the node, against MemAvailable. CPU ranks only:
+  // on CUDA an allocation that fails is an exception.
   void check_memory(models::BlockRunner* blocks) {
     std::string mine;
     if (rt.device().is_cpu()) {
-      const auto report = memory_of(s.zero, blocks);
+      const auto& report = closed_form;
       const double more = double(beyond_allocated(report)) * rt.local_size();
       const auto memory = ops::memory_facts();
       const double gib = double(int64_t(1) << 30);
