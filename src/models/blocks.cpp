@@ -3,46 +3,14 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/core/ivalue.h>
 #include <torch/autograd.h>
-#include <torch/version.h>
 
 #include <mutex>
+
+#include "meridian/models/autocast.h"
 
 namespace meridian::models {
 
 namespace {
-
-// The autocast state of one device type, captured in forward and put back for the recomputation
-// (backward runs outside the Trainer's autocast scope).
-struct AutocastState {
-  bool enabled = false;
-  at::ScalarType dtype = at::kBFloat16;
-
-  static AutocastState of(c10::DeviceType device) {
-    AutocastState s;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    s.enabled = at::autocast::is_autocast_enabled(device);
-    s.dtype = at::autocast::get_autocast_dtype(device);
-#else
-    s.enabled = device == c10::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
-    s.dtype = device == c10::kCUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
-#endif
-    return s;
-  }
-  void apply(c10::DeviceType device) const {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    at::autocast::set_autocast_dtype(device, dtype);
-    at::autocast::set_autocast_enabled(device, enabled);
-#else
-    if (device == c10::kCUDA) {
-      at::autocast::set_autocast_gpu_dtype(dtype);
-      at::autocast::set_enabled(enabled);
-    } else {
-      at::autocast::set_autocast_cpu_dtype(dtype);
-      at::autocast::set_cpu_enabled(enabled);
-    }
-#endif
-  }
-};
 
 at::Generator generator_of(const c10::Device& device) {
   return device.is_cuda() ? at::globalContext().defaultGenerator(device) : at::detail::getDefaultCPUGenerator();

@@ -23,6 +23,7 @@
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/trace.h"
+#include "meridian/models/autocast.h"
 #include "meridian/ops/facts.h"
 #include "meridian/ops/health.h"
 #include "meridian/parallel/ddp.h"
@@ -220,30 +221,11 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 class Autocast {
  public:
   Autocast(c10::DeviceType device, bool enabled) : device_(device), enabled_(enabled) {
-    if (!enabled_) return;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    at::autocast::set_autocast_dtype(device_, at::kBFloat16);
-    at::autocast::set_autocast_enabled(device_, true);
-#else
-    if (device_ == c10::kCUDA) {
-      at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-      at::autocast::set_enabled(true);
-    } else {
-      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-      at::autocast::set_cpu_enabled(true);
-    }
-#endif
+    if (enabled_) models::AutocastState{true, at::kBFloat16}.apply(device_);
   }
   ~Autocast() {
     if (!enabled_) return;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    at::autocast::set_autocast_enabled(device_, false);
-#else
-    if (device_ == c10::kCUDA)
-      at::autocast::set_enabled(false);
-    else
-      at::autocast::set_cpu_enabled(false);
-#endif
+    models::AutocastState{false, at::kBFloat16}.apply(device_);
     at::autocast::clear_cache();
   }
 

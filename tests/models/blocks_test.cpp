@@ -11,6 +11,7 @@
 
 #include <vector>
 
+#include "meridian/models/autocast.h"
 #include "meridian/models/llama.h"
 
 namespace models = meridian::models;
@@ -36,23 +37,11 @@ std::pair<double, std::vector<at::Tensor>> run(models::Llama& model, const at::T
   model->zero_grad();
   at::Tensor loss;
   {
-    if (bf16) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-      at::autocast::set_autocast_dtype(c10::kCPU, at::kBFloat16);
-      at::autocast::set_autocast_enabled(c10::kCPU, true);
-#else
-      at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-      at::autocast::set_cpu_enabled(true);
-#endif
-    }
+    if (bf16) models::AutocastState{true, at::kBFloat16}.apply(c10::kCPU);
     const auto logits = model->forward(tokens).to(at::kFloat);
     loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), tokens.reshape({-1}));
     if (bf16) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-      at::autocast::set_autocast_enabled(c10::kCPU, false);
-#else
-      at::autocast::set_cpu_enabled(false);
-#endif
+      models::AutocastState{false, at::kBFloat16}.apply(c10::kCPU);
       at::autocast::clear_cache();
     }
   }
