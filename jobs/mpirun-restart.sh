@@ -11,31 +11,45 @@
 # Lost nodes and partitions: each attempt runs with MERIDIAN_ABORT_FILE set; a rank that ends the job
 # (its watchdog found a collective that never completes, a fatal error) writes a line there. When
 # mpirun has not exited --abort-grace seconds after that (it cannot reach a node that lost its
-# network, and waits for it forever), it is killed. Before each restart, every host of the command's
-# --hostfile is probed through the launcher's agent (--mca plm_rsh_agent, else ssh); hosts that do
-# not answer within 20 s are left out of that attempt's hostfile (written beside --log, or in /tmp)
-# and -np shrinks by their slots: the run continues on the others through the elastic resume.
+# network, and waits for it forever), it is killed.
+# Restarts back off (--backoff, default 10,30,60 s: the last repeats), so that a network that comes
+# back within a minute or two is waited for. Before each restart every host of the command's
+# --hostfile is probed: through the launcher's agent (--mca plm_rsh_agent, else ssh) within 20 s,
+# and the interfaces the job is told to use (btl_tcp_if_include, oob_tcp_if_include as --mca options
+# or OMPI_MCA_* variables, NCCL_SOCKET_IFNAME) must be up there. A host that fails is left out of that
+# attempt's hostfile (written beside --log, or in /tmp) and -np shrinks by its slots: the run continues
+# on the others through the elastic resume, and the host is probed again before the next attempt.
+# Launch failures: an attempt in which no rank started (MERIDIAN_STARTED_FILE stays empty: mpirun could
+# not start its daemons) counts against --max-launch-failures, not --max-restarts; before the next
+# attempt, mpirun starts a daemon on each host alone (`mpirun --mca ... --host H -np 1 true`) and the
+# hosts where that fails are named and left out too.
 #
-# Usage: jobs/mpirun-restart.sh [--max-restarts N (3)] [--pause SECONDS (10)] [--log FILE]
-#            [--abort-grace SECONDS (10)] -- \
+# Usage: jobs/mpirun-restart.sh [--max-restarts N (3)] [--max-launch-failures N (5)]
+#            [--backoff S1,S2,... (10,30,60)] [--log FILE] [--abort-grace SECONDS (10)] -- \
 #            mpirun -np 8 --hostfile hosts build/meridian train --config ... --run-dir runs/x
+#        (--pause S is --backoff S: the same pause before every restart)
 # The command must name a --run-dir (where checkpoints are) so that a restart finds them.
 set -uo pipefail
-max_restarts=3 pause=10 log= grace=10
+max_restarts=3 max_launch_failures=5 backoff=10,30,60 log= grace=10
 while [[ $# -gt 0 ]]; do
   case $1 in
     --max-restarts) max_restarts=$2; shift 2 ;;
-    --pause) pause=$2; shift 2 ;;
+    --max-launch-failures) max_launch_failures=$2; shift 2 ;;
+    --backoff | --pause) backoff=$2; shift 2 ;;
     --log) log=$2; shift 2 ;;
     --abort-grace) grace=$2; shift 2 ;;
     --) shift; break ;;
-    -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "mpirun-restart.sh: unknown option '$1' (the command goes after --)" >&2; exit 2 ;;
   esac
 done
 [[ $# -gt 0 ]] || { echo "mpirun-restart.sh: no command (give it after --)" >&2; exit 2; }
 [[ $max_restarts =~ ^[0-9]+$ ]] || { echo "mpirun-restart.sh: --max-restarts must be a number, got '$max_restarts'" >&2; exit 2; }
-[[ $pause =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "mpirun-restart.sh: --pause must be seconds, got '$pause'" >&2; exit 2; }
+[[ $max_launch_failures =~ ^[0-9]+$ ]] ||
+  { echo "mpirun-restart.sh: --max-launch-failures must be a number, got '$max_launch_failures'" >&2; exit 2; }
+[[ $backoff =~ ^[0-9]+([.][0-9]+)?(,[0-9]+([.][0-9]+)?)*$ ]] ||
+  { echo "mpirun-restart.sh: --backoff must be seconds separated by commas (e.g. 10,30,60), got '$backoff'" >&2; exit 2; }
+IFS=, read -r -a pauses <<<"$backoff"
 [[ $grace =~ ^[0-9]+$ ]] || { echo "mpirun-restart.sh: --abort-grace must be whole seconds, got '$grace'" >&2; exit 2; }
 grep -q -- "--run-dir" <<<"$*" || { echo "mpirun-restart.sh: the command needs --run-dir (restarts resume from its checkpoints)" >&2; exit 2; }
 say() { local line="[mpirun-restart $(date -u +%FT%TZ)] $*"; echo "$line" >&2; [[ -n $log ]] && echo "$line" >>"$log"; return 0; }
@@ -61,30 +75,105 @@ option() {
     done
   done
 }
-agent=$(option "--mca plm_rsh_agent")
+agent=$(option "--mca plm_rsh_agent" "-mca plm_rsh_agent")
 agent=${agent:-${OMPI_MCA_plm_rsh_agent:-ssh -o BatchMode=yes -o ConnectTimeout=10}}
 hostfile=$(option --hostfile -hostfile --machinefile)
 
-# Probes the hostfile's hosts; when some do not answer, writes a hostfile of the others and sets
-# `dropped` to the slots they had. Returns 1 when no host answers.
+# The interfaces the job is told to use, as "SETTING=VALUE": Open MPI's if_include lists (names or
+# CIDR subnets) and NCCL_SOCKET_IFNAME (name prefixes, =exact names, ^excluded ones).
+required=()
+for setting in btl_tcp_if_include oob_tcp_if_include; do
+  value=$(option "--mca $setting" "-mca $setting")
+  value=${value:-$(printenv "OMPI_MCA_$setting")}
+  [[ -n $value ]] && required+=("$setting=$value")
+done
+value=$(printf '%s\n' "${cmd[@]}" | sed -n 's/^NCCL_SOCKET_IFNAME=//p' | head -1)  # -x NCCL_SOCKET_IFNAME=...
+value=${value:-${NCCL_SOCKET_IFNAME:-}}
+[[ -n $value ]] && required+=("NCCL_SOCKET_IFNAME=$value")
+# What a host says of its interfaces: "if NAME OPERSTATE" lines, then `ip -o -4 addr` lines.
+# shellcheck disable=SC2016  # expanded on the host
+facts_cmd='for d in /sys/class/net/*; do echo "if ${d##*/} $(cat $d/operstate 2>/dev/null)"; done; ip -o -4 addr show 2>/dev/null; true'
+# The mpirun of the command and its --mca/--prefix options: a daemon started on one host alone.
+launcher=() daemon_check=0
+case $(basename "${cmd[0]}") in mpirun | mpiexec | orterun) launcher=("${cmd[0]}") daemon_check=1 ;; esac
+for ((i = 1; i < ${#cmd[@]} - 2; i++)); do
+  case ${cmd[i]} in
+    --mca | -mca) launcher+=("${cmd[i]}" "${cmd[i + 1]}" "${cmd[i + 2]}"); ((i += 2)) ;;
+    --prefix) launcher+=("${cmd[i]}" "${cmd[i + 1]}"); ((i++)) ;;
+  esac
+done
+
+ip_number() { local a b c d; IFS=. read -r a b c d <<<"$1"; echo $(((a << 24) + (b << 16) + (c << 8) + d)); }
+# Whether FACTS (facts_cmd's output) has an interface up that SETTING=VALUE names.
+iface_up() {
+  local facts=$1 setting=${2%%=*} value=${2#*=} item name state up_names addr net bits
+  up_names=$(awk '$1 == "if" && ($3 == "up" || $3 == "unknown") {print $2}' <<<"$facts")
+  IFS=, read -r -a items <<<"$value"
+  for item in "${items[@]}"; do
+    if [[ $item == */* ]]; then  # a subnet: an up interface with an address in it
+      net=$(ip_number "${item%/*}") bits=${item#*/}
+      while read -r name addr; do
+        grep -qx "$name" <<<"$up_names" || continue
+        (( ($(ip_number "${addr%/*}") ^ net) >> (32 - bits) == 0 )) && return 0
+      done < <(awk '$3 == "inet" {print $2, $4}' <<<"$facts")
+    elif [[ $setting == NCCL_SOCKET_IFNAME ]]; then
+      [[ $item == ^* ]] && return 0  # an exclusion list: any interface will do
+      if [[ $item == =* ]]; then grep -qx -- "${item#=}" <<<"$up_names" && return 0
+      else grep -q -- "^$item" <<<"$up_names" && return 0; fi
+    else
+      grep -qx -- "$item" <<<"$up_names" && return 0
+    fi
+  done
+  return 1
+}
+
+# Probes one host; prints nothing when it may take part, else why not.
+probe_host() {
+  local host=$1 facts spec rc
+  # shellcheck disable=SC2086  # the agent is a command line
+  if ! facts=$(timeout 20 $agent "$host" "$facts_cmd" </dev/null 2>/dev/null); then
+    echo "host $host does not answer ($agent $host): leaving it out"
+    return
+  fi
+  for spec in "${required[@]}"; do
+    iface_up "$facts" "$spec" || { echo "host $host: no interface that $spec names is up: leaving it out"; return; }
+  done
+  if ((check_daemons && daemon_check)); then
+    timeout 30 "${launcher[@]}" --host "$host" -np 1 true </dev/null >/dev/null 2>&1
+    rc=$?
+    ((rc == 0)) || echo "host $host: mpirun cannot start its daemon there (exit $rc): leaving it out"
+  fi
+}
+
+# Probes the hostfile's hosts (all at once); when some fail, writes a hostfile of the others and sets
+# `dropped` to the slots they had. Returns 1 when no host passes.
 probe_hosts() {
-  local out=$work/hostfile.attempt$1 host rest slots answered=0
+  local out=$work/hostfile.attempt$1 host rest slots passed=0 k=0 why
   dropped=0
   : >"$out"
   while read -r host rest; do
     [[ -z $host || $host == \#* ]] && continue
+    k=$((k + 1))
+    probe_host "$host" >"$work/probe.$k" &
+  done <"$hostfile"
+  wait
+  k=0
+  while read -r host rest; do
+    [[ -z $host || $host == \#* ]] && continue
+    k=$((k + 1))
     slots=1
     [[ $rest =~ slots[[:space:]]*=[[:space:]]*([0-9]+) ]] && slots=${BASH_REMATCH[1]}
-    # shellcheck disable=SC2086  # the agent is a command line
-    if timeout 20 $agent "$host" true </dev/null >/dev/null 2>&1; then
+    why=$(cat "$work/probe.$k")
+    rm -f "$work/probe.$k"
+    if [[ -z $why ]]; then
       echo "$host $rest" >>"$out"
-      answered=1
+      passed=1
     else
-      say "host $host does not answer ($agent $host true): leaving it out ($slots slot(s))"
+      say "$why ($slots slot(s))"
       dropped=$((dropped + slots))
     fi
   done <"$hostfile"
-  ((answered)) || return 1
+  ((passed)) || return 1
   ((dropped == 0)) || reduced_hostfile=$out
   return 0
 }
@@ -107,7 +196,7 @@ shrink() {
 # The exit code the job reported in its abort file (empty when none).
 reported_exit() { sed -n 's/.* exit \([0-9]*\): .*/\1/p' "$1" 2>/dev/null | head -1; }
 
-attempt=0
+attempt=0 failures=0 launch_failures=0 check_daemons=0
 stop= child=  # stop: the signal this script was asked to stop with, passed on to the running attempt
 on_signal() { stop=$1; [[ -n $child ]] && kill -"$1" "$child" 2>/dev/null; return 0; }
 trap 'on_signal USR1' USR1
@@ -127,17 +216,17 @@ while true; do
     run+=(--resume auto)
     if [[ -n $hostfile ]]; then
       reduced_hostfile=
-      probe_hosts "$attempt" || { say "no host of $hostfile answers: giving up"; exit 3; }
+      probe_hosts "$attempt" || { say "no host of $hostfile passes the probe: giving up"; exit 3; }
       [[ -n $reduced_hostfile ]] && shrink
     fi
   fi
   say "attempt $attempt: ${run[*]}"
   start=$(date +%s)
-  abort_file=$work/abort.attempt$attempt
-  rm -f "$abort_file"
+  abort_file=$work/abort.attempt$attempt started_file=$work/started.attempt$attempt
+  rm -f "$abort_file" "$started_file"
   # In the background, so that SIGTERM/SIGUSR1 sent to this script (Slurm's --signal=B:USR1) reach
   # mpirun, which passes them to the ranks: they checkpoint and exit with code 4.
-  MERIDIAN_ABORT_FILE=$abort_file "${run[@]}" &
+  MERIDIAN_ABORT_FILE=$abort_file MERIDIAN_STARTED_FILE=$started_file "${run[@]}" &
   child=$!
   aborted_at= killed=
   while kill -0 $child 2>/dev/null; do
@@ -157,7 +246,8 @@ while true; do
   wait $child
   rc=$?
   child=
-  if [[ -n $killed ]]; then
+  # Killed here, or by meridian's own watcher (a signal's exit code): the code the job reported.
+  if { [[ -n $killed ]] || ((rc > 128)); } && [[ -s $abort_file ]]; then
     reported=$(reported_exit "$abort_file")
     rc=${reported:-3}
   fi
@@ -168,10 +258,23 @@ while true; do
     4) say "stopped on a signal after a checkpoint: not retrying (resubmit to continue)"; exit 4 ;;
   esac
   [[ -n $stop ]] && stopped " after exit code $rc" "$([[ $rc == 3 ]] && echo 3 || echo 4)"
-  if (( attempt > max_restarts )); then
-    say "giving up after $max_restarts restart(s)"
-    exit "$rc"
+  if [[ -s $started_file ]]; then
+    failures=$((failures + 1)) check_daemons=0
+    if (( failures > max_restarts )); then
+      say "giving up after $max_restarts restart(s)"
+      exit "$rc"
+    fi
+  else
+    launch_failures=$((launch_failures + 1)) check_daemons=1
+    say "attempt $attempt: the launch failed before any rank started (launch failure $launch_failures of at most $max_launch_failures; mpirun's output above says why)"
+    if (( launch_failures > max_launch_failures )); then
+      say "giving up after $max_launch_failures launch failure(s)"
+      exit "$rc"
+    fi
   fi
-  sleep "$pause" &
+  k=$((failures + launch_failures - 1))
+  ((k < ${#pauses[@]})) || k=$((${#pauses[@]} - 1))
+  say "next attempt in ${pauses[k]} s"
+  sleep "${pauses[k]}" &
   wait $! || kill $! 2>/dev/null  # in the background, so that a signal during the pause ends it at once
 done

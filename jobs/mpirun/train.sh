@@ -13,6 +13,7 @@
 #                                           passed to every rank (-x), OMPI_* ones by Open MPI itself
 #   --run-dir DIR         | RUN_DIR         run directory on storage every host sees (default runs/<date>-<time>)
 #   --max-restarts N      | MAX_RESTARTS    relaunches after a failure (default 3; 0: none)
+#   --backoff S1,S2,...   | BACKOFF         pauses before the relaunches (default 10,30,60; the last repeats)
 #   --doctor              | DOCTOR=1        run `meridian doctor` under the same mpirun first; stop on a FAIL
 #   --dry-run                               print the commands, run nothing
 #   MERIDIAN   the meridian binary, same path on every host (default: <this checkout>/build/meridian)
@@ -36,9 +37,10 @@ while [[ $# -gt 0 ]]; do
     --env) ENV_FILE=${ENV_FILE:+$ENV_FILE:}${2:?--env needs a file}; shift 2 ;;
     --run-dir) RUN_DIR=${2:?--run-dir needs a directory}; shift 2 ;;
     --max-restarts) MAX_RESTARTS=${2:?--max-restarts needs a number}; shift 2 ;;
+    --backoff) BACKOFF=${2:?--backoff needs seconds, e.g. 10,30,60}; shift 2 ;;
     --doctor) DOCTOR=1; shift ;;
     --dry-run) dry=1; shift ;;
-    -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
     --) shift; extra+=("$@"); break ;;
     *) die "unknown option '$1' (meridian's own options go after --; see --help)" ;;
   esac
@@ -123,7 +125,7 @@ if [[ ${DOCTOR:-0} == 1 ]]; then
     ((rc == 0)) || { echo "train.sh: meridian doctor exited with $rc: fix what it reports (docs/troubleshooting.md) before training" >&2; exit "$rc"; }
   fi
 fi
-cmd=("$root/jobs/mpirun-restart.sh" --max-restarts "$max_restarts" --log "$RUN_DIR/restarts.log" --
+cmd=("$root/jobs/mpirun-restart.sh" --max-restarts "$max_restarts" --backoff "${BACKOFF:-10,30,60}" --log "$RUN_DIR/restarts.log" --
      "${launch[@]}" "$MERIDIAN" train --config "$CONFIG" ${DATA:+--data "$DATA"} --run-dir "$RUN_DIR" --resume auto "${rest[@]}")
 echo "train.sh: ${cmd[*]}"
 ((dry == 1)) && exit 0

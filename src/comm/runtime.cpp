@@ -23,6 +23,7 @@
 #include <mutex>
 #include <thread>
 
+#include "launcher.h"
 #include "meridian/build_config.h"
 #include "meridian/comm/mpi_interop.h"
 #include "meridian/comm/watchdog.h"
@@ -44,13 +45,16 @@ std::map<int, std::function<void()>>& hooks() {
   return h;
 }
 
-int env_int(const char* name, int fallback) {
+// $name as an integer >= min, else `fallback`.
+int env_int(const char* name, int fallback, long min = 1) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
-  return (end && *end == '\0' && x > 0) ? static_cast<int>(x) : fallback;
+  return (end && *end == '\0' && x >= min && x <= 1000000) ? static_cast<int>(x) : fallback;
 }
+
+void append_launcher_line(const char* variable, const std::string& what);
 }  // namespace
 
 Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : options_(options) {
@@ -73,6 +77,7 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
   MERIDIAN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   set_process_identity(rank_, size_);
   host_ = process_identity().host;
+  append_launcher_line("MERIDIAN_STARTED_FILE", "started");  // the launch worked (jobs/mpirun-restart.sh)
   watchdog_ =
       std::make_unique<Watchdog>(options_.comm_timeout_s, detail::watchdog_abort("MPI world", options_.comm_timeout_s));
   if (provided < MPI_THREAD_MULTIPLE) {
@@ -305,22 +310,27 @@ void remove_abort_hook(int id) {
 
 namespace {
 
-// One line for a launcher that watches the job (jobs/mpirun-restart.sh sets MERIDIAN_ABORT_FILE): it
-// then knows the job is over even when mpirun cannot end it (a node it cannot reach).
-void record_abort(const std::string& message, int exit_code) {
-  const char* path = std::getenv("MERIDIAN_ABORT_FILE");
+// Appends "<time> rank R host H <what>\n" to the file named by $`variable` (nothing when unset), in one
+// write so that lines from several ranks don't mix. For a launcher that watches the job
+// (jobs/mpirun-restart.sh): which ranks started, and that the job is over even when mpirun cannot end
+// it (a node it cannot reach).
+void append_launcher_line(const char* variable, const std::string& what) {
+  const char* path = std::getenv(variable);
   if (!path || !*path) return;
   const ProcessIdentity& id = process_identity();  // rank -1 before MPI is up
   const std::time_t now = std::time(nullptr);
   char when[32] = {0};
   std::strftime(when, sizeof(when), "%FT%TZ", std::gmtime(&now));
-  std::string first_line = message.substr(0, message.find('\n'));
-  const std::string line =
-      fmt::format("{} rank {} host {} exit {}: {}\n", when, id.rank, id.host, exit_code, first_line);
-  const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);  // one write: lines from ranks don't mix
+  const std::string line = fmt::format("{} rank {} host {} {}\n", when, id.rank, id.host, what);
+  const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (fd < 0) return;
   [[maybe_unused]] const ssize_t n = ::write(fd, line.data(), line.size());
   ::close(fd);
+}
+
+void record_abort(const std::string& message, int exit_code) {
+  append_launcher_line("MERIDIAN_ABORT_FILE",
+                       fmt::format("exit {}: {}", exit_code, message.substr(0, message.find('\n'))));
 }
 
 }  // namespace
@@ -341,6 +351,10 @@ void abort_job(const std::string& message, int exit_code) {
     MPI_Initialized(&initialized);
     MPI_Finalized(&finalized);
     const bool mpi_up = initialized && !finalized;
+    if (mpi_up) {  // $MERIDIAN_LAUNCHER_GRACE_S: seconds before a launcher still waiting is ended
+      detail::end_launcher_later(env_int("MERIDIAN_LAUNCHER_GRACE_S", 30, 0), process_identity().rank,
+                                 ("exit code " + std::to_string(exit_code)).c_str());
+    }
     // MPI_Abort is entered once, by whichever comes first: the hooks done, or 10 s (a hook can block:
     // ncclCommAbort with a stuck network thread). It can block too (the launcher cannot reach a node
     // that lost its network): this process ends 10 s after entering it regardless.

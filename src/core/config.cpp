@@ -24,6 +24,31 @@ void collect_leaves(const YAML::Node& node, const std::string& prefix, std::vect
     collect_leaves(kv.second, prefix.empty() ? key : prefix + "." + key, out);
   }
 }
+
+// YAML forbids a key twice in one map; yaml-cpp keeps both pairs and lookups see only the first.
+// Throws ConfigError naming the origin, the dotted key (maps inside lists: the index in the path) and,
+// for a file (`lines`), the lines of both occurrences.
+void refuse_duplicate_keys(const YAML::Node& node, const std::string& prefix, const std::string& origin, bool lines) {
+  const auto path = [&](const std::string& part) { return prefix.empty() ? part : prefix + "." + part; };
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) refuse_duplicate_keys(node[i], path(std::to_string(i)), origin, lines);
+    return;
+  }
+  if (!node.IsMap()) return;
+  std::map<std::string, int> first_line;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.Scalar();
+    const int line = kv.first.Mark().line + 1;
+    const auto [it, inserted] = first_line.emplace(key, line);
+    if (!inserted) {
+      if (!lines) throw ConfigError(origin, path(key), "duplicate key; a key may appear once in a map");
+      throw ConfigError(
+          origin + " line " + std::to_string(line), path(key),
+          "duplicate key (first given at line " + std::to_string(it->second) + "); a key may appear once in a map");
+    }
+    refuse_duplicate_keys(kv.second, path(key), origin, lines);
+  }
+}
 }  // namespace
 
 Config Config::load_file(const std::string& path) {
@@ -44,6 +69,7 @@ Config Config::parse(const std::string& text, const std::string& origin) {
                           std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
   if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  refuse_duplicate_keys(root, "", origin, true);
   if (!root.IsMap()) throw ConfigError(origin, "<root>", "expected a map of settings at the top level");
   return Config(root, origin);
 }
@@ -90,6 +116,7 @@ void Config::set(const std::string& key, const std::string& yaml_value, const st
   } catch (const YAML::ParserException& e) {
     throw ConfigError(origin, key, "value '" + yaml_value + "' is not valid YAML: " + e.msg);
   }
+  refuse_duplicate_keys(value, key, origin, false);
   const auto parts = split_key(key);
   if (parts.empty()) throw ConfigError(origin_, key, "empty key");
   YAML::Node walk = root_;

@@ -50,7 +50,13 @@ check() {
   [[ -e $tmp/run/config.yaml ]] && fail "$*: a run directory was written"
   return 0
 }
+cat >"$tmp/duplicate.yaml" <<'YAML'
+train: {steps: 2, batch: 8,
+        batch: 4}
+YAML
 demo=(--config "$src/jobs/configs/demo.yaml")
+check "$tmp/duplicate.yaml line 2: field 'train.batch': duplicate key (first given at line 1)" --config "$tmp/duplicate.yaml"
+"$meridian" train --config "$tmp/duplicate.yaml" --print-config >"$tmp/o" 2>&1 && { cat "$tmp/o"; fail "--print-config accepted a duplicate key"; }
 check "$tmp/typo.yaml line 3: field 'train.bach': unknown key; did you mean 'train.batch'?" --config "$tmp/typo.yaml"
 check "$tmp/section.yaml line 3: field 'trainer.steps': unknown key; did you mean 'train.steps'?" --config "$tmp/section.yaml"
 check "$tmp/nested.yaml line 2: field 'model.vision.widht': unknown key; did you mean 'model.vision.width'?" --config "$tmp/nested.yaml"

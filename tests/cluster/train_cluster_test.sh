@@ -10,7 +10,14 @@
 #               unreachable from then on (a VM that died);
 #   kill-ckpt   the same while a checkpoint is being written (its .tmp file exists);
 #   partition   node 3's link set down in the middle of a step; brought back up after the job ended.
-# In the fault modes the run goes through jobs/mpirun-restart.sh with --comm-timeout 20. Checked:
+#   data-cut    node 3's data interface (eth0) down for 40 s in the middle of a step while the launcher's
+#               agent still reaches it (a separate management network), --comm-timeout 10: the probe
+#               after the first pause of the default backoff (10 s) finds eth0 down and leaves node 3
+#               out; the link comes back during the resumed run.
+#   plain       the partition under a plain `mpirun` (no restart script), --comm-timeout 10 and
+#               MERIDIAN_LAUNCHER_GRACE_S=10: mpirun itself must return, with a non-zero exit, within
+#               10 + 10 + 30 s of the fault, meridian's message that it ended mpirun on its output.
+# In the other fault modes the run goes through jobs/mpirun-restart.sh with --comm-timeout 20. Checked:
 # every process of the failed attempt on the surviving nodes (ranks, orted, mpirun) ends within
 # comm-timeout + 30 s of the fault; the restart leaves node 3 out (its probe fails) and the run
 # finishes on 2 nodes through the elastic resume from the last complete checkpoint, which verifies;
@@ -29,6 +36,8 @@ case $mode in
   kill-step) id=206 ;;
   kill-ckpt) id=207 ;;
   partition) id=208 ;;
+  data-cut) id=212 VC_MGMT=1 ;;
+  plain) id=213 ;;
   *) echo "unknown mode '$mode'"; exit 1 ;;
 esac
 fail() {
@@ -87,7 +96,8 @@ wait_for() {
   fi
   case $mode in
     kill-*) vc_kill_node 3; vc_link 3 down ;;
-    partition) vc_link 3 down ;;
+    partition | plain) vc_link 3 down ;;
+    data-cut) vc_link 3 down; (sleep 40; vc_link 3 up; now >"$tmp/link_back_at") & ;;
   esac
   now >"$tmp/fault_at"
   compgen -G "$tmp/run/checkpoints/*.h5.tmp" >"$tmp/tmp_at_fault"
@@ -101,8 +111,37 @@ injector=$!
     now >"$tmp/resumed_at"
 ) &
 monitor=$!
-vc_exec 1 bash "$restart" --max-restarts 2 --pause 1 --log "$tmp/restarts.log" -- \
-  "${VC_MPIRUN[@]}" -np 3 "$meridian" "${train_args[@]}" --comm-timeout 20 --run-dir "$tmp/run" >"$tmp/run.out" 2>&1
+comm_timeout=20
+[[ $mode == plain || $mode == data-cut ]] && comm_timeout=10
+if [[ $mode == plain ]]; then
+  export MERIDIAN_LAUNCHER_GRACE_S=10
+  vc_exec 1 "${VC_MPIRUN[@]}" -x MERIDIAN_LAUNCHER_GRACE_S -np 3 "$meridian" "${train_args[@]}" --comm-timeout 10 \
+    --run-dir "$tmp/run" >>"$tmp/run.out" 2>&1  # appended: the watcher appends its message too
+  rc=$?
+  now >"$tmp/ended_at"
+  kill $monitor 2>/dev/null
+  wait $injector
+  [[ -f $tmp/fault_at ]] || fail "the fault was never injected"
+  ((rc != 0)) || fail "mpirun exited 0 after a partition"
+  to_end=$(awk "BEGIN{print $(cat "$tmp/ended_at") - $(cat "$tmp/fault_at")}")
+  awk "BEGIN{exit !($to_end < 50)}" || fail "mpirun returned $to_end s after the fault (more than 10 + 10 + 30 s)"
+  grep -q "watchdog: .* did not complete within 10 s" "$tmp/run.out" || fail "no watchdog message"
+  grep -q "meridian: mpirun (pid [0-9]*) was still running 10 s after rank [0-9] ended the job .*: killing it" "$tmp/run.out" ||
+    fail "no message from meridian's launcher watcher"
+  node3_left=$(vc_pids 3 | wc -w)
+  vc_link 3 up
+  for _ in $(seq 1 120); do [[ -z $(vc_pids) ]] && break; sleep 0.5; done
+  left=$(vc_pids)
+  [[ -z $left ]] || { ps -o pid,args -p $left; fail "processes left on the nodes after the job"; }
+  printf 'plain mpirun, partition at step %d: mpirun returned (exit %d) %.1f s after the fault; %d process(es) left on the cut node before its link came back, none after\n' \
+    "$fault_step" "$rc" "$to_end" "$node3_left"
+  echo PASS
+  exit 0
+fi
+backoff=(--backoff 1)
+[[ $mode == data-cut ]] && backoff=()  # the default pauses (10, 30, 60 s)
+vc_exec 1 bash "$restart" --max-restarts 2 "${backoff[@]}" --log "$tmp/restarts.log" -- \
+  "${VC_MPIRUN[@]}" -np 3 "$meridian" "${train_args[@]}" --comm-timeout $comm_timeout --run-dir "$tmp/run" >"$tmp/run.out" 2>&1
 rc=$?
 wait $injector $monitor
 cat "$tmp/restarts.log"
@@ -113,7 +152,12 @@ if [[ $mode == kill-ckpt ]]; then
   echo "killed while writing $(cat "$tmp/tmp_at_fault")"
 fi
 grep -q "attempt 2: .*--resume auto" "$tmp/restarts.log" || fail "no second attempt with --resume auto"
-grep -q "host $(vc_node 3) does not answer" "$tmp/restarts.log" || fail "the restart did not leave node 3 out"
+if [[ $mode == data-cut ]]; then
+  grep -q "host $(vc_node 3): no interface that btl_tcp_if_include=eth0 names is up" "$tmp/restarts.log" ||
+    fail "the restart did not leave node 3 out for its data interface"
+else
+  grep -q "host $(vc_node 3) does not answer" "$tmp/restarts.log" || fail "the restart did not leave node 3 out"
+fi
 grep -q "ranks: 3 -> 2" "$tmp/restarts.log" || fail "the second attempt does not run 2 ranks"
 grep -q "resumed from" "$tmp/run.out" || fail "the second attempt did not resume"
 resumed_from=$(grep -m1 -oE "resumed from [^ ]*step_[0-9]+\.h5" "$tmp/run.out" | grep -oE "[^ ]*step_[0-9]+\.h5")
@@ -124,7 +168,10 @@ fault=$(cat "$tmp/fault_at") ended=$(cat "$tmp/ended_at" 2>/dev/null) resumed=$(
 to_end=$(awk "BEGIN{print $ended - $fault}") to_resume=$(awk "BEGIN{print $resumed - $fault}")
 awk "BEGIN{exit !($to_end < 50)}" || fail "the failed attempt ended $to_end s after the fault (more than comm-timeout 20 + 30 s)"
 
-if [[ $mode == partition ]]; then
+if [[ $mode == data-cut ]]; then
+  wait_for "[[ -f '$tmp/link_back_at' ]]" || fail "the link never came back"
+  for _ in $(seq 1 120); do [[ -z $(vc_pids 3) ]] && break; sleep 0.5; done
+elif [[ $mode == partition ]]; then
   vc_link 3 up
   for _ in $(seq 1 120); do [[ -z $(vc_pids 3) ]] && break; sleep 0.5; done
 fi

@@ -8,6 +8,8 @@
 # Source it, then:
 #   vc_up ID N [RATE]    nodes c<ID>n1..c<ID>nN on subnet 198.18.ID.0/24 (ID 1..250, one per test,
 #                        so tests never share a namespace); RATE (e.g. 1gbit) limits every link.
+#                        With VC_MGMT=1 the agent reaches a node even when its link is down (a
+#                        separate management network); else, like ssh, only over the link.
 #                        Exits 77 (skipped, and says so) when not root or namespaces can't be made.
 #   vc_node K            the name of node K (also its host name and namespace)
 #   vc_addr K            its address
@@ -68,12 +70,14 @@ vc_up() {
     [[ -n $rate ]] && vc_rate "$k" "$rate"
   done
   # The rsh agent: Open MPI calls it as `AGENT [ssh options] HOST COMMAND...`. Like ssh, it fails
-  # when the host cannot be reached over the network from where it runs.
+  # when the host cannot be reached over the network from where it runs (not with VC_MGMT=1).
+  local reach='ping -c1 -W2 "$host" >/dev/null 2>&1 || { echo "ssh: connect to host $host port 22: No route to host" >&2; exit 255; }'
+  [[ ${VC_MGMT:-0} == 1 ]] && reach=
   cat >"$VC_DIR/agent" <<AGENT
 #!/bin/bash
 while [[ \$1 == -* ]]; do shift; done
 host=\$1; shift
-ping -c1 -W2 "\$host" >/dev/null 2>&1 || { echo "ssh: connect to host \$host port 22: No route to host" >&2; exit 255; }
+$reach
 exec ip netns exec "\$host" unshare --uts sh -c "hostname \$host; export TMPDIR=$VC_DIR/\$host/local; \$*"
 AGENT
   chmod +x "$VC_DIR/agent"

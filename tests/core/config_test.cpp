@@ -63,6 +63,21 @@ TEST(Config, SyntaxErrorsAndMissingFiles) {
             "/nonexistent/x.yaml: field '<file>': cannot open the file");
 }
 
+// YAML forbids a key twice in a map; yaml-cpp would keep both and read the first.
+TEST(Config, DuplicateKeysAreRefusedAtAnyDepth) {
+  EXPECT_EQ(message_of([] { Config::parse("train: {steps: 2, batch: 8, batch: 4}\n", "dup.yaml"); }),
+            "dup.yaml line 1: field 'train.batch': duplicate key (first given at line 1); a key may appear once "
+            "in a map");
+  EXPECT_EQ(message_of([] { Config::parse("model:\n  depth: 2\noptim:\n  lr: 1\nmodel:\n  depth: 3\n", "top.yaml"); }),
+            "top.yaml line 5: field 'model': duplicate key (first given at line 1); a key may appear once in a map");
+  EXPECT_EQ(message_of([] { Config::parse("a:\n  b:\n    - {x: 1}\n    - {y: 1,\n       y: 2}\n", "deep.yaml"); }),
+            "deep.yaml line 5: field 'a.b.1.y': duplicate key (first given at line 4); a key may appear once in a map");
+  Config c = Config::parse("train: {steps: 2}\n", "ok.yaml");
+  EXPECT_EQ(message_of([&] { c.set("train", "{batch: 1, batch: 2}", "--set"); }),
+            "--set: field 'train.batch': duplicate key; a key may appear once in a map");
+  EXPECT_EQ(c.get<int>("train.steps"), 2);  // the refused --set changed nothing
+}
+
 TEST(Config, LoadSetAndLeafKeys) {
   const std::string path = ::testing::TempDir() + "/meridian_config_test.yaml";
   std::ofstream(path) << kText;

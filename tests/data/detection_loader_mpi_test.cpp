@@ -32,7 +32,7 @@ namespace data = meridian::data;
 namespace {
 
 constexpr int kSize = 48;
-constexpr int64_t kCount = 29;
+constexpr int64_t kDetCount = 29;
 
 // Its own subdirectory of the data tests' shared one (file names must not clash with theirs).
 const std::string& det_dir() {
@@ -73,13 +73,13 @@ const Fixture& fixture() {
   static const Fixture f = [] {
     data::PrepSyntheticOptions o;
     o.out = det_dir() + "/det.h5";
-    o.count = kCount;
+    o.count = kDetCount;
     o.seed = 4;
     o.size = kSize;
     o.block = 3;
-    EXPECT_EQ(data::prep_synthetic_detection(runtime(), o).written, kCount);
+    EXPECT_EQ(data::prep_synthetic_detection(runtime(), o).written, kDetCount);
     Fixture f{o.out, {}};
-    for (int64_t row = 0; row < kCount; ++row) f.images.push_back(read_stored_image(o.out, row));
+    for (int64_t row = 0; row < kDetCount; ++row) f.images.push_back(read_stored_image(o.out, row));
     return f;
   }();
   return f;
@@ -148,8 +148,8 @@ TEST(DetectionLoader, DatasetReaderReadsImagesAndBoxesOfSortedRows) {
   data::DatasetReader reader(det_file(), data::IoDriver::POSIX);
   EXPECT_EQ(reader.info().kind, "detection");
   // Runs of consecutive rows and gaps, the first and the last row; a different set per rank.
-  std::vector<int64_t> rows{0, 1, 2, 5, 7, 8, 13, 20, 21, 22, 23, kCount - 1};
-  for (auto& r : rows) r = (r + runtime().rank()) % kCount;
+  std::vector<int64_t> rows{0, 1, 2, 5, 7, 8, 13, 20, 21, 22, 23, kDetCount - 1};
+  for (auto& r : rows) r = (r + runtime().rank()) % kDetCount;
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
   const auto got = reader.read_boxes(rows);
@@ -169,11 +169,11 @@ TEST(DetectionLoader, DatasetReaderReadsImagesAndBoxesOfSortedRows) {
         same_pixels(cv::Mat(kSize, kSize, CV_8UC3, pixels.data() + i * kSize * kSize * 3), stored_image(rows[i])))
         << "row " << rows[i];
   // Every row at once (one run): all the file's boxes, each row's as read one by one.
-  std::vector<int64_t> all(kCount);
+  std::vector<int64_t> all(kDetCount);
   std::iota(all.begin(), all.end(), 0);
   const auto every = reader.read_boxes(all);
   size_t total = 0;
-  for (int64_t r = 0; r < kCount; ++r) {
+  for (int64_t r = 0; r < kDetCount; ++r) {
     total += every[size_t(r)].boxes.size();
     EXPECT_EQ(every[size_t(r)].classes, data::read_boxes(info, r).classes) << "row " << r;
   }
@@ -181,7 +181,7 @@ TEST(DetectionLoader, DatasetReaderReadsImagesAndBoxesOfSortedRows) {
   EXPECT_TRUE(reader.read_boxes({}).empty());
   // Unsorted or out-of-range rows, and datasets a detection file does not have.
   EXPECT_ANY_THROW(reader.read_boxes({3, 2}));
-  EXPECT_ANY_THROW(reader.read_boxes({kCount}));
+  EXPECT_ANY_THROW(reader.read_boxes({kDetCount}));
   int32_t label = 0;
   EXPECT_THROW(reader.read_rows({0}, nullptr, nullptr, nullptr, &label), std::invalid_argument);
   EXPECT_THROW(reader.tokenizer(), meridian::DataError);

@@ -28,16 +28,16 @@ using meridian::test::shared_dir;
 
 namespace {
 
-constexpr int64_t kCount = 37;
-constexpr uint64_t kSeed = 11;
-constexpr int kSize = 64;
+constexpr int64_t kJpegCount = 37;
+constexpr uint64_t kJpegSeed = 11;
+constexpr int kJpegSize = 64;
 
 data::PrepSyntheticOptions synthetic(const std::string& name, const std::string& encode, int quality) {
   data::PrepSyntheticOptions o;
   o.out = shared_dir() + "/" + name;
-  o.count = kCount;
-  o.seed = kSeed;
-  o.size = kSize;
+  o.count = kJpegCount;
+  o.seed = kJpegSeed;
+  o.size = kJpegSize;
   o.captions_per_image = 3;
   o.context_length = 24;
   o.vocab_size = 200;
@@ -53,7 +53,7 @@ const std::string& jpeg_file() {
   static const std::string path = [] {
     const auto o = synthetic("jpeg90.h5", "jpeg", 90);
     const auto report = data::prep_synthetic_image_text(runtime(), o);
-    EXPECT_EQ(report.written, kCount);
+    EXPECT_EQ(report.written, kJpegCount);
     EXPECT_EQ(report.kept_source_bytes, 0) << "synthetic scenes have no input file";
     return o.out;
   }();
@@ -72,10 +72,10 @@ double mean_psnr(const std::string& path) {
   data::DatasetReader reader(path, data::IoDriver::MPIO);
   double sum = 0;
   int64_t mine = 0;
-  std::vector<uint8_t> image(size_t(kSize) * kSize * 3);
-  for (int64_t row = runtime().rank(); row < kCount; row += runtime().size(), ++mine) {
+  std::vector<uint8_t> image(size_t(kJpegSize) * kJpegSize * 3);
+  for (int64_t row = runtime().rank(); row < kJpegCount; row += runtime().size(), ++mine) {
     reader.read_rows({row}, image.data(), nullptr, nullptr, nullptr);
-    const auto scene = data::make_synthetic_scene(kSeed, row, kSize, 3);
+    const auto scene = data::make_synthetic_scene(kJpegSeed, row, kJpegSize, 3);
     sum += psnr(image.data(), scene.image.data, image.size());
   }
   return double(runtime().sum(int64_t(std::llround(sum * 1000)))) / 1000 / double(runtime().sum(mine));
@@ -108,10 +108,11 @@ TEST(Jpeg, RoundTripIsWithinTheJpegErrorOfTheDrawnPixels) {
   const auto info = data::validate_dataset(jpeg_file());
   EXPECT_EQ(info.format_version, 2);
   EXPECT_EQ(info.image_encoding, "jpeg");
-  EXPECT_EQ(info.height, kSize);
-  EXPECT_EQ(info.width, kSize);
-  EXPECT_EQ(info.count, kCount);
-  EXPECT_LT(info.encoded_bytes, kCount * kSize * kSize * 3 / 2) << "JPEG should be far smaller than the pixels";
+  EXPECT_EQ(info.height, kJpegSize);
+  EXPECT_EQ(info.width, kJpegSize);
+  EXPECT_EQ(info.count, kJpegCount);
+  EXPECT_LT(info.encoded_bytes, kJpegCount * kJpegSize * kJpegSize * 3 / 2)
+      << "JPEG should be far smaller than the pixels";
 
   const double q90 = mean_psnr(jpeg_file());
   EXPECT_GT(q90, 30) << "quality 90 decodes close to the source";
@@ -146,7 +147,7 @@ TEST(Jpeg, InputJpegsOfTheStoredSizeAreKeptByteForByte) {
     for (int i = 0; i < 6; ++i) {
       // 0-3: JPEGs at the stored size (kept); 4: a PNG (encoded); 5: a larger JPEG (resized, encoded).
       const int side = i == 5 ? 80 : 48;
-      const auto scene = data::make_synthetic_scene(kSeed, i, side, 1);
+      const auto scene = data::make_synthetic_scene(kJpegSeed, i, side, 1);
       cv::Mat bgr;
       cv::cvtColor(scene.image, bgr, cv::COLOR_RGB2BGR);
       const std::string name = "img/" + std::to_string(i) + (i == 4 ? ".png" : ".jpg");
@@ -179,7 +180,7 @@ TEST(Jpeg, InputJpegsOfTheStoredSizeAreKeptByteForByte) {
   // The PNG went through the encoder: within the JPEG error of its pixels.
   std::vector<uint8_t> image(48 * 48 * 3);
   reader.read_rows({4}, image.data(), nullptr, nullptr, nullptr);
-  EXPECT_GT(psnr(image.data(), data::make_synthetic_scene(kSeed, 4, 48, 1).image.data, image.size()), 28);
+  EXPECT_GT(psnr(image.data(), data::make_synthetic_scene(kJpegSeed, 4, 48, 1).image.data, image.size()), 28);
 }
 
 TEST(Jpeg, LoadersDecodeTheSameImagesWithAnyNumberOfWorkers) {
@@ -205,7 +206,7 @@ TEST(Jpeg, LoadersDecodeTheSameImagesWithAnyNumberOfWorkers) {
         continue;
       }
       for (int64_t i = 0; i < 5; ++i) {  // the serial reader's decode, row by row
-        std::vector<uint8_t> image(kSize * kSize * 3);
+        std::vector<uint8_t> image(kJpegSize * kJpegSize * 3);
         reader.read_rows({a.rows[i].item<int64_t>()}, image.data(), nullptr, nullptr, nullptr);
         EXPECT_EQ(0, std::memcmp(image.data(), a.images[i].data_ptr<uint8_t>(), image.size())) << "sample " << i;
       }
@@ -260,9 +261,10 @@ TEST(Jpeg, OtherFormatVersionsAndCorruptBytesAreNamed) {
   EXPECT_EQ(info.format_version, 1);
   EXPECT_EQ(info.image_encoding, "raw");
   data::DatasetReader old(v1, data::IoDriver::POSIX);
-  std::vector<uint8_t> image(kSize * kSize * 3);
+  std::vector<uint8_t> image(kJpegSize * kJpegSize * 3);
   old.read_rows({7}, image.data(), nullptr, nullptr, nullptr);
-  EXPECT_EQ(0, std::memcmp(image.data(), data::make_synthetic_scene(kSeed, 7, kSize, 3).image.data, image.size()));
+  EXPECT_EQ(0,
+            std::memcmp(image.data(), data::make_synthetic_scene(kJpegSeed, 7, kJpegSize, 3).image.data, image.size()));
 
   edit_file(v3, [](hid_t f) { set_int_attr(f, "format_version", 3); });
   EXPECT_EQ(message_of([&] { data::validate_dataset(v3); }),
@@ -273,7 +275,7 @@ TEST(Jpeg, OtherFormatVersionsAndCorruptBytesAreNamed) {
   int64_t start = 0;
   edit_file(bad, [&](hid_t f) {
     const hid_t off = H5Dopen2(f, "/image_offsets", H5P_DEFAULT), bytes = H5Dopen2(f, "/image_bytes", H5P_DEFAULT);
-    std::vector<int64_t> all(kCount + 1);
+    std::vector<int64_t> all(kJpegCount + 1);
     H5Dread(off, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data());
     start = all[5];
     const hid_t space = H5Dget_space(bytes);

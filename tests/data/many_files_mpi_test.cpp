@@ -25,8 +25,8 @@ using meridian::test::shared_dir;
 
 namespace {
 
-constexpr int64_t kCount = 37;
-constexpr uint64_t kSeed = 21;
+constexpr int64_t kFilesCount = 37;
+constexpr uint64_t kFilesSeed = 21;
 
 data::PrepSyntheticOptions options(const std::string& out, int64_t count, uint64_t seed) {
   data::PrepSyntheticOptions o;
@@ -76,18 +76,18 @@ void write_json(const std::string& path, const nlohmann::json& j) {
 
 TEST(ManyFiles, ReadAsOneFileWithExactResumeAcrossAFileBoundary) {
   for (const std::string encode : {"raw", "jpeg"}) {
-    auto one = options("one_" + encode + ".h5", kCount, kSeed);
-    auto many = options("many_" + encode + ".json", kCount, kSeed);
+    auto one = options("one_" + encode + ".h5", kFilesCount, kFilesSeed);
+    auto many = options("many_" + encode + ".json", kFilesCount, kFilesSeed);
     one.encode = many.encode = encode;
     data::prep_synthetic_image_text(runtime(), one);
     const auto report = data::prep_synthetic_image_text(runtime(), many);
     EXPECT_EQ(report.files, 4);
-    EXPECT_EQ(report.written, kCount);
+    EXPECT_EQ(report.written, kFilesCount);
     const auto info = data::validate_dataset(many.out);
     ASSERT_EQ(info.parts.size(), 4u);
     EXPECT_EQ(info.parts[3].count, 7);
     EXPECT_EQ(info.parts[1].path, shared_dir() + "/many_" + encode + "-00001.h5");
-    EXPECT_EQ(info.count, kCount);
+    EXPECT_EQ(info.count, kFilesCount);
     EXPECT_EQ(info.image_encoding, encode);
     expect_same_rows(one.out, many.out);  // every row, across all four files
 
@@ -120,11 +120,11 @@ TEST(ManyFiles, ReadAsOneFileWithExactResumeAcrossAFileBoundary) {
 }
 
 TEST(ManyFiles, AnInterruptedPrepIsFinishedWithResume) {
-  const auto full = options("full.json", kCount, kSeed);
+  const auto full = options("full.json", kFilesCount, kFilesSeed);
   data::prep_synthetic_image_text(runtime(), full);
   // What a prep killed while writing its third file leaves: the index lists two finished files and
   // says complete: false; the third file is still a .tmp.
-  auto cut = options("cut.json", kCount, kSeed);
+  auto cut = options("cut.json", kFilesCount, kFilesSeed);
   data::prep_synthetic_image_text(runtime(), cut);
   auto index = read_json(cut.out);
   index["complete"] = false;
@@ -146,7 +146,7 @@ TEST(ManyFiles, AnInterruptedPrepIsFinishedWithResume) {
                 "add inputs)");
   auto other = cut;
   other.resume = true;
-  other.count = kCount + 1;
+  other.count = kFilesCount + 1;
   EXPECT_EQ(message_of([&] { data::prep_synthetic_image_text(runtime(), other); }),
             "--resume: synthetic/21 has 38 entries now, cut-00000.h5 was made when it had 37: not the same inputs "
             "(--overwrite starts again)");
@@ -162,22 +162,23 @@ TEST(ManyFiles, AnInterruptedPrepIsFinishedWithResume) {
 }
 
 TEST(ManyFiles, AppendAddsFilesOfTheSameKind) {
-  auto base = options("grow.json", kCount, kSeed);
+  auto base = options("grow.json", kFilesCount, kFilesSeed);
   data::prep_synthetic_image_text(runtime(), base);
-  auto more = options("grow.json", 12, kSeed + 1);
+  auto more = options("grow.json", 12, kFilesSeed + 1);
   more.append = true;
   more.overwrite = false;
   const auto report = data::prep_synthetic_image_text(runtime(), more);
   EXPECT_EQ(report.files, 2);
   const auto info = data::validate_dataset(base.out);
-  EXPECT_EQ(info.count, kCount + 12);
+  EXPECT_EQ(info.count, kFilesCount + 12);
   ASSERT_EQ(info.parts.size(), 6u);
   data::DatasetReader reader(base.out, data::IoDriver::POSIX);
   std::vector<uint8_t> image(reader.image_bytes());
-  for (int64_t row : {int64_t(0), kCount - 1, kCount, kCount + 11}) {
-    const bool appended = row >= kCount;
+  for (int64_t row : {int64_t(0), kFilesCount - 1, kFilesCount, kFilesCount + 11}) {
+    const bool appended = row >= kFilesCount;
     reader.read_rows({row}, image.data(), nullptr, nullptr, nullptr);
-    const auto scene = data::make_synthetic_scene(appended ? kSeed + 1 : kSeed, appended ? row - kCount : row, 32, 2);
+    const auto scene =
+        data::make_synthetic_scene(appended ? kFilesSeed + 1 : kFilesSeed, appended ? row - kFilesCount : row, 32, 2);
     EXPECT_EQ(0, std::memcmp(image.data(), scene.image.data, image.size())) << "row " << row;
   }
 

@@ -25,7 +25,7 @@ using meridian::test::shared_dir;
 
 namespace {
 
-constexpr int kShards = 4, kPerShard = 5, kSize = 48;
+constexpr int kShards = 4, kPerShard = 5, kShardSize = 48;
 
 void write_tar(const std::string& path, const std::vector<std::pair<std::string, std::string>>& members) {
   archive* a = archive_write_new();
@@ -46,7 +46,7 @@ void write_tar(const std::string& path, const std::vector<std::pair<std::string,
 }
 
 std::string jpeg_of(int shard, int i) {
-  const auto scene = data::make_synthetic_scene(7, shard * kPerShard + i, kSize, 1);
+  const auto scene = data::make_synthetic_scene(7, shard * kPerShard + i, kShardSize, 1);
   cv::Mat bgr;
   cv::cvtColor(scene.image, bgr, cv::COLOR_RGB2BGR);
   std::vector<uint8_t> bytes;
@@ -91,7 +91,7 @@ data::PrepImageTextOptions options(const std::string& dir, const std::string& ou
   data::PrepImageTextOptions o;
   o.webdataset = dir + "/shard-{00..03}.tar";
   o.out = dir + "/" + out;
-  o.size = kSize;
+  o.size = kShardSize;
   o.captions_per_image = 1;
   o.context_length = 16;
   o.vocab_size = 60;

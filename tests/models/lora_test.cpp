@@ -12,7 +12,7 @@
 namespace models = meridian::models;
 
 namespace {
-models::LlamaConfig tiny() {
+models::LlamaConfig lora_tiny() {
   models::LlamaConfig c;
   c.vocab_size = 61, c.dim = 32, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.hidden = 48, c.max_seq_len = 16;
   return c;
@@ -21,7 +21,7 @@ models::LlamaConfig tiny() {
 
 TEST(Lora, AdaptersStartAsNoOpsAndAloneTrain) {
   torch::manual_seed(1);
-  models::Llama model(tiny());
+  models::Llama model(lora_tiny());
   const auto tokens = torch::randint(61, {2, 12}, at::kLong);
   const auto before = model->forward(tokens).detach();
   models::LoraConfig lora;
@@ -45,7 +45,7 @@ TEST(Lora, AdaptersStartAsNoOpsAndAloneTrain) {
 
 TEST(Lora, MergedWeightsGiveTheAdaptedLogits) {
   torch::manual_seed(2);
-  models::Llama adapted(tiny());
+  models::Llama adapted(lora_tiny());
   models::LoraConfig lora;
   lora.rank = 3;
   lora.alpha = 6;
@@ -67,15 +67,15 @@ TEST(Lora, MergedWeightsGiveTheAdaptedLogits) {
   for (const auto& [name, t] : merged)
     if (name == "model.layers.0.mlp.up_proj.weight")
       EXPECT_TRUE(torch::allclose(t, w + torch::matmul(b, a) * 2.0, 1e-6, 1e-7));
-  models::Llama plain(tiny());
+  models::Llama plain(lora_tiny());
   models::load_into(*plain, merged);
   const auto got = plain->forward(tokens).detach();
   EXPECT_TRUE(torch::allclose(got, expected, 1e-4, 1e-5)) << (got - expected).abs().max().item<double>();
-  EXPECT_FALSE(torch::allclose(got, models::Llama(tiny())->forward(tokens).detach(), 1e-2, 1e-2));
+  EXPECT_FALSE(torch::allclose(got, models::Llama(lora_tiny())->forward(tokens).detach(), 1e-2, 1e-2));
 }
 
 TEST(Lora, UnknownTargetIsRefused) {
-  models::Llama model(tiny());
+  models::Llama model(lora_tiny());
   models::LoraConfig lora;
   lora.rank = 2;
   lora.targets = {"q_proj", "qkv"};

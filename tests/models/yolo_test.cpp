@@ -73,7 +73,7 @@ models::YoloConfig scale(const std::string& name, int64_t classes = 80) {
   return models::YoloConfig::from_config(meridian::Config::parse(
       "model:\n  scale: " + name + "\n  num_classes: " + std::to_string(classes) + "\n", "test.yaml"));
 }
-int64_t count(torch::nn::Module& m) {
+int64_t yolo_parameters(torch::nn::Module& m) {
   int64_t n = 0;
   for (const auto& p : m.parameters()) n += p.numel();
   return n;
@@ -139,7 +139,7 @@ TEST(Yolo, ParameterCountIsTheModuleSizeAndGrowsWithScale) {
     const auto c = scale(name);
     torch::manual_seed(0);
     models::Yolo model(c);
-    EXPECT_EQ(count(*model), c.parameter_count()) << name;
+    EXPECT_EQ(yolo_parameters(*model), c.parameter_count()) << name;
     EXPECT_GT(c.parameter_count(), previous) << name;
     previous = c.parameter_count();
     std::cout << "[ yolo " << name << " ] params " << c.parameter_count() << ", " << c.flops(640) / 1e9
@@ -150,7 +150,7 @@ TEST(Yolo, ParameterCountIsTheModuleSizeAndGrowsWithScale) {
   plain.area_attention = false;
   plain.width = 0.05;
   models::Yolo small(plain);
-  EXPECT_EQ(count(*small), plain.parameter_count());
+  EXPECT_EQ(yolo_parameters(*small), plain.parameter_count());
 }
 
 TEST(Yolo, ConfigPresetsOverridesAndErrors) {

@@ -24,12 +24,14 @@ using meridian::comm::Communicator;
 
 namespace {
 
-std::unique_ptr<Communicator> g_comm;
+std::unique_ptr<Communicator> g_bn_comm;
 
 class SyncBn : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { g_comm = meridian::comm::make_communicator(runtime(), meridian::comm::Backend::MPI); }
-  static void TearDownTestSuite() { g_comm.reset(); }
+  static void SetUpTestSuite() {
+    g_bn_comm = meridian::comm::make_communicator(runtime(), meridian::comm::Backend::MPI);
+  }
+  static void TearDownTestSuite() { g_bn_comm.reset(); }
 };
 
 constexpr int64_t kC = 3, kH = 5, kW = 4;
@@ -69,7 +71,7 @@ void set_affine(torch::nn::Module& m) {
 
 at::Tensor summed_over_ranks(const at::Tensor& t) {
   at::Tensor s = t.clone();
-  g_comm->allreduce(s, meridian::comm::ReduceOp::Sum);
+  g_bn_comm->allreduce(s, meridian::comm::ReduceOp::Sum);
   return s;
 }
 
@@ -78,7 +80,7 @@ void check_against_reference(std::optional<double> momentum) {
   const int W = runtime().size(), me = runtime().rank();
   int64_t offset = 0;
   for (int r = 0; r < me; ++r) offset += batch_of(r);
-  parallel::SyncBatchNorm2d sync(options(momentum), g_comm.get());
+  parallel::SyncBatchNorm2d sync(options(momentum), g_bn_comm.get());
   torch::nn::BatchNorm2d ref(options(momentum));
   set_affine(*sync);
   set_affine(*ref);
@@ -146,7 +148,7 @@ TEST_F(SyncBn, AnEmptyBatchOnSomeRanks) {
   const int me = runtime().rank();
   at::manual_seed(77);
   const at::Tensor full = at::randn({2, kC, kH, kW}) + 3;
-  parallel::SyncBatchNorm2d sync(options(0.1), g_comm.get());
+  parallel::SyncBatchNorm2d sync(options(0.1), g_bn_comm.get());
   torch::nn::BatchNorm2d ref(options(0.1));
   const at::Tensor x = (me == 0 ? full : full.narrow(0, 0, 0)).clone().requires_grad_(true);
   const at::Tensor y = sync->forward(x);
@@ -167,17 +169,17 @@ TEST_F(SyncBn, AnEmptyBatchOnSomeRanks) {
 TEST_F(SyncBn, OneValuePerChannelIsAnErrorOnEveryRank) {
   // One pixel on rank 0 and nothing elsewhere: every rank throws after the allreduce (none hangs).
   const at::Tensor x = at::ones({runtime().rank() == 0 ? 1 : 0, kC, 1, 1});
-  parallel::SyncBatchNorm2d sync(options(0.1), g_comm.get());
+  parallel::SyncBatchNorm2d sync(options(0.1), g_bn_comm.get());
   EXPECT_THROW(sync->forward(x), std::invalid_argument);
   // Shape errors come before any communication.
   EXPECT_THROW(sync->forward(at::ones({2, kC + 1, 2, 2})), std::invalid_argument);
   EXPECT_THROW(sync->forward(at::ones({2, kC})), std::invalid_argument);
-  EXPECT_THROW(parallel::SyncBatchNorm2d(torch::nn::BatchNorm2dOptions(kC).track_running_stats(false), g_comm.get()),
+  EXPECT_THROW(parallel::SyncBatchNorm2d(torch::nn::BatchNorm2dOptions(kC).track_running_stats(false), g_bn_comm.get()),
                std::invalid_argument);
 }
 
 TEST_F(SyncBn, SameNamesShapesAndInitialValuesAsBatchNorm2d) {
-  parallel::SyncBatchNorm2d sync(options(0.03), g_comm.get());
+  parallel::SyncBatchNorm2d sync(options(0.03), g_bn_comm.get());
   torch::nn::BatchNorm2d ref(options(0.03));
   const auto list = [](const torch::OrderedDict<std::string, at::Tensor>& d) {
     std::vector<std::pair<std::string, at::Tensor>> v;

@@ -96,7 +96,10 @@ std::string mpi_library_version();
 // and the rank log), appends a line to $MERIDIAN_ABORT_FILE when set ("<time> rank R host H exit C:
 // <first line>", for a launcher that watches the job), runs the registered abort hooks (e.g.
 // ncclCommAbort), then MPI_Abort with `exit_code`. The process ends within 20 s even when a hook or
-// MPI_Abort blocks (a launcher that cannot reach a node). Safe to call before MPI is initialised.
+// MPI_Abort blocks (a launcher that cannot reach a node). When this rank's parent is mpirun or an
+// orted, a detached watcher ends that launcher if it is still running $MERIDIAN_LAUNCHER_GRACE_S
+// (default 30, 0: never) seconds later, so that a plain `mpirun` returns after a partition.
+// Safe to call before MPI is initialised.
 [[noreturn]] void abort_job(const std::string& message, int exit_code);
 
 // Registers a hook that abort_job runs before MPI_Abort (returns an id for remove_abort_hook).
