@@ -10,7 +10,6 @@
 #include <vector>
 
 namespace meridian::detect {
-namespace {
 
 std::string shape_of(const at::Tensor& t) {
   if (!t.defined()) return "undefined";
@@ -18,6 +17,8 @@ std::string shape_of(const at::Tensor& t) {
   for (int64_t i = 0; i < t.dim(); ++i) s += (i ? "," : "") + std::to_string(t.size(i));
   return s + "]";
 }
+
+namespace {
 
 void check_boxes(const at::Tensor& t, const char* what) {
   if (!t.defined() || t.dim() != 2 || t.size(1) != 4)

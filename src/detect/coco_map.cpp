@@ -17,13 +17,6 @@ namespace {
 constexpr char kMagic[8] = {'M', 'D', 'M', 'A', 'P', '1', 0, 0};
 constexpr int kRecallPoints = 101;
 
-std::string shape_of(const at::Tensor& t) {
-  if (!t.defined()) return "undefined";
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? "," : "") + std::to_string(t.size(i));
-  return s + "]";
-}
-
 std::vector<float> boxes_to_vector(const at::Tensor& t, const char* what) {
   if (!t.defined() || t.dim() != 2 || t.size(1) != 4)
     throw std::invalid_argument(std::string("MapAccumulator::add_image: ") + what + " must be [N,4] xyxy, got " +

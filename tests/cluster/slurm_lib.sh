@@ -43,9 +43,11 @@ slurm_stop_daemons() {
   done
 }
 
-# slurm_common_conf DIR: the slurm.conf lines both clusters use: munge auth through DIR's socket,
-# root daemons, state and slurmctld files in DIR, no cgroup/accounting plugins, cores as the unit,
-# requeue allowed, nodes back in service by themselves.
+# slurm_common_conf DIR [MIN_JOB_AGE]: the slurm.conf lines both clusters use: munge auth through DIR's
+# socket, root daemons, state and slurmctld files in DIR, no cgroup/accounting plugins, cores as the
+# unit, requeue allowed, nodes back in service by themselves. MIN_JOB_AGE (default 600 s): how long a
+# finished job's record stays; `sbatch --wait` polls every 2 s only when it is 4 s or less (else after
+# 2, 8, then 32 s: a job of 11 s took 42 s to be seen done).
 slurm_common_conf() {
   cat <<CONF
 AuthType=auth/munge
@@ -71,7 +73,7 @@ SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
 ReturnToService=2
 JobRequeue=1
-MinJobAge=600
+MinJobAge=${2:-600}
 InactiveLimit=0
 CONF
 }

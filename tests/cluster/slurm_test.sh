@@ -72,7 +72,7 @@ ClusterName=meridiantest
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
-$(slurm_common_conf "$tmp")
+$(slurm_common_conf "$tmp" 4)
 SlurmdSpoolDir=$tmp/spool
 # srun --mpi=pmix makes its directories here (spmix_appdir_*): not in /tmp, where one that an
 # earlier, killed run left makes every step launch fail ("File exists")

@@ -8,8 +8,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
 
 namespace meridian::detect {
+
+// A tensor's shape for messages: "[3,4]", "undefined" for an undefined tensor. Not collective.
+std::string shape_of(const at::Tensor& t);
 
 // IoU of two xyxy boxes given as 4 floats, in double; 0 when the union is empty. Not collective.
 double iou_xyxy(const float* a, const float* b);
