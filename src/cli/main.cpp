@@ -13,6 +13,7 @@
 #include "meridian/core/error.h"
 #include "meridian/core/log.h"
 #include "meridian/core/version.h"
+#include "meridian/git.h"
 #ifdef MERIDIAN_WITH_DATA
 #include "meridian/data/hdf5_info.h"
 #endif

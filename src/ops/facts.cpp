@@ -24,6 +24,7 @@
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/hash.h"
+#include "meridian/git.h"
 
 namespace meridian::ops {
 
