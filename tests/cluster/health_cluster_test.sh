@@ -4,7 +4,7 @@
 # kind of slowness is named for what it is, and nothing else is reported:
 #   link      node 3's link throttled to 20 Mbit/s after step 9 of 24: "network: rank 2 (node 3)"
 #             and no straggler or data-wait warning (every rank waits in communication alike);
-#   compute   rank 1 computes 80 ms longer per step (--inject-straggler): "straggler: rank 1", no
+#   compute   rank 1 computes 400 ms longer per step (--inject-straggler): "straggler: rank 1", no
 #             network or data-wait warning;
 #   data      rank 2 waits 80 ms longer for each batch: "data wait: rank 2", no straggler or network
 #             warning.
@@ -17,7 +17,7 @@ source "$here/vcluster.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 case $mode in
   link) id=209 inject=() ;;
-  compute) id=210 inject=(--inject-straggler 1:compute:200) ;;
+  compute) id=210 inject=(--inject-straggler 1:compute:400) ;;
   data) id=211 inject=(--inject-straggler 2:data:80) ;;
   *) echo "unknown mode '$mode'"; exit 1 ;;
 esac
