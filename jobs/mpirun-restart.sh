@@ -93,15 +93,19 @@ value=${value:-${NCCL_SOCKET_IFNAME:-}}
 # What a host says of its interfaces: "if NAME OPERSTATE" lines, then `ip -o -4 addr` lines.
 # shellcheck disable=SC2016  # expanded on the host
 facts_cmd='for d in /sys/class/net/*; do echo "if ${d##*/} $(cat $d/operstate 2>/dev/null)"; done; ip -o -4 addr show 2>/dev/null; true'
-# The mpirun of the command and its --mca/--prefix options: a daemon started on one host alone.
-launcher=() daemon_check=0
-case $(basename "${cmd[0]}") in mpirun | mpiexec | orterun) launcher=("${cmd[0]}") daemon_check=1 ;; esac
-for ((i = 1; i < ${#cmd[@]} - 2; i++)); do
-  case ${cmd[i]} in
-    --mca | -mca) launcher+=("${cmd[i]}" "${cmd[i + 1]}" "${cmd[i + 2]}"); ((i += 2)) ;;
-    --prefix) launcher+=("${cmd[i]}" "${cmd[i + 1]}"); ((i++)) ;;
-  esac
-done
+# The mpirun of the command and its --mca/--prefix options: a daemon started on one host alone (empty
+# when the command is not mpirun: no daemon check).
+launcher=()
+case $(basename "${cmd[0]}") in
+  mpirun | mpiexec | orterun)
+    launcher=("${cmd[0]}")
+    for ((i = 1; i < ${#cmd[@]} - 2; i++)); do
+      case ${cmd[i]} in
+        --mca | -mca) launcher+=("${cmd[i]}" "${cmd[i + 1]}" "${cmd[i + 2]}"); ((i += 2)) ;;
+        --prefix) launcher+=("${cmd[i]}" "${cmd[i + 1]}"); ((i++)) ;;
+      esac
+    done ;;
+esac
 
 ip_number() { local a b c d; IFS=. read -r a b c d <<<"$1"; echo $(((a << 24) + (b << 16) + (c << 8) + d)); }
 # Whether FACTS (facts_cmd's output) has an interface up that SETTING=VALUE names.
@@ -138,7 +142,7 @@ probe_host() {
   for spec in "${required[@]}"; do
     iface_up "$facts" "$spec" || { echo "host $host: no interface that $spec names is up: leaving it out"; return; }
   done
-  if ((check_daemons && daemon_check)); then
+  if ((check_daemons && ${#launcher[@]} > 0)); then
     timeout 30 "${launcher[@]}" --host "$host" -np 1 true </dev/null >/dev/null 2>&1
     rc=$?
     ((rc == 0)) || echo "host $host: mpirun cannot start its daemon there (exit $rc): leaving it out"
