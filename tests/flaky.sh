@@ -25,7 +25,8 @@ tests=$(cd "$build" && ctest -N "${select[@]}" | sed -n 's/^ *Test *#[0-9]*: //p
 busy=
 if ((load)); then
   command -v taskset >/dev/null || { echo "flaky.sh: --load needs taskset (util-linux)" >&2; exit 2; }
-  taskset -c 0 sh -c 'while :; do :; done' &
+  # The loop checks that this script is alive: killed with -9, it must not leave a core busy.
+  taskset -c 0 sh -c "while kill -0 $$ 2>/dev/null; do :; done" &
   busy=$!
   trap 'kill $busy 2>/dev/null' EXIT
 fi

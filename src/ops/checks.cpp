@@ -136,8 +136,10 @@ Finding compare(const Facts& facts, const std::string& check, Status on_mismatch
 
 // Slow compared with a reference: bandwidth below 1/kSlowFactor of it, or latency above kSlowFactor times
 // it (and kLatencyFloorUs more, so that microsecond jitter between ranks of one node is no finding).
-bool slower(double bw, double lat_us, double ref_bw, double ref_lat_us) {
-  return bw * kSlowFactor < ref_bw || lat_us > std::max(kSlowFactor * ref_lat_us, ref_lat_us + kLatencyFloorUs);
+bool slower(double bw, double lat_us, double ref_bw, double ref_lat_us, LinkEvidence evidence) {
+  if (bw * kSlowFactor < ref_bw) return true;
+  return evidence == LinkEvidence::LatencyOrBandwidth &&
+         lat_us > std::max(kSlowFactor * ref_lat_us, ref_lat_us + kLatencyFloorUs);
 }
 
 }  // namespace
@@ -492,7 +494,8 @@ Findings check_data(const Facts& facts) {
 
 // ---- Network.
 
-Findings check_links(const Facts& facts, const std::vector<LinkFacts>& links, bool between_nodes) {
+Findings check_links(const Facts& facts, const std::vector<LinkFacts>& links, bool between_nodes,
+                     LinkEvidence evidence) {
   if (links.empty()) return {{Status::Ok, "p2p", "one rank: no pair to measure", ""}};
   const auto name = [&](int r) { return fmt::format("{} r{}", facts[r].host, r); };
   std::vector<double> bws, lats;
@@ -515,7 +518,7 @@ Findings check_links(const Facts& facts, const std::vector<LinkFacts>& links, bo
     const std::string text = fmt::format("{} <-> {}: latency {:.1f} us, bandwidth {} ({} MiB messages)",
                                          name(l.bandwidth.a), name(l.bandwidth.b), l.latency.one_way_us,
                                          rate(l.bandwidth.bandwidth_gbs), l.bandwidth.bytes >> 20);
-    if (links.size() > 1 && slower(l.bandwidth.bandwidth_gbs, l.latency.one_way_us, med, med_lat))
+    if (links.size() > 1 && slower(l.bandwidth.bandwidth_gbs, l.latency.one_way_us, med, med_lat, evidence))
       lines.push_back({Status::Warn, "p2p",
                        text + fmt::format(": slow link (median of all pairs: {:.1f} us, {})", med_lat, rate(med)),
                        slow_hint});
@@ -547,7 +550,7 @@ Findings check_links(const Facts& facts, const std::vector<LinkFacts>& links, bo
     // median of its 2 links would mix the slow one of a neighbour into it).
     const double m = *std::max_element(mine.begin(), mine.end()), o = median(others),
                  ml = *std::min_element(mine_lat.begin(), mine_lat.end()), ol = median(others_lat);
-    if (slower(m, ml, o, ol))
+    if (slower(m, ml, o, ol, evidence))
       findings.push_back({Status::Warn, "slow rank",
                           fmt::format("{}: its {} link(s) reach {:.1f} us, {} at best; the links between the "
                                       "others {:.1f} us, {}",

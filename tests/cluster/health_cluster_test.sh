@@ -3,7 +3,7 @@
 # (tests/cluster/vcluster.sh, links at 1 Gbit/s), one rank each, health reports every 4 steps. Each
 # kind of slowness is named for what it is, and nothing else is reported:
 #   link      node 3's link throttled to 20 Mbit/s after step 9 of 24: "network: rank 2 (node 3)"
-#             and no straggler or data-wait warning (every rank waits in communication alike);
+#             and no straggler or data-wait warning naming rank 2 (every rank waits in communication alike);
 #   compute   rank 1 computes 400 ms longer per step (--inject-straggler): "straggler: rank 1", no
 #             network or data-wait warning;
 #   data      rank 2 waits 80 ms longer for each batch: "data wait: rank 2", no straggler or network
@@ -50,7 +50,11 @@ case $mode in
   link)
     grep -qE "health at step (12|16|20|24): network: rank 2 \($n3\)" <<<"$warnings" || fail "no network warning naming rank 2 ($n3) after the throttle"
     grep -E "health at step [0-9]+: network:" <<<"$warnings" | grep -vqE "rank 2 \($n3\)" && fail "a network warning names another node"
-    grep -qE ": (straggler|data wait):" <<<"$warnings" && fail "a slow link reported as a straggler or data wait"
+    # The slow link must not be named as rank 2's compute or input. (3 ranks share the 2 cores of this
+    # machine: a report that names rank 0 or 1 a compute straggler is that sharing, or other load on the
+    # host, not a misreading of the link; one CI run named rank 0 at 3.2x before the throttle.)
+    grep -E ": (straggler|data wait):" <<<"$warnings" | grep -qE "rank 2 |$n3" &&
+      fail "a slow link reported as a straggler or data wait"
     ;;
   compute)
     grep -qE ": straggler: rank 1 on $n2 " <<<"$warnings" || fail "no straggler warning naming rank 1 on $n2"

@@ -154,6 +154,24 @@ TEST(DoctorChecks, SlowNodeOfThreeIsNamedAloneEvenWithANoisyLink) {
             "0.13 GB/s");
 }
 
+TEST(DoctorChecks, HealthIgnoresLatencyAloneOfARankWithABusyCore) {
+  // node-c answers the ping-pong in 2 ms (its core shared with a busy process) at full bandwidth: a
+  // slow rank for doctor, which measures an idle cluster, but no slow link for health's bandwidth rule.
+  const auto facts = healthy(3, 1);
+  const std::vector<LinkFacts> links{link(0, 1, 22, 0.15), link(0, 2, 2000, 0.14), link(1, 2, 2000, 0.14)};
+  const auto slow_ranks = [&](const std::vector<LinkFacts>& measured, LinkEvidence evidence) {
+    int n = 0;
+    for (const auto& f : check_links(facts, measured, true, evidence)) n += f.check == "slow rank";
+    return n;
+  };
+  EXPECT_EQ(slow_ranks(links, LinkEvidence::LatencyOrBandwidth), 1);
+  EXPECT_EQ(slow_ranks(links, LinkEvidence::BandwidthOnly), 0);
+  // A slow bandwidth is named under either rule.
+  const std::vector<LinkFacts> throttled{link(0, 1, 22, 0.15), link(0, 2, 22, 0.003), link(1, 2, 22, 0.003)};
+  EXPECT_EQ(slow_ranks(throttled, LinkEvidence::LatencyOrBandwidth), 1);
+  EXPECT_EQ(slow_ranks(throttled, LinkEvidence::BandwidthOnly), 1);
+}
+
 TEST(DoctorChecks, VersionMismatchBetweenNodesFails) {
   auto facts = healthy(2, 2);
   for (int r : {2, 3}) facts[r].versions.mpi = "Open MPI v4.1.5";

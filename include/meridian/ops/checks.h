@@ -69,7 +69,11 @@ Findings check_data(const std::vector<RankFacts>& facts);
 // below a third, or latency above three times and 50 us above it; beyond 16 pairs the OK ones become a
 // summary line), then a "slow rank" WARN for each rank whose links are slow compared with the links
 // between the others. between_nodes chooses the hints (network vs shared memory). No pair: one OK.
-Findings check_links(const std::vector<RankFacts>& facts, const std::vector<LinkFacts>& links, bool between_nodes);
+// evidence BandwidthOnly ignores latency: health's probes run beside training, where a rank whose core
+// is busy (a loader thread, another job) answers a ping-pong late through no fault of its link.
+enum class LinkEvidence { LatencyOrBandwidth, BandwidthOnly };
+Findings check_links(const std::vector<RankFacts>& facts, const std::vector<LinkFacts>& links, bool between_nodes,
+                     LinkEvidence evidence = LinkEvidence::LatencyOrBandwidth);
 // The allreduce: FAIL when it returned wrong sums; one OK line when ranks == 1 (nothing measured).
 Findings check_allreduce(const AllreduceFacts& allreduce);
 // Clock offsets to rank 0 (indexed by rank): WARN naming the ranks off by more than 100 ms. Nothing
