@@ -25,7 +25,8 @@ PACKAGES=(
   clang-format                       # the test suite checks the formatting (tests/tools/format_check.sh)
   slurm-wlm munge                    # Slurm + its authentication: tests/cluster/slurm_test.sh runs a one-node cluster
   iproute2 iputils-ping              # the virtual cluster of tests/cluster (namespaces, links, tc)
-  python3-torch                      # the PyTorch references of jobs/bench (same 1.13 as LibTorch); not for the build
+  python3-torch                      # the PyTorch references of jobs/bench and tests (same 1.13 as LibTorch); not for the build
+  python3-sentencepiece              # the Hugging Face SigLIP reference of tests/models (its tokenizer rules)
 )
 
 if [[ ! -r /etc/os-release ]] || ! grep -qiE '^(ID|ID_LIKE)=.*debian' /etc/os-release; then

@@ -41,6 +41,7 @@ Command eval_command();
 Command bench_ckpt_command();
 Command bench_memory_command();
 Command export_command();
+Command embed_command();
 Command generate_command();
 Command predict_command();
 Command doctor_command();

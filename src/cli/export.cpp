@@ -1,29 +1,49 @@
-// `meridian export`: a language-model checkpoint's weights as Hugging Face safetensors, LoRA
-// adapters merged (tasks::export_merged).
+// `meridian export`: a checkpoint as Hugging Face transformers loads it. siglip: a SiglipModel
+// directory (tasks::export_siglip); lm: the weights as one safetensors file, LoRA adapters merged
+// (tasks::export_merged).
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "meridian/ckpt/checkpoint.h"
+#include "meridian/ckpt/file.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/tasks/lm_task.h"
+#include "meridian/tasks/siglip_hf.h"
 
 namespace meridian::cli {
 
 Command export_command() {
   Command c;
   c.name = "export";
-  c.summary = "Write an lm checkpoint's weights as Hugging Face safetensors, LoRA adapters merged into the base";
+  c.summary = "Write a checkpoint as Hugging Face loads it: a SiglipModel directory (siglip), safetensors (lm)";
   c.add_options = [](cxxopts::Options& o) {
     // clang-format off
     o.add_options()
-        ("checkpoint", "Checkpoint of a task lm run (step_*.h5)", cxxopts::value<std::string>())
-        ("out", "safetensors file to write", cxxopts::value<std::string>());
+        ("checkpoint", "Checkpoint of a siglip or lm run (step_*.h5)", cxxopts::value<std::string>())
+        ("out", "siglip: the directory to write (must not exist); lm: the safetensors file", cxxopts::value<std::string>())
+        ("dtype", "siglip: weights in f32 or bf16", cxxopts::value<std::string>()->default_value("f32"))
+        ("max-shard-mb", "siglip: weight files of at most this many MiB (model-0000k-of-0000N.safetensors with an index when more than one)", cxxopts::value<double>()->default_value("2048"))
+        ("tokenizer", "siglip: where the tokenizer comes from: a Hugging Face directory or the training dataset; default: the run's task.init, else its data.train", cxxopts::value<std::string>()->default_value(""));
     // clang-format on
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     if (!p.count("checkpoint") || !p.count("out")) throw UserError("export: give --checkpoint and --out");
     if (rt.rank() != 0) return 0;
     const auto path = p["checkpoint"].as<std::string>(), out = p["out"].as<std::string>();
+    const std::string task = ckpt::saved_config(ckpt::Reader(path)).get<std::string>("task.name", "siglip");
+    if (task == "siglip") {
+      const double shard_mb = p["max-shard-mb"].as<double>();
+      if (!(shard_mb > 0)) throw UserError("export: --max-shard-mb must be positive");
+      const auto s = tasks::export_siglip(path, out, p["dtype"].as<std::string>(), int64_t(shard_mb * (1 << 20)),
+                                          p["tokenizer"].as<std::string>());
+      spdlog::info(
+          "export: {} tensors, {:.1f} MiB {} in {} weight file(s), tokenizer from {}: {} (transformers: "
+          "SiglipModel.from_pretrained(\"{}\"))",
+          s.tensors, double(s.bytes) / (1 << 20), p["dtype"].as<std::string>(), s.files, s.tokenizer, out, out);
+      return 0;
+    }
+    if (task != "lm") throw UserError(path + ": export supports siglip and lm checkpoints (this one is " + task + ")");
     const int64_t n = tasks::export_merged(path, out);
     spdlog::info("export: wrote {} tensors to {} (adapters merged, Hugging Face names)", n, out);
     return 0;

@@ -26,10 +26,10 @@ std::vector<Command> all_commands() {
   using namespace meridian::cli;
   std::vector<Command> commands{info_command(), doctor_command(), bench_comm_command(), bench_ddp_command()};
 #ifdef MERIDIAN_WITH_DATA
-  for (auto c :
-       {prep_image_text_command(), prep_detection_command(), prep_text_command(), prep_synthetic_command(),
-        inspect_command(), bench_io_command(), train_command(), bench_train_command(), config_command(), eval_command(),
-        bench_ckpt_command(), bench_memory_command(), export_command(), generate_command(), predict_command()})
+  for (auto c : {prep_image_text_command(), prep_detection_command(), prep_text_command(), prep_synthetic_command(),
+                 inspect_command(), bench_io_command(), train_command(), bench_train_command(), config_command(),
+                 eval_command(), bench_ckpt_command(), bench_memory_command(), export_command(), embed_command(),
+                 generate_command(), predict_command()})
     commands.push_back(c);
 #endif
   return commands;

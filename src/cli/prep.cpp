@@ -21,7 +21,7 @@ void add_common(cxxopts::Options& o) {
       ("size", "Image size: shorter side resized to it, then center-cropped to size x size", cxxopts::value<int>()->default_value("256"))
       ("captions-per-image", "Captions stored per image (extra dropped, missing ones repeated)", cxxopts::value<int>()->default_value("5"))
       ("context-length", "Tokens per caption, eos included", cxxopts::value<int>()->default_value("64"))
-      ("tokenizer", "SentencePiece .model, or a dataset .h5 whose tokenizer to reuse (e.g. the train split's for the test split); default: train one", cxxopts::value<std::string>()->default_value(""))
+      ("tokenizer", "SentencePiece .model, a Hugging Face model directory (its spiece.model with tokenizer_config.json's rules: lower-case, punctuation removed, its eos and pad), or a dataset .h5 whose tokenizer to reuse (e.g. the train split's for the test split); default: train one", cxxopts::value<std::string>()->default_value(""))
       ("vocab-size", "Vocabulary size (upper bound) of a trained tokenizer", cxxopts::value<int>()->default_value("8000"))
       ("block", "Images per rank per collective write", cxxopts::value<int>()->default_value("32"))
       ("encode", "Image storage: raw (pixels) or jpeg (a JPEG per image, the input's own bytes when they already are the stored image)", cxxopts::value<std::string>()->default_value("raw"))

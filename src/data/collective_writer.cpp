@@ -168,6 +168,8 @@ void Finisher::write_tokenizer(const Tokenizer& tokenizer) {
   h5::write_attr(group, "vocab_size", int64_t(tokenizer.vocab_size()));
   h5::write_attr(group, "pad_id", int64_t(tokenizer.pad_id()));
   h5::write_attr(group, "eos_id", int64_t(tokenizer.eos_id()));
+  h5::write_attr(group, "lower_case", int64_t(tokenizer.rules().lower_case));
+  h5::write_attr(group, "strip_punctuation", int64_t(tokenizer.rules().strip_punctuation));
 }
 
 void Finisher::write_image_format(const std::string& encoding, int64_t height, int64_t width) {

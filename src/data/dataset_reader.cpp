@@ -294,10 +294,7 @@ std::string DatasetReader::fingerprint() {
 Tokenizer DatasetReader::tokenizer() {
   if (info_.kind != "image_text")
     throw DataError(info_.path, "attribute 'kind'", "a '" + info_.kind + "' file has no /tokenizer to read here");
-  const auto locked = h5::lock();
-  const Handles& h = *parts_.front();  // the parts of an index share one tokenizer (validate_dataset)
-  h5::Id model = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(h.file, "/tokenizer/model", H5P_DEFAULT)));
-  return Tokenizer::from_bytes(h5::read_bytes(model), h.path + ": /tokenizer/model");
+  return dataset_tokenizer(info_.path);  // the parts of an index share one tokenizer (validate_dataset)
 }
 
 std::vector<std::string> DatasetReader::captions(int64_t row) {
@@ -396,8 +393,7 @@ DatasetSummary summarize(const DatasetInfo& info, int examples) {
            read_range<uint8_t>(file, "/loss_mask", H5T_NATIVE_UINT8, first, std::min(step, info.token_count - first)))
         supervised += m;
     s.supervised_fraction = info.token_count ? double(supervised) / info.token_count : 0;
-    h5::Id model = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file, "/tokenizer/model", H5P_DEFAULT)));
-    const Tokenizer tok = Tokenizer::from_bytes(h5::read_bytes(model), path);
+    const Tokenizer tok = dataset_tokenizer(path);
     const auto off = read_range<int64_t>(file, "/doc_offsets", H5T_NATIVE_INT64, 0, info.count + 1);
     for (int e = 0; e < examples && e < info.count; ++e) {
       const int64_t doc = (info.count * e) / std::max(1, examples), n = off[doc + 1] - off[doc];

@@ -76,11 +76,30 @@ void validate_detection(hid_t file, const std::string& path, const std::vector<h
     if (off[i] < off[i - 1]) throw DataError(path, "/box_offsets", "decreases at entry " + std::to_string(i));
 }
 
-Tokenizer stored_tokenizer(hid_t file, const std::string& path, DatasetInfo& info) {
+// The model with the text rules of /tokenizer's attributes (prep --tokenizer DIR: a Hugging Face
+// tokenizer's; absent in other datasets: the model's own pieces, no rules).
+Tokenizer read_tokenizer(hid_t file, const std::string& path, std::string* model_bytes = nullptr) {
   h5::Id model = open_dataset(file, path, "/tokenizer/model");
   const auto bytes = h5::read_bytes(model);
-  info.tokenizer_hash = fnv1a(bytes.data(), bytes.size());
+  if (model_bytes) *model_bytes = bytes;
   Tokenizer tok = Tokenizer::from_bytes(bytes, path + ": /tokenizer/model");
+  h5::Id group = h5::group_id(MERIDIAN_H5_CHECK(H5Gopen2(file, "/tokenizer", H5P_DEFAULT)));
+  TextRules rules;
+  rules.lower_case = h5::read_attr_int(group, "lower_case").value_or(0) != 0;
+  rules.strip_punctuation = h5::read_attr_int(group, "strip_punctuation").value_or(0) != 0;
+  rules.pad_id = int(h5::read_attr_int(group, "pad_id").value_or(-1));
+  rules.eos_id = int(h5::read_attr_int(group, "eos_id").value_or(-1));
+  for (const auto& [id, name] : {std::pair{rules.pad_id, "pad_id"}, std::pair{rules.eos_id, "eos_id"}})
+    if (id < -1 || id >= tok.vocab_size())
+      throw DataError(path, std::string("/tokenizer attribute '") + name + "'",
+                      std::to_string(id) + " is not a piece of the tokenizer's " + std::to_string(tok.vocab_size()));
+  return tok.with_rules(rules);
+}
+
+Tokenizer stored_tokenizer(hid_t file, const std::string& path, DatasetInfo& info) {
+  std::string bytes;
+  Tokenizer tok = read_tokenizer(file, path, &bytes);
+  info.tokenizer_hash = fnv1a(bytes.data(), bytes.size());
   info.vocab_size = tok.vocab_size();
   info.pad_id = tok.pad_id();
   info.eos_id = tok.eos_id();
@@ -285,8 +304,7 @@ Tokenizer dataset_tokenizer(const std::string& path) {
   const std::string first = validate_dataset(path).parts.at(0).path;  // an index's parts share one tokenizer
   const auto locked = h5::lock();
   h5::Id file = h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(first.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)));
-  h5::Id model = h5::dataset_id(MERIDIAN_H5_CHECK(H5Dopen2(file, "/tokenizer/model", H5P_DEFAULT)));
-  return Tokenizer::from_bytes(h5::read_bytes(model), first + ": /tokenizer/model");
+  return read_tokenizer(file, first);
 }
 
 }  // namespace meridian::data

@@ -1,9 +1,16 @@
 #include "meridian/data/image_input.h"
 
+#include <ATen/ATen.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <opencv2/imgproc.hpp>
+
+#include "image_decode.h"
+#include "meridian/core/error.h"
 
 namespace fs = std::filesystem;
 
@@ -22,7 +29,8 @@ std::vector<std::string> list_images(const std::string& dir, const std::string& 
     if (!it->is_regular_file()) continue;
     std::string ext = it->path().extension().string();
     std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
-    if (ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == ".tif" || ext == ".tiff" || ext == ".bmp")
+    if (ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == ".tif" || ext == ".tiff" || ext == ".bmp" ||
+        ext == ".ppm")
       images.push_back(fs::relative(it->path(), dir).string());
   }
   if (ec) throw fs::filesystem_error("cannot list", dir, ec);
@@ -62,6 +70,83 @@ bool place_box(const Letterbox& l, int size, std::array<float, 4>& box) {
     box[k] = float(std::clamp(box[k] * l.scale + offset, 0.0, double(size)));
   }
   return box[2] - box[0] > 1e-3f && box[3] - box[1] > 1e-3f;
+}
+
+ImageProcessing ImageProcessing::from_hf_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw DataError(path, "preprocessor config", "cannot be read");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(path, "preprocessor config", std::string("is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw DataError(path, "preprocessor config", "is not a JSON object");
+  ImageProcessing p;
+  for (const char* flag : {"do_resize", "do_rescale", "do_normalize"})
+    if (j.contains(flag) && !j.value(flag, true))
+      throw DataError(path, flag, "is false; meridian resizes, rescales and normalises as SiglipImageProcessor");
+  if (j.value("do_center_crop", false)) throw DataError(path, "do_center_crop", "a crop is not supported");
+  if (j.contains("size")) {
+    const auto& size = j["size"];
+    if (!size.is_object() || !size.contains("height") || !size.contains("width") ||
+        !size["height"].is_number_integer() || !size["width"].is_number_integer() || size["height"].get<int>() < 1 ||
+        size["width"].get<int>() < 1)
+      throw DataError(path, "size", "expected {\"height\": H, \"width\": W} in pixels");
+    p.height = size["height"].get<int>();
+    p.width = size["width"].get<int>();
+  }
+  if (j.contains("resample")) {
+    if (!j["resample"].is_number_integer() || (j["resample"] != 0 && j["resample"] != 2 && j["resample"] != 3))
+      throw DataError(path, "resample", "expected 0 (nearest), 2 (bilinear) or 3 (bicubic)");
+    p.resample = j["resample"].get<int>();
+  }
+  if (j.contains("rescale_factor")) {
+    if (!j["rescale_factor"].is_number() || j["rescale_factor"].get<double>() <= 0)
+      throw DataError(path, "rescale_factor", "expected a positive number");
+    p.rescale = j["rescale_factor"].get<double>();
+  }
+  for (const auto& [field, values] : {std::pair{"image_mean", &p.mean}, std::pair{"image_std", &p.std}}) {
+    if (!j.contains(field)) continue;
+    const auto& v = j[field];
+    if (v.is_number()) {
+      values->fill(v.get<double>());
+    } else if (v.is_array() && v.size() == 3 && v[0].is_number() && v[1].is_number() && v[2].is_number()) {
+      for (int c = 0; c < 3; ++c) (*values)[c] = v[c].get<double>();
+    } else {
+      throw DataError(path, field, "expected a number or three numbers (R, G, B)");
+    }
+  }
+  for (double s : p.std)
+    if (s <= 0) throw DataError(path, "image_std", "must be positive");
+  return p;
+}
+
+at::Tensor model_pixels(const std::string& dir, const std::vector<std::string>& names, const ImageProcessing& p) {
+  auto out = at::empty({int64_t(names.size()), 3, p.height, p.width}, at::kFloat);
+  for (size_t i = 0; i < names.size(); ++i) {
+    cv::Mat rgb;
+    try {
+      rgb = load_rgb(dir, names[i], {});
+    } catch (const SkipImage& e) {
+      throw DataError((fs::path(dir) / names[i]).string(), "image", e.reason);
+    }
+    cv::Mat sized = rgb;
+    if (rgb.cols != p.width || rgb.rows != p.height) {
+      const bool shrink = p.width < rgb.cols && p.height < rgb.rows;
+      const int filter = p.resample == 0   ? cv::INTER_NEAREST
+                         : shrink          ? cv::INTER_AREA
+                         : p.resample == 2 ? cv::INTER_LINEAR
+                                           : cv::INTER_CUBIC;
+      cv::resize(rgb, sized, cv::Size(p.width, p.height), 0, 0, filter);
+    }
+    if (!sized.isContinuous()) sized = sized.clone();
+    const auto hwc = at::from_blob(sized.data, {p.height, p.width, 3}, at::kByte).to(at::kFloat);
+    const auto mean = at::tensor({p.mean[0], p.mean[1], p.mean[2]}, at::kFloat);
+    const auto std = at::tensor({p.std[0], p.std[1], p.std[2]}, at::kFloat);
+    out[int64_t(i)].copy_(((hwc * p.rescale - mean) / std).permute({2, 0, 1}));
+  }
+  return out;
 }
 
 }  // namespace meridian::data

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "dataset_index.h"
 #include "h5.h"
@@ -24,19 +25,26 @@ std::string agree_error(const comm::Runtime& rt, const std::string& mine) {
 Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o,
                            const std::function<std::vector<std::string>()>& corpus, bool keep_whitespace) {
   std::string bytes, error;
+  int32_t rules[4] = {0, 0, -1, -1};  // lower_case, strip_punctuation, pad_id, eos_id (TextRules)
   if (rt.rank() == 0) {
     try {
+      std::optional<Tokenizer> tok;
       if (o.tokenizer.empty()) {
-        bytes = Tokenizer::train(corpus(), o.vocab_size, keep_whitespace).model_bytes();
+        tok = Tokenizer::train(corpus(), o.vocab_size, keep_whitespace);
+      } else if (fs::is_directory(o.tokenizer)) {
+        tok = Tokenizer::from_hf_dir(o.tokenizer);  // a Hugging Face checkpoint's spiece.model and its rules
       } else if (fs::path(o.tokenizer).extension() == ".h5" || is_index_path(o.tokenizer)) {
         // Another dataset's tokenizer (e.g. the train split's, for the test split).
         const auto info = validate_dataset(o.tokenizer);
         if (info.kind == "detection")
           throw DataError(o.tokenizer, "--tokenizer", "a detection dataset has no tokenizer");
-        bytes = dataset_tokenizer(o.tokenizer).model_bytes();
+        tok = dataset_tokenizer(o.tokenizer);
       } else {
-        bytes = Tokenizer::from_file(o.tokenizer).model_bytes();
+        tok = Tokenizer::from_file(o.tokenizer);
       }
+      bytes = tok->model_bytes();
+      rules[0] = tok->rules().lower_case, rules[1] = tok->rules().strip_punctuation;
+      rules[2] = tok->rules().pad_id, rules[3] = tok->rules().eos_id;
     } catch (const UserError& e) {
       error = e.what();
     }
@@ -47,7 +55,10 @@ Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o,
   rt.broadcast_bytes(&len, sizeof(len), 0);
   bytes.resize(len);
   rt.broadcast_bytes(bytes.data(), len, 0);
-  return Tokenizer::from_bytes(bytes, o.tokenizer.empty() ? "trained tokenizer" : o.tokenizer);
+  rt.broadcast_bytes(rules, sizeof rules, 0);
+  TextRules r;
+  r.lower_case = rules[0] != 0, r.strip_punctuation = rules[1] != 0, r.pad_id = rules[2], r.eos_id = rules[3];
+  return Tokenizer::from_bytes(bytes, o.tokenizer.empty() ? "trained tokenizer" : o.tokenizer).with_rules(r);
 }
 
 void check_output(const comm::Runtime& rt, const PrepCommon& o) {

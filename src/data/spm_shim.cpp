@@ -74,6 +74,18 @@ int mspm_piece_size(void* sp) { return static_cast<sentencepiece::SentencePieceP
 int mspm_pad_id(void* sp) { return static_cast<sentencepiece::SentencePieceProcessor*>(sp)->pad_id(); }
 int mspm_eos_id(void* sp) { return static_cast<sentencepiece::SentencePieceProcessor*>(sp)->eos_id(); }
 int mspm_bos_id(void* sp) { return static_cast<sentencepiece::SentencePieceProcessor*>(sp)->bos_id(); }
+// The piece of `id` ("" out of range).
+const char* mspm_id_to_piece(void* sp, int id) {
+  auto* p = static_cast<sentencepiece::SentencePieceProcessor*>(sp);
+  if (id < 0 || id >= p->GetPieceSize()) return "";
+  return p->IdToPiece(id).c_str();
+}
+// The id of `piece`, -1 when the model has no such piece (SentencePiece itself would answer unk).
+int mspm_piece_to_id(void* sp, const char* piece) {
+  auto* p = static_cast<sentencepiece::SentencePieceProcessor*>(sp);
+  const int id = p->PieceToId(piece);
+  return id == p->unk_id() && p->IdToPiece(id) != piece ? -1 : id;
+}
 
 // `args`: "key=value" lines. On success *model (free with mspm_free_buffer) holds the model bytes.
 int mspm_train(const char* const* sentences, size_t n, const char* args, char** model, size_t* model_len, char* err,

@@ -3,10 +3,12 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "meridian/core/error.h"
@@ -25,6 +27,8 @@ struct Shim {
   int (*pad_id)(void*);
   int (*eos_id)(void*);
   int (*bos_id)(void*);
+  int (*piece_to_id)(void*, const char*);
+  const char* (*id_to_piece)(void*, int);
   int (*train)(const char* const*, size_t, const char*, char**, size_t*, char*, size_t);
   void (*free_buffer)(char*);
 };
@@ -65,6 +69,8 @@ const Shim& shim() {
     r.pad_id = reinterpret_cast<decltype(r.pad_id)>(sym("mspm_pad_id"));
     r.eos_id = reinterpret_cast<decltype(r.eos_id)>(sym("mspm_eos_id"));
     r.bos_id = reinterpret_cast<decltype(r.bos_id)>(sym("mspm_bos_id"));
+    r.piece_to_id = reinterpret_cast<decltype(r.piece_to_id)>(sym("mspm_piece_to_id"));
+    r.id_to_piece = reinterpret_cast<decltype(r.id_to_piece)>(sym("mspm_id_to_piece"));
     r.train = reinterpret_cast<decltype(r.train)>(sym("mspm_train"));
     r.free_buffer = reinterpret_cast<decltype(r.free_buffer)>(sym("mspm_free_buffer"));
     return r;
@@ -72,6 +78,23 @@ const Shim& shim() {
   return s;
 }
 
+// SiglipTokenizer's text rules (transformers' canonicalize_text after lower-casing).
+std::string apply_rules(const std::string& text, const TextRules& rules) {
+  if (!rules.lower_case && !rules.strip_punctuation) return text;
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (rules.strip_punctuation && c < 128 && std::ispunct(c)) continue;
+    if (rules.strip_punctuation && c < 128 && std::isspace(c)) {
+      if (!out.empty() && out.back() != ' ') out.push_back(' ');
+      continue;
+    }
+    out.push_back(rules.lower_case && c < 128 ? char(std::tolower(c)) : ch);
+  }
+  if (rules.strip_punctuation && !out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
 }  // namespace
 
 struct Tokenizer::Model {
@@ -123,7 +146,8 @@ Tokenizer Tokenizer::train(const std::vector<std::string>& sentences, int vocab_
   return from_bytes(bytes, "trained tokenizer");
 }
 
-int Tokenizer::encode(const std::string& text, int context_length, int32_t* out) const {
+int Tokenizer::encode(const std::string& raw, int context_length, int32_t* out) const {
+  const std::string text = apply_rules(raw, rules_);
   std::vector<int32_t> ids(std::max(context_length, 1));
   int n = shim().encode(model_->sp, text.data(), text.size(), ids.data(), int(ids.size()));
   const int eos = eos_id();
@@ -153,10 +177,63 @@ std::string Tokenizer::decode(const int32_t* ids, int length) const {
 
 int Tokenizer::vocab_size() const { return shim().piece_size(model_->sp); }
 int Tokenizer::pad_id() const {
+  if (rules_.pad_id >= 0) return rules_.pad_id;
   const int p = shim().pad_id(model_->sp);
   return p >= 0 ? p : 0;
 }
-int Tokenizer::eos_id() const { return shim().eos_id(model_->sp); }
+int Tokenizer::eos_id() const { return rules_.eos_id >= 0 ? rules_.eos_id : shim().eos_id(model_->sp); }
+
+int Tokenizer::piece_id(const std::string& piece) const { return shim().piece_to_id(model_->sp, piece.c_str()); }
+
+std::string Tokenizer::piece(int id) const { return shim().id_to_piece(model_->sp, id); }
+
+Tokenizer Tokenizer::with_rules(const TextRules& rules) const {
+  Tokenizer t = *this;
+  t.rules_ = rules;
+  return t;
+}
+
+Tokenizer Tokenizer::from_hf_dir(const std::string& dir) {
+  const std::string model = (std::filesystem::path(dir) / "spiece.model").string();
+  const std::string config_path = (std::filesystem::path(dir) / "tokenizer_config.json").string();
+  if (!std::filesystem::exists(model))
+    throw DataError(dir, "tokenizer",
+                    "no spiece.model (the SentencePiece model of a SiglipTokenizer) in the directory");
+  Tokenizer t = from_file(model);
+  nlohmann::json config = nlohmann::json::object();
+  if (std::filesystem::exists(config_path)) {
+    std::ifstream in(config_path);
+    try {
+      config = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw DataError(config_path, "tokenizer config", std::string("is not valid JSON: ") + e.what());
+    }
+    if (!config.is_object()) throw DataError(config_path, "tokenizer config", "is not a JSON object");
+  }
+  // A token is a string or an AddedToken object {"content": "</s>", ...}.
+  const auto piece = [&](const char* field) {
+    const auto it = config.find(field);
+    std::string text = "</s>";
+    if (it != config.end()) {
+      if (it->is_string())
+        text = it->get<std::string>();
+      else if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+        text = (*it)["content"].get<std::string>();
+      else
+        throw DataError(config_path, field, "is neither a string nor an object with \"content\"");
+    }
+    const int id = t.piece_id(text);
+    if (id < 0) throw DataError(config_path, field, "'" + text + "' is not a piece of " + model);
+    return id;
+  };
+  TextRules rules;
+  const auto lower = config.find("do_lower_case");
+  rules.lower_case = lower == config.end() || !lower->is_boolean() || lower->get<bool>();
+  rules.strip_punctuation = true;
+  rules.eos_id = piece("eos_token");
+  rules.pad_id = piece("pad_token");
+  return t.with_rules(rules);
+}
 int Tokenizer::bos_id() const { return shim().bos_id(model_->sp); }
 
 std::vector<int32_t> Tokenizer::ids(const std::string& text) const {

@@ -1,10 +1,16 @@
 #include "meridian/tasks/registry.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 
 #include "meridian/ckpt/checkpoint.h"
 #include "meridian/ckpt/file.h"
 #include "meridian/data/format.h"
+#include "meridian/models/hf_checkpoint.h"
+#include "meridian/models/siglip.h"
 #include "meridian/tasks/detect_task.h"
 #include "meridian/tasks/lm_task.h"
 #include "meridian/tasks/siglip_task.h"
@@ -86,6 +92,43 @@ ConfigSchema config_schema(const std::string& task) {
 }
 
 Config with_defaults(const Config& config) { return config_schema(kind_of(config).name).with_defaults(config); }
+
+void apply_init_config(Config& config) {
+  const std::string init = config.get<std::string>("task.init", "");
+  if (init.empty() || !std::filesystem::is_directory(init)) return;
+  const std::string task = config.get<std::string>("task.name", kDefaultTask);
+  if (task != "siglip")
+    throw ConfigError(config.source("task.init"), "task.init",
+                      init + " is a directory; task " + task + " starts from one .safetensors file");
+  const std::string origin = init + "/config.json";
+  const auto keys = models::siglip_config_keys(models::read_hf_config(init), origin);
+  const auto value_of = [&](const std::string& key) {
+    for (const auto& k : keys)
+      if (k.key == key) return std::stod(k.yaml);
+    return 0.0;
+  };
+  for (const auto& k : keys) {
+    if (!config.has(k.key)) {
+      config.set(k.key, k.yaml, origin + " " + k.field);
+      continue;
+    }
+    const double given = config.get<double>(k.key), wanted = std::stod(k.yaml);
+    if (std::abs(given - wanted) > 1e-9 * std::max(1.0, std::abs(wanted)))
+      throw ConfigError(config.source(k.key), k.key,
+                        "is " + config.text(k.key) + ", but " + origin + " field '" + k.field + "' is " + k.yaml +
+                            " (task.init " + init + "): remove the key or start from a matching checkpoint");
+  }
+  // An explicit mlp_ratio must give the checkpoint's MLP width.
+  for (const std::string tower : {"model.vision", "model.text"}) {
+    if (!config.has(tower + ".mlp_ratio")) continue;
+    const double ratio = config.get<double>(tower + ".mlp_ratio"), width = value_of(tower + ".width");
+    if (std::llround(width * ratio) != std::llround(value_of(tower + ".intermediate")))
+      throw ConfigError(config.source(tower + ".mlp_ratio"), tower + ".mlp_ratio",
+                        "is " + config.text(tower + ".mlp_ratio") + ": " + fmt::format("{}", width * ratio) +
+                            " MLP units, but " + origin + " gives intermediate_size " +
+                            fmt::format("{}", value_of(tower + ".intermediate")) + " (task.init " + init + ")");
+  }
+}
 
 void validate_config(Config& config) {
   const std::string task = kind_of(config).name;

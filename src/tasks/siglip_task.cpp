@@ -15,6 +15,7 @@
 #include "meridian/data/format.h"
 #include "meridian/data/loader.h"
 #include "meridian/data/tokenizer.h"
+#include "meridian/tasks/siglip_hf.h"
 
 namespace meridian::tasks {
 
@@ -23,6 +24,21 @@ namespace {
 at::Tensor to_device(const at::Tensor& t, const c10::Device& device) {
   if (device.is_cpu()) return t;
   return t.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+// Captions as SigLIP reads them: [N, context] with the pad id after the text, the eos last when a
+// caption is cut (tokens [N, L] as stored, lengths [N] with the eos counted).
+at::Tensor fit_captions(const at::Tensor& tokens, const at::Tensor& lengths, int64_t context, int64_t pad_id,
+                        int64_t eos_id) {
+  const int64_t n = tokens.size(0), l = tokens.size(1);
+  auto out = at::full({n, context}, pad_id, at::kLong);
+  const int64_t keep = std::min(l, context);
+  out.narrow(1, 0, keep).copy_(tokens.narrow(1, 0, keep));
+  if (l > context) {
+    const auto cut = lengths.to(at::kLong) > context;
+    out.select(1, context - 1).masked_fill_(cut, eos_id);
+  }
+  return out;
 }
 
 at::Tensor normalized(const at::Tensor& x) {
@@ -60,7 +76,7 @@ SiglipEval evaluate_siglip(const comm::Runtime& rt, comm::Communicator& comm, mo
   data::DatasetReader reader(path, data::IoDriver::POSIX);
   const auto& info = reader.info();
   if (info.kind != "image_text") throw DataError(path, "kind", "evaluation needs an image_text dataset");
-  const int64_t context = std::min<int64_t>(model->config().context_length, info.context_length);
+  const int64_t context = model->config().context_length;
   const int64_t n = info.count, K = info.captions_per_sample, L = info.context_length, E = model->config().embed;
   const int64_t share = (n + rt.size() - 1) / rt.size(), first = std::min(n, rt.rank() * share),
                 last = std::min(n, first + share);
@@ -81,8 +97,9 @@ SiglipEval evaluate_siglip(const comm::Runtime& rt, comm::Communicator& comm, mo
     img.narrow(0, a - first, m)
         .copy_(model->encode_images(image_input(to_device(images, device), model->config().image_size)));
     txt.narrow(0, (a - first) * K, m * K)
-        .copy_(model->encode_text(to_device(tokens.reshape({m * K, L}).narrow(1, 0, context).to(at::kLong), device),
-                                  to_device(lengths.reshape({m * K}).clamp_max(context).to(at::kLong), device)));
+        .copy_(model->encode_text(to_device(
+            fit_captions(tokens.reshape({m * K, L}), lengths.reshape({m * K}), context, info.pad_id, info.eos_id),
+            device)));
     labels.narrow(0, a - first, m).copy_(lab);
   }
   auto all_img = at::empty({share * rt.size(), E}, f32), all_txt = at::empty({share * K * rt.size(), E}, f32);
@@ -122,7 +139,6 @@ SiglipEval evaluate_siglip(const comm::Runtime& rt, comm::Communicator& comm, mo
     const auto tok = reader.tokenizer();
     const int64_t C = int64_t(info.class_names.size()), P = int64_t(prompts.size());
     auto tokens = at::empty({C * P, context}, at::kInt);
-    auto lengths = at::empty({C * P}, at::kLong);
     for (int64_t c = 0; c < C; ++c) {
       std::string name = info.class_names[size_t(c)];
       std::replace(name.begin(), name.end(), '_', ' ');
@@ -130,10 +146,10 @@ SiglipEval evaluate_siglip(const comm::Runtime& rt, comm::Communicator& comm, mo
         std::string text = prompts[size_t(p)];
         const auto at = text.find("{}");
         if (at != std::string::npos) text.replace(at, 2, name);
-        lengths[c * P + p] = tok.encode(text, int(context), tokens[c * P + p].data_ptr<int32_t>());
+        tok.encode(text, int(context), tokens[c * P + p].data_ptr<int32_t>());
       }
     }
-    const auto per_prompt = model->encode_text(to_device(tokens.to(at::kLong), device), to_device(lengths, device));
+    const auto per_prompt = model->encode_text(to_device(tokens.to(at::kLong), device));
     const auto classes = normalized(per_prompt.view({C, P, E}).mean(1));
     const auto predicted = std::get<1>(at::matmul(all_img, classes.t()).max(1)).to(at::kInt);
     r.zero_shot_top1 = 100.0 * (predicted == all_labels).masked_select(labelled).to(at::kDouble).mean().item<double>();
@@ -153,8 +169,8 @@ struct SiglipTask::Impl {
   std::unique_ptr<data::Loader> loader;
   std::unique_ptr<comm::Communicator> loss_comm;  // the gathers inside forward/backward: their own
   models::Siglip model{nullptr};
-  at::Tensor images, tokens, lengths;  // the current batch, on the device
-  at::Tensor scale, bias;              // the last forward's temperature (log) and bias, for step_metrics
+  at::Tensor images, tokens;  // the current batch, on the device
+  at::Tensor scale, bias;     // the last forward's temperature (log) and bias, for step_metrics
 
   train::DataPosition position;  // after the last batch handed out
 
@@ -189,14 +205,24 @@ struct SiglipTask::Impl {
             "model.image_size {} differs from the dataset's {}x{} px images ({}): they are resized to {} px on the "
             "device",
             mc.image_size, info.width, info.height, train_data, mc.image_size);
-      if (mc.context_length > info.context_length)
-        spdlog::warn("model.context_length {} is above the dataset's {} tokens per caption ({}): the model reads {}",
-                     mc.context_length, info.context_length, train_data, info.context_length);
+      if (mc.context_length < info.context_length)
+        spdlog::warn(
+            "model.context_length {} is below the dataset's {} tokens per caption ({}): longer captions are cut, "
+            "their eos kept last",
+            mc.context_length, info.context_length, train_data);
     }
+    const std::string init = c.get<std::string>("task.init", "");
+    if (!init.empty() && info.vocab_size > mc.vocab_size)
+      throw DataError(train_data, "tokenizer",
+                      std::to_string(info.vocab_size) + " pieces, more than model.vocab_size " +
+                          std::to_string(mc.vocab_size) + " of task.init " + init +
+                          ": make the dataset with the checkpoint's tokenizer (prep --tokenizer " + init + ")");
     mc.vocab_size = std::max(mc.vocab_size, info.vocab_size);
     mc.pad_id = info.pad_id;
-    context = std::min<int64_t>(mc.context_length, info.context_length);
+    mc.eos_id = info.eos_id;
+    context = mc.context_length;
     model = models::Siglip(mc);
+    if (!init.empty()) load_hf_weights(*model, init, rt.rank() == 0);
     model->to(rt.device());
     if (softmax) model->logit_bias().set_requires_grad(false);  // CLIP's loss has no bias term
     loss_comm = comm::make_communicator(rt, comm::default_backend(rt));
@@ -208,6 +234,9 @@ void SiglipTask::declare(ConfigSchema& schema) {
   schema.integer("train.batch", Impl::kBatch, "image-caption pairs per rank per micro-step").at_least(1);
   schema.choice("task.loss", {"sigmoid", "softmax"}, "sigmoid", "sigmoid: SigLIP's pairwise loss; softmax: CLIP's");
   schema.strings("task.prompts", default_prompts(), "zero-shot prompt templates ({} is the class name)");
+  schema.string("task.init", "",
+                "weights to start from: a Hugging Face SiglipModel directory (config.json sets the model: keys; "
+                "model.safetensors or shards with their index) or one .safetensors file; '': random");
   schema.boolean("data.augment", false, "random resized crop and flip of the training images");
   schema
       .integer("data.workers", 0,
@@ -221,8 +250,9 @@ CheckpointEval SiglipTask::evaluate_checkpoint(const comm::Runtime& rt, const ck
                                                const Config& config, const std::string& data_path) {
   const data::DatasetInfo info = data::validate_dataset(data_path);
   auto mc = models::SiglipConfig::from_config(config);
-  mc.vocab_size = reader.shape("model/token_embed.weight").at(0);  // raised to the tokenizer's in training
+  mc.vocab_size = reader.shape("model/text_model.embeddings.token_embedding.weight").at(0);  // raised in training
   mc.pad_id = info.pad_id;
+  mc.eos_id = info.eos_id;
   models::Siglip model(mc);
   ckpt::load_module(reader.path(), *model);
   model->to(rt.device());
@@ -251,19 +281,15 @@ void SiglipTask::next_batch() {
   m.position = {b.epoch, b.next_position};
   const auto device = m.rt.device();
   m.images = image_input(to_device(b.images, device), m.mc.image_size);
-  // Only as many positions as the batch's longest caption: the padding beyond it is masked and
-  // never pooled, so the embeddings are the same, and the text tower does less work.
-  const auto lengths = b.lengths.clamp(1, m.context);
-  const int64_t used = lengths.max().item<int64_t>();
-  m.tokens = to_device(b.tokens.narrow(1, 0, used).to(at::kLong), device);
-  m.lengths = to_device(lengths.to(at::kLong), device);
+  // Every caption padded to the context length, as SigLIP reads them (the pooled last position).
+  m.tokens = to_device(fit_captions(b.tokens, b.lengths, m.context, m.mc.pad_id, m.mc.eos_id), device);
 }
 
 at::Tensor SiglipTask::forward() {
   auto& m = *impl_;
   // The loss in float32 also under autocast (logits of a few thousand pairs, exp of the scale).
   const auto images = m.model->encode_images(m.images).to(at::kFloat);
-  const auto texts = m.model->encode_text(m.tokens, m.lengths).to(at::kFloat);
+  const auto texts = m.model->encode_text(m.tokens).to(at::kFloat);
   // Copies: under ZeRO-3 the parameters hold no data after the step.
   m.scale = m.model->logit_scale().detach().clone();
   m.bias = m.model->logit_bias().detach().clone();

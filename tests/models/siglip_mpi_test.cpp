@@ -112,28 +112,35 @@ TEST_F(Siglip, TinyPresetShapesParametersAndFlops) {
       meridian::Config::load_file(MERIDIAN_SOURCE_DIR "/jobs/configs/siglip-tiny.yaml"));
   torch::manual_seed(0);
   models::Siglip model(config);
-  // Closed form: per block 12 w^2 + 13 w (qkv, proj, mlp x4, two layer norms); towers, embeddings, heads.
-  const int64_t w = 192, blocks = 4 * (12 * w * w + 13 * w);
-  const int64_t vision = 3 * 16 * 16 * w + w + 64 * w + blocks + 2 * w + w * 192;
-  const int64_t text = 8000 * w + 32 * w + blocks + 2 * w + w * 192;
+  // Closed form, Hugging Face's SiglipModel: per layer q, k, v, out (4 w^2 + 4 w), the MLP (2 w h + h + w)
+  // and two layer norms (4 w); the vision tower adds patches, positions, the post-layernorm and the
+  // pooling head (probe, in/out projections, layernorm, MLP); the text tower tokens, positions, the
+  // final layer norm and its head.
+  const int64_t w = 192, h = 768, blocks = 4 * (4 * w * w + 2 * w * h + 9 * w + h);
+  const int64_t mlp = 2 * w * h + h + w;
+  const int64_t vision = 3 * 16 * 16 * w + w + 64 * w + blocks + 2 * w + (w + 4 * w * w + 4 * w + 2 * w + mlp);
+  const int64_t text = 8000 * w + 32 * w + blocks + 2 * w + w * 192 + 192;
   EXPECT_EQ(models::parameter_count(*model), vision + text + 2);
   const auto images = model->encode_images(torch::randn({2, 3, 128, 128}));
-  const auto texts = model->encode_text(torch::randint(4, 8000, {2, 32}), torch::tensor({5, 32}));
+  const auto texts = model->encode_text(torch::randint(4, 8000, {2, 32}));
   EXPECT_EQ(images.sizes(), (at::IntArrayRef{2, 192}));
   EXPECT_EQ(texts.sizes(), (at::IntArrayRef{2, 192}));
   EXPECT_TRUE(torch::allclose(images.norm(2, 1), torch::ones({2}), 1e-5, 1e-5));
   EXPECT_TRUE(torch::allclose(texts.norm(2, 1), torch::ones({2}), 1e-5, 1e-5));
-  // Padding after the eos does not change the embedding.
-  auto tokens = torch::randint(4, 8000, {1, 32});
+  // No mask: every position, padding included, reaches the pooled last one.
+  const auto tokens = torch::randint(4, 8000, {1, 32});
   auto changed = tokens.clone();
-  changed.narrow(1, 10, 22).fill_(7);
-  EXPECT_TRUE(torch::allclose(model->encode_text(tokens, torch::tensor({10})),
-                              model->encode_text(changed, torch::tensor({10})), 1e-5, 1e-6));
-  // ... and neither does cutting the padding off (the trainer trims batches to their longest caption).
-  const auto lengths = torch::tensor({10, 7});
-  const auto two = torch::randint(4, 8000, {2, 32});
-  EXPECT_TRUE(
-      torch::allclose(model->encode_text(two, lengths), model->encode_text(two.narrow(1, 0, 10), lengths), 1e-5, 1e-6));
+  changed.narrow(1, 10, 1).fill_(7);
+  EXPECT_FALSE(torch::allclose(model->encode_text(tokens), model->encode_text(changed), 1e-5, 1e-6));
+  // The names are transformers'.
+  const auto names = model->named_parameters().keys();
+  for (const std::string name :
+       {"vision_model.embeddings.patch_embedding.weight", "vision_model.encoder.layers.3.self_attn.q_proj.bias",
+        "vision_model.head.attention.in_proj_weight", "vision_model.head.probe", "vision_model.head.mlp.fc2.weight",
+        "vision_model.post_layernorm.weight", "text_model.embeddings.token_embedding.weight",
+        "text_model.encoder.layers.0.layer_norm2.bias", "text_model.final_layer_norm.bias", "text_model.head.weight",
+        "logit_scale", "logit_bias"})
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   // 2 x multiply-adds of the matmuls: about 0.26 GFLOP in the image tower (64 patches) and 0.12 in
   // the text tower (32 tokens); attention scores included.
   EXPECT_GT(config.flops_per_sample(), 3.5e8);

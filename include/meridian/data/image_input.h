@@ -3,6 +3,8 @@
 // detection datasets. OpenCV only; pure functions of their arguments.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <array>
 #include <opencv2/core.hpp>
 #include <string>
@@ -10,7 +12,7 @@
 
 namespace meridian::data {
 
-// Image files (.jpg, .jpeg, .png, .tif, .tiff, .bmp, any case) under `dir`, recursively: paths
+// Image files (.jpg, .jpeg, .png, .tif, .tiff, .bmp, .ppm, any case) under `dir`, recursively: paths
 // relative to `dir`, sorted (the same list on every rank that sees the same directory). A directory
 // that is `skip` (compared canonically; empty: none), e.g. a previous run's outputs, is not entered.
 // Throws std::filesystem::filesystem_error when `dir` cannot be listed.
@@ -34,5 +36,23 @@ Letterbox letterbox(const cv::Mat& rgb, int size);
 // Source-pixel box (x_min, y_min, x_max, y_max) into the letterboxed image `l` of `size` pixels,
 // clipped to it; false when nothing of it is left.
 bool place_box(const Letterbox& l, int size, std::array<float, 4>& box);
+
+// How a model's image processor turns a file into pixels: Hugging Face's preprocessor_config.json
+// fields (SiglipImageProcessor): size {height, width}, resample (PIL's codes: 0 nearest, 2 bilinear,
+// 3 bicubic), rescale_factor, image_mean, image_std. Defaults: SigLIP's (bicubic, 1/255, 0.5, 0.5).
+struct ImageProcessing {
+  int height = 224, width = 224, resample = 3;
+  double rescale = 1.0 / 255;
+  std::array<double, 3> mean{0.5, 0.5, 0.5}, std{0.5, 0.5, 0.5};
+  // From <dir>/preprocessor_config.json; DataError naming the file and field for a malformed or
+  // unsupported value (do_resize, do_rescale or do_normalize false; a crop; another resample).
+  static ImageProcessing from_hf_file(const std::string& path);
+};
+
+// The images `names` (relative to `dir`) as float32 [N, 3, height, width]: decoded as RGB, resized to
+// height x width without a crop (as SiglipImageProcessor; enlarging with the resample filter,
+// shrinking with OpenCV's pixel-area average, near PIL's antialiased filters but not equal to them),
+// then (value * rescale - mean) / std per channel. DataError naming the file when one cannot be decoded.
+at::Tensor model_pixels(const std::string& dir, const std::vector<std::string>& names, const ImageProcessing& p);
 
 }  // namespace meridian::data

@@ -1,5 +1,6 @@
-// SigLIP-style dual encoder for image-text pairs: a ViT image tower and a Transformer text tower
-// projected to a shared, L2-normalised embedding, trained with the pairwise sigmoid loss.
+// SigLIP, the dual encoder of image-text pairs as Hugging Face transformers defines it (SiglipModel):
+// a ViT image tower pooled by attention, a Transformer text tower pooled at its last position, both
+// L2-normalised into a shared embedding, trained with the pairwise sigmoid loss.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -14,6 +15,7 @@
 
 #include "meridian/comm/communicator.h"
 #include "meridian/models/blocks.h"
+#include "meridian/models/hf_checkpoint.h"
 
 namespace meridian {
 class Config;
@@ -22,21 +24,26 @@ class ConfigSchema;
 
 namespace meridian::models {
 
+// One tower's Transformer encoder (Hugging Face SiglipTextConfig / SiglipVisionConfig fields).
 struct TowerConfig {
-  int64_t width = 192, depth = 4, heads = 3;
+  int64_t width = 192, depth = 4, heads = 3;  // hidden_size, num_hidden_layers, num_attention_heads
   double mlp_ratio = 4;
+  int64_t intermediate = 0;      // intermediate_size; 0: width * mlp_ratio
+  double layer_norm_eps = 1e-6;  // layer_norm_eps
+  int64_t mlp_width() const;
 };
 
 struct SiglipConfig {
-  int64_t image_size = 128, patch = 16;
+  int64_t image_size = 128, patch = 16;  // vision image_size, patch_size
   TowerConfig vision;
-  int64_t vocab_size = 8000, context_length = 32;
+  int64_t vocab_size = 8000, context_length = 32;  // text vocab_size, max_position_embeddings
   TowerConfig text;
-  int64_t embed = 192;
-  int64_t pad_id = 0;
+  int64_t embed = 192;  // the shared embedding: the vision width (its pooling head's output); the text head's output
+  int64_t pad_id = 0;   // the tokenizer's (dataset's) pad and eos pieces; config.json's pad/eos_token_id
+  int64_t eos_id = 0;
 
   // From the `model:` section of a YAML config (jobs/configs/siglip-*.yaml); ConfigError names the
-  // file and field. Checks that widths divide by heads and the image by the patch.
+  // file and field. Checks that widths divide by heads, the image by the patch, and embed = vision width.
   static SiglipConfig from_config(const Config& config);
   // Declares the model: keys (types, defaults from this struct, meanings).
   static void declare(ConfigSchema& schema);
@@ -44,27 +51,69 @@ struct SiglipConfig {
   double flops_per_sample() const;
 };
 
-// Pre-norm Transformer block (self-attention + MLP, GELU).
-class BlockImpl : public torch::nn::Module {
+// The attention of an encoder layer: q_proj, k_proj, v_proj, out_proj (with biases), softmax in float32.
+class SelfAttentionImpl : public torch::nn::Module {
  public:
-  BlockImpl(int64_t width, int64_t heads, double mlp_ratio);
-  // x [B, T, W]; key_padding [B, T] bool (true = ignore) or undefined.
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& key_padding = {});
+  SelfAttentionImpl(int64_t width, int64_t heads);
+  at::Tensor forward(const at::Tensor& x);  // [B, T, W] -> [B, T, W]
 
  private:
   int64_t heads_;
-  torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
-  torch::nn::Linear qkv_{nullptr}, proj_{nullptr}, fc1_{nullptr}, fc2_{nullptr};
+  torch::nn::Linear q_proj_{nullptr}, k_proj_{nullptr}, v_proj_{nullptr}, out_proj_{nullptr};
+};
+TORCH_MODULE(SelfAttention);
+
+// fc1, GELU (tanh approximation: gelu_pytorch_tanh), fc2.
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(int64_t width, int64_t hidden);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  torch::nn::Linear fc1_{nullptr}, fc2_{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+// SiglipEncoderLayer: x + self_attn(layer_norm1(x)), then + mlp(layer_norm2(.)).
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const TowerConfig& c);
+  at::Tensor forward(const at::Tensor& x);  // [B, T, W]
+
+ private:
+  torch::nn::LayerNorm layer_norm1_{nullptr}, layer_norm2_{nullptr};
+  SelfAttention self_attn_{nullptr};
+  Mlp mlp_{nullptr};
 };
 TORCH_MODULE(Block);
 
+// SiglipMultiheadAttentionPoolingHead: a learned probe attends over the patches (torch's
+// MultiheadAttention: in_proj_weight/bias, out_proj), then h + mlp(layernorm(h)); one vector per image.
+class PoolingHeadImpl : public torch::nn::Module {
+ public:
+  explicit PoolingHeadImpl(const TowerConfig& c);
+  at::Tensor forward(const at::Tensor& x);  // [B, T, W] -> [B, W]
+
+ private:
+  int64_t heads_;
+  at::Tensor probe_, in_proj_weight_, in_proj_bias_;
+  torch::nn::Linear out_proj_{nullptr};
+  torch::nn::LayerNorm layernorm_{nullptr};
+  Mlp mlp_{nullptr};
+};
+TORCH_MODULE(PoolingHead);
+
+// Hugging Face's SiglipModel (transformers models/siglip/modeling_siglip.py), with its parameter
+// names (docs/formats.md): vision_model.{embeddings, encoder.layers.N, post_layernorm, head},
+// text_model.{embeddings, encoder.layers.N, final_layer_norm, head}, logit_scale, logit_bias.
 class SiglipImpl : public torch::nn::Module {
  public:
   explicit SiglipImpl(const SiglipConfig& config);
   // images [B, 3, S, S] float (normalised) -> [B, E], unit length.
   at::Tensor encode_images(const at::Tensor& images);
-  // tokens [B, L] int64, lengths [B] (eos included) -> [B, E], unit length; pooled at the last token.
-  at::Tensor encode_text(const at::Tensor& tokens, const at::Tensor& lengths);
+  // tokens [B, T] int64, T <= context_length, padded with the pad id (as SigLIP was trained: padding to
+  // the context length, no attention mask) -> [B, E], unit length; pooled at the last position.
+  at::Tensor encode_text(const at::Tensor& tokens);
   at::Tensor logit_scale() const { return logit_scale_; }  // log t, initialised to log 10
   at::Tensor logit_bias() const { return logit_bias_; }    // b, initialised to -10
   const SiglipConfig& config() const { return config_; }
@@ -74,16 +123,30 @@ class SiglipImpl : public torch::nn::Module {
  private:
   SiglipConfig config_;
   BlockRunner blocks_;
-  torch::nn::Conv2d patch_embed_{nullptr};
-  at::Tensor vision_pos_, text_pos_, logit_scale_, logit_bias_;
-  torch::nn::ModuleList vision_blocks_{nullptr}, text_blocks_{nullptr};
-  torch::nn::LayerNorm vision_ln_{nullptr}, text_ln_{nullptr};
-  torch::nn::Embedding token_embed_{nullptr};
-  torch::nn::Linear vision_proj_{nullptr}, text_proj_{nullptr};
+  torch::nn::Conv2d patch_embedding_{nullptr};
+  torch::nn::Embedding vision_position_{nullptr}, token_embedding_{nullptr}, text_position_{nullptr};
+  torch::nn::ModuleList vision_layers_{nullptr}, text_layers_{nullptr};
+  torch::nn::LayerNorm post_layernorm_{nullptr}, final_layer_norm_{nullptr};
+  PoolingHead vision_head_{nullptr};
+  torch::nn::Linear text_head_{nullptr};
+  at::Tensor logit_scale_, logit_bias_;
 };
 TORCH_MODULE(Siglip);
 
 int64_t parameter_count(torch::nn::Module& module);
+
+// The model: keys a Hugging Face SiglipModel config.json (model_type "siglip") sets, with
+// transformers' defaults for absent fields (configuration_siglip.py: text 32000 tokens, 768 wide,
+// 12 layers of 12 heads, MLP 3072, 64 positions, eps 1e-6; vision 224 px, patch 16, same tower).
+// DataError naming `origin` and the field for another model_type, an activation other than
+// gelu_pytorch_tanh, vision_use_head false, num_channels other than 3, or projection_size other
+// than the vision width.
+std::vector<HfConfigKey> siglip_config_keys(const nlohmann::json& config, const std::string& origin);
+// The config.json transformers reads as a SiglipModel of these shapes; torch_dtype "float32" or "bfloat16".
+nlohmann::json siglip_hf_config(const SiglipConfig& config, const std::string& torch_dtype);
+// Tensors of a Hugging Face SiglipModel that are not parameters here (position_ids buffers): load_into
+// skips them.
+bool siglip_skipped_tensor(const std::string& name);
 
 // The sigmoid loss of SigLIP over the global batch, computed where the images are: this rank's b
 // image embeddings against every rank's text embeddings (gathered with all_gather_with_grad, in

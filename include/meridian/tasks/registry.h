@@ -31,6 +31,13 @@ ConfigSchema config_schema(const std::string& task);
 // and restricts its reads to the declared keys.
 void validate_config(Config& config);
 
+// Not collective: when task.init names a Hugging Face model directory (task siglip), sets the model:
+// keys its config.json gives (models::siglip_config_keys), each recorded as coming from that file's
+// field. ConfigError naming the key, where it was given and the config.json field when a key the
+// config already sets disagrees; for another task, a directory is refused (it takes a .safetensors
+// file). Call before validate_config.
+void apply_init_config(Config& config);
+
 // Not collective: `config` with every key that has a fixed default in its task's schema set to it
 // (what a run uses; for --print-config and comparing ranks' configs).
 Config with_defaults(const Config& config);

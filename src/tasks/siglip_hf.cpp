@@ -1,0 +1,266 @@
+#include "meridian/tasks/siglip_hf.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "meridian/ckpt/checkpoint.h"
+#include "meridian/ckpt/file.h"
+#include "meridian/comm/communicator.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/core/config.h"
+#include "meridian/core/error.h"
+#include "meridian/data/embeddings.h"
+#include "meridian/data/format.h"
+#include "meridian/models/hf_checkpoint.h"
+#include "meridian/models/safetensors.h"
+#include "meridian/tasks/siglip_task.h"
+
+namespace meridian::tasks {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The tokenizer of a Hugging Face directory (spiece.model and its rules) or of a dataset.
+data::Tokenizer tokenizer_from(const std::string& path) {
+  return fs::is_directory(path) ? data::Tokenizer::from_hf_dir(path) : data::dataset_tokenizer(path);
+}
+
+// The model: keys of a config.json, as a Config SiglipConfig reads.
+models::SiglipConfig hf_model_config(const std::string& dir) {
+  const std::string origin = (fs::path(dir) / "config.json").string();
+  Config c = Config::parse("{}", origin);
+  for (const auto& k : models::siglip_config_keys(models::read_hf_config(dir), origin)) c.set(k.key, k.yaml, origin);
+  return models::SiglipConfig::from_config(c);
+}
+
+// Rank `rank`'s contiguous share of n rows: [first, last), and the share size every rank pads to.
+struct Share {
+  int64_t first, last, size;
+};
+Share share_of(const comm::Runtime& rt, int64_t n) {
+  const int64_t size = (n + rt.size() - 1) / rt.size();
+  const int64_t first = std::min(n, int64_t(rt.rank()) * size);
+  return {first, std::min(n, first + size), size};
+}
+
+// Every rank's share of rows ([size, ...] each, padded) gathered in rank order, padding dropped.
+at::Tensor gather_rows(const comm::Runtime& rt, comm::Communicator& comm, const at::Tensor& mine, int64_t n) {
+  auto sizes = mine.sizes().vec();
+  sizes[0] *= rt.size();
+  auto all = at::empty(sizes, mine.options());
+  comm.allgather(mine.contiguous(), all);
+  return all.narrow(0, 0, n).cpu();
+}
+
+template <typename Encode>
+int64_t embed_rows(const comm::Runtime& rt, LoadedSiglip& m, const std::vector<std::string>& names, int64_t columns,
+                   at::ScalarType input_type, const std::string& out, const std::string& kind, int64_t batch,
+                   Encode encode) {
+  at::NoGradGuard no_grad;
+  m.model->eval();
+  m.model->to(rt.device());
+  const int64_t n = int64_t(names.size()), embed = m.model->config().embed;
+  const Share s = share_of(rt, n);
+  const auto on = at::TensorOptions().device(rt.device());
+  auto embeddings = at::zeros({s.size, embed}, on.dtype(at::kFloat));
+  auto inputs = at::zeros({s.size, std::max<int64_t>(columns, 1)}, on.dtype(input_type));
+  for (int64_t a = s.first; a < s.last; a += batch) {
+    const int64_t count = std::min(batch, s.last - a);
+    const std::vector<std::string> part(names.begin() + a, names.begin() + a + count);
+    at::Tensor used;
+    embeddings.narrow(0, a - s.first, count).copy_(encode(part, used));
+    if (used.defined()) inputs.narrow(0, a - s.first, count).copy_(used);
+  }
+  auto comm = comm::make_communicator(rt, comm::default_backend(rt));
+  const auto all = gather_rows(rt, *comm, embeddings, n);
+  const auto all_inputs = columns > 0 ? gather_rows(rt, *comm, inputs, n) : at::Tensor();
+  if (rt.rank() == 0) data::write_embeddings(out, all, names, all_inputs, m.origin, kind);
+  rt.barrier();  // the file is complete when any rank returns
+  return n;
+}
+
+// Copies `name` from `from` into `to` when it exists there.
+bool copy_if_there(const std::string& from, const std::string& to, const std::string& name) {
+  const fs::path source = fs::path(from) / name;
+  if (!fs::is_regular_file(source)) return false;
+  fs::copy_file(source, fs::path(to) / name, fs::copy_options::overwrite_existing);
+  return true;
+}
+
+}  // namespace
+
+void load_hf_weights(models::SiglipImpl& model, const std::string& path, bool report) {
+  const auto checkpoint = models::read_hf_checkpoint(path);
+  std::vector<std::string> skipped;
+  models::load_into(
+      model, checkpoint.tensors,
+      [&](const std::string& name) {
+        if (!models::siglip_skipped_tensor(name)) return name;
+        skipped.push_back(name);
+        return std::string();
+      },
+      checkpoint.weights);
+  if (!report) return;
+  for (const auto& name : skipped) spdlog::info("{}: {} skipped (a buffer transformers recomputes)", path, name);
+  spdlog::info("{}: {} tensors loaded from {}", path, checkpoint.tensors.size() - skipped.size(), checkpoint.weights);
+}
+
+LoadedSiglip load_siglip(const std::string& path, const std::string& tokenizer) {
+  LoadedSiglip m;
+  m.origin = path;
+  models::SiglipConfig mc;
+  std::string tokenizer_path = tokenizer;
+  if (fs::is_directory(path)) {
+    mc = hf_model_config(path);
+    if (tokenizer_path.empty() && fs::exists(fs::path(path) / "spiece.model")) tokenizer_path = path;
+    const fs::path pre = fs::path(path) / "preprocessor_config.json";
+    if (fs::exists(pre))
+      m.images = data::ImageProcessing::from_hf_file(pre.string());
+    else
+      m.images.height = m.images.width = int(mc.image_size);
+  } else {
+    ckpt::Reader reader(path);
+    const Config config = ckpt::saved_config(reader);
+    if (config.get<std::string>("task.name", "siglip") != "siglip")
+      throw UserError(path + ": needs a checkpoint of a siglip run (task.name is " +
+                      config.get<std::string>("task.name", "siglip") + ")");
+    mc = models::SiglipConfig::from_config(config);
+    mc.vocab_size = reader.shape("model/text_model.embeddings.token_embedding.weight").at(0);
+    m.images.height = m.images.width = int(mc.image_size);
+    if (tokenizer_path.empty()) {
+      const std::string init = config.get<std::string>("task.init", ""),
+                        data = config.get<std::string>("data.train", "");
+      if (!init.empty() && fs::exists(fs::path(init) / "spiece.model"))
+        tokenizer_path = init;
+      else if (!data.empty() && fs::exists(data))
+        tokenizer_path = data;
+    }
+  }
+  if (!tokenizer_path.empty()) {
+    m.tokenizer = tokenizer_from(tokenizer_path);
+    mc.pad_id = m.tokenizer->pad_id();
+    mc.eos_id = m.tokenizer->eos_id();
+    if (m.tokenizer->vocab_size() > mc.vocab_size)
+      throw DataError(tokenizer_path, "tokenizer",
+                      std::to_string(m.tokenizer->vocab_size()) + " pieces, more than the model's vocabulary of " +
+                          std::to_string(mc.vocab_size) + " (" + path + ")");
+  }
+  m.model = models::Siglip(mc);
+  if (fs::is_directory(path))
+    load_hf_weights(*m.model, path, false);
+  else
+    ckpt::load_module(path, *m.model);
+  return m;
+}
+
+int64_t embed_images(const comm::Runtime& rt, LoadedSiglip& m, const std::string& dir, const std::string& out,
+                     int64_t batch) {
+  const auto names = data::list_images(dir);
+  if (names.empty()) throw UserError(dir + ": no image files (.jpg, .jpeg, .png, .tif, .tiff, .bmp, .ppm)");
+  const auto& p = m.images;
+  if (p.height != m.model->config().image_size || p.width != m.model->config().image_size)
+    throw DataError(m.origin, "preprocessor size",
+                    std::to_string(p.height) + "x" + std::to_string(p.width) + " px, not the model's image_size " +
+                        std::to_string(m.model->config().image_size));
+  const auto device = rt.device();
+  return embed_rows(rt, m, names, 0, at::kInt, out, "images", batch,
+                    [&](const std::vector<std::string>& part, at::Tensor&) {
+                      return m.model->encode_images(data::model_pixels(dir, part, p).to(device));
+                    });
+}
+
+int64_t embed_texts(const comm::Runtime& rt, LoadedSiglip& m, const std::string& texts, const std::string& out,
+                    int64_t batch) {
+  if (!m.tokenizer)
+    throw UserError(m.origin +
+                    ": no tokenizer to read texts with (give --tokenizer: a Hugging Face directory with "
+                    "spiece.model, or the dataset the model was trained on)");
+  std::ifstream in(texts);
+  if (!in) throw DataError(texts, "texts", "cannot be read");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") != std::string::npos) lines.push_back(line);
+  }
+  if (lines.empty()) throw UserError(texts + ": no text lines");
+  const int64_t context = m.model->config().context_length;
+  const auto device = rt.device();
+  return embed_rows(rt, m, lines, context, at::kInt, out, "texts", batch,
+                    [&](const std::vector<std::string>& part, at::Tensor& used) {
+                      auto tokens = at::empty({int64_t(part.size()), context}, at::kInt);
+                      for (size_t i = 0; i < part.size(); ++i)
+                        m.tokenizer->encode(part[i], int(context), tokens[int64_t(i)].data_ptr<int32_t>());
+                      used = tokens.to(device);
+                      return m.model->encode_text(tokens.to(at::kLong).to(device));
+                    });
+}
+
+ExportSummary export_siglip(const std::string& checkpoint, const std::string& out, const std::string& dtype,
+                            int64_t max_shard_bytes, const std::string& tokenizer) {
+  if (dtype != "f32" && dtype != "bf16") throw UserError("export: --dtype must be f32 or bf16, got '" + dtype + "'");
+  if (fs::exists(out)) throw UserError(out + ": exists; export writes a new directory (remove it or choose another)");
+  ckpt::Reader reader(checkpoint);
+  const Config config = ckpt::saved_config(reader);
+  std::string source = tokenizer;
+  if (source.empty()) {
+    const std::string init = config.get<std::string>("task.init", ""), data = config.get<std::string>("data.train", "");
+    if (!init.empty() && fs::exists(fs::path(init) / "spiece.model"))
+      source = init;
+    else if (!data.empty() && fs::exists(data))
+      source = data;
+    else
+      throw UserError(checkpoint + ": the tokenizer it was trained with is not here (task.init '" + init +
+                      "', data.train '" + data + "'): give --tokenizer (a Hugging Face directory or the dataset)");
+  }
+  LoadedSiglip m = load_siglip(checkpoint, source);
+  const auto& mc = m.model->config();
+  const std::string partial = out + ".partial";
+  fs::remove_all(partial);
+  ExportSummary summary;
+  models::NamedTensors tensors;
+  for (const auto& item : m.model->named_parameters()) {
+    tensors.emplace_back(item.key(), item.value().detach().to(dtype == "bf16" ? at::kBFloat16 : at::kFloat).cpu());
+    summary.bytes += int64_t(item.value().numel()) * (dtype == "bf16" ? 2 : 4);
+  }
+  summary.tensors = int64_t(tensors.size());
+  summary.files = models::write_hf_weights(partial, tensors, max_shard_bytes);
+  // The tokenizer: a Hugging Face directory's files as they are, else the dataset's model with its rules.
+  const auto& tok = *m.tokenizer;
+  if (fs::is_directory(source)) {
+    copy_if_there(source, partial, "spiece.model");
+    copy_if_there(source, partial, "tokenizer_config.json");
+    copy_if_there(source, partial, "special_tokens_map.json");
+  } else {
+    std::ofstream(fs::path(partial) / "spiece.model", std::ios::binary) << tok.model_bytes();
+    const nlohmann::json special{
+        {"eos_token", tok.piece(tok.eos_id())}, {"pad_token", tok.piece(tok.pad_id())}, {"unk_token", "<unk>"}};
+    nlohmann::json tc = special;
+    tc["tokenizer_class"] = "SiglipTokenizer";
+    tc["model_max_length"] = mc.context_length;
+    tc["do_lower_case"] = tok.rules().lower_case;
+    models::write_json_file((fs::path(partial) / "tokenizer_config.json").string(), tc);
+    models::write_json_file((fs::path(partial) / "special_tokens_map.json").string(), special);
+  }
+  summary.tokenizer = source;
+  models::write_json_file((fs::path(partial) / "preprocessor_config.json").string(),
+                          {{"image_processor_type", "SiglipImageProcessor"},
+                           {"processor_class", "SiglipProcessor"},
+                           {"do_resize", true},
+                           {"size", {{"height", mc.image_size}, {"width", mc.image_size}}},
+                           {"resample", 3},
+                           {"do_rescale", true},
+                           {"rescale_factor", 1.0 / 255},
+                           {"do_normalize", true},
+                           {"image_mean", {0.5, 0.5, 0.5}},
+                           {"image_std", {0.5, 0.5, 0.5}}});
+  models::write_json_file((fs::path(partial) / "config.json").string(),
+                          models::siglip_hf_config(mc, dtype == "bf16" ? "bfloat16" : "float32"));
+  fs::rename(partial, out);
+  return summary;
+}
+
+}  // namespace meridian::tasks

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Usage: hf_siglip_mpi_test.sh MPIRUN MERIDIAN SOURCE_DIR — SigLIP in and out of Hugging Face's
+# layout, against tests/models/hf_siglip.py (a second implementation written from transformers'
+# semantics with torch.nn): a random small SiglipModel saved as BF16 shards with the index,
+# config.json and a sentencepiece spiece.model.
+#  1. `embed` on 2 ranks: image and text embeddings equal the reference forward to 1e-5, and the
+#     token ids equal SiglipTokenizer's rules (lower-case, punctuation removed, eos, pad).
+#  2. `prep --tokenizer DIR`, `train --init DIR` (a few steps), `export` (f32, sharded; bf16): the
+#     exported tensors are the checkpoint's, and embedding with the export equals embedding with the
+#     checkpoint; the export's own forward by the reference equals meridian's.
+#  3. Bad inputs exit 2 naming the file and the tensor or field: a missing, an unexpected and a
+#     misshapen tensor, a truncated shard, an index naming a missing file, config.json disagreeing
+#     with the tensors, an explicit model key disagreeing with config.json; export over an existing
+#     directory.
+set -u
+mpirun=$1 meridian=$2 src=$3
+ref=(/usr/bin/python3 "$src/tests/models/hf_siglip.py")
+# shellcheck source=tests/mpi_script_lib.sh
+source "$src/tests/mpi_script_lib.sh"
+run() { "$mpirun" --oversubscribe -np 2 "$meridian" "$@" --log-level warn; }
+
+"${ref[@]}" make "$tmp/hf" --seed 3 --dtype bf16 --shard-bytes 20000 || fail "the reference could not make a model"
+ls "$tmp/hf"/model-0000*-of-*.safetensors >/dev/null 2>&1 || fail "the reference model is not sharded"
+"${ref[@]}" images "$tmp/img" 6 32
+printf 'Many planes, parked near the RUNWAY!\na   dense residential  area\nGolf course; green trees.\nriver\n' \
+  >"$tmp/texts.txt"
+
+# 1. Embeddings against the reference.
+run embed --model "$tmp/hf" --images "$tmp/img" --out "$tmp/img.h5" --batch 4 || fail "embed images exited $?"
+run embed --model "$tmp/hf" --texts "$tmp/texts.txt" --out "$tmp/txt.h5" --batch 3 || fail "embed texts exited $?"
+"${ref[@]}" check "$tmp/hf" --images "$tmp/img" "$tmp/img.h5" || fail "image embeddings differ from the reference"
+"${ref[@]}" check "$tmp/hf" --texts "$tmp/texts.txt" "$tmp/txt.h5" || fail "text embeddings differ from the reference"
+
+# 2. Fine-tune from it, export, load the export again.
+run prep synthetic --count 64 --seed 1 --size 32 --context-length 16 --tokenizer "$tmp/hf" --out "$tmp/syn.h5" ||
+  fail "prep --tokenizer DIR exited $?"
+cat >"$tmp/small.yaml" <<'EOF'
+train: {batch: 8, steps: 4, log_every: 2}
+optim: {lr: 1.0e-3, warmup: 1}
+EOF
+out=$(run train --config "$tmp/small.yaml" --data "$tmp/syn.h5" --init "$tmp/hf" --run-dir "$tmp/run" 2>&1) ||
+  { echo "$out"; fail "train --init exited"; }
+ck=$tmp/run/checkpoints/step_00000004.h5
+[[ -f $ck ]] || fail "no checkpoint after train --init"
+"$meridian" export --checkpoint "$ck" --out "$tmp/exp" --max-shard-mb 0.05 --log-level warn || fail "export exited $?"
+[[ -f $tmp/exp/model.safetensors.index.json && -f $tmp/exp/spiece.model && -f $tmp/exp/preprocessor_config.json ]] ||
+  fail "export lacks the index, spiece.model or preprocessor_config.json: $(ls "$tmp/exp")"
+"${ref[@]}" same "$tmp/exp" "$ck" || fail "the exported tensors are not the checkpoint's"
+"$meridian" export --checkpoint "$ck" --out "$tmp/exp16" --dtype bf16 --log-level warn || fail "export bf16 exited $?"
+grep -q '"torch_dtype": "bfloat16"' "$tmp/exp16/config.json" || fail "bf16 export's config.json says $(grep torch_dtype "$tmp/exp16/config.json")"
+"${ref[@]}" same "$tmp/exp16" "$ck" --bf16 || fail "the bf16 export is not the checkpoint rounded to bfloat16"
+run embed --model "$ck" --images "$tmp/img" --out "$tmp/img_ck.h5" || fail "embed from the checkpoint exited $?"
+run embed --model "$tmp/exp" --images "$tmp/img" --out "$tmp/img_exp.h5" || fail "embed from the export exited $?"
+/usr/bin/python3 - "$tmp/img_ck.h5" "$tmp/img_exp.h5" <<'PY' || fail "the export embeds differently from its checkpoint"
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r")["embeddings"][...] for p in sys.argv[1:3])
+sys.exit(0 if a.shape == b.shape and np.array_equal(a, b) else 1)
+PY
+"${ref[@]}" check "$tmp/exp" --images "$tmp/img" "$tmp/img_exp.h5" || fail "the reference reads the export differently"
+
+# 3. Bad inputs: exit 2 on every rank, the message names the file and what is wrong.
+expect_error() {  # expect_error WHAT PATTERN COMMAND...
+  local what=$1 pattern=$2
+  shift 2
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  [[ $rc == 2 ]] || { echo "$out" | tail -5; fail "$what: exit $rc, expected 2"; }
+  grep -qE -- "$pattern" <<<"$out" || { echo "$out" | tail -5; fail "$what: the message does not match '$pattern'"; }
+  echo "ok: $what: $(grep -m1 -E -- "$pattern" <<<"$out" | cut -c1-200)"
+}
+for fault in missing extra shape truncate index config; do
+  name=$("${ref[@]}" break "$tmp/hf" "$tmp/bad_$fault" "$fault")
+  # One process is enough to read the files (the missing tensor: 2 ranks, each must exit 2).
+  launch=("$meridian")
+  [[ $fault == missing ]] && launch=("$mpirun" --oversubscribe -np 2 "$meridian")
+  expect_error "$fault" "bad_$fault.*${name//./\\.}" "${launch[@]}" embed --model "$tmp/bad_$fault" --images "$tmp/img" \
+    --out "$tmp/x.h5"
+done
+[[ ! -e $tmp/x.h5 ]] || fail "a failed embed left $tmp/x.h5"
+echo "model: {vision: {width: 64, heads: 4}}" >"$tmp/wide.yaml"
+expect_error "model key vs config.json" "model\.vision\.width.*is 64.*config\.json field 'vision_config\.hidden_size' is 32" \
+  "$meridian" train --config "$tmp/wide.yaml" --data "$tmp/syn.h5" --init "$tmp/hf" --run-dir "$tmp/run2"
+expect_error "export over a directory" "exp: exists" "$meridian" export --checkpoint "$ck" --out "$tmp/exp"
+echo PASS
