@@ -1,7 +1,9 @@
 #include "captions_reader.h"
 
+#include <cctype>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -43,6 +45,45 @@ std::vector<std::string> csv_fields(const std::string& line, const std::string& 
   return out;
 }
 
+// A Karpathy-style caption file (dataset_ucm.json, dataset_rsicd.json, dataset_rsitmd.json, COCO's
+// dataset_coco.json): {"images": [{"filename", "filepath"?, "split", "sentences": [{"raw"}, ...]}]}.
+// Returns false when `file` is not one (then it is read as JSON Lines).
+bool read_karpathy(const std::string& file, const std::function<void(CaptionEntry&&)>& visit) {
+  std::ifstream in(file);
+  char first = 0;
+  while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
+  }
+  if (first != '{') return false;
+  in.seekg(0);
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("images")) return false;
+  if (!j["images"].is_array()) throw DataError(file, "images", "expected a list of images (Karpathy format)");
+  int64_t n = 0;
+  for (const auto& im : j["images"]) {
+    const std::string where = "images[" + std::to_string(n++) + "]";
+    if (!im.is_object() || !im.contains("filename") || !im["filename"].is_string())
+      throw DataError(file, where, "expected an object with a string 'filename'");
+    CaptionEntry e;
+    e.image = im["filename"].get<std::string>();
+    if (im.contains("filepath") && im["filepath"].is_string() && !im["filepath"].get<std::string>().empty())
+      e.image = (fs::path(im["filepath"].get<std::string>()) / e.image).string();
+    if (im.contains("split")) {
+      if (!im["split"].is_string()) throw DataError(file, where + ".split", "must be a string");
+      e.split = im["split"].get<std::string>();
+    }
+    if (!im.contains("sentences") || !im["sentences"].is_array())
+      throw DataError(file, where + ".sentences", "expected a list of {\"raw\": caption}");
+    for (const auto& sentence : im["sentences"]) {
+      if (!sentence.is_object() || !sentence.contains("raw") || !sentence["raw"].is_string())
+        throw DataError(file, where + ".sentences", "expected a list of {\"raw\": caption}");
+      e.captions.push_back(sentence["raw"].get<std::string>());
+    }
+    if (e.captions.empty()) throw DataError(file, where + ".sentences", "no caption");
+    visit(std::move(e));
+  }
+  return true;
+}
+
 }  // namespace
 
 void read_captions(const std::string& file, const std::function<void(CaptionEntry&&)>& visit) {
@@ -51,6 +92,7 @@ void read_captions(const std::string& file, const std::function<void(CaptionEntr
   const bool csv = fs::path(file).extension() == ".csv";
   if (!csv && fs::path(file).extension() != ".jsonl" && fs::path(file).extension() != ".json")
     throw DataError(file, "captions file", "expected a .jsonl or .csv file");
+  if (fs::path(file).extension() == ".json" && read_karpathy(file, visit)) return;
   std::string line;
   int64_t lineno = 0;
   if (csv) {

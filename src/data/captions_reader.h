@@ -16,9 +16,11 @@ struct CaptionEntry {
 };
 
 // Calls visit(entry) for every entry of `file` in file order: .jsonl/.json, one object per line
-// ({"image", "captions": [...] or "caption", "class"?, "split"?}), or .csv with a header naming the
-// columns image and caption (class and split optional; rows of one image consecutive, one caption
-// each). Throws DataError naming the file and line for a malformed line or another extension.
+// ({"image", "captions": [...] or "caption", "class"?, "split"?}); a .json in the Karpathy format of
+// remote-sensing caption sets (UCM-captions, RSICD, RSITMD: {"images": [{"filename", "filepath"?,
+// "split", "sentences": [{"raw"}]}]}); or .csv with a header naming the columns image and caption
+// (class and split optional; rows of one image consecutive, one caption each). Throws DataError
+// naming the file and line (or image) for a malformed entry or another extension.
 void read_captions(const std::string& file, const std::function<void(CaptionEntry&&)>& visit);
 
 // The entries of `file` (of `split` when not empty), numbered from 0 in file order, read forward by

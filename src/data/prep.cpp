@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "captions_reader.h"
@@ -133,7 +135,31 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
   check_options(o);
   if (!o.webdataset.empty()) return prep_webdataset(rt, o);
   check_inputs(o.images_dir, o.bands);
-  if (o.captions_file.empty()) throw UserError("--captions: required");
+  if (o.class_folders != o.captions_file.empty())
+    throw UserError(o.class_folders ? "--class-folders: the classes come from the folders; give no --captions"
+                                    : "--captions: required (or --class-folders for DIR/<class>/*.jpg)");
+  // --class-folders: every image under DIR/<class>/, the class its folder, its caption the class name.
+  std::vector<CaptionEntry> folder_entries;
+  if (o.class_folders) {
+    for (const auto& name : list_images(o.images_dir, o.out)) {
+      const auto parts = fs::path(name);
+      if (parts.parent_path().empty())
+        throw DataError((fs::path(o.images_dir) / name).string(), "--class-folders",
+                        "an image outside a class folder (expected DIR/<class>/<image>)");
+      CaptionEntry e;
+      e.image = name;
+      e.cls = parts.begin()->string();
+      std::string caption = e.cls;
+      std::replace(caption.begin(), caption.end(), '_', ' ');
+      e.captions.push_back(caption);
+      folder_entries.push_back(std::move(e));
+    }
+    if (folder_entries.empty()) throw UserError("--images: no image files under " + o.images_dir);
+  }
+  const auto visit_entries = [&](const std::function<void(CaptionEntry &&)>& visit) {
+    if (!o.class_folders) return read_captions(o.captions_file, visit);
+    for (CaptionEntry e : folder_entries) visit(std::move(e));
+  };
   // Every rank counts the entries and collects the class names (of all entries of every split, so
   // labels agree between split files); rank 0 keeps a bounded sample of captions for the tokenizer.
   // The entries themselves are read again, forward, as the rounds reach them (CaptionCursor): memory
@@ -142,7 +168,7 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
   std::vector<std::string> corpus;
   int64_t count = 0;
   uint64_t seen = 0;  // captions offered to the tokenizer's sample
-  read_captions(o.captions_file, [&](CaptionEntry&& e) {
+  visit_entries([&](CaptionEntry&& e) {
     if (!e.cls.empty()) classes.insert(e.cls);
     splits.insert(e.split);
     if (!o.split.empty() && e.split != o.split) return;
@@ -157,17 +183,22 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
       }
     ++count;
   });
-  CaptionCursor entries(o.captions_file, o.split);
+  std::optional<CaptionCursor> cursor;
+  if (!o.class_folders) cursor.emplace(o.captions_file, o.split);
+  std::vector<const CaptionEntry*> kept;  // --class-folders: the entries of the split (all: none has one)
+  for (const auto& e : folder_entries)
+    if (o.split.empty() || e.split == o.split) kept.push_back(&e);
   ImageJob job;
   job.count = count;
   job.class_names.assign(classes.begin(), classes.end());
   job.split = o.split;
-  job.inputs = o.captions_file + split_note(o.split, splits);
-  job.source = o.captions_file + (o.split.empty() ? "" : " split " + o.split);
+  const std::string inputs = o.class_folders ? o.images_dir + " (class folders)" : o.captions_file;
+  job.inputs = inputs + split_note(o.split, splits);
+  job.source = inputs + (o.split.empty() ? "" : " split " + o.split);
   job.strict = o.strict;
   job.tokenizer_corpus = [&] { return corpus; };
   job.decode = [&](int64_t i) {
-    const CaptionEntry& e = entries.at(i);
+    const CaptionEntry& e = cursor ? cursor->at(i) : *kept[size_t(i)];
     Decoded d;
     d.name = e.image;
     d.source = (fs::path(o.images_dir) / e.image).string();

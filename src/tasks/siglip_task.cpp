@@ -61,9 +61,14 @@ std::vector<std::string> default_prompts() {
 }
 
 train::Metrics SiglipEval::metrics() const {
+  // mR: the mean of the six recalls, as remote-sensing retrieval papers (RSICD, RSITMD) report it.
+  const double mean_recall = (image_to_text[0] + image_to_text[1] + image_to_text[2] + text_to_image[0] +
+                              text_to_image[1] + text_to_image[2]) /
+                             6;
   train::Metrics m{{"i2t_r1", image_to_text[0]}, {"i2t_r5", image_to_text[1]}, {"i2t_r10", image_to_text[2]},
                    {"t2i_r1", text_to_image[0]}, {"t2i_r5", text_to_image[1]}, {"t2i_r10", text_to_image[2]}};
   if (zero_shot_top1 >= 0) m.emplace_back("zero_shot", zero_shot_top1);
+  m.emplace_back("mR", mean_recall);
   return m;
 }
 

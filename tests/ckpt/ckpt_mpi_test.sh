@@ -117,7 +117,7 @@ echo "SIGUSR1: stopped with $latest"
 # 5. eval, and an unwritable checkpoint directory.
 "$mpirun" --oversubscribe -np 2 "$meridian" eval --checkpoint "$tmp/a/checkpoints/step_00000012.h5" --data "$tmp/data.h5" \
   >"$tmp/v" 2>&1 || { cat "$tmp/v"; fail "eval exited $?"; }
-grep -qE "^eval: i2t_r1 [0-9.]+  i2t_r5 [0-9.]+  i2t_r10 [0-9.]+  t2i_r1 [0-9.]+  t2i_r5 [0-9.]+  t2i_r10 [0-9.]+  zero_shot [0-9.]+" "$tmp/v" \
+grep -qE "^eval: i2t_r1 [0-9.]+  i2t_r5 [0-9.]+  i2t_r10 [0-9.]+  t2i_r1 [0-9.]+  t2i_r5 [0-9.]+  t2i_r10 [0-9.]+  zero_shot [0-9.]+  mR [0-9.]+$" "$tmp/v" \
   || { cat "$tmp/v"; fail "eval output"; }
 touch "$tmp/not-a-dir"
 train 2 --run-dir "$tmp/h" --set checkpoint.dir="$tmp/not-a-dir/ckpt" >"$tmp/h.out" 2>&1 && fail "an unwritable checkpoint directory was accepted"

@@ -4,7 +4,8 @@
 # image naming file and line or annotation (exit 2 with --strict); a detection file without boxes is
 # warned about; a UTF-8 byte-order mark starts every kind of text input; empty inputs, --out naming
 # a directory, `prep --help`; inspect and train on files written without chunks (h5py's default);
-# the loaders' advice when a batch is larger than the dataset.
+# the loaders' advice when a batch is larger than the dataset; the benchmark forms of remote-sensing
+# papers: a Karpathy-style dataset_*.json (UCM-captions, RSICD, RSITMD) and class folders (AID, NWPU).
 set -u
 mpirun=$1 meridian=$2
 fail() { echo "FAIL: $*"; exit 1; }
@@ -145,4 +146,46 @@ expect 0 "train:" run train --config "$tmp/small.yaml" --data "$tmp/s_flat.h5" -
 # A global batch larger than the dataset: the advice names the config key.
 expect 2 "$tmp/s_flat.h5: 128 samples are fewer than one global batch (200 = train.batch 100 per rank x 2 ranks); lower train.batch" \
   run train --config "$tmp/small.yaml" --data "$tmp/s_flat.h5" --run-dir "$tmp/run2" --set train.batch=100
+
+# Karpathy-style captions (pretty-printed, as RSICD ships it): the test split, its sentences in order.
+cat >"$tmp/dataset_rs.json" <<'JSON'
+{
+  "images": [
+    {"filename": "a.bmp", "imgid": 0, "split": "train", "sentences": [{"raw": "A plane.", "imgid": 0, "sentid": 0}]},
+    {"filename": "b.bmp", "imgid": 1, "split": "test",
+     "sentences": [{"raw": "Two boats near a pier.", "sentid": 1}, {"raw": "A harbour.", "sentid": 2}]},
+    {"filename": "c.bmp", "imgid": 2, "split": "val", "sentences": [{"raw": "Trees.", "sentid": 3}]}
+  ],
+  "dataset": "rs"
+}
+JSON
+expect 0 "1 of 1 inputs" run prep image-text --images "$tmp/images" --captions "$tmp/dataset_rs.json" --split test \
+  --size 32 --context-length 16 --captions-per-image 2 --vocab-size 40 --out "$tmp/karpathy.h5"
+/usr/bin/python3 - "$tmp/karpathy.h5" <<'PY' || fail "Karpathy captions: wrong names or captions"
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+names = [n.decode() for n in f["names"][...]]
+captions = [c.decode() for c in f["captions"][0]]
+assert names == ["b.bmp"] and captions == ["Two boats near a pier.", "A harbour."], (names, captions)
+PY
+echo '{"images": [{"filename": "a.bmp", "split": "test"}]}' >"$tmp/bad_rs.json"
+expect 2 "$tmp/bad_rs.json: images[0].sentences: expected a list of {\"raw\": caption}" \
+  run prep image-text --images "$tmp/images" --captions "$tmp/bad_rs.json" --size 32 --out "$tmp/bad_rs.h5"
+# Class folders: the folder is the label (sorted class names), its name with spaces the caption.
+mkdir -p "$tmp/scenes/airport" "$tmp/scenes/dense_residential"
+cp "$tmp/images/a.bmp" "$tmp/scenes/airport/"
+cp "$tmp/images/b.bmp" "$tmp/images/c.bmp" "$tmp/scenes/dense_residential/"
+expect 0 "3 of 3 inputs" run prep image-text --images "$tmp/scenes" --class-folders --size 32 --context-length 16 \
+  --captions-per-image 1 --vocab-size 40 --out "$tmp/folders.h5"
+/usr/bin/python3 - "$tmp/folders.h5" <<'PY' || fail "class folders: wrong labels, classes or captions"
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+classes = [c.decode() for c in f["class_names"][...]]
+captions = [c[0].decode() for c in f["captions"][...]]
+assert classes == ["airport", "dense_residential"] and list(f["labels"][...]) == [0, 1, 1], (classes, f["labels"][...])
+assert captions == ["airport", "dense residential", "dense residential"], captions
+PY
+cp "$tmp/images/a.bmp" "$tmp/scenes/loose.bmp"
+expect 2 "$tmp/scenes/loose.bmp: --class-folders: an image outside a class folder" \
+  run prep image-text --images "$tmp/scenes" --class-folders --size 32 --out "$tmp/loose.h5"
 echo PASS

@@ -36,11 +36,14 @@ same() {  # same A B GROUP
   h5diff -r "$1" "$2" "$3" "$3" >"$tmp/diff" 2>&1 || { head -20 "$tmp/diff"; fail "$3 differs: $1 vs $2"; }
 }
 close() {  # close A B: every /model dataset within 1e-6
+  # Except SigLIP's key biases: q.(k + b) shifts every score of a query alike, so softmax removes it and
+  # their true gradient is 0. What they get is rounding noise, which AdamW scales up to steps of about
+  # lr, differently in each reduction order: 2e-6 apart after 4 steps, where a real error is ~lr.
   /usr/bin/python3 - "$1" "$2" <<'PY' || fail "$1 vs $2: /model not within 1e-6"
 import sys, h5py, numpy as np
 a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
 assert sorted(a["model"]) == sorted(b["model"])
-worst = max(float(np.abs(a["model"][n][()] - b["model"][n][()]).max()) for n in a["model"])
+worst = max(float(np.abs(a["model"][n][()] - b["model"][n][()]).max()) for n in a["model"] if not n.endswith("k_proj.bias"))
 print(f"largest /model difference {worst:.3g}")
 assert worst <= 1e-6, worst
 PY

@@ -38,8 +38,13 @@ struct PrepCommon {
 };
 
 struct PrepImageTextOptions : PrepCommon {
-  std::string images_dir;     // image paths in the captions file are relative to it
-  std::string captions_file;  // .jsonl ({"image", "captions": [...] or "caption", "class"?, "split"?}) or .csv
+  std::string images_dir;  // image paths in the captions file are relative to it
+  std::string
+      captions_file;  // .jsonl ({"image", "captions": [...] or "caption", "class"?, "split"?}), .csv, or a
+                      // Karpathy-style .json (UCM-captions, RSICD, RSITMD: images[].filename, split, sentences[].raw)
+  // Instead of captions_file: images under images_dir/<class>/ (AID, NWPU-RESISC45, UCM as shipped);
+  // the folder is the class (label), the class name with spaces for underscores the one caption.
+  bool class_folders = false;
   // Instead of images_dir + captions_file: webdataset tar shards ("shards/{00000..00099}.tar"),
   // key.jpg (or png, webp, tif, bmp) + key.txt or key.json ("caption" or "captions") per sample,
   // divided among the ranks by shard. A sample without image or caption, an undecodable image or a
