@@ -91,7 +91,11 @@ void SiglipConfig::declare(ConfigSchema& schema) {
   schema
       .integer("model.image_size", d.image_size, "input image side in pixels (the dataset's images are resized to it)")
       .at_least(1);
-  schema.integer("model.patch", d.patch, "ViT patch side in pixels; divides model.image_size").at_least(1);
+  schema
+      .integer("model.patch", d.patch,
+               "ViT patch side in pixels, at most model.image_size (a remainder is left out, as a stride-patch "
+               "convolution does: 384 px in patches of 14 gives 27 x 27)")
+      .at_least(1);
   for (const auto& [tower, t] : {std::pair<std::string, TowerConfig>{"vision", d.vision}, {"text", d.text}}) {
     const std::string p = "model." + tower;
     schema.integer(p + ".width", t.width, tower + " tower width (hidden_size); a multiple of its heads").at_least(1);
@@ -125,8 +129,9 @@ SiglipConfig SiglipConfig::from_config(const Config& c) {
   s.context_length = c.get<int64_t>("model.context_length", s.context_length);
   s.vocab_size = c.get<int64_t>("model.vocab_size", s.vocab_size);
   s.embed = c.get<int64_t>("model.embed", s.vision.width);
-  if (s.patch < 1 || s.image_size % s.patch != 0)
-    throw ConfigError(c.origin(), "model.patch", "must divide model.image_size (" + std::to_string(s.image_size) + ")");
+  if (s.patch < 1 || s.patch > s.image_size)
+    throw ConfigError(c.origin(), "model.patch",
+                      "must be at most model.image_size (" + std::to_string(s.image_size) + ")");
   if (s.context_length < 2) throw ConfigError(c.origin(), "model.context_length", "must be at least 2");
   if (s.vocab_size < 2) throw ConfigError(c.origin(), "model.vocab_size", "must be at least 2");
   if (s.embed != s.vision.width)
@@ -144,6 +149,20 @@ double SiglipConfig::flops_per_sample() const {
   f += 2 * (w * w + 2 * patches * w * w + 2 * patches * w + w * w + 2 * w * h);  // the attention-pooling head
   f += double(text.depth) * block_flops(double(context_length), text) + 2 * double(text.width) * double(embed);
   return f;
+}
+
+int64_t SiglipConfig::parameter_count() const {
+  const auto layer = [](const TowerConfig& t) {  // q, k, v, out; the MLP; two layer norms
+    const int64_t w = t.width, h = t.mlp_width();
+    return 4 * (w * w + w) + (w * h + h) + (h * w + w) + 4 * w;
+  };
+  const int64_t vw = vision.width, vh = vision.mlp_width(), tw = text.width, grid = image_size / patch;
+  const int64_t head = vw + (3 * vw * vw + 3 * vw) + (vw * vw + vw) + 2 * vw + (2 * vw * vh + vh + vw);
+  const int64_t vision_params =
+      (3 * patch * patch * vw + vw) + grid * grid * vw + vision.depth * layer(vision) + 2 * vw + head;
+  const int64_t text_params =
+      vocab_size * tw + context_length * tw + text.depth * layer(text) + 2 * tw + (tw * embed + embed);
+  return vision_params + text_params + 2;
 }
 
 SelfAttentionImpl::SelfAttentionImpl(int64_t width, int64_t heads) : heads_(heads) {

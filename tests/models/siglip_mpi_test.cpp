@@ -121,6 +121,7 @@ TEST_F(Siglip, TinyPresetShapesParametersAndFlops) {
   const int64_t vision = 3 * 16 * 16 * w + w + 64 * w + blocks + 2 * w + (w + 4 * w * w + 4 * w + 2 * w + mlp);
   const int64_t text = 8000 * w + 32 * w + blocks + 2 * w + w * 192 + 192;
   EXPECT_EQ(models::parameter_count(*model), vision + text + 2);
+  EXPECT_EQ(config.parameter_count(), vision + text + 2);
   const auto images = model->encode_images(torch::randn({2, 3, 128, 128}));
   const auto texts = model->encode_text(torch::randint(4, 8000, {2, 32}));
   EXPECT_EQ(images.sizes(), (at::IntArrayRef{2, 192}));
@@ -147,12 +148,27 @@ TEST_F(Siglip, TinyPresetShapesParametersAndFlops) {
   EXPECT_LT(config.flops_per_sample(), 4.0e8);
 }
 
+TEST_F(Siglip, PublishedPresetsHaveThePublishedParameterCounts) {
+  // Counted by tests/models/hf_siglip.py (transformers' SiglipModel built in PyTorch) for each
+  // published config.json: google/siglip-base-patch16-224/256/384, large-patch16-256, so400m-patch14-384.
+  const auto preset = [](const char* file, int64_t image_size = 0) {
+    auto config = meridian::Config::load_file(std::string(MERIDIAN_SOURCE_DIR "/jobs/configs/") + file);
+    if (image_size) config.set("model.image_size", std::to_string(image_size));
+    return models::SiglipConfig::from_config(config).parameter_count();
+  };
+  EXPECT_EQ(preset("siglip-base.yaml", 224), 203155970);
+  EXPECT_EQ(preset("siglip-base.yaml"), 203202050);
+  EXPECT_EQ(preset("siglip-base.yaml", 384), 203447810);
+  EXPECT_EQ(preset("siglip-large.yaml"), 652150786);
+  EXPECT_EQ(preset("siglip-so400m.yaml"), 877960498);
+}
+
 TEST_F(Siglip, ConfigErrorsNameTheField) {
-  const auto bad = meridian::Config::parse("model:\n  image_size: 100\n  patch: 16\n", "bad.yaml");
+  const auto bad = meridian::Config::parse("model:\n  image_size: 10\n  patch: 16\n", "bad.yaml");
   try {
     models::SiglipConfig::from_config(bad);
     FAIL() << "no error";
   } catch (const meridian::ConfigError& e) {
-    EXPECT_STREQ(e.what(), "bad.yaml: field 'model.patch': must divide model.image_size (100)");
+    EXPECT_STREQ(e.what(), "bad.yaml: field 'model.patch': must be at most model.image_size (10)");
   }
 }

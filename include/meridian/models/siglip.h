@@ -49,6 +49,9 @@ struct SiglipConfig {
   static void declare(ConfigSchema& schema);
   // Multiply-adds x 2 of one image-text pair through both towers (forward only).
   double flops_per_sample() const;
+  // Parameters of SiglipImpl for this config, in closed form (docs/performance.md lists the presets
+  // against a PyTorch build of each published shape).
+  int64_t parameter_count() const;
 };
 
 // The attention of an encoder layer: q_proj, k_proj, v_proj, out_proj (with biases), softmax in float32.
