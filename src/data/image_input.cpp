@@ -5,12 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <opencv2/imgproc.hpp>
 
 #include "image_decode.h"
 #include "meridian/core/error.h"
+#include "meridian/core/json_file.h"
 
 namespace fs = std::filesystem;
 
@@ -73,15 +72,7 @@ bool place_box(const Letterbox& l, int size, std::array<float, 4>& box) {
 }
 
 ImageProcessing ImageProcessing::from_hf_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw DataError(path, "preprocessor config", "cannot be read");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw DataError(path, "preprocessor config", std::string("is not valid JSON: ") + e.what());
-  }
-  if (!j.is_object()) throw DataError(path, "preprocessor config", "is not a JSON object");
+  const nlohmann::json j = read_json_object(path, "preprocessor config");
   ImageProcessing p;
   for (const char* flag : {"do_resize", "do_rescale", "do_normalize"})
     if (j.contains(flag) && !j.value(flag, true))

@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "meridian/core/error.h"
+#include "meridian/core/json_file.h"
 
 namespace meridian::data {
 
@@ -200,16 +200,8 @@ Tokenizer Tokenizer::from_hf_dir(const std::string& dir) {
     throw DataError(dir, "tokenizer",
                     "no spiece.model (the SentencePiece model of a SiglipTokenizer) in the directory");
   Tokenizer t = from_file(model);
-  nlohmann::json config = nlohmann::json::object();
-  if (std::filesystem::exists(config_path)) {
-    std::ifstream in(config_path);
-    try {
-      config = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw DataError(config_path, "tokenizer config", std::string("is not valid JSON: ") + e.what());
-    }
-    if (!config.is_object()) throw DataError(config_path, "tokenizer config", "is not a JSON object");
-  }
+  const nlohmann::json config = std::filesystem::exists(config_path) ? read_json_object(config_path, "tokenizer config")
+                                                                     : nlohmann::json::object();
   // A token is a string or an AddedToken object {"content": "</s>", ...}.
   const auto piece = [&](const char* field) {
     const auto it = config.find(field);

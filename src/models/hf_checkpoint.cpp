@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 
 #include "meridian/core/error.h"
 #include "meridian/core/files.h"
+#include "meridian/core/json_file.h"
 
 namespace meridian::models {
 
@@ -19,21 +19,9 @@ namespace {
 constexpr const char* kSingle = "model.safetensors";
 constexpr const char* kIndex = "model.safetensors.index.json";
 
-nlohmann::json read_json(const std::string& path, const std::string& what) {
-  std::ifstream in(path);
-  if (!in) throw DataError(path, what, "cannot be read (missing or no permission)");
-  try {
-    auto j = nlohmann::json::parse(in);
-    if (!j.is_object()) throw DataError(path, what, "is not a JSON object");
-    return j;
-  } catch (const nlohmann::json::exception& e) {
-    throw DataError(path, what, std::string("is not valid JSON: ") + e.what());
-  }
-}
-
 // The shards of an index, in the order their names first appear, and each tensor's shard.
 NamedTensors read_sharded(const std::string& dir, const std::string& index_path, std::string& weights) {
-  const auto index = read_json(index_path, "index");
+  const auto index = read_json_object(index_path, "index");
   if (!index.contains("weight_map") || !index["weight_map"].is_object() || index["weight_map"].empty())
     throw DataError(index_path, "weight_map", "missing, empty or not an object of tensor name -> shard file");
   std::vector<std::string> shards;
@@ -102,7 +90,7 @@ HfCheckpoint read_hf_checkpoint(const std::string& path) {
 }
 
 nlohmann::json read_hf_config(const std::string& dir) {
-  return read_json((fs::path(dir) / "config.json").string(), "config");
+  return read_json_object((fs::path(dir) / "config.json").string(), "config");
 }
 
 int write_hf_weights(const std::string& dir, const NamedTensors& tensors, int64_t max_shard_bytes) {
@@ -134,10 +122,6 @@ int write_hf_weights(const std::string& dir, const NamedTensors& tensors, int64_
   nlohmann::ordered_json index{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   write_file_atomically((fs::path(dir) / kIndex).string(), index.dump(2) + "\n");
   return int(shards.size());
-}
-
-void write_json_file(const std::string& path, const nlohmann::json& value) {
-  write_file_atomically(path, value.dump(2) + "\n");
 }
 
 }  // namespace meridian::models

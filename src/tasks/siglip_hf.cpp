@@ -12,6 +12,7 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/core/config.h"
 #include "meridian/core/error.h"
+#include "meridian/core/json_file.h"
 #include "meridian/data/embeddings.h"
 #include "meridian/data/format.h"
 #include "meridian/models/hf_checkpoint.h"
@@ -27,6 +28,15 @@ namespace {
 // The tokenizer of a Hugging Face directory (spiece.model and its rules) or of a dataset.
 data::Tokenizer tokenizer_from(const std::string& path) {
   return fs::is_directory(path) ? data::Tokenizer::from_hf_dir(path) : data::dataset_tokenizer(path);
+}
+
+// Where a siglip run's tokenizer is: task.init's directory when it has spiece.model, else data.train
+// when that file is here; "" when neither.
+std::string training_tokenizer(const Config& config) {
+  const std::string init = config.get<std::string>("task.init", ""), data = config.get<std::string>("data.train", "");
+  if (!init.empty() && fs::exists(fs::path(init) / "spiece.model")) return init;
+  if (!data.empty() && fs::exists(data)) return data;
+  return "";
 }
 
 // The model: keys of a config.json, as a Config SiglipConfig reads.
@@ -58,8 +68,7 @@ at::Tensor gather_rows(const comm::Runtime& rt, comm::Communicator& comm, const 
 
 template <typename Encode>
 int64_t embed_rows(const comm::Runtime& rt, LoadedSiglip& m, const std::vector<std::string>& names, int64_t columns,
-                   at::ScalarType input_type, const std::string& out, const std::string& kind, int64_t batch,
-                   Encode encode) {
+                   const std::string& out, const std::string& kind, int64_t batch, Encode encode) {
   at::NoGradGuard no_grad;
   m.model->eval();
   m.model->to(rt.device());
@@ -67,17 +76,18 @@ int64_t embed_rows(const comm::Runtime& rt, LoadedSiglip& m, const std::vector<s
   const Share s = share_of(rt, n);
   const auto on = at::TensorOptions().device(rt.device());
   auto embeddings = at::zeros({s.size, embed}, on.dtype(at::kFloat));
-  auto inputs = at::zeros({s.size, std::max<int64_t>(columns, 1)}, on.dtype(input_type));
+  // The token ids each row was read with (texts: columns = the context length; images: none).
+  auto inputs = columns > 0 ? at::zeros({s.size, columns}, on.dtype(at::kInt)) : at::Tensor();
   for (int64_t a = s.first; a < s.last; a += batch) {
     const int64_t count = std::min(batch, s.last - a);
     const std::vector<std::string> part(names.begin() + a, names.begin() + a + count);
     at::Tensor used;
     embeddings.narrow(0, a - s.first, count).copy_(encode(part, used));
-    if (used.defined()) inputs.narrow(0, a - s.first, count).copy_(used);
+    if (inputs.defined()) inputs.narrow(0, a - s.first, count).copy_(used);
   }
   auto comm = comm::make_communicator(rt, comm::default_backend(rt));
   const auto all = gather_rows(rt, *comm, embeddings, n);
-  const auto all_inputs = columns > 0 ? gather_rows(rt, *comm, inputs, n) : at::Tensor();
+  const auto all_inputs = inputs.defined() ? gather_rows(rt, *comm, inputs, n) : at::Tensor();
   if (rt.rank() == 0) data::write_embeddings(out, all, names, all_inputs, m.origin, kind);
   rt.barrier();  // the file is complete when any rank returns
   return n;
@@ -131,14 +141,7 @@ LoadedSiglip load_siglip(const std::string& path, const std::string& tokenizer) 
     mc = models::SiglipConfig::from_config(config);
     mc.vocab_size = reader.shape("model/text_model.embeddings.token_embedding.weight").at(0);
     m.images.height = m.images.width = int(mc.image_size);
-    if (tokenizer_path.empty()) {
-      const std::string init = config.get<std::string>("task.init", ""),
-                        data = config.get<std::string>("data.train", "");
-      if (!init.empty() && fs::exists(fs::path(init) / "spiece.model"))
-        tokenizer_path = init;
-      else if (!data.empty() && fs::exists(data))
-        tokenizer_path = data;
-    }
+    if (tokenizer_path.empty()) tokenizer_path = training_tokenizer(config);
   }
   if (!tokenizer_path.empty()) {
     m.tokenizer = tokenizer_from(tokenizer_path);
@@ -167,10 +170,9 @@ int64_t embed_images(const comm::Runtime& rt, LoadedSiglip& m, const std::string
                     std::to_string(p.height) + "x" + std::to_string(p.width) + " px, not the model's image_size " +
                         std::to_string(m.model->config().image_size));
   const auto device = rt.device();
-  return embed_rows(rt, m, names, 0, at::kInt, out, "images", batch,
-                    [&](const std::vector<std::string>& part, at::Tensor&) {
-                      return m.model->encode_images(data::model_pixels(dir, part, p).to(device));
-                    });
+  return embed_rows(rt, m, names, 0, out, "images", batch, [&](const std::vector<std::string>& part, at::Tensor&) {
+    return m.model->encode_images(data::model_pixels(dir, part, p).to(device));
+  });
 }
 
 int64_t embed_texts(const comm::Runtime& rt, LoadedSiglip& m, const std::string& texts, const std::string& out,
@@ -189,7 +191,7 @@ int64_t embed_texts(const comm::Runtime& rt, LoadedSiglip& m, const std::string&
   if (lines.empty()) throw UserError(texts + ": no text lines");
   const int64_t context = m.model->config().context_length;
   const auto device = rt.device();
-  return embed_rows(rt, m, lines, context, at::kInt, out, "texts", batch,
+  return embed_rows(rt, m, lines, context, out, "texts", batch,
                     [&](const std::vector<std::string>& part, at::Tensor& used) {
                       auto tokens = at::empty({int64_t(part.size()), context}, at::kInt);
                       for (size_t i = 0; i < part.size(); ++i)
@@ -205,17 +207,12 @@ ExportSummary export_siglip(const std::string& checkpoint, const std::string& ou
   if (fs::exists(out)) throw UserError(out + ": exists; export writes a new directory (remove it or choose another)");
   ckpt::Reader reader(checkpoint);
   const Config config = ckpt::saved_config(reader);
-  std::string source = tokenizer;
-  if (source.empty()) {
-    const std::string init = config.get<std::string>("task.init", ""), data = config.get<std::string>("data.train", "");
-    if (!init.empty() && fs::exists(fs::path(init) / "spiece.model"))
-      source = init;
-    else if (!data.empty() && fs::exists(data))
-      source = data;
-    else
-      throw UserError(checkpoint + ": the tokenizer it was trained with is not here (task.init '" + init +
-                      "', data.train '" + data + "'): give --tokenizer (a Hugging Face directory or the dataset)");
-  }
+  const std::string source = tokenizer.empty() ? training_tokenizer(config) : tokenizer;
+  if (source.empty())
+    throw UserError(checkpoint + ": the tokenizer it was trained with is not here (task.init '" +
+                    config.get<std::string>("task.init", "") + "', data.train '" +
+                    config.get<std::string>("data.train", "") +
+                    "'): give --tokenizer (a Hugging Face directory or the dataset)");
   LoadedSiglip m = load_siglip(checkpoint, source);
   const auto& mc = m.model->config();
   const std::string partial = out + ".partial";
@@ -242,23 +239,23 @@ ExportSummary export_siglip(const std::string& checkpoint, const std::string& ou
     tc["tokenizer_class"] = "SiglipTokenizer";
     tc["model_max_length"] = mc.context_length;
     tc["do_lower_case"] = tok.rules().lower_case;
-    models::write_json_file((fs::path(partial) / "tokenizer_config.json").string(), tc);
-    models::write_json_file((fs::path(partial) / "special_tokens_map.json").string(), special);
+    write_json_file((fs::path(partial) / "tokenizer_config.json").string(), tc);
+    write_json_file((fs::path(partial) / "special_tokens_map.json").string(), special);
   }
   summary.tokenizer = source;
-  models::write_json_file((fs::path(partial) / "preprocessor_config.json").string(),
-                          {{"image_processor_type", "SiglipImageProcessor"},
-                           {"processor_class", "SiglipProcessor"},
-                           {"do_resize", true},
-                           {"size", {{"height", mc.image_size}, {"width", mc.image_size}}},
-                           {"resample", 3},
-                           {"do_rescale", true},
-                           {"rescale_factor", 1.0 / 255},
-                           {"do_normalize", true},
-                           {"image_mean", {0.5, 0.5, 0.5}},
-                           {"image_std", {0.5, 0.5, 0.5}}});
-  models::write_json_file((fs::path(partial) / "config.json").string(),
-                          models::siglip_hf_config(mc, dtype == "bf16" ? "bfloat16" : "float32"));
+  write_json_file((fs::path(partial) / "preprocessor_config.json").string(),
+                  {{"image_processor_type", "SiglipImageProcessor"},
+                   {"processor_class", "SiglipProcessor"},
+                   {"do_resize", true},
+                   {"size", {{"height", mc.image_size}, {"width", mc.image_size}}},
+                   {"resample", 3},
+                   {"do_rescale", true},
+                   {"rescale_factor", 1.0 / 255},
+                   {"do_normalize", true},
+                   {"image_mean", {0.5, 0.5, 0.5}},
+                   {"image_std", {0.5, 0.5, 0.5}}});
+  write_json_file((fs::path(partial) / "config.json").string(),
+                  models::siglip_hf_config(mc, dtype == "bf16" ? "bfloat16" : "float32"));
   fs::rename(partial, out);
   return summary;
 }

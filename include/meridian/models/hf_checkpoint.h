@@ -46,7 +46,4 @@ nlohmann::json read_hf_config(const std::string& dir);
 // SystemError naming the path when a write fails. Returns the number of weight files.
 int write_hf_weights(const std::string& dir, const NamedTensors& tensors, int64_t max_shard_bytes);
 
-// Writes `value` as JSON (2-space indent, trailing newline) to `path` atomically (.tmp + rename).
-void write_json_file(const std::string& path, const nlohmann::json& value);
-
 }  // namespace meridian::models
