@@ -28,6 +28,14 @@
 
 namespace meridian::ops {
 
+bool cpu_has_native_bf16() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("flags", 0) == 0)
+      return line.find(" avx512_bf16") != std::string::npos || line.find(" amx_bf16") != std::string::npos;
+  return false;
+}
+
 MemoryFacts memory_facts() {
   MemoryFacts m;
   std::ifstream in("/proc/meminfo");

@@ -12,95 +12,6 @@
 
 namespace meridian::train {
 
-namespace {
-
-std::string gib(int64_t bytes) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.2f GiB", double(bytes) / double(int64_t(1) << 30));
-  return text;
-}
-
-}  // namespace
-
-std::string ZeroMemoryReport::to_string() const {
-  static const char* const kStages[] = {
-      "DistributedDataParallel + AdamW (optim.zero: 0)", "ZeRO-1: optimizer state sharded",
-      "ZeRO-2: optimizer state and gradients sharded", "ZeRO-3: optimizer state, gradients and parameters sharded"};
-  std::string s = std::string("memory per rank, closed form before activations, ") + kStages[std::clamp(stage, 0, 3)] +
-                  " (" + std::to_string(world_size) + " ranks, " + std::to_string(numel) + " parameter elements, " +
-                  std::to_string(shard_numel) + " per shard):\n";
-  const std::string dtype = parameter_element_bytes == 4 ? "float32" : "bfloat16, float32 master shard";
-  s += "  parameters       " + gib(parameter_bytes) +
-       (stage == 3 ? " (float32 shard + gathered " +
-                         std::string(parameter_element_bytes == 4 ? "float32" : "bfloat16") + " units)\n"
-                   : " (" + dtype + ", replicated)\n");
-  if (frozen_bytes > 0) s += "    of which frozen " + gib(frozen_bytes) + " (not trained: replicated, no state)\n";
-  s += "  gradients        " + gib(gradient_bytes) + (stage >= 2 ? " (shard + units in flight)\n" : " (replicated)\n");
-  s += "  optimizer state  " + gib(optimizer_bytes) + (stage >= 1 ? " (sharded)\n" : " (replicated)\n");
-  s += "  work buffers     " + gib(buffer_bytes) + "\n";
-  s += "  total            " + gib(total());
-  return s;
-}
-
-int64_t zero_bucket_piece(int64_t shard_numel, int64_t world, int64_t bucket_numel) {
-  return std::max<int64_t>(1, std::min(shard_numel, bucket_numel / world));
-}
-
-int64_t zero_shard_numel(int64_t numel, int64_t world) {
-  const int64_t s = (numel + world - 1) / world;
-  return s > kShardAlign ? (s + kShardAlign - 1) / kShardAlign * kShardAlign : s;
-}
-
-ZeroMemoryReport ZeroMemoryReport::of(int64_t numel, int64_t world, int64_t bucket_numel, int64_t bytes) {
-  ZeroMemoryReport r;
-  r.stage = 1;
-  r.world_size = world;
-  r.numel = numel;
-  r.parameter_element_bytes = bytes;
-  r.shard_numel = zero_shard_numel(numel, world);
-  r.largest_unit = numel;
-  const int64_t s = r.shard_numel, master = bytes == 4 ? 0 : 4 * s;
-  r.parameter_bytes = bytes * numel + master;
-  r.gradient_bytes = bytes * numel;
-  r.optimizer_bytes = 8 * s;
-  // The bucket; the gradient shard; the parameter shard (float32 parameters: a copy; else the master).
-  r.buffer_bytes = bytes * zero_bucket_piece(s, world, bucket_numel) * world + 4 * s + (bytes == 4 ? 4 * s : 0);
-  return r;
-}
-
-ZeroMemoryReport ZeroMemoryReport::of_stage(int stage, int64_t numel, int64_t world, int64_t largest_unit,
-                                            int64_t outside_blocks, int64_t bytes) {
-  if (stage == 1) return of(numel, world, kBucketNumel, bytes);
-  ZeroMemoryReport r;
-  r.stage = stage;
-  r.world_size = world;
-  r.numel = numel;
-  r.parameter_element_bytes = bytes;
-  r.shard_numel = stage == 0 ? numel : zero_shard_numel(numel, world);
-  r.largest_unit = largest_unit;
-  r.outside_blocks = outside_blocks;
-  const int64_t s = r.shard_numel, u = largest_unit, b = bytes;
-  switch (stage) {
-    case 0:
-      r.parameter_bytes = 4 * numel, r.gradient_bytes = 4 * numel, r.optimizer_bytes = 8 * numel;
-      break;
-    case 2:
-      // In flight during backward: the .grad tensors of about one unit, and two units' flat buffers.
-      r.parameter_bytes = b * numel + (b == 4 ? 0 : 4 * s), r.gradient_bytes = 4 * s + 3 * b * u;
-      r.optimizer_bytes = 8 * s;
-      r.buffer_bytes = (b == 4 ? 4 * s : 0) + b * u;  // a float32 parameter shard copy; update()'s gather of a unit
-      break;
-    default:
-      // The float32 shard, and gathered: the units outside blocks for the whole step, a block and the
-      // next one (prefetched).
-      r.parameter_bytes = 4 * s + b * (outside_blocks + 2 * u);
-      r.gradient_bytes = 4 * s + 3 * b * u;
-      r.optimizer_bytes = 8 * s;
-      break;
-  }
-  return r;
-}
-
 // A unit's state within a step.
 struct ShardedAdamW::UnitState {
   at::Tensor flat_grad;       // W * S_u: this backward's gradients, filled by the hooks
@@ -169,10 +80,9 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
 
   bucket_numel_ = zero.bucket_numel;
   build_units(zero);
-  state_.resize(units_.size());
-  for (size_t u = 0; u < units_.size(); ++u) state_[u].pending = int64_t(units_[u].params.size());
-  shard_numel_ = 0;
-  for (const auto& u : units_) shard_numel_ += u.shard_numel;
+  state_.resize(plan_.units.size());
+  for (size_t u = 0; u < plan_.units.size(); ++u) state_[u].pending = int64_t(plan_.units[u].params.size());
+  shard_numel_ = plan_.shard_numel;
   if (stage_ == 1) {
     piece_ = zero_bucket_piece(shard_numel_, world_, bucket_numel_);
     bucket_ = at::zeros({piece_ * world_}, options_p_);
@@ -186,8 +96,8 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
     // This rank's shard of every unit (the float32 master), then stage 3 frees the parameters' data
     // (gathered again when used) and bfloat16 turns them into bfloat16 copies.
     at::NoGradGuard no_grad;
-    for (size_t u = 0; u < units_.size(); ++u) {
-      const auto& unit = units_[u];
+    for (size_t u = 0; u < plan_.units.size(); ++u) {
+      const auto& unit = plan_.units[u];
       for_each_segment(unit, rank_ * unit.shard_numel, unit.shard_numel,
                        [&](size_t k, int64_t at, int64_t from, int64_t n) {
                          param_shard_.narrow(0, unit.base + at, n)
@@ -216,74 +126,8 @@ ShardedAdamW::~ShardedAdamW() {
 }
 
 void ShardedAdamW::build_units(const ZeroOptions& zero) {
-  unit_of_.assign(params_.size(), SIZE_MAX);
-  slot_.assign(params_.size(), 0);
-  auto add_unit = [&](std::vector<size_t> members, int block) {
-    ZeroUnit u;
-    u.block = block;
-    u.offsets.push_back(0);
-    for (size_t i : members) {
-      unit_of_[i] = units_.size();
-      slot_[i] = u.params.size();
-      u.params.push_back(i);
-      u.offsets.push_back(u.offsets.back() + params_[i].tensor.numel());
-    }
-    u.numel = u.offsets.back();
-    u.shard_numel = zero_shard_numel(u.numel, world_);
-    units_.push_back(std::move(u));
-  };
-  if (stage_ == 1) {  // one unit: every parameter in flat order (offsets_ again)
-    std::vector<size_t> all(params_.size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-    add_unit(all, -1);
-    reduce_order_ = {0};
-    return;
-  }
-  std::unordered_map<const void*, size_t> index;  // TensorImpl -> flat parameter index
-  for (size_t i = 0; i < params_.size(); ++i) index[params_[i].tensor.unsafeGetTensorImpl()] = i;
-  // Registration position of each parameter (readiness: reverse of it).
-  std::vector<size_t> position(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) position[i] = i;
-  if (!zero.registration.empty()) {
-    size_t k = 0;
-    for (const auto& p : zero.registration) {
-      const auto it = index.find(p.unsafeGetTensorImpl());
-      if (it != index.end()) position[it->second] = k++;
-    }
-  }
-  if (zero.blocks)
-    for (size_t b = 0; b < zero.blocks->blocks().size(); ++b) {
-      std::vector<size_t> members;
-      for (const auto& p : zero.blocks->blocks()[b]->parameters()) {
-        const auto it = index.find(p.unsafeGetTensorImpl());
-        if (it != index.end() && unit_of_[it->second] == SIZE_MAX) members.push_back(it->second);
-      }
-      block_unit_.push_back(members.empty() ? -1 : int(units_.size()));
-      if (!members.empty()) add_unit(members, int(b));
-    }
-  // The rest in registration order, in units of at most bucket_numel elements.
-  std::vector<size_t> rest;
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (unit_of_[i] == SIZE_MAX) rest.push_back(i);
-  std::sort(rest.begin(), rest.end(), [&](size_t a, size_t b) { return position[a] < position[b]; });
-  std::vector<size_t> members;
-  int64_t count = 0;
-  for (size_t i : rest) {
-    const int64_t n = params_[i].tensor.numel();
-    if (!members.empty() && count + n > bucket_numel_) add_unit(std::exchange(members, {}), -1), count = 0;
-    members.push_back(i);
-    count += n;
-  }
-  if (!members.empty()) add_unit(members, -1);
-  int64_t base = 0;
-  std::vector<size_t> last(units_.size(), 0);
-  for (size_t u = 0; u < units_.size(); ++u) {
-    units_[u].base = base;
-    base += units_[u].shard_numel;
-    for (size_t i : units_[u].params) last[u] = std::max(last[u], position[i]);
-    reduce_order_.push_back(u);
-  }
-  std::stable_sort(reduce_order_.begin(), reduce_order_.end(), [&](size_t a, size_t b) { return last[a] > last[b]; });
+  plan_ = plan_units(stage_, planned_params(groups_, zero.blocks, zero.registration), world_,
+                     zero.blocks ? zero.blocks->blocks().size() : 0, bucket_numel_);
 }
 
 void ShardedAdamW::on_gradient(size_t i, const at::Tensor& grad) {
@@ -293,11 +137,11 @@ void ShardedAdamW::on_gradient(size_t i, const at::Tensor& grad) {
   stale_.clear();
   release_due_units();
   retire_reductions(/*all=*/false);
-  const size_t u = unit_of_[i];
-  const ZeroUnit& unit = units_[u];
+  const size_t u = plan_.unit_of[i];
+  const ZeroUnit& unit = plan_.units[u];
   UnitState& st = state_[u];
   if (!st.flat_grad.defined()) st.flat_grad = at::zeros({world_ * unit.shard_numel}, options_p_);
-  const size_t k = slot_[i];
+  const size_t k = plan_.slot[i];
   st.flat_grad.narrow(0, unit.offsets[k], unit.offsets[k + 1] - unit.offsets[k]).copy_(grad.reshape({-1}));
   has_grad_[i] = 1;
   stale_.push_back(i);
@@ -308,9 +152,9 @@ void ShardedAdamW::on_gradient(size_t i, const at::Tensor& grad) {
 }
 
 void ShardedAdamW::issue_ready_reductions() {
-  while (next_reduce_ < reduce_order_.size() && state_[reduce_order_[next_reduce_]].ready) {
-    const size_t u = reduce_order_[next_reduce_++];
-    const ZeroUnit& unit = units_[u];
+  while (next_reduce_ < plan_.reduce_order.size() && state_[plan_.reduce_order[next_reduce_]].ready) {
+    const size_t u = plan_.reduce_order[next_reduce_++];
+    const ZeroUnit& unit = plan_.units[u];
     UnitState& st = state_[u];
     if (!st.flat_grad.defined()) st.flat_grad = at::zeros({world_ * unit.shard_numel}, options_p_);
     st.direct = micro_ == 0 && options_p_.dtype() == at::kFloat;
@@ -326,7 +170,7 @@ void ShardedAdamW::issue_ready_reductions() {
 void ShardedAdamW::retire(size_t u) {
   UnitState& st = state_[u];
   st.reduce->wait();
-  at::Tensor shard = grad_shard_.narrow(0, units_[u].base, units_[u].shard_numel);
+  at::Tensor shard = grad_shard_.narrow(0, plan_.units[u].base, plan_.units[u].shard_numel);
   if (!st.direct) micro_ == 0 ? shard.copy_(st.reduced) : shard.add_(st.reduced);
   st.reduce.reset();
   st.reduced = st.flat_grad = at::Tensor();
@@ -343,9 +187,9 @@ void ShardedAdamW::end_backward() {
   for (auto& st : state_) st.ready = true;  // what backward did not complete: zeros where missing
   issue_ready_reductions();
   retire_reductions(/*all=*/true);
-  for (size_t u = 0; u < units_.size(); ++u) {
+  for (size_t u = 0; u < plan_.units.size(); ++u) {
     state_[u].ready = false;
-    state_[u].pending = int64_t(units_[u].params.size());
+    state_[u].pending = int64_t(plan_.units[u].params.size());
   }
   next_reduce_ = 0;
   stale_.clear();
@@ -357,7 +201,7 @@ void ShardedAdamW::end_backward() {
 void ShardedAdamW::gather(size_t u) {
   UnitState& st = state_[u];
   if (st.gathered.defined()) return;  // gathered or on its way
-  const ZeroUnit& unit = units_[u];
+  const ZeroUnit& unit = plan_.units[u];
   st.gathered = at::empty({world_ * unit.shard_numel}, options_p_);
   st.gather = gather_comm_->allgather_async(param_shard_.narrow(0, unit.base, unit.shard_numel).to(options_p_.dtype()),
                                             st.gathered);
@@ -370,7 +214,7 @@ void ShardedAdamW::materialize(size_t u) {
   gather(u);
   st.gather->wait();
   st.gather.reset();
-  const ZeroUnit& unit = units_[u];
+  const ZeroUnit& unit = plan_.units[u];
   const auto views = unit_views(unit, st.gathered);
   for (size_t k = 0; k < unit.params.size(); ++k) params_[unit.params[k]].tensor.set_data(views[k]);
   st.materialized = true;
@@ -382,7 +226,7 @@ void ShardedAdamW::release(size_t u) {
   if (st.gather) st.gather->wait(), st.gather.reset();  // a prefetch nobody used
   if (st.materialized) {
     const at::Tensor empty = at::empty({0}, options_p_);
-    for (size_t i : units_[u].params) params_[i].tensor.set_data(empty);
+    for (size_t i : plan_.units[u].params) params_[i].tensor.set_data(empty);
     // Autocast keeps bfloat16 casts of the weights it saw; they would keep this unit alive.
     at::autocast::clear_cache();
   }
@@ -391,7 +235,7 @@ void ShardedAdamW::release(size_t u) {
 }
 
 void ShardedAdamW::release_due_units() {
-  for (size_t u = 0; u < units_.size(); ++u)
+  for (size_t u = 0; u < plan_.units.size(); ++u)
     if (state_[u].release_due) release(u);
 }
 
@@ -405,33 +249,33 @@ std::vector<at::Tensor> ShardedAdamW::unit_views(const ZeroUnit& unit, const at:
 
 void ShardedAdamW::gather_outside_blocks() {
   if (stage_ != 3) return;
-  for (size_t u = 0; u < units_.size(); ++u)
-    if (units_[u].block < 0) gather(u);
-  for (size_t u = 0; u < units_.size(); ++u)
-    if (units_[u].block < 0) materialize(u);
+  for (size_t u = 0; u < plan_.units.size(); ++u)
+    if (plan_.units[u].block < 0) gather(u);
+  for (size_t u = 0; u < plan_.units.size(); ++u)
+    if (plan_.units[u].block < 0) materialize(u);
 }
 
 void ShardedAdamW::release_all() {
   if (stage_ != 3) return;
-  for (size_t u = 0; u < units_.size(); ++u) release(u);
+  for (size_t u = 0; u < plan_.units.size(); ++u) release(u);
 }
 
 void ShardedAdamW::before(size_t block, bool recompute) {
-  if (stage_ != 3 || block >= block_unit_.size()) return;
+  if (stage_ != 3 || block >= plan_.block_unit.size()) return;
   release_due_units();
-  if (block_unit_[block] >= 0) materialize(size_t(block_unit_[block]));
+  if (plan_.block_unit[block] >= 0) materialize(size_t(plan_.block_unit[block]));
   // The next block in this direction (forward: up; recomputation in backward: down) gathered ahead.
-  for (size_t b = recompute ? block - 1 : block + 1; b < block_unit_.size(); b = recompute ? b - 1 : b + 1)
-    if (block_unit_[b] >= 0) {
-      gather(size_t(block_unit_[b]));
+  for (size_t b = recompute ? block - 1 : block + 1; b < plan_.block_unit.size(); b = recompute ? b - 1 : b + 1)
+    if (plan_.block_unit[b] >= 0) {
+      gather(size_t(plan_.block_unit[b]));
       break;
     }
 }
 
 void ShardedAdamW::after(size_t block, bool /*recompute*/) {
-  if (stage_ != 3 || block >= block_unit_.size() || block_unit_[block] < 0) return;
+  if (stage_ != 3 || block >= plan_.block_unit.size() || plan_.block_unit[block] < 0) return;
   // Without a graph nothing refers to the parameters any more (evaluation, checkpointing's first pass).
-  if (!at::GradMode::is_enabled()) release(size_t(block_unit_[block]));
+  if (!at::GradMode::is_enabled()) release(size_t(plan_.block_unit[block]));
 }
 
 double ShardedAdamW::reduce_gradients() {
@@ -464,7 +308,7 @@ double ShardedAdamW::reduce_gradients() {
   // 2. Stage 1, bucket by bucket: piece [k0, k0 + c) of every rank's shard of the flat gradient
   // (zeros where this rank has none, and in the padding), reduce-scattered into this rank's piece.
   if (stage_ == 1) {
-    const ZeroUnit& unit = units_[0];
+    const ZeroUnit& unit = plan_.units[0];
     for (int64_t k0 = 0; k0 < shard_numel_; k0 += piece_) {
       const int64_t c = std::min(piece_, shard_numel_ - k0);
       at::Tensor in = bucket_.narrow(0, 0, world_ * c);
@@ -507,7 +351,7 @@ void ShardedAdamW::update(double grad_scale) {
   // 3. AdamW on this rank's shard: the segments of the parameters that intersect it, each with the
   // operations of train::AdamW::step in the same order.
   const double beta1 = options_.beta1, beta2 = options_.beta2, lr = options_.lr;
-  for (const ZeroUnit& unit : units_)
+  for (const ZeroUnit& unit : plan_.units)
     for_each_segment(unit, rank_ * unit.shard_numel, unit.shard_numel,
                      [&](size_t k, int64_t at, int64_t from, int64_t n) {
                        const size_t i = unit.params[k];
@@ -541,11 +385,11 @@ void ShardedAdamW::update(double grad_scale) {
       const int64_t c = std::min(piece_, shard_numel_ - k0);
       at::Tensor out = bucket_.narrow(0, 0, world_ * c);
       comm_.allgather(param_shard_.narrow(0, k0, c).to(options_p_.dtype()), out);
-      copy_back(units_[0], out, k0, c);
+      copy_back(plan_.units[0], out, k0, c);
     }
     return;
   }
-  for (const ZeroUnit& unit : units_) {
+  for (const ZeroUnit& unit : plan_.units) {
     at::Tensor out = at::empty({world_ * unit.shard_numel}, options_p_);
     comm_.allgather(param_shard_.narrow(0, unit.base, unit.shard_numel).to(options_p_.dtype()), out);
     copy_back(unit, out, 0, unit.shard_numel);
@@ -555,7 +399,7 @@ void ShardedAdamW::update(double grad_scale) {
 void ShardedAdamW::with_each_unit(bool gather_first,
                                   const std::function<void(const ZeroUnit&, const std::vector<at::Tensor>&)>& fn) {
   at::NoGradGuard no_grad;
-  for (const ZeroUnit& unit : units_) {
+  for (const ZeroUnit& unit : plan_.units) {
     std::vector<at::Tensor> full;
     at::Tensor buffer;  // the unit's float32 values when the shard is the master
     if (master_) {
@@ -587,13 +431,7 @@ void ShardedAdamW::for_each_segment(const ZeroUnit& unit, int64_t begin, int64_t
 }
 
 ZeroMemoryReport ShardedAdamW::memory_report() const {
-  if (stage_ == 1) return ZeroMemoryReport::of(numel_, world_, bucket_numel_, int64_t(options_p_.dtype().itemsize()));
-  int64_t largest = 0, outside = 0;
-  for (const auto& u : units_) {
-    largest = std::max(largest, u.numel);
-    if (u.block < 0) outside += u.numel;
-  }
-  return ZeroMemoryReport::of_stage(stage_, numel_, world_, largest, outside, int64_t(options_p_.dtype().itemsize()));
+  return plan_memory(stage_, plan_, world_, int64_t(options_p_.dtype().itemsize()), 0, bucket_numel_);
 }
 
 }  // namespace meridian::train

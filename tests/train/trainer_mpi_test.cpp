@@ -157,8 +157,8 @@ TEST(Trainer, ZeroShardedStateMatchesUnsharded) {
     task.poison(10, 12, 0);  // micro-steps 10 and 11 (optimizer step 5) on rank 0 only
     train::Trainer trainer(runtime(), task,
                            settings(yaml + (more.empty() ? ", clip: 0.5" : more) + (zero ? ", zero: true}" : "}")), {});
-    EXPECT_EQ(trainer.sharded_adamw() != nullptr, zero);
-    EXPECT_EQ(trainer.adamw() != nullptr, !zero);
+    EXPECT_EQ(dynamic_cast<train::ZeroAdamW*>(&trainer.strategy()) != nullptr, zero);
+    EXPECT_EQ(dynamic_cast<train::DdpAdamW*>(&trainer.strategy()) != nullptr, !zero);
     summary = trainer.run();
     return flat(*task.model());
   };
@@ -248,8 +248,9 @@ TEST(Trainer, LossFallsAndParameterGroupsSplitDecay) {
   train::Trainer trainer(runtime(), task,
                          settings("train: {steps: 150, log_every: 1000}\noptim: {lr: 0.1, warmup: 5}\n"), {});
   // The weight matrix decays, the bias does not.
-  ASSERT_EQ(trainer.sharded_adamw(), nullptr);
-  const auto& groups = trainer.adamw()->groups();
+  auto* adamw = dynamic_cast<train::DdpAdamW*>(&trainer.strategy());
+  ASSERT_NE(adamw, nullptr);
+  const auto& groups = adamw->optimizer().groups();
   ASSERT_EQ(groups.size(), 2u);
   ASSERT_EQ(groups[0].params.size(), 1u);
   EXPECT_EQ(groups[0].params[0].dim(), 2);
@@ -500,17 +501,18 @@ TEST(Trainer, SgdLossFallsWithMomentumWarmup) {
       "train: {steps: 150, log_every: 1000}\noptim: {name: sgd, lr: 0.05, warmup: 6, momentum: 0.9, "
       "warmup_momentum: 0.6, weight_decay: 5e-4}\n");
   train::Trainer trainer(runtime(), task, s, {});
-  ASSERT_NE(trainer.sgd(), nullptr);
-  EXPECT_EQ(trainer.adamw(), nullptr);
-  EXPECT_EQ(trainer.sharded_adamw(), nullptr);
+  auto* strategy = dynamic_cast<train::DdpSgd*>(&trainer.strategy());
+  ASSERT_NE(strategy, nullptr);
+  EXPECT_EQ(trainer.strategy().optimizer_kind(), "sgd");
   EXPECT_EQ(trainer.ema(), nullptr);
-  ASSERT_EQ(trainer.sgd()->groups().size(), 2u);
-  EXPECT_DOUBLE_EQ(trainer.sgd()->groups()[0].weight_decay, 5e-4);
-  EXPECT_TRUE(trainer.sgd()->options().nesterov);
+  auto& sgd = strategy->optimizer();
+  ASSERT_EQ(sgd.groups().size(), 2u);
+  EXPECT_DOUBLE_EQ(sgd.groups()[0].weight_decay, 5e-4);
+  EXPECT_TRUE(sgd.options().nesterov);
   std::vector<double> momenta, lrs;
-  trainer.add_step_hook([&](train::Trainer& t, const train::StepEvent&) {
-    momenta.push_back(t.sgd()->momentum());
-    lrs.push_back(t.sgd()->lr());
+  trainer.add_step_hook([&](train::Trainer&, const train::StepEvent&) {
+    momenta.push_back(sgd.momentum());
+    lrs.push_back(sgd.lr());
   });
   const auto summary = trainer.run();
   ASSERT_EQ(momenta.size(), 150u);
@@ -522,8 +524,8 @@ TEST(Trainer, SgdLossFallsWithMomentumWarmup) {
   EXPECT_DOUBLE_EQ(momenta[6], 0.9);
   EXPECT_LT(summary.losses.back(), 0.05 * summary.losses.front());
   EXPECT_EQ(summary.bad_steps, 0);
-  EXPECT_TRUE(trainer.sgd()->state()[0].momentum_buffer.defined());
-  EXPECT_EQ(trainer.sgd()->state()[0].step, 150);
+  EXPECT_TRUE(sgd.state()[0].momentum_buffer.defined());
+  EXPECT_EQ(sgd.state()[0].step, 150);
 }
 
 // The EMA equals a reference recomputed from the parameters after every step (the skipped NaN step

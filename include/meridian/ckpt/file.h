@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "meridian/train/state_io.h"
+
 namespace meridian::comm {
 class Runtime;
 class OwnComm;
@@ -30,20 +32,20 @@ class OwnComm;
 
 namespace meridian::ckpt {
 
-class Writer {
+class Writer : public train::StateWriter {
  public:
   // Collective: creates (truncates) `path` with the MPI-IO driver. SystemError naming the path
   // when it cannot be created. Every collective of the writer runs on `comm` (not owned; a
   // background writer's own duplicate of the world) or, when null, on a duplicate made for it; the
   // writer may then live on any one thread per rank (HDF5 itself is serialised by h5::lock()).
   Writer(const comm::Runtime& runtime, const std::string& path, const comm::OwnComm* comm = nullptr);
-  ~Writer();  // closes if close() was not called (not collective when unwinding: handles dropped)
+  ~Writer() override;  // closes if close() was not called (not collective when unwinding: handles dropped)
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
 
   // Collective: every rank passes the same name and a tensor of the same shape and dtype (its
   // values are taken from each rank's own copy of its share of rows).
-  void replicated(const std::string& name, const at::Tensor& tensor);
+  void replicated(const std::string& name, const at::Tensor& tensor) override;
   // The same write from this rank's share of the rows only (share_rows() of the whole tensor, on any
   // device): what an asynchronous save keeps of a replicated tensor.
   void replicated_rows(const std::string& name, const std::vector<int64_t>& shape, at::ScalarType dtype,
@@ -57,12 +59,12 @@ class Writer {
   // order and together cover [0, total) without overlap (a rank may pass an empty part). Every
   // range starts at a multiple of `block` (the checksum block, the same on every rank) and ends at
   // one or at `total`. A range that breaks these rules on any rank is a SystemError on every rank.
-  void sharded(const std::string& name, int64_t total, int64_t first, const at::Tensor& part, int64_t block);
+  void sharded(const std::string& name, int64_t total, int64_t first, const at::Tensor& part, int64_t block) override;
   // Collective: each rank passes its own tensor (any shape); stored as ranks/<r>/<name>.
-  void per_rank(const std::string& name, const at::Tensor& mine);
+  void per_rank(const std::string& name, const at::Tensor& mine) override;
   // Collective: root attributes, the same value on every rank (rank 0's is used).
-  void attribute(const std::string& name, int64_t value);
-  void attribute(const std::string& name, const std::string& value);
+  void attribute(const std::string& name, int64_t value) override;
+  void attribute(const std::string& name, const std::string& value) override;
   // Collective: writes the checksum attributes and closes the file; throws SystemError (same on
   // every rank) if any rank's write failed.
   void close();

@@ -26,6 +26,10 @@ struct MemoryFacts {
 // Not collective: this host's memory now.
 MemoryFacts memory_facts();
 
+// Not collective: whether this CPU computes bfloat16 natively (avx512_bf16 or amx_bf16 in
+// /proc/cpuinfo); without, autocast to bfloat16 still works, only slowly.
+bool cpu_has_native_bf16();
+
 // The run directory (--run-dir): where checkpoints and logs go.
 struct RunDirFacts {
   std::string path;              // absolute and normalised ("/tmp", not "/tmp/.")

@@ -71,47 +71,9 @@
 #include "meridian/comm/communicator.h"
 #include "meridian/models/blocks.h"
 #include "meridian/train/adamw.h"
+#include "meridian/train/memory_plan.h"
 
 namespace meridian::train {
-
-// Shards longer than this many elements are a multiple of it (see Layout above).
-constexpr int64_t kShardAlign = int64_t(1) << 18;
-
-// Stage 1 collectives go bucket by bucket: W pieces of C = min(S, kBucketNumel / W) elements each
-// (piece k of every rank's shard), so the work buffer is about kBucketNumel floats (64 MiB). Stages
-// 2-3: parameters outside blocks form units of at most this many elements (one larger parameter
-// is a unit alone).
-constexpr int64_t kBucketNumel = int64_t(1) << 24;
-
-// Bytes per rank of each stage, closed form, before activations (float32 parameters, gradients and
-// moments). U: the largest unit, R: the elements outside blocks.
-struct ZeroMemoryReport {
-  int stage = 1;  // 0: DistributedDataParallel + AdamW
-  int64_t world_size = 1;
-  int64_t numel = 0;        // N: parameter elements
-  int64_t shard_numel = 0;  // S: this rank's elements over all units (about N / W)
-  int64_t largest_unit = 0, outside_blocks = 0;
-  int64_t parameter_element_bytes = 4;  // 4: float32 parameters; 2: bfloat16 (with a float32 master shard)
-  int64_t parameter_bytes = 0;  // 0, 1, 2: 4 N (replicated); 3: 4 S (the shard) + gathered units; + frozen_bytes
-  int64_t frozen_bytes = 0;     // parameters not trained (LoRA's base weights), replicated, not in N
-  int64_t gradient_bytes = 0;   // 0, 1: 4 N (the .grad tensors); 2, 3: 4 S (the reduced shard) + in flight
-  int64_t optimizer_bytes = 0;  // 0: 8 N; 1-3: 8 S (exp_avg + exp_avg_sq)
-  int64_t buffer_bytes = 0;     // work buffers and transient copies (stage 1: 4 (W C + 2 S))
-  int64_t total() const { return parameter_bytes + gradient_bytes + optimizer_bytes + buffer_bytes; }
-  // One line per figure, for the log at start ("parameters 1.2 GiB, ...").
-  std::string to_string() const;
-  // Stage 1's figures for N elements over W ranks (ShardedAdamW::memory_report() of a ZeRO-1 object).
-  static ZeroMemoryReport of(int64_t numel, int64_t world_size, int64_t bucket_numel = kBucketNumel,
-                             int64_t parameter_element_bytes = 4);
-  // Any stage (0: DDP + AdamW, float32 only) for a model of N elements in units of at most
-  // `largest_unit` elements (blocks), `outside_blocks` of them outside any block.
-  static ZeroMemoryReport of_stage(int stage, int64_t numel, int64_t world_size, int64_t largest_unit,
-                                   int64_t outside_blocks, int64_t parameter_element_bytes = 4);
-};
-
-// S for N elements over W ranks (see Layout above).
-int64_t zero_shard_numel(int64_t numel, int64_t world_size);
-int64_t zero_bucket_piece(int64_t shard_numel, int64_t world_size, int64_t bucket_numel = kBucketNumel);
 
 struct ZeroOptions {
   int stage = 1;                          // 1, 2 or 3 (see above)
@@ -128,14 +90,6 @@ struct ZeroOptions {
   // gradients are reduced in bfloat16, and every rank keeps the float32 master of its shard, which
   // AdamW updates (its moments and the reduced gradient in float32 too).
   at::ScalarType param_dtype = at::kFloat;
-};
-
-// A unit of the layout: parameters reduced (and, at stage 3, gathered) together.
-struct ZeroUnit {
-  std::vector<size_t> params;    // flat parameter indices (group order), in unit order
-  std::vector<int64_t> offsets;  // params.size() + 1 offsets in the unit's vector
-  int64_t numel = 0, shard_numel = 0, base = 0;
-  int block = -1;  // the block it belongs to, -1 outside blocks
 };
 
 class ShardedAdamW : public models::BlockHooks {
@@ -194,7 +148,7 @@ class ShardedAdamW : public models::BlockHooks {
   int64_t world_size() const { return world_; }
   int64_t rank() const { return rank_; }
   int64_t numel() const { return numel_; }  // N
-  const std::vector<ZeroUnit>& units() const { return units_; }
+  const std::vector<ZeroUnit>& units() const { return plan_.units; }
   // Stage 1 (one unit): the padded flat vector and this rank's range of it.
   int64_t padded_numel() const { return shard_numel_ * world_; }    // N_pad
   int64_t shard_numel() const { return shard_numel_; }              // S (all units)
@@ -237,13 +191,9 @@ class ShardedAdamW : public models::BlockHooks {
   std::vector<Param> params_;     // flat index order
   std::vector<int64_t> offsets_;  // size params_.size() + 1
   std::vector<int64_t> steps_;
-  std::vector<ZeroUnit> units_;
-  std::vector<UnitState> state_;      // parallel to units_
-  std::vector<size_t> unit_of_;       // per parameter
-  std::vector<size_t> slot_;          // per parameter: its position in its unit
-  std::vector<size_t> reduce_order_;  // units in the order their reductions are issued
-  std::vector<int> block_unit_;       // per block: its unit (-1: a block without parameters)
-  std::vector<unsigned> hook_ids_;    // per parameter (stages 2-3)
+  UnitPlan plan_;                   // the units (memory_plan.h)
+  std::vector<UnitState> state_;    // parallel to plan_.units
+  std::vector<unsigned> hook_ids_;  // per parameter (stages 2-3)
   models::BlockRunner* blocks_ = nullptr;
   int64_t world_ = 1, rank_ = 0, numel_ = 0, shard_numel_ = 0;
   int64_t micro_ = 0;           // backwards ended since the last reduce_gradients()

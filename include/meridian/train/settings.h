@@ -1,0 +1,72 @@
+// The `train:`, `optim:` and `comm:` sections of a config as the training loop uses them, and the
+// schedules derived from them (learning rate, SGD momentum). Not collective.
+#pragma once
+
+#include <cstdint>
+
+#include "meridian/core/config_schema.h"
+
+namespace meridian::train {
+
+enum class Precision { Float32, BFloat16 };
+enum class Optimizer { AdamW, SGD };  // optim.name: adamw | sgd
+// Rank 0's progress display: a bar redrawn in place, or a line every log_every steps. auto: the bar
+// when stdout is a terminal, except under Open MPI (which gives ranks a pseudo-terminal even when
+// mpirun's output goes to a file).
+enum class Progress { Auto, Bar, Lines };
+
+// The `train:` and `optim:` sections, with defaults; ConfigError names the file and the field.
+struct TrainerSettings {
+  // train:
+  int64_t steps = 100;     // optimizer steps
+  int64_t accumulate = 1;  // micro-batches per optimizer step (gradient accumulation)
+  uint64_t seed = 0;
+  Precision precision = Precision::Float32;  // precision: float32 | bf16 (autocast in forward)
+  int64_t log_every = 10;
+  int64_t eval_every = 0;              // 0: evaluate only after the last step
+  bool eval_at_start = false;          // also evaluate before the first step (the untrained baseline)
+  int64_t max_bad_steps = 5;           // non-finite steps in a row before the job stops
+  int64_t stop_at = 0;                 // end this run after this step (hooks see stopping: a checkpoint); a run
+                                       // resumed at or past it does nothing; 0: no
+  int64_t health_every = 100;          // steps between health reports (<run_dir>/health.jsonl, straggler / memory /
+                                       // data-wait warnings); 0: none
+  Progress progress = Progress::Auto;  // progress: auto | bar | lines
+  double ema = 0;                      // train.ema: model EMA decay within (0, 1) (e.g. 0.9999); 0: no EMA
+  double ema_tau = 2000;               // train.ema_tau: updates over which the EMA's decay ramps up (> 0)
+  // optim:
+  Optimizer optimizer = Optimizer::AdamW;  // optim.name: adamw | sgd
+  double momentum = 0.937;                 // sgd: momentum after the warmup, within [0, 1)
+  bool nesterov = true;                    // sgd: Nesterov momentum (needs momentum and warmup_momentum > 0)
+  double warmup_momentum = 0.8;            // sgd: momentum at step 0, ramped linearly to `momentum` over `warmup` steps
+  double lr = 5e-4, min_lr = 1e-5, weight_decay = 1e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double clip = 1.0;    // max global gradient norm; 0: no clipping (the norm is still checked)
+  int64_t warmup = 10;  // steps of linear warmup
+  int zero = 0;         // optim.zero: 0 (DistributedDataParallel + AdamW), 1, 2 or 3 (train::ShardedAdamW's
+                        // stages; true is 1, false 0); the same updates to rounding (not with sgd)
+  bool activation_checkpointing = false;  // train.activation_checkpointing: the task's blocks recompute their
+                                          // activations in backward (models::BlockRunner)
+  double peak_flops = 0;                  // train.peak_flops: one device's peak FLOP/s (e.g. 989e12 for an H100's
+                                          // bf16 dense): reported as model FLOPs utilisation (mfu); 0: not reported
+  // comm: how DistributedDataParallel reduces the gradients (parallel::DdpOptions)
+  bool bf16_gradients = false;  // comm.grad_dtype: float32 | bf16 (reduced in bfloat16: half the bytes; the
+                                // optimizer still gets float32 gradients); not with optim.zero
+  double bucket_mb = 0;         // comm.bucket_mb: gradient bucket size in MB (of the wire dtype); 0: 2 on CPU
+                                // (MPI over TCP: sending starts early in backward), 25 on CUDA (NCCL, as PyTorch)
+  double first_bucket_mb = 1;   // comm.first_bucket_mb: the first bucket (the last layers), so sending starts early
+
+  // Declares the train:, optim: and comm: keys (types, defaults from this struct, ranges, meanings).
+  static void declare(ConfigSchema& schema);
+  // The settings of `config`; ConfigError for what spans several keys (optim.min_lr above optim.lr,
+  // sgd with optim.zero, ...). Not collective.
+  static TrainerSettings from_config(const Config& config);
+};
+
+// Learning rate of optimizer step `step` (0-based): lr * (step + 1) / warmup during warmup, then
+// cosine from lr down to min_lr at the last step.
+double learning_rate(const TrainerSettings& settings, int64_t step);
+
+// SGD momentum of optimizer step `step` (0-based), as ultralytics: warmup_momentum + (momentum -
+// warmup_momentum) * step / warmup during warmup, then momentum.
+double momentum_at(const TrainerSettings& settings, int64_t step);
+
+}  // namespace meridian::train

@@ -1,0 +1,194 @@
+// The data-parallel strategies over DistributedDataParallel (AdamW, SGD), the parameter groups and
+// the choice of a strategy (train::make_strategy). ZeRO's is in zero_strategy.cpp.
+#include "meridian/train/strategy.h"
+
+#include <spdlog/fmt/fmt.h>
+
+#include <cmath>
+
+#include "adamw_state.h"
+#include "meridian/comm/runtime.h"
+#include "meridian/parallel/ddp.h"
+
+namespace meridian::train {
+
+void Strategy::zero_grad() {
+  at::NoGradGuard no_grad;
+  for (auto& g : groups_)
+    for (auto& p : g.params)
+      if (p.grad().defined()) p.mutable_grad().zero_();
+}
+
+std::vector<ParamGroup> parameter_groups(Task& task, double weight_decay) {
+  ParamGroup decaying{{}, weight_decay, {}}, constant{{}, 0.0, {}};
+  for (const auto& item : task.model()->named_parameters()) {
+    if (!item.value().requires_grad()) continue;  // frozen (LoRA's base weights): not trained
+    auto& group = task.decays(item.key(), item.value()) ? decaying : constant;
+    group.params.push_back(item.value());
+    group.names.push_back(item.key());
+  }
+  return {decaying, constant};
+}
+
+std::unique_ptr<Strategy> make_strategy(const comm::Runtime& rt, comm::Communicator& comm, Task& task,
+                                        std::vector<ParamGroup> groups, const TrainerSettings& s) {
+  if (s.optimizer == Optimizer::SGD) return std::make_unique<DdpSgd>(rt, comm, task, std::move(groups), s);
+  // The closed form of each stage, from the units ZeRO would build (before ZeRO-3 frees the parameters).
+  const auto model = task.model();
+  const auto planned = planned_params(groups, task.blocks(), model->parameters());
+  int64_t frozen = 0;
+  for (const auto& p : model->parameters())
+    if (!p.requires_grad()) frozen += p.numel();
+  const size_t blocks = task.blocks() ? task.blocks()->blocks().size() : 0;
+  const auto memory_of = [&](int stage) {
+    const int64_t bytes = stage > 0 && s.precision == Precision::BFloat16 ? 2 : 4;
+    return plan_memory(stage, plan_units(stage, planned, rt.size(), blocks), rt.size(), bytes, frozen);
+  };
+  const auto memory = memory_of(s.zero);
+  check_memory_fits(rt, memory, memory_of);
+  if (s.zero > 0) return std::make_unique<ZeroAdamW>(rt, comm, task, std::move(groups), s, memory);
+  return std::make_unique<DdpAdamW>(rt, comm, task, std::move(groups), s, memory);
+}
+
+// --- DistributedDataParallel ---
+
+DdpStrategy::DdpStrategy(const comm::Runtime& rt, comm::Communicator& comm, Task& task, std::vector<ParamGroup> groups,
+                         const TrainerSettings& s)
+    : Strategy(std::move(groups)), s_(s), parameters_(task.model()->parameters()) {
+  bucket_mb_ = s.bucket_mb > 0 ? s.bucket_mb : rt.device().is_cuda() ? 25.0 : 2.0;
+  ddp_ = std::make_unique<parallel::DistributedDataParallel>(
+      rt, comm, task.model(), parallel::DdpOptions{bucket_mb_, s.first_bucket_mb, false, s.bf16_gradients});
+}
+
+DdpStrategy::~DdpStrategy() = default;
+
+void DdpStrategy::begin_micro_step(bool last) { ddp_->set_sync(last); }
+void DdpStrategy::reduce_gradients() { ddp_->finish(); }
+double DdpStrategy::clip(double max_norm) { return parallel::clip_grad_norm(parameters_, max_norm); }
+void DdpStrategy::set_trace(core::Trace* trace) { ddp_->set_trace(trace); }
+
+std::string DdpStrategy::describe_reduction() const {
+  return fmt::format("gradients: reduced in {} during backward, {} buckets of {} MB (the first {} MB)",
+                     s_.bf16_gradients ? "bfloat16" : "float32", ddp_->bucket_count(), bucket_mb_, s_.first_bucket_mb);
+}
+
+void DdpStrategy::save_parameters(StateWriter& w) const {
+  for (const auto& g : groups_)
+    for (size_t i = 0; i < g.params.size(); ++i) w.replicated("model/" + g.names[i], g.params[i]);
+}
+
+void DdpStrategy::load_parameters(StateReader& r) const {
+  for (const auto& g : groups_)
+    for (size_t i = 0; i < g.params.size(); ++i) r.load("model/" + g.names[i], g.params[i]);
+}
+
+DdpAdamW::DdpAdamW(const comm::Runtime& rt, comm::Communicator& comm, Task& task, std::vector<ParamGroup> groups,
+                   const TrainerSettings& s, const ZeroMemoryReport& memory)
+    : DdpStrategy(rt, comm, task, std::move(groups), s),
+      memory_(memory),
+      optimizer_(groups_, AdamWOptions{s.lr, s.beta1, s.beta2, s.eps}) {}
+
+std::string DdpAdamW::describe() const { return memory_.to_string() + "\n" + describe_reduction(); }
+
+void DdpAdamW::update(int64_t step) {
+  optimizer_.set_lr(learning_rate(s_, step));
+  optimizer_.step();
+}
+
+// optim/<name>/{exp_avg, exp_avg_sq} (parameters updated at least once) and optim/<name>/step.
+void DdpAdamW::save(StateWriter& w) {
+  save_parameters(w);
+  w.attribute("optimizer", optimizer_kind());
+  const auto names = flat_names(groups_);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto& st = optimizer_.state()[i];
+    const std::string base = "optim/" + names[i];
+    if (st.exp_avg.defined()) {
+      w.replicated(base + "/exp_avg", st.exp_avg);
+      w.replicated(base + "/exp_avg_sq", st.exp_avg_sq);
+    }
+    w.replicated(base + "/step", at::tensor({st.step}, at::kLong));
+  }
+}
+
+// Per-parameter moments are read in shares (collective); sharded ones (a ZeRO run's) by ranges.
+void DdpAdamW::load(StateReader& r) {
+  at::NoGradGuard no_grad;
+  check_optimizer_kind(r, optimizer_kind());
+  load_parameters(r);
+  const auto names = flat_names(groups_);
+  const auto params = flat_params(groups_);
+  const auto steps = read_steps(r, names);
+  const SavedMoments moments(r);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto& st = optimizer_.state()[i];
+    st.step = steps[i];
+    st.exp_avg = st.exp_avg_sq = at::Tensor();
+    const std::string base = "optim/" + names[i];
+    if (!moments.sharded() && r.has(base + "/exp_avg")) {
+      st.exp_avg = at::zeros_like(params[i]);
+      st.exp_avg_sq = at::zeros_like(params[i]);
+      r.load(base + "/exp_avg", st.exp_avg);
+      r.load(base + "/exp_avg_sq", st.exp_avg_sq);
+    } else if (moments.sharded() && steps[i] > 0) {
+      for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+        const at::Tensor all = moments.read(names[i], moment, 0, params[i].numel());
+        (std::string(moment) == "exp_avg" ? st.exp_avg : st.exp_avg_sq) =
+            all.view(params[i].sizes()).to(params[i].device()).clone();
+      }
+    }
+  }
+}
+
+DdpSgd::DdpSgd(const comm::Runtime& rt, comm::Communicator& comm, Task& task, std::vector<ParamGroup> groups,
+               const TrainerSettings& s)
+    : DdpStrategy(rt, comm, task, std::move(groups), s),
+      optimizer_(groups_, SGDOptions{s.lr, momentum_at(s, 0), s.nesterov, 0}) {}
+
+std::string DdpSgd::describe() const {
+  return fmt::format("optimizer: SGD, {} momentum {} (from {} over the {} warmup steps), coupled weight decay\n{}",
+                     s_.nesterov ? "Nesterov" : "plain", s_.momentum, s_.warmup_momentum, s_.warmup,
+                     describe_reduction());
+}
+
+void DdpSgd::update(int64_t step) {
+  optimizer_.set_lr(learning_rate(s_, step));
+  optimizer_.set_momentum(momentum_at(s_, step));
+  optimizer_.step();
+}
+
+Metrics DdpSgd::step_metrics(int64_t step) const { return {{"momentum", momentum_at(s_, step)}}; }
+
+// optim/<name>/momentum_buffer (once it exists) and optim/<name>/step.
+void DdpSgd::save(StateWriter& w) {
+  save_parameters(w);
+  w.attribute("optimizer", optimizer_kind());
+  const auto names = flat_names(groups_);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto& st = optimizer_.state()[i];
+    const std::string base = "optim/" + names[i];
+    if (st.momentum_buffer.defined()) w.replicated(base + "/momentum_buffer", st.momentum_buffer);
+    w.replicated(base + "/step", at::tensor({st.step}, at::kLong));
+  }
+}
+
+void DdpSgd::load(StateReader& r) {
+  at::NoGradGuard no_grad;
+  check_optimizer_kind(r, optimizer_kind());
+  load_parameters(r);
+  const auto names = flat_names(groups_);
+  const auto params = flat_params(groups_);
+  const auto steps = read_steps(r, names);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto& st = optimizer_.state()[i];
+    st.step = steps[i];
+    st.momentum_buffer = at::Tensor();
+    const std::string base = "optim/" + names[i] + "/momentum_buffer";
+    if (r.has(base)) {
+      st.momentum_buffer = at::zeros_like(params[i], at::MemoryFormat::Preserve);
+      r.load(base, st.momentum_buffer);
+    }
+  }
+}
+
+}  // namespace meridian::train
