@@ -12,4 +12,6 @@ cmake --build "$build" -j "$(nproc)"
 # mpirun as root (CI containers) needs these; harmless otherwise.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cd "$build"
-ctest --output-on-failure -j "$(nproc)" --timeout 900
+# Two tests per core: most of them wait (mpirun start-up, watchdogs, sleeps) more than they compute.
+# Tests labelled `timing` run alone (RUN_SERIAL, tests/CMakeLists.txt).
+ctest --output-on-failure -j "$((2 * $(nproc)))" --timeout 900

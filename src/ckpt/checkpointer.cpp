@@ -9,38 +9,44 @@
 #include "internal.h"
 #include "meridian/comm/mpi_interop.h"
 #include "meridian/comm/runtime.h"
+#include "meridian/core/config_binding.h"
 #include "meridian/core/error.h"
 #include "meridian/train/trainer.h"
 
 namespace meridian::ckpt {
 
+namespace {
+
+// The checkpoint: keys, each bound to its field.
+const ConfigBinding<CheckpointSettings>& bindings() {
+  using S = CheckpointSettings;
+  static const auto table = [] {
+    ConfigBinding<S> b;
+    b.string("checkpoint.dir", &S::dir, "where checkpoints are written").defaults_to("<run-dir>/checkpoints");
+    b.integer("checkpoint.every_steps", &S::every_steps, "steps between checkpoints; 0: not by steps").at_least(0);
+    b.number("checkpoint.every_minutes", &S::every_minutes, "minutes between checkpoints; 0: not by time").at_least(0);
+    b.integer("checkpoint.keep_last", &S::keep_last, "newest checkpoints kept (older ones are deleted)").at_least(1);
+    b.integer("checkpoint.keep_every", &S::keep_every,
+              "also keep every checkpoint whose step is a multiple of this; 0: none")
+        .at_least(0);
+    b.boolean("checkpoint.at_end", &S::at_end, "save after the last step");
+    b.boolean("checkpoint.async", &S::async,
+              "copy the state to host memory at the step and write it in the background while training goes on "
+              "(at most one save in flight; latest moves when every rank's write is complete)");
+    return b;
+  }();
+  return table;
+}
+
+}  // namespace
+
 CheckpointSettings CheckpointSettings::from_config(const Config& c, const std::string& run_dir) {
-  CheckpointSettings s;
-  s.dir = c.get<std::string>("checkpoint.dir", run_dir.empty() ? "" : run_dir + "/checkpoints");
-  s.every_steps = c.get<int64_t>("checkpoint.every_steps", s.every_steps);
-  s.every_minutes = c.get<double>("checkpoint.every_minutes", s.every_minutes);
-  s.keep_last = c.get<int64_t>("checkpoint.keep_last", s.keep_last);
-  s.keep_every = c.get<int64_t>("checkpoint.keep_every", s.keep_every);
-  s.at_end = c.get<bool>("checkpoint.at_end", s.at_end);
-  s.async = c.get<bool>("checkpoint.async", s.async);
+  CheckpointSettings s = bindings().read(c);
+  if (!c.has("checkpoint.dir")) s.dir = run_dir.empty() ? "" : run_dir + "/checkpoints";
   return s;
 }
 
-void CheckpointSettings::declare(ConfigSchema& schema) {
-  const CheckpointSettings d;
-  schema.string("checkpoint.dir", std::nullopt, "where checkpoints are written").defaults_to("<run-dir>/checkpoints");
-  schema.integer("checkpoint.every_steps", d.every_steps, "steps between checkpoints; 0: not by steps").at_least(0);
-  schema.number("checkpoint.every_minutes", d.every_minutes, "minutes between checkpoints; 0: not by time").at_least(0);
-  schema.integer("checkpoint.keep_last", d.keep_last, "newest checkpoints kept (older ones are deleted)").at_least(1);
-  schema
-      .integer("checkpoint.keep_every", d.keep_every,
-               "also keep every checkpoint whose step is a multiple of this; 0: none")
-      .at_least(0);
-  schema.boolean("checkpoint.at_end", d.at_end, "save after the last step");
-  schema.boolean("checkpoint.async", d.async,
-                 "copy the state to host memory at the step and write it in the background while training goes on "
-                 "(at most one save in flight; latest moves when every rank's write is complete)");
-}
+void CheckpointSettings::declare(ConfigSchema& schema) { bindings().declare(schema); }
 
 namespace {
 

@@ -40,6 +40,11 @@ std::pair<at::Tensor, int64_t> token_loss_sum(models::Llama& model, const at::Te
 
 train::ZeroMemoryReport lm_memory(const models::LlamaConfig& model, int stage, int64_t world,
                                   int64_t parameter_element_bytes, const models::LoraConfig* lora) {
+  // The trained parameters as the Llama registers them (embedding, layers, final norm, head), each
+  // layer's as one entry: the plan needs sizes and places only.
+  std::vector<train::PlannedParam> params;
+  int64_t frozen = 0;
+  auto add = [&](int64_t numel, int block) { params.push_back({numel, block, 0, int64_t(params.size())}); };
   if (lora && lora->enabled()) {
     // Adapters only are trained (one unit per layer); the base is frozen and replicated.
     const int64_t d = model.head_dim();
@@ -53,18 +58,16 @@ train::ZeroMemoryReport lm_memory(const models::LlamaConfig& model, int stage, i
       const auto it = shapes.find(target);
       if (it != shapes.end()) per_layer += lora->rank * (it->second.first + it->second.second);
     }
-    auto r = train::ZeroMemoryReport::of_stage(stage, per_layer * model.layers, world, per_layer, 0,
-                                               parameter_element_bytes);
-    r.frozen_bytes = parameter_element_bytes * model.parameter_count();
-    r.parameter_bytes += r.frozen_bytes;
-    return r;
+    for (int64_t l = 0; l < model.layers; ++l) add(per_layer, int(l));
+    frozen = model.parameter_count();
+  } else {
+    add(model.vocab_size * model.dim, -1);
+    for (int64_t l = 0; l < model.layers; ++l) add(model.block_parameter_count(), int(l));
+    add(model.dim, -1);
+    if (!model.tie_embeddings) add(model.vocab_size * model.dim, -1);
   }
-  const int64_t n = model.parameter_count(), block = model.block_parameter_count();
-  const int64_t outside = n - model.layers * block;
-  // Units outside blocks hold at most kBucketNumel elements unless one parameter is larger.
-  const int64_t largest =
-      std::max(block, std::min(outside, std::max(train::kBucketNumel, model.vocab_size * model.dim)));
-  return train::ZeroMemoryReport::of_stage(stage, n, world, largest, outside, parameter_element_bytes);
+  const auto plan = train::plan_units(stage, params, world, size_t(model.layers));
+  return train::plan_memory(stage, plan, world, parameter_element_bytes, frozen);
 }
 
 struct LmTask::Impl {
@@ -157,7 +160,7 @@ LmTask::LmTask(const comm::Runtime& rt, const Config& config, const std::string&
 LmTask::~LmTask() = default;
 
 std::shared_ptr<torch::nn::Module> LmTask::model() { return impl_->model.ptr(); }
-models::BlockRunner* LmTask::blocks() { return &impl_->model->blocks(); }
+nn::BlockRunner* LmTask::blocks() { return &impl_->model->blocks(); }
 int64_t LmTask::batch_size() const { return impl_->batch; }
 double LmTask::flops_per_sample() const { return impl_->mc.flops_per_token(impl_->seq_len) * double(impl_->seq_len); }
 double LmTask::tokens_per_sample() const { return double(impl_->seq_len); }

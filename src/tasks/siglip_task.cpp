@@ -275,7 +275,7 @@ SiglipTask::~SiglipTask() = default;
 
 std::string SiglipTask::name() const { return impl_->softmax ? "clip" : "siglip"; }
 std::shared_ptr<torch::nn::Module> SiglipTask::model() { return impl_->model.ptr(); }
-models::BlockRunner* SiglipTask::blocks() { return &impl_->model->blocks(); }
+nn::BlockRunner* SiglipTask::blocks() { return &impl_->model->blocks(); }
 int64_t SiglipTask::batch_size() const { return impl_->batch; }
 double SiglipTask::flops_per_sample() const { return impl_->mc.flops_per_sample(); }
 models::Siglip& SiglipTask::siglip() { return impl_->model; }

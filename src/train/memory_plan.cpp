@@ -9,7 +9,7 @@
 
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
-#include "meridian/models/blocks.h"
+#include "meridian/nn/blocks.h"
 #include "meridian/ops/facts.h"
 
 namespace meridian::train {
@@ -182,7 +182,7 @@ UnitPlan plan_units(int stage, const std::vector<PlannedParam>& params, int64_t 
   return plan;
 }
 
-std::vector<PlannedParam> planned_params(const std::vector<ParamGroup>& groups, models::BlockRunner* blocks,
+std::vector<PlannedParam> planned_params(const std::vector<ParamGroup>& groups, nn::BlockRunner* blocks,
                                          const std::vector<at::Tensor>& registration) {
   std::vector<PlannedParam> params;
   std::unordered_map<const void*, size_t> index;  // TensorImpl -> flat index

@@ -18,7 +18,7 @@
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/trace.h"
-#include "meridian/models/autocast.h"
+#include "meridian/nn/autocast.h"
 #include "meridian/ops/facts.h"
 #include "meridian/ops/health.h"
 #include "meridian/parallel/ddp.h"
@@ -56,11 +56,11 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 class Autocast {
  public:
   Autocast(c10::DeviceType device, bool enabled) : device_(device), enabled_(enabled) {
-    if (enabled_) models::AutocastState{true, at::kBFloat16}.apply(device_);
+    if (enabled_) nn::AutocastState{true, at::kBFloat16}.apply(device_);
   }
   ~Autocast() {
     if (!enabled_) return;
-    models::AutocastState{false, at::kBFloat16}.apply(device_);
+    nn::AutocastState{false, at::kBFloat16}.apply(device_);
     at::autocast::clear_cache();
   }
 

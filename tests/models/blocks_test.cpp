@@ -1,9 +1,9 @@
-// Activation checkpointing (models::BlockRunner) against the plain run: the same loss, gradients
+// Activation checkpointing (nn::BlockRunner) against the plain run: the same loss, gradients
 // equal to rounding (the input gradient of a recomputed block arrives in its own memory layout, so a
 // sum over it may run in another order), in float32 and under bfloat16 autocast; the hooks see every
 // block before and after its forward, and again during backward when it is recomputed; a block
 // that draws random numbers draws the same ones in its recomputation.
-#include "meridian/models/blocks.h"
+#include "meridian/nn/blocks.h"
 
 #include <ATen/autocast_mode.h>
 #include <gtest/gtest.h>
@@ -11,14 +11,15 @@
 
 #include <vector>
 
-#include "meridian/models/autocast.h"
 #include "meridian/models/llama.h"
+#include "meridian/nn/autocast.h"
 
 namespace models = meridian::models;
+namespace nn = meridian::nn;
 
 namespace {
 
-struct Recorder : models::BlockHooks {
+struct Recorder : nn::BlockHooks {
   std::vector<std::string> events;
   void before(size_t i, bool recompute) override {
     events.push_back((recompute ? "R" : "F") + std::to_string(i) + (at::GradMode::is_enabled() ? "g" : "n"));
@@ -37,11 +38,11 @@ std::pair<double, std::vector<at::Tensor>> run(models::Llama& model, const at::T
   model->zero_grad();
   at::Tensor loss;
   {
-    if (bf16) models::AutocastState{true, at::kBFloat16}.apply(c10::kCPU);
+    if (bf16) nn::AutocastState{true, at::kBFloat16}.apply(c10::kCPU);
     const auto logits = model->forward(tokens).to(at::kFloat);
     loss = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), tokens.reshape({-1}));
     if (bf16) {
-      models::AutocastState{false, at::kBFloat16}.apply(c10::kCPU);
+      nn::AutocastState{false, at::kBFloat16}.apply(c10::kCPU);
       at::autocast::clear_cache();
     }
   }
@@ -82,7 +83,7 @@ TEST(Blocks, CheckpointingGivesTheSameGradients) {
 TEST(Blocks, RecomputationDrawsTheSameRandomNumbers) {
   torch::manual_seed(5);
   const auto weight = torch::randn({8, 8}, at::TensorOptions().requires_grad(true));
-  models::BlockRunner runner;
+  nn::BlockRunner runner;
   runner.set_checkpointing(true);
   std::vector<at::Tensor> masks;  // every dropout mask the block drew
   auto block = [&](const at::Tensor& h) {

@@ -37,7 +37,7 @@ struct ConfigKey {
   ConfigKey& at_most(double v) { return max = v, max_exclusive = false, *this; }
   ConfigKey& below(double v) { return max = v, max_exclusive = true, *this; }
   // No fixed default: `note` says what decides it (shown in docs/config.md and --print-config).
-  ConfigKey& defaults_to(const std::string& note) { return default_note = note, *this; }
+  ConfigKey& defaults_to(const std::string& note) { return default_value.clear(), default_note = note, *this; }
 
   std::string type_text() const;     // "integer", "number >= 0", "adamw | sgd", ...
   std::string default_text() const;  // the default, or the note in parentheses, or "(none)"

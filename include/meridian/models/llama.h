@@ -16,8 +16,8 @@
 
 #include <cstdint>
 
-#include "meridian/models/blocks.h"
 #include "meridian/models/lora.h"
+#include "meridian/nn/blocks.h"
 
 namespace meridian {
 class Config;
@@ -119,11 +119,11 @@ class LlamaModelImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& tokens, KvCache* cache = nullptr);
   torch::nn::Embedding& embed_tokens() { return embed_tokens_; }
   // The decoder layers, in order (activation checkpointing, ZeRO-3).
-  BlockRunner& blocks() { return blocks_; }
+  nn::BlockRunner& blocks() { return blocks_; }
 
  private:
   LlamaConfig config_;
-  BlockRunner blocks_;
+  nn::BlockRunner blocks_;
   torch::nn::Embedding embed_tokens_{nullptr};
   torch::nn::ModuleList layers_{nullptr};
   RMSNorm norm_{nullptr};
@@ -137,7 +137,7 @@ class LlamaImpl : public torch::nn::Module {
   // LlamaModelImpl::forward (the logits equal those of a forward over the whole sequence).
   at::Tensor forward(const at::Tensor& tokens, KvCache* cache = nullptr);
   const LlamaConfig& config() const { return config_; }
-  BlockRunner& blocks() { return model_->blocks(); }
+  nn::BlockRunner& blocks() { return model_->blocks(); }
 
  private:
   LlamaConfig config_;

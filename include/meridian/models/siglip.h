@@ -14,8 +14,8 @@
 #include <string>
 
 #include "meridian/comm/communicator.h"
-#include "meridian/models/blocks.h"
 #include "meridian/models/hf_checkpoint.h"
+#include "meridian/nn/blocks.h"
 
 namespace meridian {
 class Config;
@@ -121,11 +121,11 @@ class SiglipImpl : public torch::nn::Module {
   at::Tensor logit_bias() const { return logit_bias_; }    // b, initialised to -10
   const SiglipConfig& config() const { return config_; }
   // The vision blocks then the text blocks (activation checkpointing, ZeRO-3).
-  BlockRunner& blocks() { return blocks_; }
+  nn::BlockRunner& blocks() { return blocks_; }
 
  private:
   SiglipConfig config_;
-  BlockRunner blocks_;
+  nn::BlockRunner blocks_;
   torch::nn::Conv2d patch_embedding_{nullptr};
   torch::nn::Embedding vision_position_{nullptr}, token_embedding_{nullptr}, text_position_{nullptr};
   torch::nn::ModuleList vision_layers_{nullptr}, text_layers_{nullptr};

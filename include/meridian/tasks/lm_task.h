@@ -53,7 +53,7 @@ class LmTask : public train::Task {
 
   std::string name() const override { return "lm"; }
   std::shared_ptr<torch::nn::Module> model() override;
-  models::BlockRunner* blocks() override;  // the decoder layers
+  nn::BlockRunner* blocks() override;  // the decoder layers
   int64_t batch_size() const override;
   double flops_per_sample() const override;   // per sequence of seq_len tokens
   double tokens_per_sample() const override;  // seq_len (every position is computed, padded or not)

@@ -63,7 +63,7 @@ class SiglipTask : public train::Task {
 
   std::string name() const override;
   std::shared_ptr<torch::nn::Module> model() override;
-  models::BlockRunner* blocks() override;  // the vision then the text encoder blocks
+  nn::BlockRunner* blocks() override;  // the vision then the text encoder blocks
   int64_t batch_size() const override;
   double flops_per_sample() const override;
   void next_batch() override;

@@ -15,7 +15,7 @@
 namespace meridian::comm {
 class Runtime;
 }
-namespace meridian::models {
+namespace meridian::nn {
 class BlockRunner;
 }
 
@@ -97,7 +97,7 @@ UnitPlan plan_units(int stage, const std::vector<PlannedParam>& params, int64_t 
 // The parameters of `groups` (flat order) as the plan sees them: their blocks in `blocks` (null:
 // none) and their positions in `registration` (every parameter of the model in registration order;
 // empty: the flat order).
-std::vector<PlannedParam> planned_params(const std::vector<ParamGroup>& groups, models::BlockRunner* blocks,
+std::vector<PlannedParam> planned_params(const std::vector<ParamGroup>& groups, nn::BlockRunner* blocks,
                                          const std::vector<at::Tensor>& registration);
 
 // Bytes per rank of `stage` (0: DistributedDataParallel + AdamW) for the units of `plan`, with

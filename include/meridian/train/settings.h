@@ -20,7 +20,7 @@ struct TrainerSettings {
   // train:
   int64_t steps = 100;     // optimizer steps
   int64_t accumulate = 1;  // micro-batches per optimizer step (gradient accumulation)
-  uint64_t seed = 0;
+  int64_t seed = 0;
   Precision precision = Precision::Float32;  // precision: float32 | bf16 (autocast in forward)
   int64_t log_every = 10;
   int64_t eval_every = 0;              // 0: evaluate only after the last step
@@ -44,7 +44,7 @@ struct TrainerSettings {
   int zero = 0;         // optim.zero: 0 (DistributedDataParallel + AdamW), 1, 2 or 3 (train::ShardedAdamW's
                         // stages; true is 1, false 0); the same updates to rounding (not with sgd)
   bool activation_checkpointing = false;  // train.activation_checkpointing: the task's blocks recompute their
-                                          // activations in backward (models::BlockRunner)
+                                          // activations in backward (nn::BlockRunner)
   double peak_flops = 0;                  // train.peak_flops: one device's peak FLOP/s (e.g. 989e12 for an H100's
                                           // bf16 dense): reported as model FLOPs utilisation (mfu); 0: not reported
   // comm: how DistributedDataParallel reduces the gradients (parallel::DdpOptions)

@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "meridian/models/blocks.h"
+#include "meridian/nn/blocks.h"
 
 namespace meridian::train {
 
@@ -63,7 +63,7 @@ class Task {
   // After the batches consumed so far (checkpoints save it; the task is built at it on resume).
   virtual DataPosition data_position() const { return {}; }
   // The model's repeated blocks (activation checkpointing, ZeRO-3's units); null: none.
-  virtual models::BlockRunner* blocks() { return nullptr; }
+  virtual nn::BlockRunner* blocks() { return nullptr; }
   // Values worth logging next to the loss (e.g. the SigLIP temperature); not collective.
   virtual Metrics step_metrics() { return {}; }
 };

@@ -1,7 +1,7 @@
 // ZeRO: AdamW with its state sharded across the data-parallel ranks, in three stages
 // (optim.zero: 1, 2, 3), used INSTEAD of DistributedDataParallel:
 //  1. optimizer state sharded; gradients reduce-scattered after backward from the full .grad tensors;
-//  2. also gradients: each unit's gradients (a unit = a model block, see models::BlockRunner, or a
+//  2. also gradients: each unit's gradients (a unit = a model block, see nn::BlockRunner, or a
 //     bucket of the other parameters) are reduce-scattered as soon as backward has produced all of
 //     them, and the .grad tensors are dropped; no full gradient is kept;
 //  3. also parameters: between uses a parameter holds no data (an empty tensor); a block's unit is
@@ -69,17 +69,17 @@
 #include <vector>
 
 #include "meridian/comm/communicator.h"
-#include "meridian/models/blocks.h"
+#include "meridian/nn/blocks.h"
 #include "meridian/train/adamw.h"
 #include "meridian/train/memory_plan.h"
 
 namespace meridian::train {
 
 struct ZeroOptions {
-  int stage = 1;                          // 1, 2 or 3 (see above)
-  int64_t bucket_numel = kBucketNumel;    // see kBucketNumel (tests use small ones)
-  models::BlockRunner* blocks = nullptr;  // stages 2-3: a unit per block; its hooks are set (and unset in
-                                          // the destructor). Null: units of bucket_numel only
+  int stage = 1;                        // 1, 2 or 3 (see above)
+  int64_t bucket_numel = kBucketNumel;  // see kBucketNumel (tests use small ones)
+  nn::BlockRunner* blocks = nullptr;    // stages 2-3: a unit per block; its hooks are set (and unset in
+                                        // the destructor). Null: units of bucket_numel only
   // Stages 2-3: every parameter in the model's registration order (units are reduced in the reverse
   // of it, about the order backward produces their gradients). Empty: the groups' order.
   std::vector<at::Tensor> registration;
@@ -92,7 +92,7 @@ struct ZeroOptions {
   at::ScalarType param_dtype = at::kFloat;
 };
 
-class ShardedAdamW : public models::BlockHooks {
+class ShardedAdamW : public nn::BlockHooks {
  public:
   // Collective (one small allreduce): every rank passes the same parameter list (checked: the same
   // element count and parameter count on every rank, UserError on every rank otherwise). Parameters
@@ -140,7 +140,7 @@ class ShardedAdamW : public models::BlockHooks {
   // Not collective: sizes of this rank (the same on every rank).
   ZeroMemoryReport memory_report() const;
 
-  // models::BlockHooks (stage 3 gathers and frees; nothing at stages 1-2).
+  // nn::BlockHooks (stage 3 gathers and frees; nothing at stages 1-2).
   void before(size_t block, bool recompute) override;
   void after(size_t block, bool recompute) override;
 
@@ -194,7 +194,7 @@ class ShardedAdamW : public models::BlockHooks {
   UnitPlan plan_;                   // the units (memory_plan.h)
   std::vector<UnitState> state_;    // parallel to plan_.units
   std::vector<unsigned> hook_ids_;  // per parameter (stages 2-3)
-  models::BlockRunner* blocks_ = nullptr;
+  nn::BlockRunner* blocks_ = nullptr;
   int64_t world_ = 1, rank_ = 0, numel_ = 0, shard_numel_ = 0;
   int64_t micro_ = 0;           // backwards ended since the last reduce_gradients()
   size_t next_reduce_ = 0;      // position in reduce_order_ of the next reduction to issue

@@ -1,4 +1,4 @@
-#include "meridian/models/blocks.h"
+#include "meridian/nn/blocks.h"
 
 #include <ATen/autocast_mode.h>
 #include <ATen/core/ivalue.h>
@@ -6,9 +6,9 @@
 
 #include <mutex>
 
-#include "meridian/models/autocast.h"
+#include "meridian/nn/autocast.h"
 
-namespace meridian::models {
+namespace meridian::nn {
 
 namespace {
 
@@ -103,4 +103,4 @@ at::Tensor BlockRunner::run(size_t index, const at::Tensor& x, const Fn& fn) {
   return Checkpoint::apply(input, std::move(call));
 }
 
-}  // namespace meridian::models
+}  // namespace meridian::nn

@@ -24,7 +24,7 @@
 #include <memory>
 #include <vector>
 
-namespace meridian::models {
+namespace meridian::nn {
 
 class BlockHooks {
  public:
@@ -57,4 +57,4 @@ class BlockRunner {
   bool checkpointing_ = false;
 };
 
-}  // namespace meridian::models
+}  // namespace meridian::nn

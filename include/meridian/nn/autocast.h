@@ -1,13 +1,13 @@
 // The autocast state (enabled, lower-precision dtype) of one device type, read and set through the
 // LibTorch API of either generation (2.4 and later: per device type; 1.13: CPU and CUDA calls).
-// The Trainer's bf16 scope sets it; activation checkpointing (models/blocks.h) captures it in
+// The Trainer's bf16 scope sets it; activation checkpointing (nn/blocks.h) captures it in
 // forward and puts it back for the recomputation in backward. Not collective; thread-local state.
 #pragma once
 
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
-namespace meridian::models {
+namespace meridian::nn {
 
 struct AutocastState {
   bool enabled = false;
@@ -40,4 +40,4 @@ struct AutocastState {
   }
 };
 
-}  // namespace meridian::models
+}  // namespace meridian::nn
