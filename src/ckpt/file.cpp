@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "h5.h"  // src/h5/h5.h: the HDF5 RAII layer and its process-wide lock
+#include "meridian/ckpt/files.h"
 #include "meridian/comm/mpi_interop.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/comm/watchdog.h"
@@ -180,6 +181,7 @@ struct Writer::Impl {
           h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(int(mem_dims.size()), mem_dims.data(), nullptr)));
       if (row_count <= 0) MERIDIAN_H5_CHECK(H5Sselect_none(mem_space));
       MERIDIAN_H5_CHECK(H5Dwrite(dset, type.memory, mem_space, file_space, xfer, data));
+      files().on_write(path, name);  // after the collective calls, as a failed write returns
     });
   }
 };
@@ -509,6 +511,11 @@ at::Tensor Reader::read_rows(const std::string& name, int64_t first, int64_t cou
     h5::Id mem_space = create_space(mem_dims);
     if (H5Dread(dset, type_info(type).memory, mem_space, file_space, H5P_DEFAULT, t.data_ptr()) < 0)
       throw DataError(m.path, "dataset '" + name + "'", "read failed (truncated or corrupt file)");
+    try {
+      files().on_read(m.path, name, t);
+    } catch (const std::exception& e) {
+      throw DataError(m.path, "dataset '" + name + "'", std::string("read failed: ") + e.what());
+    }
   }
   const int64_t row_bytes = hi > lo ? int64_t(t.nbytes()) / (hi - lo) : 0;
   for (int64_t b = b0; b < b1 && numel > 0; ++b) {

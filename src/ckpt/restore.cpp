@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/nn/module.h>
 
+#include <exception>
+
 #include "internal.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
@@ -59,18 +61,14 @@ class SharedReader : public train::StateReader {
           r_.path(), "dataset '" + name + "'",
           "shape " + c10::str(c10::IntArrayRef(shape)) + " does not match the model's " + c10::str(target.sizes()));
     const int64_t world = rt_.size(), bytes = int64_t(target.numel()) * int64_t(target.element_size());
-    if (world == 1 || shape.empty() || shape[0] < world || bytes < (64 << 10)) return load_tensor(r_, name, target);
+    if (world == 1 || shape.empty() || shape[0] < world || bytes < (64 << 10))
+      return agree([&] { load_tensor(r_, name, target); });
     const int64_t rows = shape[0], per = (rows + world - 1) / world;
     const int64_t first = std::min(rows, rt_.rank() * per), count = std::min(per, rows - first);
     at::Tensor mine;
-    std::string error;
-    try {
+    agree([&] {
       if (count > 0) mine = r_.read_rows(name, first, count);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    for (const auto& e : rt_.allgather(error))
-      if (!e.empty()) throw UserError(e);
+    });
     std::vector<int64_t> piece_shape(shape);
     piece_shape[0] = per;
     at::Tensor piece =
@@ -83,6 +81,26 @@ class SharedReader : public train::StateReader {
   }
 
  private:
+  // Runs `read` on every rank; a failure on any rank is a UserError on every rank, with that rank's
+  // message, before any rank goes on to a collective the failed one would never join.
+  template <class F>
+  void agree(F&& read) {
+    std::string error;
+    std::exception_ptr failure;
+    try {
+      read();
+    } catch (const std::exception& e) {
+      error = e.what();
+      failure = std::current_exception();
+    }
+    if (rt_.size() == 1) {
+      if (failure) std::rethrow_exception(failure);
+      return;
+    }
+    const auto errors = rt_.allgather(error);
+    for (size_t r = 0; r < errors.size(); ++r)
+      if (!errors[r].empty()) throw UserError("rank " + std::to_string(r) + ": " + errors[r]);
+  }
   const comm::Runtime& rt_;
   const Reader& r_;
   std::unique_ptr<comm::Communicator> comm_;

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "internal.h"
+#include "meridian/ckpt/files.h"
 #include "meridian/comm/mpi_interop.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
@@ -85,9 +86,14 @@ std::string write_checkpoint(const comm::Runtime& rt, const comm::OwnComm* own, 
   if (rt.rank() == 0) {
     try {
       if (!is_checkpoint(tmp)) throw SystemError(tmp + ": written, but does not open as a checkpoint");
+      try {
+        files().rename(tmp, final_path);
+      } catch (...) {
+        std::error_code ec;
+        fs::remove(tmp, ec);  // complete but never named: nothing picks a .tmp up, yet it takes space
+        throw;
+      }
       std::error_code ec;
-      fs::rename(tmp, final_path, ec);
-      if (ec) throw SystemError("cannot rename " + tmp + ": " + ec.message());
       write_file_atomically(s.dir + "/latest", step_name(step) + "\n");
       // Retention: the newest keep_last, plus multiples of keep_every.
       const auto all = list_checkpoints(s.dir);

@@ -4,19 +4,28 @@
 //    more; its final state (the strategy's own save: parameters and optimizer state, shards
 //    included) equals a straight 5-step run's bit for bit. A checkpoint of another optimizer kind is
 //    refused on every rank, naming both.
+//  - Faults under the file layer (ckpt::Files, a test implementation here): a full disk or an I/O
+//    error while one rank writes, and a failed rename, are a SystemError on every rank; `latest`
+//    still names the previous checkpoint and neither the new file nor its .tmp is left. A short read
+//    on one rank and an I/O error on every rank while resuming are errors on every rank naming the
+//    file and the tensor.
 //  - The plan: tasks::lm_memory's closed form from a Llama config (no model built) equals
 //    ShardedAdamW::memory_report() of the real model's units for stages 1-3; for SigLIP and the
 //    detector, the units equal what the model's blocks hold, counted from the modules.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "meridian/ckpt/checkpoint.h"
+#include "meridian/ckpt/files.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/config.h"
@@ -185,6 +194,136 @@ TEST(StrategyCheckpointKinds, AnotherOptimizersStateIsRefusedOnEveryRank) {
   }
   runtime().barrier();
   if (runtime().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// --- Faults under the file layer ---
+
+// Fails one kind of operation, on one rank (-1: every rank), for one dataset ("": any).
+class FaultyFiles : public ckpt::Files {
+ public:
+  enum Fault { FullDisk, WriteError, ShortRead, ReadError, Rename };
+  FaultyFiles(Fault fault, int rank, std::string dataset) : fault_(fault), rank_(rank), dataset_(std::move(dataset)) {}
+  void on_write(const std::string&, const std::string& dataset) override {
+    if ((fault_ == FullDisk || fault_ == WriteError) && here(dataset))
+      throw meridian::SystemError(std::strerror(fault_ == FullDisk ? ENOSPC : EIO));
+  }
+  void on_read(const std::string&, const std::string& dataset, at::Tensor& data) override {
+    if (fault_ == ReadError && here(dataset)) throw meridian::SystemError(std::strerror(EIO));
+    if (fault_ == ShortRead && here(dataset)) {  // the second half never arrived: the buffer holds other bytes
+      auto bytes = data.view(at::kByte).reshape({-1});
+      bytes.narrow(0, bytes.numel() / 2, bytes.numel() - bytes.numel() / 2).fill_(0xA5);
+    }
+  }
+  void rename(const std::string& from, const std::string& to) override {
+    if (fault_ == Rename && here(""))
+      throw meridian::SystemError("cannot rename " + from + " to " + to + ": " + std::strerror(EIO));
+    Files::rename(from, to);
+  }
+
+ private:
+  bool here(const std::string& dataset) const {
+    return (rank_ < 0 || rank_ == runtime().rank()) && (dataset_.empty() || dataset == dataset_);
+  }
+  Fault fault_;
+  int rank_;
+  std::string dataset_;
+};
+
+// Installs a file layer for a scope.
+struct Installed {
+  explicit Installed(ckpt::Files* f) { ckpt::set_files(f); }
+  ~Installed() { ckpt::set_files(nullptr); }
+};
+
+std::string latest(const std::string& dir) {
+  std::ifstream in(dir + "/latest");
+  std::string name;
+  in >> name;
+  return name;
+}
+
+// A good checkpoint at step 2, then a save at step 3 under `fault`: an error on every rank, and the
+// directory as it was.
+void expect_failed_save(FaultyFiles::Fault fault, int rank, const std::string& dataset, const std::string& reason) {
+  const std::string dir = temp_dir();
+  auto a = make_run("zero: 2", 2, 0, 3);
+  a.trainer->run();
+  ckpt::CheckpointSettings cs;
+  cs.dir = dir;
+  const Config saved = Config::parse("{}", "saved.yaml");
+  ckpt::save(runtime(), *a.trainer, saved, cs);
+  auto state = a.trainer->state();
+  state.step = 3;
+  a.trainer->set_state(state);
+  {
+    FaultyFiles faulty(fault, rank, dataset);
+    Installed installed(&faulty);
+    try {
+      ckpt::save(runtime(), *a.trainer, saved, cs);
+      ADD_FAILURE() << "the save under " << reason << " succeeded";
+    } catch (const meridian::SystemError& e) {
+      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
+    }
+  }
+  runtime().barrier();  // rank 0 has removed the .tmp before it rethrew
+  EXPECT_EQ(latest(dir), "step_00000002.h5") << reason;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/step_00000003.h5")) << reason;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/step_00000003.h5.tmp")) << reason;
+  const auto point = ckpt::find_resumable(dir, nullptr);
+  ASSERT_TRUE(point.has_value());
+  EXPECT_EQ(point->step, 2);
+  runtime().barrier();
+  if (runtime().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(CheckpointFaults, FullDiskOnOneRankFailsTheSaveEverywhere) {
+  expect_failed_save(FaultyFiles::FullDisk, runtime().size() - 1, "", std::strerror(ENOSPC));
+}
+
+TEST(CheckpointFaults, WriteErrorOnOneTensorFailsTheSaveEverywhere) {
+  expect_failed_save(FaultyFiles::WriteError, 0, "model/model.norm.weight", std::strerror(EIO));
+}
+
+TEST(CheckpointFaults, FailedRenameLeavesLatestAndNoFile) {
+  expect_failed_save(FaultyFiles::Rename, 0, "", "cannot rename");
+}
+
+// A good checkpoint, resumed under `fault`: an error on every rank naming the file and the tensor.
+void expect_failed_restore(FaultyFiles::Fault fault, int rank, const std::string& dataset, const std::string& reason) {
+  const std::string dir = temp_dir();
+  std::string path;
+  {
+    auto a = make_run("name: adamw", 2, 0, 3);
+    a.trainer->run();
+    ckpt::CheckpointSettings cs;
+    cs.dir = dir;
+    path = ckpt::save(runtime(), *a.trainer, Config::parse("{}", "saved.yaml"), cs);
+  }
+  auto b = make_run("name: adamw", 4, 0, 4);
+  {
+    FaultyFiles faulty(fault, rank, dataset);
+    Installed installed(&faulty);
+    try {
+      ckpt::restore(runtime(), *b.trainer, ckpt::read_resume_point(path, /*verify=*/false));
+      ADD_FAILURE() << "the restore under " << reason << " succeeded";
+    } catch (const meridian::UserError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(reason), std::string::npos) << what;
+      EXPECT_NE(what.find(path), std::string::npos) << what;
+      EXPECT_NE(what.find(dataset), std::string::npos) << what;
+    }
+  }
+  runtime().barrier();
+  if (runtime().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(CheckpointFaults, ShortReadOnOneRankIsCaughtEverywhere) {
+  expect_failed_restore(FaultyFiles::ShortRead, runtime().size() - 1, "model/model.embed_tokens.weight",
+                        "checksum mismatch");
+}
+
+TEST(CheckpointFaults, ReadErrorOnEveryRankIsCaught) {
+  expect_failed_restore(FaultyFiles::ReadError, -1, "optim/model.norm.weight/step", std::strerror(EIO));
 }
 
 // --- The memory plan ---
