@@ -6,43 +6,44 @@
 #include <cmath>
 #include <limits>
 
+#include "meridian/core/config_binding.h"
 #include "meridian/core/config_schema.h"
 #include "meridian/core/error.h"
 
 namespace meridian::models {
 
-void LlamaConfig::declare(ConfigSchema& schema) {
-  const LlamaConfig d;
-  schema.integer("model.vocab_size", d.vocab_size, "vocabulary; raised to the dataset tokenizer's when smaller")
-      .at_least(2);
-  schema.integer("model.dim", d.dim, "model width; a multiple of model.heads").at_least(1);
-  schema.integer("model.layers", d.layers, "decoder blocks").at_least(1);
-  schema.integer("model.heads", d.heads, "query heads").at_least(1);
-  schema
-      .integer("model.kv_heads", std::nullopt,
-               "key/value heads (grouped-query attention when fewer); divides model.heads")
-      .at_least(1)
-      .defaults_to("model.heads");
-  schema.integer("model.hidden", d.hidden, "SwiGLU inner width").at_least(1);
-  schema.integer("model.max_seq_len", d.max_seq_len, "longest sequence (RoPE positions)").at_least(1);
-  schema.number("model.rope_theta", d.rope_theta, "RoPE base").above(0);
-  schema.number("model.norm_eps", d.norm_eps, "RMSNorm epsilon").above(0);
-  schema.boolean("model.tie_embeddings", d.tie_embeddings, "the output head shares the embedding matrix");
+namespace {
+// The model: keys of a Llama, each bound to its field.
+const ConfigBinding<LlamaConfig>& llama_bindings() {
+  using S = LlamaConfig;
+  static const auto table = [] {
+    ConfigBinding<S> b;
+    b.integer("model.vocab_size", &S::vocab_size, "vocabulary; raised to the dataset tokenizer's when smaller")
+        .at_least(2);
+    b.integer("model.dim", &S::dim, "model width; a multiple of model.heads").at_least(1);
+    b.integer("model.layers", &S::layers, "decoder blocks").at_least(1);
+    b.integer("model.heads", &S::heads, "query heads").at_least(1);
+    b.integer("model.kv_heads", &S::kv_heads,
+              "key/value heads (grouped-query attention when fewer); divides model.heads")
+        .at_least(1)
+        .defaults_to("model.heads");
+    b.integer("model.hidden", &S::hidden, "SwiGLU inner width").at_least(1);
+    b.integer("model.max_seq_len", &S::max_seq_len, "longest sequence (RoPE positions)").at_least(1);
+    b.number("model.rope_theta", &S::rope_theta, "RoPE base").above(0);
+    b.number("model.norm_eps", &S::norm_eps, "RMSNorm epsilon").above(0);
+    b.boolean("model.tie_embeddings", &S::tie_embeddings, "the output head shares the embedding matrix");
+    return b;
+  }();
+  return table;
 }
+}  // namespace
+
+void LlamaConfig::declare(ConfigSchema& schema) { llama_bindings().declare(schema); }
 
 LlamaConfig LlamaConfig::from_config(const Config& c) {
-  LlamaConfig s;
+  LlamaConfig s = llama_bindings().read(c);
   const std::string& f = c.origin();
-  s.vocab_size = c.get<int64_t>("model.vocab_size", s.vocab_size);
-  s.dim = c.get<int64_t>("model.dim", s.dim);
-  s.layers = c.get<int64_t>("model.layers", s.layers);
-  s.heads = c.get<int64_t>("model.heads", s.heads);
-  s.kv_heads = c.get<int64_t>("model.kv_heads", s.heads);
-  s.hidden = c.get<int64_t>("model.hidden", s.hidden);
-  s.max_seq_len = c.get<int64_t>("model.max_seq_len", s.max_seq_len);
-  s.rope_theta = c.get<double>("model.rope_theta", s.rope_theta);
-  s.norm_eps = c.get<double>("model.norm_eps", s.norm_eps);
-  s.tie_embeddings = c.get<bool>("model.tie_embeddings", s.tie_embeddings);
+  if (!c.has("model.kv_heads")) s.kv_heads = s.heads;
   if (s.vocab_size < 2) throw ConfigError(f, "model.vocab_size", "must be at least 2");
   if (s.layers < 1) throw ConfigError(f, "model.layers", "must be at least 1");
   if (s.heads < 1 || s.dim < 1 || s.dim % s.heads != 0)

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "meridian/core/config.h"
+#include "meridian/core/config_binding.h"
 #include "meridian/core/config_schema.h"
 #include "meridian/core/error.h"
 
@@ -14,22 +15,28 @@ namespace meridian::models {
 
 namespace F = torch::nn::functional;
 
-void LoraConfig::declare(ConfigSchema& schema) {
-  const LoraConfig d;
-  schema.integer("task.lora.rank", d.rank, "LoRA rank r: only low-rank adapters are trained; 0: full fine-tuning")
-      .at_least(0);
-  schema.number("task.lora.alpha", d.alpha, "LoRA scale numerator: the adapter is scaled by alpha / rank").above(0);
-  schema.number("task.lora.dropout", d.dropout, "dropout on the adapter's input").at_least(0).below(1);
-  schema.strings("task.lora.targets", d.targets,
-                 "layers that get adapters: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+namespace {
+// The task.lora keys, each bound to its field.
+const ConfigBinding<LoraConfig>& lora_bindings() {
+  using S = LoraConfig;
+  static const auto table = [] {
+    ConfigBinding<S> b;
+    b.integer("task.lora.rank", &S::rank, "LoRA rank r: only low-rank adapters are trained; 0: full fine-tuning")
+        .at_least(0);
+    b.number("task.lora.alpha", &S::alpha, "LoRA scale numerator: the adapter is scaled by alpha / rank").above(0);
+    b.number("task.lora.dropout", &S::dropout, "dropout on the adapter's input").at_least(0).below(1);
+    b.strings("task.lora.targets", &S::targets,
+              "layers that get adapters: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+    return b;
+  }();
+  return table;
 }
+}  // namespace
+
+void LoraConfig::declare(ConfigSchema& schema) { lora_bindings().declare(schema); }
 
 LoraConfig LoraConfig::from_config(const Config& c) {
-  LoraConfig s;
-  s.rank = c.get<int64_t>("task.lora.rank", s.rank);
-  s.alpha = c.get<double>("task.lora.alpha", s.alpha);
-  s.dropout = c.get<double>("task.lora.dropout", s.dropout);
-  s.targets = c.get<std::vector<std::string>>("task.lora.targets", s.targets);
+  LoraConfig s = lora_bindings().read(c);
   if (s.enabled() && s.targets.empty())
     throw ConfigError(c.source("task.lora.targets"), "task.lora.targets", "empty: name at least one layer");
   return s;

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "meridian/core/config_binding.h"
 #include "meridian/core/config_schema.h"
 #include "meridian/core/error.h"
 #include "meridian/parallel/ddp.h"
@@ -14,19 +15,13 @@
 namespace meridian::models {
 
 namespace {
-TowerConfig tower(const Config& c, const std::string& prefix, TowerConfig d) {
-  d.width = c.get<int64_t>(prefix + ".width", d.width);
-  d.depth = c.get<int64_t>(prefix + ".depth", d.depth);
-  d.heads = c.get<int64_t>(prefix + ".heads", d.heads);
-  d.mlp_ratio = c.get<double>(prefix + ".mlp_ratio", d.mlp_ratio);
-  d.intermediate = c.get<int64_t>(prefix + ".intermediate", d.intermediate);
-  d.layer_norm_eps = c.get<double>(prefix + ".layer_norm_eps", d.layer_norm_eps);
+// The checks of a tower's values that its keys' ranges do not cover (width a multiple of heads).
+void check_tower(const Config& c, const std::string& prefix, const TowerConfig& d) {
   if (d.width < 1 || d.depth < 1 || d.heads < 1 || d.width % d.heads != 0)
     throw ConfigError(c.origin(), prefix, "width must be a positive multiple of heads, depth and heads positive");
   if (d.mlp_ratio <= 0) throw ConfigError(c.origin(), prefix + ".mlp_ratio", "must be positive");
   if (d.intermediate < 0) throw ConfigError(c.origin(), prefix + ".intermediate", "must be 0 or positive");
   if (d.layer_norm_eps <= 0) throw ConfigError(c.origin(), prefix + ".layer_norm_eps", "must be positive");
-  return d;
 }
 
 // 2 x multiply-adds of an encoder layer on T tokens: q, k, v, out projections, scores and their
@@ -86,49 +81,57 @@ int64_t TowerConfig::mlp_width() const {
   return intermediate > 0 ? intermediate : std::max<int64_t>(1, std::llround(double(width) * mlp_ratio));
 }
 
-void SiglipConfig::declare(ConfigSchema& schema) {
-  const SiglipConfig d;
-  schema
-      .integer("model.image_size", d.image_size, "input image side in pixels (the dataset's images are resized to it)")
-      .at_least(1);
-  schema
-      .integer("model.patch", d.patch,
-               "ViT patch side in pixels, at most model.image_size (a remainder is left out, as a stride-patch "
-               "convolution does: 384 px in patches of 14 gives 27 x 27)")
-      .at_least(1);
-  for (const auto& [tower, t] : {std::pair<std::string, TowerConfig>{"vision", d.vision}, {"text", d.text}}) {
-    const std::string p = "model." + tower;
-    schema.integer(p + ".width", t.width, tower + " tower width (hidden_size); a multiple of its heads").at_least(1);
-    schema.integer(p + ".depth", t.depth, tower + " tower layers (num_hidden_layers)").at_least(1);
-    schema.integer(p + ".heads", t.heads, tower + " tower attention heads").at_least(1);
-    schema.number(p + ".mlp_ratio", t.mlp_ratio, tower + " tower MLP width / its width (when intermediate is 0)")
-        .above(0);
-    schema
-        .integer(p + ".intermediate", t.intermediate,
-                 tower + " tower MLP width (intermediate_size); 0: width x mlp_ratio")
-        .at_least(0);
-    schema.number(p + ".layer_norm_eps", t.layer_norm_eps, tower + " tower LayerNorm epsilon").above(0);
-  }
-  schema
-      .integer("model.context_length", d.context_length,
-               "caption tokens the text tower reads (max_position_embeddings); captions are padded to it")
-      .at_least(2);
-  schema.integer("model.vocab_size", d.vocab_size, "text vocabulary; raised to the dataset tokenizer's when smaller")
-      .at_least(2);
-  schema.integer("model.embed", std::nullopt, "shared embedding width: the vision width (the text head projects to it)")
-      .at_least(1)
-      .defaults_to("model.vision.width");
+namespace {
+// The model: keys of SigLIP, each bound to its field (the towers' through accessors).
+const ConfigBinding<SiglipConfig>& siglip_bindings() {
+  using S = SiglipConfig;
+  static const auto table = [] {
+    ConfigBinding<S> b;
+    b.integer("model.image_size", &S::image_size, "input image side in pixels (the dataset's images are resized to it)")
+        .at_least(1);
+    b.integer("model.patch", &S::patch,
+              "ViT patch side in pixels, at most model.image_size (a remainder is left out, as a stride-patch "
+              "convolution does: 384 px in patches of 14 gives 27 x 27)")
+        .at_least(1);
+    for (const auto& [name, member] :
+         {std::pair<std::string, TowerConfig S::*>{"vision", &S::vision}, {"text", &S::text}}) {
+      const std::string p = "model." + name;
+      const auto in = [member = member](auto field) {
+        return [ member, field ](S & s) -> auto& { return (s.*member).*field; };
+      };
+      b.integer(p + ".width", in(&TowerConfig::width), name + " tower width (hidden_size); a multiple of its heads")
+          .at_least(1);
+      b.integer(p + ".depth", in(&TowerConfig::depth), name + " tower layers (num_hidden_layers)").at_least(1);
+      b.integer(p + ".heads", in(&TowerConfig::heads), name + " tower attention heads").at_least(1);
+      b.number(p + ".mlp_ratio", in(&TowerConfig::mlp_ratio),
+               name + " tower MLP width / its width (when intermediate is 0)")
+          .above(0);
+      b.integer(p + ".intermediate", in(&TowerConfig::intermediate),
+                name + " tower MLP width (intermediate_size); 0: width x mlp_ratio")
+          .at_least(0);
+      b.number(p + ".layer_norm_eps", in(&TowerConfig::layer_norm_eps), name + " tower LayerNorm epsilon").above(0);
+    }
+    b.integer("model.context_length", &S::context_length,
+              "caption tokens the text tower reads (max_position_embeddings); captions are padded to it")
+        .at_least(2);
+    b.integer("model.vocab_size", &S::vocab_size, "text vocabulary; raised to the dataset tokenizer's when smaller")
+        .at_least(2);
+    b.integer("model.embed", &S::embed, "shared embedding width: the vision width (the text head projects to it)")
+        .at_least(1)
+        .defaults_to("model.vision.width");
+    return b;
+  }();
+  return table;
 }
+}  // namespace
+
+void SiglipConfig::declare(ConfigSchema& schema) { siglip_bindings().declare(schema); }
 
 SiglipConfig SiglipConfig::from_config(const Config& c) {
-  SiglipConfig s;
-  s.image_size = c.get<int64_t>("model.image_size", s.image_size);
-  s.patch = c.get<int64_t>("model.patch", s.patch);
-  s.vision = tower(c, "model.vision", s.vision);
-  s.text = tower(c, "model.text", s.text);
-  s.context_length = c.get<int64_t>("model.context_length", s.context_length);
-  s.vocab_size = c.get<int64_t>("model.vocab_size", s.vocab_size);
-  s.embed = c.get<int64_t>("model.embed", s.vision.width);
+  SiglipConfig s = siglip_bindings().read(c);
+  check_tower(c, "model.vision", s.vision);
+  check_tower(c, "model.text", s.text);
+  if (!c.has("model.embed")) s.embed = s.vision.width;
   if (s.patch < 1 || s.patch > s.image_size)
     throw ConfigError(c.origin(), "model.patch",
                       "must be at most model.image_size (" + std::to_string(s.image_size) + ")");

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "meridian/core/config_binding.h"
 #include "meridian/core/config_schema.h"
 #include "meridian/core/error.h"
 
@@ -159,50 +160,56 @@ const std::vector<int64_t>& yolo_strides() {
   return strides;
 }
 
-void YoloConfig::declare(ConfigSchema& schema) {
-  const YoloConfig d;
-  std::vector<std::string> scales;
-  for (const auto& p : kPresets) scales.push_back(p.name);
-  schema
-      .choice("model.scale", scales, std::nullopt,
-              "YOLOv12 scale: sets model.depth, model.width, model.max_channels (each may still be set)")
-      .defaults_to("model.depth, model.width and model.max_channels as given");
-  schema.integer("model.num_classes", std::nullopt, "object classes")
-      .at_least(1)
-      .defaults_to("the dataset's class count");
-  schema.number("model.width", d.width, "channel multiplier").above(0);
-  schema.number("model.depth", d.depth, "block repeat multiplier").above(0);
-  schema.integer("model.max_channels", d.max_channels, "cap on a layer's base channels, before model.width")
-      .at_least(8);
-  schema.integer("model.reg_max", d.reg_max, "DFL bins per box side").at_least(2);
-  schema.boolean("model.area_attention", d.area_attention, "area attention (A2C2f) in the P4 and P5 stages");
-  schema.integer("model.areas", d.areas, "strips of the P4 area attention").at_least(1);
-  schema.number("model.mlp_ratio", d.mlp_ratio, "A2C2f MLP width / its channels").above(0);
-  schema.boolean("model.sync_bn", d.sync_bn, "BatchNorm statistics over all ranks (small per-rank batches)");
+namespace {
+// The model: keys of the detector, each bound to its field; model.scale first, so that the keys it
+// presets can still be set after it.
+const ConfigBinding<YoloConfig>& yolo_bindings() {
+  using S = YoloConfig;
+  static const auto table = [] {
+    ConfigBinding<S> b;
+    std::vector<std::string> scales;
+    for (const auto& p : kPresets) scales.push_back(p.name);
+    b.custom(
+         [scales](ConfigSchema& schema) -> ConfigKey& {
+           return schema.choice("model.scale", scales, std::nullopt,
+                                "YOLOv12 scale: sets model.depth, model.width, model.max_channels (each may still be "
+                                "set)");
+         },
+         [](const Config& c, S& s) {
+           if (!c.has("model.scale")) return;
+           const auto scale = c.get<std::string>("model.scale");
+           const Preset* found = nullptr;
+           for (const auto& p : kPresets)
+             if (scale == p.name) found = &p;
+           if (!found)
+             throw ConfigError(c.origin(), "model.scale", "expected one of n, s, m, l, x, got '" + scale + "'");
+           s.depth = found->depth;
+           s.width = found->width;
+           s.max_channels = found->max_channels;
+         })
+        .defaults_to("model.depth, model.width and model.max_channels as given");
+    b.integer("model.num_classes", &S::num_classes, "object classes")
+        .at_least(1)
+        .defaults_to("the dataset's class count");
+    b.number("model.width", &S::width, "channel multiplier").above(0);
+    b.number("model.depth", &S::depth, "block repeat multiplier").above(0);
+    b.integer("model.max_channels", &S::max_channels, "cap on a layer's base channels, before model.width").at_least(8);
+    b.integer("model.reg_max", &S::reg_max, "DFL bins per box side").at_least(2);
+    b.boolean("model.area_attention", &S::area_attention, "area attention (A2C2f) in the P4 and P5 stages");
+    b.integer("model.areas", &S::areas, "strips of the P4 area attention").at_least(1);
+    b.number("model.mlp_ratio", &S::mlp_ratio, "A2C2f MLP width / its channels").above(0);
+    b.boolean("model.sync_bn", &S::sync_bn, "BatchNorm statistics over all ranks (small per-rank batches)");
+    return b;
+  }();
+  return table;
 }
+}  // namespace
+
+void YoloConfig::declare(ConfigSchema& schema) { yolo_bindings().declare(schema); }
 
 YoloConfig YoloConfig::from_config(const Config& c) {
-  YoloConfig s;
+  YoloConfig s = yolo_bindings().read(c);
   const std::string& f = c.origin();
-  if (c.has("model.scale")) {
-    const auto scale = c.get<std::string>("model.scale");
-    const Preset* found = nullptr;
-    for (const auto& p : kPresets)
-      if (scale == p.name) found = &p;
-    if (!found) throw ConfigError(f, "model.scale", "expected one of n, s, m, l, x, got '" + scale + "'");
-    s.depth = found->depth;
-    s.width = found->width;
-    s.max_channels = found->max_channels;
-  }
-  s.num_classes = c.get<int64_t>("model.num_classes", s.num_classes);
-  s.width = c.get<double>("model.width", s.width);
-  s.depth = c.get<double>("model.depth", s.depth);
-  s.max_channels = c.get<int64_t>("model.max_channels", s.max_channels);
-  s.reg_max = c.get<int64_t>("model.reg_max", s.reg_max);
-  s.area_attention = c.get<bool>("model.area_attention", s.area_attention);
-  s.areas = c.get<int64_t>("model.areas", s.areas);
-  s.mlp_ratio = c.get<double>("model.mlp_ratio", s.mlp_ratio);
-  s.sync_bn = c.get<bool>("model.sync_bn", s.sync_bn);
   const auto [field, problem] = invalid_field(s);
   if (!field.empty()) throw ConfigError(f, field, problem);
   return s;

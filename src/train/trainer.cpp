@@ -1,16 +1,13 @@
 #include "meridian/train/trainer.h"
 
 #include <ATen/autocast_mode.h>
-#include <malloc.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <torch/utils.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <limits>
 #include <optional>
 #include <thread>
@@ -22,29 +19,10 @@
 #include "meridian/ops/facts.h"
 #include "meridian/ops/health.h"
 #include "meridian/parallel/ddp.h"
+#include "process.h"
 #include "progress.h"
 
 namespace meridian::train {
-
-void seed(uint64_t value) { torch::manual_seed(value); }
-
-namespace {
-// Set from a signal handler on whichever thread receives the signal (lock-free: signal-safe).
-std::atomic<bool> g_stop{false};
-static_assert(std::atomic<bool>::is_always_lock_free);
-extern "C" void on_stop_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
-}  // namespace
-
-void install_stop_signals() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sa.sa_flags = SA_RESTART;  // system calls in flight (file reads, sleeps) resume instead of failing
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGUSR1, &sa, nullptr);
-}
-
-bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -68,15 +46,6 @@ class Autocast {
   c10::DeviceType device_;
   bool enabled_;
 };
-
-// Every step frees and allocates the same activation buffers again. glibc's defaults return large
-// blocks to the kernel (mmap above a threshold that adapts, trimming the heap top), so each step
-// page-faults them back in; keeping them in the heap is about 3% of a CPU step (bench train).
-void keep_freed_memory() {
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's maximum: blocks below 32 MiB come from the heap
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);   // give the heap top back only beyond 1 GiB free
-  mallopt(M_TOP_PAD, 64 << 20);
-}
 
 }  // namespace
 

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -35,52 +36,79 @@ namespace meridian {
 template <class T>
 class ConfigBinding {
  public:
-  ConfigKey& integer(const std::string& key, int64_t T::*field, const std::string& description) {
-    readers_.push_back([key, field](const Config& c, T& t) { t.*field = c.get<int64_t>(key, t.*field); });
-    return schema_.integer(key, T{}.*field, description);
+  // `field`: a member pointer (&T::steps) or a callable giving a reference into a T (a nested
+  // field: [](T& t) -> int64_t& { return t.vision.width; }).
+  template <class Field>
+  ConfigKey& integer(const std::string& key, Field field, const std::string& description) {
+    return bind<int64_t>(key, field, schema_.integer(key, default_of(field), description));
   }
-  ConfigKey& number(const std::string& key, double T::*field, const std::string& description) {
-    readers_.push_back([key, field](const Config& c, T& t) { t.*field = c.get<double>(key, t.*field); });
-    return schema_.number(key, T{}.*field, description);
+  template <class Field>
+  ConfigKey& number(const std::string& key, Field field, const std::string& description) {
+    return bind<double>(key, field, schema_.number(key, default_of(field), description));
   }
-  ConfigKey& boolean(const std::string& key, bool T::*field, const std::string& description) {
-    readers_.push_back([key, field](const Config& c, T& t) { t.*field = c.get<bool>(key, t.*field); });
-    return schema_.boolean(key, T{}.*field, description);
+  template <class Field>
+  ConfigKey& boolean(const std::string& key, Field field, const std::string& description) {
+    return bind<bool>(key, field, schema_.boolean(key, default_of(field), description));
   }
-  ConfigKey& string(const std::string& key, std::string T::*field, const std::string& description) {
-    readers_.push_back([key, field](const Config& c, T& t) { t.*field = c.get<std::string>(key, t.*field); });
-    return schema_.string(key, T{}.*field, description);
+  template <class Field>
+  ConfigKey& string(const std::string& key, Field field, const std::string& description) {
+    return bind<std::string>(key, field, schema_.string(key, default_of(field), description));
+  }
+  template <class Field>
+  ConfigKey& strings(const std::string& key, Field field, const std::string& description) {
+    return bind<std::vector<std::string>>(key, field, schema_.strings(key, default_of(field), description));
   }
   // One of `values` (YAML text -> field value); the default is the first text whose value is a
   // default T's field.
-  template <class V>
-  ConfigKey& choice(const std::string& key, V T::*field, std::vector<std::pair<std::string, V>> values,
+  template <class Field, class V = std::decay_t<std::invoke_result_t<Field, T&>>>
+  ConfigKey& choice(const std::string& key, Field field, std::vector<std::pair<std::string, V>> values,
                     const std::string& description) {
     std::vector<std::string> texts;
     std::string fallback;
+    const V d = default_of(field);
     for (const auto& [text, value] : values) {
       texts.push_back(text);
-      if (fallback.empty() && value == T{}.*field) fallback = text;
+      if (fallback.empty() && value == d) fallback = text;
     }
     readers_.push_back([key, field, values](const Config& c, T& t) {
       if (!c.has(key)) return;
       const std::string text = c.get<std::string>(key);
       for (const auto& [name, value] : values)
-        if (name == text) return void(t.*field = value);
+        if (name == text) return void(std::invoke(field, t) = value);
       throw ConfigError(c.source(key), key, "unexpected value '" + text + "'");  // the schema checks first
     });
     return schema_.choice(key, std::move(texts), fallback, description);
   }
+  // A key whose reading is not one field (e.g. a preset that sets several): `declare` declares it in
+  // the schema it is given, `read` applies it when the config sets it.
+  ConfigKey& custom(const std::function<ConfigKey&(ConfigSchema&)>& declare,
+                    std::function<void(const Config&, T&)> read) {
+    readers_.push_back(std::move(read));
+    return declare(schema_);
+  }
 
   // The keys, in table order.
   void declare(ConfigSchema& schema) const { schema.add(schema_); }
-  // `t` with every bound key `config` sets; unset keys keep t's values.
+  // `t` with every bound key `config` sets, in table order; unset keys keep t's values.
   T read(const Config& config, T t = T{}) const {
     for (const auto& r : readers_) r(config, t);
     return t;
   }
 
  private:
+  template <class Field>
+  static auto default_of(Field field) {
+    T d{};
+    return std::decay_t<decltype(std::invoke(field, d))>(std::invoke(field, d));
+  }
+  template <class V, class Field>
+  ConfigKey& bind(const std::string& key, Field field, ConfigKey& spec) {
+    readers_.push_back([key, field](const Config& c, T& t) {
+      auto& value = std::invoke(field, t);
+      value = c.get<V>(key, V(value));
+    });
+    return spec;
+  }
   ConfigSchema schema_;
   std::vector<std::function<void(const Config&, T&)>> readers_;
 };
