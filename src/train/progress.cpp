@@ -35,8 +35,9 @@ StepTimes& operator+=(StepTimes& a, const StepTimes& b) {
   return a;
 }
 
-Reporter::Reporter(int rank, int world, const Task& task, const TrainerSettings& s, const TrainerOptions& o)
-    : rank_(rank), world_(world), task_(task), s_(s) {
+Reporter::Reporter(int rank, int world, int64_t global_batch, const Task& task, const TrainerSettings& s,
+                   const TrainerOptions& o)
+    : rank_(rank), world_(world), global_batch_(global_batch), task_(task), s_(s) {
   if (rank_ != 0) return;
   if (!o.run_dir.empty()) files_ = std::make_unique<RunFiles>(o.run_dir, o.config.dump());
   bar_ = s.progress == Progress::Bar ||
@@ -54,9 +55,8 @@ void Reporter::clear_bar() {
 void Reporter::step(int64_t step, double loss, double grad_norm, int64_t bad_steps, bool last,
                     const std::function<Metrics()>& more) {
   if (rank_ != 0) return;
-  const int64_t global_batch = task_.batch_size() * s_.accumulate * world_;
   const double elapsed = seconds_since(interval_start_);
-  const double samples_per_s = double(interval_steps_ * global_batch) / std::max(elapsed, 1e-9);
+  const double samples_per_s = double(interval_steps_ * global_batch_) / std::max(elapsed, 1e-9);
   if (bar_ && (seconds_since(last_bar_) > 0.25 || last)) {
     const int width = 24, filled = int(width * double(step) / double(s_.steps));
     const double eta = double(s_.steps - step) * elapsed / double(interval_steps_);

@@ -22,7 +22,8 @@ class Reporter {
   // Rank 0 with a run directory creates its files (SystemError naming the path when it cannot);
   // the bar is on when settings.progress asks for it (auto: stdout is a terminal, not under Open
   // MPI, which gives every rank a pseudo-terminal).
-  Reporter(int rank, int world_size, const Task& task, const TrainerSettings& settings, const TrainerOptions& options);
+  Reporter(int rank, int world_size, int64_t global_batch, const Task& task, const TrainerSettings& settings,
+           const TrainerOptions& options);
   ~Reporter();
 
   // Every rank: a finished step's times, counted in the interval the next line reports.
@@ -40,6 +41,7 @@ class Reporter {
 
  private:
   int rank_, world_;
+  int64_t global_batch_;  // samples per optimizer step over all ranks
   const Task& task_;
   const TrainerSettings& s_;
   std::unique_ptr<RunFiles> files_;  // rank 0 with a run directory

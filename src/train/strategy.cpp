@@ -73,11 +73,13 @@ std::string DdpStrategy::describe_reduction() const {
 }
 
 void DdpStrategy::save_parameters(StateWriter& w) const {
+  w.attribute("optimizer", optimizer_kind());
   for (const auto& g : groups_)
     for (size_t i = 0; i < g.params.size(); ++i) w.replicated("model/" + g.names[i], g.params[i]);
 }
 
 void DdpStrategy::load_parameters(StateReader& r) const {
+  check_optimizer_kind(r, optimizer_kind());
   for (const auto& g : groups_)
     for (size_t i = 0; i < g.params.size(); ++i) r.load("model/" + g.names[i], g.params[i]);
 }
@@ -98,7 +100,6 @@ void DdpAdamW::update(int64_t step) {
 // optim/<name>/{exp_avg, exp_avg_sq} (parameters updated at least once) and optim/<name>/step.
 void DdpAdamW::save(StateWriter& w) {
   save_parameters(w);
-  w.attribute("optimizer", optimizer_kind());
   const auto names = flat_names(groups_);
   for (size_t i = 0; i < names.size(); ++i) {
     const auto& st = optimizer_.state()[i];
@@ -114,7 +115,6 @@ void DdpAdamW::save(StateWriter& w) {
 // Per-parameter moments are read in shares (collective); sharded ones (a ZeRO run's) by ranges.
 void DdpAdamW::load(StateReader& r) {
   at::NoGradGuard no_grad;
-  check_optimizer_kind(r, optimizer_kind());
   load_parameters(r);
   const auto names = flat_names(groups_);
   const auto params = flat_params(groups_);
@@ -162,7 +162,6 @@ Metrics DdpSgd::step_metrics(int64_t step) const { return {{"momentum", momentum
 // optim/<name>/momentum_buffer (once it exists) and optim/<name>/step.
 void DdpSgd::save(StateWriter& w) {
   save_parameters(w);
-  w.attribute("optimizer", optimizer_kind());
   const auto names = flat_names(groups_);
   for (size_t i = 0; i < names.size(); ++i) {
     const auto& st = optimizer_.state()[i];
@@ -174,7 +173,6 @@ void DdpSgd::save(StateWriter& w) {
 
 void DdpSgd::load(StateReader& r) {
   at::NoGradGuard no_grad;
-  check_optimizer_kind(r, optimizer_kind());
   load_parameters(r);
   const auto names = flat_names(groups_);
   const auto params = flat_params(groups_);

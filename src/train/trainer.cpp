@@ -95,7 +95,7 @@ struct Trainer::Impl {
       strategy->set_trace(trace.get());
     }
     if (rt.rank() == 0) spdlog::info("resolved config ({}):\n{}", o.config.origin(), o.config.dump());
-    reporter = std::make_unique<Reporter>(rt.rank(), rt.size(), task, s, o);
+    reporter = std::make_unique<Reporter>(rt.rank(), rt.size(), global_batch(), task, s, o);
     if (rt.rank() != 0) return;
     spdlog::info(
         "{}: {:.2f}M trained parameters ({} tensors with weight decay {}, {} without: {} values), {:.3f} GFLOP per "

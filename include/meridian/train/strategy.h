@@ -128,6 +128,8 @@ class DdpStrategy : public Strategy {
   DdpStrategy(const comm::Runtime& runtime, comm::Communicator& comm, Task& task, std::vector<ParamGroup> groups,
               const TrainerSettings& settings);
   std::string describe_reduction() const;
+  // The trained parameters (model/<name>) and the root attribute optimizer; load refuses another
+  // optimizer kind before reading anything.
   void save_parameters(StateWriter& w) const;
   void load_parameters(StateReader& r) const;
   const TrainerSettings s_;
