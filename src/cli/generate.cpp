@@ -11,6 +11,7 @@
 #include "meridian/data/prep.h"
 #include "meridian/data/tokenizer.h"
 #include "meridian/tasks/lm_task.h"
+#include "meridian/tasks/registry.h"
 
 namespace meridian::cli {
 
@@ -56,7 +57,7 @@ Command generate_command() {
     Config config;
     models::Llama model = tasks::load_lm(path, &config);
     std::string tokenizer_path = p["tokenizer"].as<std::string>();
-    if (tokenizer_path.empty()) tokenizer_path = config.get<std::string>("data.train", "");
+    if (tokenizer_path.empty()) tokenizer_path = tasks::DataSettings::from_config(config).train;
     if (tokenizer_path.empty())
       throw UserError("generate: give --tokenizer (the checkpoint's config names no data.train)");
     const data::Tokenizer tok = load_tokenizer(tokenizer_path);

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
+#include "meridian/data/synthetic_prep.h"
 
 namespace meridian::cli {
 

@@ -41,7 +41,7 @@ Config resolved_config(const cxxopts::ParseResult& p, const std::string& command
   if (p.count("health-every"))
     config.set("train.health_every", std::to_string(p["health-every"].as<int64_t>()), "--health-every");
   tasks::validate_config(config);
-  if (!p.count("print-config") && config.get<std::string>("data.train", "").empty())
+  if (!p.count("print-config") && tasks::DataSettings::from_config(config).train.empty())
     throw UserError(command + ": no training data: give --data or data.train in " + path);
   return config;
 }

@@ -18,8 +18,6 @@
 #include "meridian/core/error.h"
 #include "meridian/core/hash.h"
 #include "meridian/data/image_input.h"
-#include "meridian/data/synthetic.h"
-#include "meridian/data/synthetic_text.h"
 #include "prep_job.h"
 #include "text_lines.h"
 #include "text_records_reader.h"
@@ -59,21 +57,6 @@ void check_inputs(const std::string& images_dir, const std::vector<int>& bands) 
   if (images_dir.empty() || !fs::is_directory(images_dir))
     throw UserError("--images: '" + images_dir + "' is not a directory");
   if (!bands.empty() && bands.size() != 3) throw UserError("--bands: give exactly three band numbers, e.g. 3,2,1");
-}
-
-void check_synthetic(const PrepSyntheticOptions& o) {
-  check_options(o);
-  if (o.count < 1) throw UserError("--count: must be at least 1");
-  if (o.size < 32) throw UserError("--size: synthetic scenes need at least 32 pixels, got " + std::to_string(o.size));
-}
-
-std::string synthetic_name(const PrepSyntheticOptions& o, int64_t i) {
-  return "synthetic/" + std::to_string(o.seed) + "/" + std::to_string(i);
-}
-
-TextRecord synthetic_text_record(uint64_t seed, int64_t index) {
-  const auto r = make_synthetic_instruction(seed, index);
-  return {alpaca_prompt(r.instruction, r.input), r.output};
 }
 
 // At most this many captions train a tokenizer (rank 0 holds them and SentencePiece's trainer works
@@ -212,30 +195,6 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
   return run_image_job(rt, o, job);
 }
 
-PrepReport prep_synthetic_image_text(const comm::Runtime& rt, const PrepSyntheticOptions& o) {
-  check_synthetic(o);
-  ImageJob job;
-  job.count = o.count;
-  job.source = "synthetic/" + std::to_string(o.seed);
-  job.class_names = synthetic_scene_classes();
-  job.tokenizer_corpus = [&] {
-    std::vector<std::string> corpus;
-    for (int64_t i = 0; i < std::min<int64_t>(o.count, 2000); ++i)
-      for (auto& c : make_synthetic_scene(o.seed, i, 32, o.captions_per_image).captions) corpus.push_back(c);
-    return corpus;
-  };
-  job.decode = [&](int64_t i) {
-    auto scene = make_synthetic_scene(o.seed, i, o.size, o.captions_per_image);
-    Decoded d;
-    d.image = scene.image;
-    d.name = synthetic_name(o, i);
-    d.captions = std::move(scene.captions);
-    d.label = scene.label;
-    return d;
-  };
-  return run_image_job(rt, o, job);
-}
-
 PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& o) {
   check_options(o);
   check_inputs(o.images_dir, o.bands);
@@ -298,25 +257,6 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& o
   return run_image_job(rt, o, job);
 }
 
-PrepReport prep_synthetic_detection(const comm::Runtime& rt, const PrepSyntheticOptions& o) {
-  check_synthetic(o);
-  ImageJob job;
-  job.kind = "detection";
-  job.count = o.count;
-  job.source = "synthetic/" + std::to_string(o.seed);
-  job.class_names = synthetic_object_classes();
-  job.decode = [&](int64_t i) {
-    auto scene = make_synthetic_scene(o.seed, i, o.size, 1);
-    Decoded d;
-    d.image = scene.image;
-    d.name = synthetic_name(o, i);
-    d.boxes = std::move(scene.boxes);
-    d.box_classes.assign(scene.box_classes.begin(), scene.box_classes.end());
-    return d;
-  };
-  return run_image_job(rt, o, job);
-}
-
 PrepReport prep_text(const comm::Runtime& rt, const PrepTextOptions& o) {
   check_text_options(o);
   if (o.jsonl.empty()) throw UserError("--jsonl: required");
@@ -340,21 +280,29 @@ PrepReport prep_text(const comm::Runtime& rt, const PrepTextOptions& o) {
   return run_text_job(rt, o, job);
 }
 
-PrepReport prep_synthetic_text(const comm::Runtime& rt, const PrepSyntheticOptions& o) {
-  check_text_options(o);
-  if (o.count < 1) throw UserError("--count: must be at least 1");
-  TextJob job;
-  job.count = o.count;
-  job.record = [&](int64_t i) { return synthetic_text_record(o.seed, i); };
-  job.tokenizer_corpus = [&] {
-    std::vector<std::string> corpus;
-    for (int64_t i = 0; i < std::min<int64_t>(o.count, 5000); ++i) {
-      const auto r = synthetic_text_record(o.seed, i);
-      corpus.push_back(r.prompt);
-      corpus.push_back(r.response);
-    }
-    return corpus;
+PrepReport prep_generated_images(const comm::Runtime& rt, const PrepCommon& o, const ImageGenerator& g) {
+  check_options(o);
+  ImageJob job;
+  job.kind = g.kind;
+  job.count = g.count;
+  job.inputs = job.source = g.source;
+  job.class_names = g.class_names;
+  job.tokenizer_corpus = g.tokenizer_corpus;
+  job.decode = [&](int64_t i) {
+    Decoded d;
+    static_cast<GeneratedImage&>(d) = g.make(i);
+    return d;
   };
+  return run_image_job(rt, o, job);
+}
+
+PrepReport prep_generated_text(const comm::Runtime& rt, const PrepCommon& o, const TextGenerator& g) {
+  check_text_options(o);
+  TextJob job;
+  job.count = g.count;
+  job.inputs = g.source;
+  job.record = g.make;
+  job.tokenizer_corpus = g.tokenizer_corpus;
   return run_text_job(rt, o, job);
 }
 

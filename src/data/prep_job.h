@@ -21,17 +21,12 @@ namespace meridian::data {
 
 class Tokenizer;
 
-// One row to be: decoded on the rank that owns it.
-struct Decoded {
-  cv::Mat image;  // size x size x 3, uint8, RGB
-  std::string name;
-  std::string source;                 // the input file, when there is one: with --encode jpeg its bytes are kept as
-                                      // they are when they decode to exactly `image`
-  std::string source_bytes;           // or the input JPEG's bytes themselves (a tar member)
-  std::vector<std::string> captions;  // image_text
-  int32_t label = -1;
-  std::vector<std::array<float, 4>> boxes;  // detection: x_min, y_min, x_max, y_max in stored pixels
-  std::vector<int32_t> box_classes;
+// One row to be: decoded on the rank that owns it (image, name, captions, label, boxes as a
+// generator makes them), with the input it came from.
+struct Decoded : GeneratedImage {
+  std::string source;        // the input file, when there is one: with --encode jpeg its bytes are kept as
+                             // they are when they decode to exactly `image`
+  std::string source_bytes;  // or the input JPEG's bytes themselves (a tar member)
 };
 
 struct ImageJob {

@@ -12,12 +12,6 @@
 
 namespace meridian::data {
 
-TextLoaderOptions::Mode parse_text_mode(const std::string& name) {
-  if (name == "pack") return TextLoaderOptions::Pack;
-  if (name == "pad") return TextLoaderOptions::Pad;
-  throw UserError("--pack: unknown text mode '" + name + "' (expected pack or pad)");
-}
-
 struct TextLoader::Impl {
   TextLoaderOptions o;
   DatasetInfo info;

@@ -5,13 +5,9 @@
 #include <set>
 #include <string>
 
-namespace meridian::data {
+#include "meridian/data/prep.h"
 
-// One document: tokens = [bos] + ids(prompt) + ids(response) + [eos]; the loss covers the response
-// and eos. Plain text has an empty prompt.
-struct TextRecord {
-  std::string prompt, response;
-};
+namespace meridian::data {
 
 // Calls visit(record) for every record of the JSONL `file` whose "split" is `split` (every record
 // when empty), in file order: {"instruction", "input"?, "output"} (the prompt formatted with

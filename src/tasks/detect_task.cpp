@@ -11,6 +11,7 @@
 #include "meridian/ckpt/file.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
+#include "meridian/core/config_binding.h"
 #include "meridian/core/error.h"
 #include "meridian/data/dataset_reader.h"
 #include "meridian/data/detection_loader.h"
@@ -18,19 +19,73 @@
 #include "meridian/data/image_input.h"
 #include "meridian/data/loader.h"
 #include "meridian/detect/loss.h"
+#include "meridian/tasks/registry.h"
+#include "meridian/train/settings.h"
 
 namespace meridian::tasks {
 
-DetectEvalOptions DetectEvalOptions::from_config(const Config& c) {
-  DetectEvalOptions o;
-  o.image_size = c.get<int64_t>("data.image_size", 0);
-  o.conf = c.get<double>("task.conf", o.conf);
-  o.iou = c.get<double>("task.iou", o.iou);
-  o.max_det = c.get<int64_t>("task.max_det", o.max_det);
-  if (o.image_size < 0 || o.image_size % 32 != 0)
-    throw ConfigError(c.origin(), "data.image_size", "must be a multiple of 32 (0: the stored size)");
-  return o;
+namespace {
+const ConfigBinding<DetectSettings>& detect_bindings() {
+  using S = DetectSettings;
+  static const auto table = [] {
+    ConfigBinding<S> b;
+    const auto augment = [](auto member) {
+      return [member](S & s) -> auto& { return s.augment.*member; };
+    };
+    const auto loss = [](auto member) {
+      return [member](S & s) -> auto& { return s.loss.*member; };
+    };
+    const auto eval = [](auto member) {
+      return [member](S & s) -> auto& { return s.eval.*member; };
+    };
+    using A = data::DetectionAugment;
+    b.integer("train.batch", &S::batch, "images per rank per micro-step").at_least(1);
+    b.integer("data.image_size", eval(&DetectEvalOptions::image_size),
+              "training and evaluation image side, a multiple of 32; 0: the dataset's")
+        .at_least(0);
+    b.boolean("data.augment", augment(&A::enabled),
+              "YOLO augmentation (mosaic, affine, HSV, flip) of the training images");
+    b.integer("data.workers", &S::workers,
+              "threads per rank that decode the images of a JPEG dataset; 0: 1 on a CPU rank, 4 on a GPU rank")
+        .at_least(0)
+        .at_most(256);
+    b.number("data.mosaic", augment(&A::mosaic_prob), "probability of a 4-image mosaic").at_least(0).at_most(1);
+    b.number("data.flip", augment(&A::flip_prob), "probability of a horizontal flip").at_least(0).at_most(1);
+    b.number("data.scale", augment(&A::scale), "scale drawn in [1 - scale, 1 + scale]").at_least(0).at_most(0.95);
+    b.number("data.translate", augment(&A::translate), "translation drawn in +-translate x the image size")
+        .at_least(0)
+        .at_most(1);
+    b.number("data.degrees", augment(&A::degrees), "rotation drawn in +-degrees").at_least(0).at_most(180);
+    b.number("data.hsv_h", augment(&A::hsv_h), "hue gain").at_least(0).at_most(1);
+    b.number("data.hsv_s", augment(&A::hsv_s), "saturation gain").at_least(0).at_most(1);
+    b.number("data.hsv_v", augment(&A::hsv_v), "value gain").at_least(0).at_most(1);
+    b.integer("data.close_mosaic", &S::close_mosaic, "the last epochs of the run without mosaic; 0: none").at_least(0);
+    using L = detect::DetectionLossOptions;
+    b.number("task.box", loss(&L::box), "weight of the CIoU box loss").at_least(0);
+    b.number("task.cls", loss(&L::cls), "weight of the classification loss").at_least(0);
+    b.number("task.dfl", loss(&L::dfl), "weight of the distribution focal loss").at_least(0);
+    b.number("task.conf", eval(&DetectEvalOptions::conf), "evaluation: minimum confidence of a detection")
+        .at_least(0)
+        .below(1);
+    b.number("task.iou", eval(&DetectEvalOptions::iou), "evaluation: NMS IoU threshold").above(0).at_most(1);
+    b.integer("task.max_det", eval(&DetectEvalOptions::max_det), "evaluation: detections kept per image").at_least(1);
+    b.strings("task.class_names", &S::class_names, "class names, for predict's labels").defaults_to("the dataset's");
+    return b;
+  }();
+  return table;
 }
+}  // namespace
+
+void DetectSettings::declare(ConfigSchema& schema) { detect_bindings().declare(schema); }
+
+DetectSettings DetectSettings::from_config(const Config& c) {
+  const DetectSettings s = detect_bindings().read(c);
+  if (s.eval.image_size < 0 || s.eval.image_size % 32 != 0)
+    throw ConfigError(c.origin(), "data.image_size", "must be a multiple of 32 (0: the stored size)");
+  return s;
+}
+
+DetectEvalOptions DetectEvalOptions::from_config(const Config& c) { return DetectSettings::from_config(c).eval; }
 
 train::Metrics DetectEval::metrics() const {
   return {{"map50", 100 * std::max(0.0, map.map50)},
@@ -130,11 +185,9 @@ DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, cons
 struct DetectTask::Impl {
   const comm::Runtime& rt;
   models::YoloConfig mc;
-  detect::DetectionLossOptions loss_options;
-  DetectEvalOptions eval_options;
-  static constexpr int64_t kBatch = 16, kCloseMosaic = 10;
-  int64_t batch = kBatch, image_size = 0;
+  DetectSettings settings;
   std::string eval_data;
+  int64_t image_size = 0;
   std::unique_ptr<data::DetectionLoader> loader;
   std::unique_ptr<comm::Communicator> bn_comm;  // model.sync_bn: SyncBatchNorm's own (outlives the model)
   models::Yolo model{nullptr};
@@ -143,16 +196,12 @@ struct DetectTask::Impl {
   train::Metrics last_parts;
 
   Impl(const comm::Runtime& runtime, const Config& c, const std::string& train_data, train::DataPosition start)
-      : rt(runtime), position(start) {
+      : rt(runtime),
+        settings(DetectSettings::from_config(c)),
+        eval_data(DataSettings::from_config(c).eval),
+        position(start) {
     const std::string& file = c.origin();
-    batch = c.get<int64_t>("train.batch", batch);
     if (train_data.empty()) throw ConfigError(file, "data.train", "missing: give --data or data.train");
-    eval_data = c.get<std::string>("data.eval", "");
-    eval_options = DetectEvalOptions::from_config(c);
-    loss_options.box = c.get<double>("task.box", loss_options.box);
-    loss_options.cls = c.get<double>("task.cls", loss_options.cls);
-    loss_options.dfl = c.get<double>("task.dfl", loss_options.dfl);
-
     const data::DatasetInfo info = data::validate_dataset(train_data);
     if (info.kind != "detection")
       throw DataError(train_data, "kind", "the detect task needs a detection dataset (got " + info.kind + ")");
@@ -164,8 +213,8 @@ struct DetectTask::Impl {
       throw ConfigError(
           file, "model.num_classes",
           std::to_string(mc.num_classes) + " is fewer than the dataset's " + std::to_string(data_classes) + " classes");
-    loss_options.reg_max = mc.reg_max;
-    image_size = eval_options.image_size > 0 ? eval_options.image_size : info.height;
+    settings.loss.reg_max = mc.reg_max;
+    image_size = settings.eval.image_size > 0 ? settings.eval.image_size : info.height;
     if (rt.rank() == 0) {  // where the config and the dataset disagree, say what the run does
       if (image_size != info.height)
         spdlog::warn(
@@ -177,29 +226,21 @@ struct DetectTask::Impl {
                      mc.num_classes, data_classes, train_data, data_classes, mc.num_classes - 1);
     }
 
+    const auto trainer = train::TrainerSettings::from_config(c);
     data::DetectionLoaderOptions lo;
     lo.path = train_data;
-    lo.batch_size = batch;
-    lo.seed = uint64_t(c.get<int64_t>("train.seed", 0));
-    lo.workers = data::loader_workers(c.get<int64_t>("data.workers", 0), rt.device().is_cuda());
+    lo.batch_size = settings.batch;
+    lo.seed = uint64_t(trainer.seed);
+    lo.workers = data::loader_workers(settings.workers, rt.device().is_cuda());
     lo.image_size = int(image_size == info.height ? 0 : image_size);
     lo.epoch = start.epoch;
     lo.position = start.position;
-    auto& a = lo.augment;
-    a.enabled = c.get<bool>("data.augment", true);
-    a.mosaic_prob = c.get<double>("data.mosaic", a.mosaic_prob);
-    a.flip_prob = c.get<double>("data.flip", a.flip_prob);
-    a.scale = c.get<double>("data.scale", a.scale);
-    a.translate = c.get<double>("data.translate", a.translate);
-    a.degrees = c.get<double>("data.degrees", a.degrees);
-    a.hsv_h = c.get<double>("data.hsv_h", a.hsv_h);
-    a.hsv_s = c.get<double>("data.hsv_s", a.hsv_s);
-    a.hsv_v = c.get<double>("data.hsv_v", a.hsv_v);
+    lo.augment = settings.augment;
     // close_mosaic: the last epochs of the run, counted from train.steps and the global batch.
-    const int64_t close = c.get<int64_t>("data.close_mosaic", kCloseMosaic);
-    const int64_t global = batch * c.get<int64_t>("train.accumulate", 1) * rt.size();
+    const int64_t close = settings.close_mosaic;
+    const int64_t global = settings.batch * trainer.accumulate * rt.size();
     const int64_t steps_per_epoch = std::max<int64_t>(1, info.count / std::max<int64_t>(1, global));
-    const int64_t epochs = (c.get<int64_t>("train.steps", 100) + steps_per_epoch - 1) / steps_per_epoch;
+    const int64_t epochs = (trainer.steps + steps_per_epoch - 1) / steps_per_epoch;
     lo.close_mosaic_epoch = close > 0 ? std::max<int64_t>(0, epochs - close) : -1;
     loader = std::make_unique<data::DetectionLoader>(rt, lo);
 
@@ -210,8 +251,9 @@ struct DetectTask::Impl {
       spdlog::info(
           "detect: {} classes, {} px, {} training images ({} epochs of {} steps{}), {:.2f} GFLOP per image forward",
           mc.num_classes, image_size, info.count, epochs, steps_per_epoch,
-          lo.close_mosaic_epoch >= 0 && a.enabled ? ", mosaic off from epoch " + std::to_string(lo.close_mosaic_epoch)
-                                                  : "",
+          lo.close_mosaic_epoch >= 0 && lo.augment.enabled
+              ? ", mosaic off from epoch " + std::to_string(lo.close_mosaic_epoch)
+              : "",
           mc.flops(image_size) / 1e9);
   }
 };
@@ -241,37 +283,7 @@ std::vector<ImageDetection> detect_image(models::Yolo& model, const cv::Mat& rgb
 
 void DetectTask::declare(ConfigSchema& schema) {
   models::YoloConfig::declare(schema);
-  const DetectEvalOptions e;
-  const detect::DetectionLossOptions l;
-  const data::DetectionAugment a;
-  schema.integer("train.batch", Impl::kBatch, "images per rank per micro-step").at_least(1);
-  schema.integer("data.image_size", 0, "training and evaluation image side, a multiple of 32; 0: the dataset's")
-      .at_least(0);
-  schema.boolean("data.augment", true, "YOLO augmentation (mosaic, affine, HSV, flip) of the training images");
-  schema
-      .integer("data.workers", 0,
-               "threads per rank that decode the images of a JPEG dataset; 0: 1 on a CPU rank, 4 on a GPU rank")
-      .at_least(0)
-      .at_most(256);
-  schema.number("data.mosaic", a.mosaic_prob, "probability of a 4-image mosaic").at_least(0).at_most(1);
-  schema.number("data.flip", a.flip_prob, "probability of a horizontal flip").at_least(0).at_most(1);
-  schema.number("data.scale", a.scale, "scale drawn in [1 - scale, 1 + scale]").at_least(0).at_most(0.95);
-  schema.number("data.translate", a.translate, "translation drawn in +-translate x the image size")
-      .at_least(0)
-      .at_most(1);
-  schema.number("data.degrees", a.degrees, "rotation drawn in +-degrees").at_least(0).at_most(180);
-  schema.number("data.hsv_h", a.hsv_h, "hue gain").at_least(0).at_most(1);
-  schema.number("data.hsv_s", a.hsv_s, "saturation gain").at_least(0).at_most(1);
-  schema.number("data.hsv_v", a.hsv_v, "value gain").at_least(0).at_most(1);
-  schema.integer("data.close_mosaic", Impl::kCloseMosaic, "the last epochs of the run without mosaic; 0: none")
-      .at_least(0);
-  schema.number("task.box", l.box, "weight of the CIoU box loss").at_least(0);
-  schema.number("task.cls", l.cls, "weight of the classification loss").at_least(0);
-  schema.number("task.dfl", l.dfl, "weight of the distribution focal loss").at_least(0);
-  schema.number("task.conf", e.conf, "evaluation: minimum confidence of a detection").at_least(0).below(1);
-  schema.number("task.iou", e.iou, "evaluation: NMS IoU threshold").above(0).at_most(1);
-  schema.integer("task.max_det", e.max_det, "evaluation: detections kept per image").at_least(1);
-  schema.strings("task.class_names", std::nullopt, "class names, for predict's labels").defaults_to("the dataset's");
+  DetectSettings::declare(schema);
 }
 
 CheckpointEval DetectTask::evaluate_checkpoint(const comm::Runtime& rt, const ckpt::Reader& reader,
@@ -292,7 +304,7 @@ DetectTask::DetectTask(const comm::Runtime& rt, const Config& config, const std:
 DetectTask::~DetectTask() = default;
 
 std::shared_ptr<torch::nn::Module> DetectTask::model() { return impl_->model.ptr(); }
-int64_t DetectTask::batch_size() const { return impl_->batch; }
+int64_t DetectTask::batch_size() const { return impl_->settings.batch; }
 double DetectTask::flops_per_sample() const { return impl_->mc.flops(impl_->image_size); }
 train::DataPosition DetectTask::data_position() const { return impl_->position; }
 
@@ -312,7 +324,7 @@ at::Tensor DetectTask::forward() {
   auto levels = m.model->forward(m.images);
   for (auto& l : levels) l = l.to(at::kFloat);  // the loss in float32 under bf16 autocast
   const auto loss =
-      detect::detection_loss(levels, models::yolo_strides(), m.boxes, m.classes, m.offsets, m.loss_options);
+      detect::detection_loss(levels, models::yolo_strides(), m.boxes, m.classes, m.offsets, m.settings.loss);
   m.last_parts = {{"box_loss", loss.box.item<double>()},
                   {"cls_loss", loss.cls.item<double>()},
                   {"dfl_loss", loss.dfl.item<double>()},
@@ -323,7 +335,7 @@ at::Tensor DetectTask::forward() {
 train::Metrics DetectTask::evaluate() {
   auto& m = *impl_;
   if (m.eval_data.empty()) return {};
-  return evaluate_detection(m.rt, m.model, m.eval_data, m.eval_options).metrics();
+  return evaluate_detection(m.rt, m.model, m.eval_data, m.settings.eval).metrics();
 }
 
 train::Metrics DetectTask::step_metrics() { return impl_->last_parts; }

@@ -10,21 +10,28 @@
 #include "meridian/ckpt/file.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
+#include "meridian/core/config_binding.h"
 #include "meridian/core/error.h"
 #include "meridian/data/text_loader.h"
 #include "meridian/models/safetensors.h"
+#include "meridian/tasks/registry.h"
+#include "meridian/train/settings.h"
 
 namespace meridian::tasks {
 
 namespace {
-data::TextLoaderOptions loader_options(const Config& c, const std::string& path, int64_t seq_len, int64_t batch) {
-  data::TextLoaderOptions o;
-  o.path = path;
-  o.seq_len = seq_len;
-  o.batch_size = batch;
-  o.seed = uint64_t(c.get<int64_t>("train.seed", 0));
-  o.mode = data::parse_text_mode(c.get<std::string>("data.mode", "pack"));
-  return o;
+const ConfigBinding<LmSettings>& lm_bindings() {
+  using S = LmSettings;
+  static const auto table = [] {
+    ConfigBinding<S> b;
+    b.integer("train.batch", &S::batch, "sequences per rank per micro-step").at_least(1);
+    b.integer("data.seq_len", &S::seq_len, "tokens per training sequence").at_least(1).defaults_to("model.max_seq_len");
+    b.choice("data.mode", &S::mode, {{"pack", data::TextLoaderOptions::Pack}, {"pad", data::TextLoaderOptions::Pad}},
+             "pack: windows of the token stream; pad: one document per sequence");
+    b.string("task.init", &S::init, "safetensors file with the initial weights (Hugging Face names); '': random");
+    return b;
+  }();
+  return table;
 }
 
 // Sum of token losses and the number of tokens with a target (ignored targets excluded).
@@ -37,6 +44,9 @@ std::pair<at::Tensor, int64_t> token_loss_sum(models::Llama& model, const at::Te
   return {sum, (flat_targets != data::kIgnoreIndex).sum().item<int64_t>()};
 }
 }  // namespace
+
+void LmSettings::declare(ConfigSchema& schema) { lm_bindings().declare(schema); }
+LmSettings LmSettings::from_config(const Config& config) { return lm_bindings().read(config); }
 
 train::ZeroMemoryReport lm_memory(const models::LlamaConfig& model, int stage, int64_t world,
                                   int64_t parameter_element_bytes, const models::LoraConfig* lora) {
@@ -73,10 +83,10 @@ train::ZeroMemoryReport lm_memory(const models::LlamaConfig& model, int stage, i
 struct LmTask::Impl {
   const comm::Runtime& rt;
   models::LlamaConfig mc;
-  static constexpr int64_t kBatch = 8;
-  int64_t batch = kBatch, seq_len = 0, last_tokens = 0;
-  double last_loss = 0;
+  LmSettings settings;
   std::string eval_data;
+  int64_t seq_len = 0, last_tokens = 0;
+  double last_loss = 0;
   std::unique_ptr<data::TextLoader> loader;
   models::Llama model{nullptr};
   std::unique_ptr<comm::Communicator> eval_comm;  // created by the first evaluation (collective)
@@ -84,16 +94,22 @@ struct LmTask::Impl {
   train::DataPosition position;
 
   Impl(const comm::Runtime& runtime, const Config& c, const std::string& train_data, train::DataPosition start)
-      : rt(runtime), position(start) {
-    mc = models::LlamaConfig::from_config(c);
-    batch = c.get<int64_t>("train.batch", batch);
-    seq_len = c.get<int64_t>("data.seq_len", mc.max_seq_len);
+      : rt(runtime),
+        mc(models::LlamaConfig::from_config(c)),
+        settings(LmSettings::from_config(c)),
+        eval_data(DataSettings::from_config(c).eval),
+        position(start) {
+    seq_len = settings.seq_len > 0 ? settings.seq_len : mc.max_seq_len;
     if (seq_len > mc.max_seq_len)
       throw ConfigError(c.source("data.seq_len"), "data.seq_len",
                         "must be within [1, model.max_seq_len = " + std::to_string(mc.max_seq_len) + "]");
-    eval_data = c.get<std::string>("data.eval", "");
     if (train_data.empty()) throw ConfigError(c.origin(), "data.train", "missing: give --data or data.train");
-    auto o = loader_options(c, train_data, seq_len, batch);
+    data::TextLoaderOptions o;
+    o.path = train_data;
+    o.seq_len = seq_len;
+    o.batch_size = settings.batch;
+    o.seed = uint64_t(train::TrainerSettings::from_config(c).seed);
+    o.mode = settings.mode;
     o.epoch = start.epoch;
     o.position = start.position;
     loader = std::make_unique<data::TextLoader>(rt, o);
@@ -104,7 +120,7 @@ struct LmTask::Impl {
       mc.vocab_size = loader->info().vocab_size;
     }
     model = models::Llama(mc);
-    const std::string init = c.get<std::string>("task.init", "");
+    const std::string& init = settings.init;
     if (!init.empty()) models::load_into(*model, models::load_safetensors(init), nullptr, init);
     // LoRA: adapters on the targets (after the base weights are in), everything else frozen.
     const auto lora = models::LoraConfig::from_config(c);
@@ -145,13 +161,7 @@ int64_t export_merged(const std::string& checkpoint, const std::string& out) {
 
 void LmTask::declare(ConfigSchema& schema) {
   models::LlamaConfig::declare(schema);
-  schema.integer("train.batch", Impl::kBatch, "sequences per rank per micro-step").at_least(1);
-  schema.integer("data.seq_len", std::nullopt, "tokens per training sequence")
-      .at_least(1)
-      .defaults_to("model.max_seq_len");
-  schema.choice("data.mode", {"pack", "pad"}, "pack",
-                "pack: windows of the token stream; pad: one document per sequence");
-  schema.string("task.init", "", "safetensors file with the initial weights (Hugging Face names); '': random");
+  LmSettings::declare(schema);
   models::LoraConfig::declare(schema);
 }
 
@@ -161,7 +171,7 @@ LmTask::~LmTask() = default;
 
 std::shared_ptr<torch::nn::Module> LmTask::model() { return impl_->model.ptr(); }
 nn::BlockRunner* LmTask::blocks() { return &impl_->model->blocks(); }
-int64_t LmTask::batch_size() const { return impl_->batch; }
+int64_t LmTask::batch_size() const { return impl_->settings.batch; }
 double LmTask::flops_per_sample() const { return impl_->mc.flops_per_token(impl_->seq_len) * double(impl_->seq_len); }
 double LmTask::tokens_per_sample() const { return double(impl_->seq_len); }
 train::DataPosition LmTask::data_position() const { return impl_->position; }

@@ -62,12 +62,13 @@ PredictSummary predict_directory(const comm::Runtime& rt, const PredictOptions& 
   if (config.get<std::string>("task.name", "siglip") != "detect")
     throw UserError(o.checkpoint + ": predict needs a detect checkpoint (task.name is " +
                     config.get<std::string>("task.name", "siglip") + ")");
+  const DetectSettings settings = DetectSettings::from_config(config);
   int64_t size = o.size;
-  if (size == 0) size = config.get<int64_t>("data.image_size", 0);
+  if (size == 0) size = settings.eval.image_size;
   if (size <= 0 || size % 32 != 0)
     throw UserError("predict: --size must be a positive multiple of 32 (the checkpoint's data.image_size is " +
                     config.text("data.image_size") + ")");
-  const auto names = config.get<std::vector<std::string>>("task.class_names", {});
+  const auto& names = settings.class_names;
   DetectEvalOptions eo;
   eo.image_size = size;
   eo.conf = o.conf;

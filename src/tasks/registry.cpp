@@ -8,6 +8,7 @@
 
 #include "meridian/ckpt/checkpoint.h"
 #include "meridian/ckpt/file.h"
+#include "meridian/core/config_binding.h"
 #include "meridian/data/format.h"
 #include "meridian/models/hf_checkpoint.h"
 #include "meridian/models/siglip.h"
@@ -57,13 +58,22 @@ const TaskKind& kind_of(const Config& config) {
   throw ConfigError(config.source("task.name"), "task.name", "expected one of " + known + ", got '" + name + "'");
 }
 
+const ConfigBinding<DataSettings>& data_bindings() {
+  static const auto table = [] {
+    ConfigBinding<DataSettings> b;
+    b.string("data.train", &DataSettings::train, "training dataset (.h5 from meridian prep); --data sets it")
+        .defaults_to("--data");
+    b.string("data.eval", &DataSettings::eval, "evaluation dataset; '': no evaluation");
+    return b;
+  }();
+  return table;
+}
+
 ConfigSchema common_schema() {
   ConfigSchema s;
   s.choice("task.name", task_names(), kDefaultTask,
            "the workload: siglip (image-text), lm (language-model SFT), detect");
-  s.string("data.train", std::nullopt, "training dataset (.h5 from meridian prep); --data sets it")
-      .defaults_to("--data");
-  s.string("data.eval", "", "evaluation dataset; '': no evaluation");
+  data_bindings().declare(s);
   train::TrainerSettings::declare(s);
   ckpt::CheckpointSettings::declare(s);
   return s;
@@ -84,6 +94,8 @@ std::vector<std::string> task_names() {
   for (const auto& k : kinds()) names.push_back(k.name);
   return names;
 }
+
+DataSettings DataSettings::from_config(const Config& config) { return data_bindings().read(config); }
 
 ConfigSchema config_schema(const std::string& task) {
   ConfigSchema s = common_schema();

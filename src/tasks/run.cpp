@@ -23,7 +23,7 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
                                  const std::string& resume, const train::InjectedStraggler& straggler,
                                  const std::string& trace_path) {
   train::install_stop_signals();  // from the start: a signal while the data opens still ends with a checkpoint
-  describe_data(config, config.get<std::string>("data.train"));
+  describe_data(config, DataSettings::from_config(config).train);
   const auto ckpt_settings = ckpt::CheckpointSettings::from_config(config, run_dir);
   const auto point = ckpt::choose_resume_point(rt, resume, ckpt_settings.dir);
   train::DataPosition start;
@@ -44,7 +44,7 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
   }
   const auto settings = train::TrainerSettings::from_config(config);
   train::seed(settings.seed);
-  auto task = make_task(rt, config, config.get<std::string>("data.train"), start);
+  auto task = make_task(rt, config, DataSettings::from_config(config).train, start);
   train::Trainer trainer(rt, *task, settings, {config, run_dir, straggler, trace_path});
   if (point) ckpt::restore(rt, trainer, *point);
   ckpt::Checkpointer checkpointer(rt, trainer, config, ckpt_settings);

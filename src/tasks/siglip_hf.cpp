@@ -17,6 +17,7 @@
 #include "meridian/data/format.h"
 #include "meridian/models/hf_checkpoint.h"
 #include "meridian/models/safetensors.h"
+#include "meridian/tasks/registry.h"
 #include "meridian/tasks/siglip_task.h"
 
 namespace meridian::tasks {
@@ -33,7 +34,7 @@ data::Tokenizer tokenizer_from(const std::string& path) {
 // Where a siglip run's tokenizer is: task.init's directory when it has spiece.model, else data.train
 // when that file is here; "" when neither.
 std::string training_tokenizer(const Config& config) {
-  const std::string init = config.get<std::string>("task.init", ""), data = config.get<std::string>("data.train", "");
+  const std::string init = SiglipSettings::from_config(config).init, data = DataSettings::from_config(config).train;
   if (!init.empty() && fs::exists(fs::path(init) / "spiece.model")) return init;
   if (!data.empty() && fs::exists(data)) return data;
   return "";
@@ -210,8 +211,8 @@ ExportSummary export_siglip(const std::string& checkpoint, const std::string& ou
   const std::string source = tokenizer.empty() ? training_tokenizer(config) : tokenizer;
   if (source.empty())
     throw UserError(checkpoint + ": the tokenizer it was trained with is not here (task.init '" +
-                    config.get<std::string>("task.init", "") + "', data.train '" +
-                    config.get<std::string>("data.train", "") +
+                    SiglipSettings::from_config(config).init + "', data.train '" +
+                    DataSettings::from_config(config).train +
                     "'): give --tokenizer (a Hugging Face directory or the dataset)");
   LoadedSiglip m = load_siglip(checkpoint, source);
   const auto& mc = m.model->config();

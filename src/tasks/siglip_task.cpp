@@ -10,12 +10,15 @@
 #include "meridian/ckpt/file.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
+#include "meridian/core/config_binding.h"
 #include "meridian/core/error.h"
 #include "meridian/data/dataset_reader.h"
 #include "meridian/data/format.h"
 #include "meridian/data/loader.h"
 #include "meridian/data/tokenizer.h"
+#include "meridian/tasks/registry.h"
 #include "meridian/tasks/siglip_hf.h"
+#include "meridian/train/settings.h"
 
 namespace meridian::tasks {
 
@@ -163,14 +166,39 @@ SiglipEval evaluate_siglip(const comm::Runtime& rt, comm::Communicator& comm, mo
   return r;
 }
 
+namespace {
+const ConfigBinding<SiglipSettings>& siglip_bindings() {
+  using S = SiglipSettings;
+  static const auto table = [] {
+    ConfigBinding<S> b;
+    b.integer("train.batch", &S::batch, "image-caption pairs per rank per micro-step").at_least(1);
+    b.choice("task.loss", &S::softmax, {{"sigmoid", false}, {"softmax", true}},
+             "sigmoid: SigLIP's pairwise loss; softmax: CLIP's");
+    b.strings("task.prompts", &S::prompts, "zero-shot prompt templates ({} is the class name)");
+    b.string("task.init", &S::init,
+             "weights to start from: a Hugging Face SiglipModel directory (config.json sets the model: keys; "
+             "model.safetensors or shards with their index) or one .safetensors file; '': random");
+    b.boolean("data.augment", &S::augment, "random resized crop and flip of the training images");
+    b.integer("data.workers", &S::workers,
+              "threads per rank that decode (JPEG datasets) and augment each batch; 0: 1 on a CPU rank, 4 on a "
+              "GPU rank")
+        .at_least(0)
+        .at_most(256);
+    return b;
+  }();
+  return table;
+}
+}  // namespace
+
+void SiglipSettings::declare(ConfigSchema& schema) { siglip_bindings().declare(schema); }
+SiglipSettings SiglipSettings::from_config(const Config& config) { return siglip_bindings().read(config); }
+
 struct SiglipTask::Impl {
   const comm::Runtime& rt;
   models::SiglipConfig mc;
-  bool softmax = false;
-  std::vector<std::string> prompts;
+  SiglipSettings settings;
   std::string eval_data;
-  static constexpr int64_t kBatch = 32;
-  int64_t batch = kBatch, context = 0;
+  int64_t context = 0;
   std::unique_ptr<data::Loader> loader;
   std::unique_ptr<comm::Communicator> loss_comm;  // the gathers inside forward/backward: their own
   models::Siglip model{nullptr};
@@ -180,20 +208,19 @@ struct SiglipTask::Impl {
   train::DataPosition position;  // after the last batch handed out
 
   Impl(const comm::Runtime& runtime, const Config& c, const std::string& train_data, train::DataPosition start)
-      : rt(runtime), position(start) {
-    mc = models::SiglipConfig::from_config(c);
-    batch = c.get<int64_t>("train.batch", batch);
-    softmax = c.get<std::string>("task.loss", "sigmoid") == "softmax";
-    prompts = c.get<std::vector<std::string>>("task.prompts", default_prompts());
-    eval_data = c.get<std::string>("data.eval", "");
+      : rt(runtime),
+        mc(models::SiglipConfig::from_config(c)),
+        settings(SiglipSettings::from_config(c)),
+        eval_data(DataSettings::from_config(c).eval),
+        position(start) {
     if (train_data.empty()) throw ConfigError(c.origin(), "data.train", "missing: give --data or data.train");
 
     data::LoaderOptions lo;
     lo.path = train_data;
-    lo.batch_size = batch;
-    lo.seed = uint64_t(c.get<int64_t>("train.seed", 0));
-    lo.augment = c.get<bool>("data.augment", false);
-    lo.workers = data::loader_workers(c.get<int64_t>("data.workers", 0), rt.device().is_cuda());
+    lo.batch_size = settings.batch;
+    lo.seed = uint64_t(train::TrainerSettings::from_config(c).seed);
+    lo.augment = settings.augment;
+    lo.workers = data::loader_workers(settings.workers, rt.device().is_cuda());
     lo.epoch = start.epoch;
     lo.position = start.position;
     loader = std::make_unique<data::Loader>(rt, lo);
@@ -216,7 +243,7 @@ struct SiglipTask::Impl {
             "their eos kept last",
             mc.context_length, info.context_length, train_data);
     }
-    const std::string init = c.get<std::string>("task.init", "");
+    const std::string& init = settings.init;
     if (!init.empty() && info.vocab_size > mc.vocab_size)
       throw DataError(train_data, "tokenizer",
                       std::to_string(info.vocab_size) + " pieces, more than model.vocab_size " +
@@ -229,26 +256,14 @@ struct SiglipTask::Impl {
     model = models::Siglip(mc);
     if (!init.empty()) load_hf_weights(*model, init, rt.rank() == 0);
     model->to(rt.device());
-    if (softmax) model->logit_bias().set_requires_grad(false);  // CLIP's loss has no bias term
+    if (settings.softmax) model->logit_bias().set_requires_grad(false);  // CLIP's loss has no bias term
     loss_comm = comm::make_communicator(rt, comm::default_backend(rt));
   }
 };
 
 void SiglipTask::declare(ConfigSchema& schema) {
   models::SiglipConfig::declare(schema);
-  schema.integer("train.batch", Impl::kBatch, "image-caption pairs per rank per micro-step").at_least(1);
-  schema.choice("task.loss", {"sigmoid", "softmax"}, "sigmoid", "sigmoid: SigLIP's pairwise loss; softmax: CLIP's");
-  schema.strings("task.prompts", default_prompts(), "zero-shot prompt templates ({} is the class name)");
-  schema.string("task.init", "",
-                "weights to start from: a Hugging Face SiglipModel directory (config.json sets the model: keys; "
-                "model.safetensors or shards with their index) or one .safetensors file; '': random");
-  schema.boolean("data.augment", false, "random resized crop and flip of the training images");
-  schema
-      .integer("data.workers", 0,
-               "threads per rank that decode (JPEG datasets) and augment each batch; 0: 1 on a CPU rank, 4 on a "
-               "GPU rank")
-      .at_least(0)
-      .at_most(256);
+  SiglipSettings::declare(schema);
 }
 
 CheckpointEval SiglipTask::evaluate_checkpoint(const comm::Runtime& rt, const ckpt::Reader& reader,
@@ -262,8 +277,7 @@ CheckpointEval SiglipTask::evaluate_checkpoint(const comm::Runtime& rt, const ck
   ckpt::load_module(reader.path(), *model);
   model->to(rt.device());
   auto comm = comm::make_communicator(rt, comm::default_backend(rt));
-  const auto result = evaluate_siglip(rt, *comm, model, data_path,
-                                      config.get<std::vector<std::string>>("task.prompts", default_prompts()));
+  const auto result = evaluate_siglip(rt, *comm, model, data_path, SiglipSettings::from_config(config).prompts);
   return {std::to_string(result.images) + " images, " + std::to_string(result.captions) + " captions", "",
           result.metrics()};
 }
@@ -273,10 +287,10 @@ SiglipTask::SiglipTask(const comm::Runtime& rt, const Config& config, const std:
     : impl_(std::make_unique<Impl>(rt, config, train_data, start)) {}
 SiglipTask::~SiglipTask() = default;
 
-std::string SiglipTask::name() const { return impl_->softmax ? "clip" : "siglip"; }
+std::string SiglipTask::name() const { return impl_->settings.softmax ? "clip" : "siglip"; }
 std::shared_ptr<torch::nn::Module> SiglipTask::model() { return impl_->model.ptr(); }
 nn::BlockRunner* SiglipTask::blocks() { return &impl_->model->blocks(); }
-int64_t SiglipTask::batch_size() const { return impl_->batch; }
+int64_t SiglipTask::batch_size() const { return impl_->settings.batch; }
 double SiglipTask::flops_per_sample() const { return impl_->mc.flops_per_sample(); }
 models::Siglip& SiglipTask::siglip() { return impl_->model; }
 
@@ -298,7 +312,7 @@ at::Tensor SiglipTask::forward() {
   // Copies: under ZeRO-3 the parameters hold no data after the step.
   m.scale = m.model->logit_scale().detach().clone();
   m.bias = m.model->logit_bias().detach().clone();
-  if (m.softmax) return models::clip_loss(images, texts, m.model->logit_scale(), m.loss_comm.get());
+  if (m.settings.softmax) return models::clip_loss(images, texts, m.model->logit_scale(), m.loss_comm.get());
   return models::siglip_loss(images, texts, m.model->logit_scale(), m.model->logit_bias(), m.loss_comm.get());
 }
 
@@ -310,7 +324,8 @@ bool SiglipTask::decays(const std::string& name, const at::Tensor& p) const {
 
 train::Metrics SiglipTask::evaluate() {
   if (impl_->eval_data.empty()) return {};
-  return evaluate_siglip(impl_->rt, *impl_->loss_comm, impl_->model, impl_->eval_data, impl_->prompts).metrics();
+  return evaluate_siglip(impl_->rt, *impl_->loss_comm, impl_->model, impl_->eval_data, impl_->settings.prompts)
+      .metrics();
 }
 
 train::DataPosition SiglipTask::data_position() const { return impl_->position; }

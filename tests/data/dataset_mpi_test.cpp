@@ -17,6 +17,7 @@
 #include "meridian/data/loader.h"
 #include "meridian/data/prep.h"
 #include "meridian/data/synthetic.h"
+#include "meridian/data/synthetic_prep.h"
 #include "meridian/data/tokenizer.h"
 #include "mpi_test_main.h"
 
@@ -357,6 +358,69 @@ TEST(Detection, SyntheticBoxesArriveExactlyPerRow) {
               data::Loader l(runtime(), lo);
             }).find(o.out + ": attribute 'kind': the image-text loader reads 'image_text' files, not 'detection'"),
             std::string::npos);
+}
+
+TEST(Prep, AProgramsOwnRowsAreWrittenAndAFailingRowIsSkippedAndNamed) {
+  // A generator that is not the synthetic one: row i is a 32 px image of value 10 i with one box
+  // (i, i, i + 8, i + 8) of class i % 2; row 4 throws. The file holds the other 8 rows, in order.
+  data::ImageGenerator g;
+  g.kind = "detection";
+  g.count = 9;
+  g.source = "ramp";
+  g.class_names = {"even", "odd"};
+  g.make = [](int64_t i) {
+    if (i == 4) throw std::runtime_error("no such ramp");
+    data::GeneratedImage d;
+    d.image = cv::Mat(32, 32, CV_8UC3, cv::Scalar::all(double(10 * i)));
+    d.name = "ramp/" + std::to_string(i);
+    d.boxes = {{float(i), float(i), float(i + 8), float(i + 8)}};
+    d.box_classes = {int32_t(i % 2)};
+    return d;
+  };
+  data::PrepCommon o;
+  o.out = shared_dir() + "/ramp.h5";
+  o.size = 32;
+  o.block = 2;
+  const auto report = data::prep_generated_images(runtime(), o, g);
+  EXPECT_EQ(report.written, 8);
+  EXPECT_EQ(report.skipped_count, 1);
+  if (runtime().rank() == 0) {
+    ASSERT_EQ(report.skipped.size(), 1u);
+    EXPECT_EQ(report.skipped[0], "entry 4: no such ramp");
+  }
+  const auto info = data::validate_dataset(o.out);
+  EXPECT_EQ(info.kind, "detection");
+  EXPECT_EQ(info.class_names, g.class_names);
+  data::DatasetReader reader(o.out, data::IoDriver::POSIX);
+  for (int64_t row = 0; row < 8; ++row) {
+    const int64_t i = row < 4 ? row : row + 1;
+    EXPECT_EQ(reader.name(row), "ramp/" + std::to_string(i));
+    const auto got = data::read_boxes(info, row);
+    EXPECT_EQ(got.boxes, (std::vector<std::array<float, 4>>{{float(i), float(i), float(i + 8), float(i + 8)}}));
+    EXPECT_EQ(got.classes, std::vector<int32_t>{int32_t(i % 2)});
+  }
+
+  // Text: the records as made, the prompt without loss.
+  data::TextGenerator t;
+  t.count = 5;
+  t.source = "counting";
+  t.make = [](int64_t i) {
+    return data::TextRecord{"Count to " + std::to_string(i + 1) + ".", std::string(size_t(i + 1), '1')};
+  };
+  o.out = shared_dir() + "/counting.h5";
+  o.vocab_size = 400;
+  t.tokenizer_corpus = [&] {
+    std::vector<std::string> corpus;
+    for (int64_t i = 0; i < t.count; ++i) corpus.push_back(t.make(i).prompt), corpus.push_back(t.make(i).response);
+    return corpus;
+  };
+  EXPECT_EQ(data::prep_generated_text(runtime(), o, t).written, 5);
+  const auto summary = data::summarize(data::validate_dataset(o.out), 5);
+  ASSERT_EQ(summary.examples.size(), 5u);
+  EXPECT_EQ(summary.examples[2].decoded, "111");
+  t.count = 0;
+  o.out = shared_dir() + "/no_records.h5";
+  EXPECT_EQ(message_of([&] { data::prep_generated_text(runtime(), o, t); }), "prep: no input records in counting");
 }
 
 TEST(Detection, YoloAndCocoGiveTheSameLetterboxedBoxes) {

@@ -21,6 +21,7 @@
 #include "meridian/data/detection_loader.h"
 #include "meridian/data/format.h"
 #include "meridian/data/prep.h"
+#include "meridian/data/synthetic_prep.h"
 #include "meridian/data/tokenizer.h"
 #include "mpi_test_main.h"
 

@@ -15,6 +15,7 @@
 #include "meridian/data/loader.h"
 #include "meridian/data/prep.h"
 #include "meridian/data/synthetic.h"
+#include "meridian/data/synthetic_prep.h"
 #include "mpi_test_main.h"
 
 namespace fs = std::filesystem;

@@ -1,11 +1,15 @@
-// `meridian prep`: turns images + captions (or procedurally drawn scenes) into one dataset file.
+// `meridian prep`: turns images + captions, detection labels or text records (or rows a program
+// makes: prep_generated_*) into one dataset file.
 //
 // Collective: every rank calls it with the same options. Ranks decode disjoint blocks of the input
 // (round-robin, so the file keeps the input order) and write them by hyperslab into one file; the
 // same works on one rank. The file is written as <out>.tmp and renamed to <out> only once complete.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
+#include <opencv2/core.hpp>
 #include <string>
 #include <vector>
 
@@ -74,11 +78,6 @@ struct PrepTextOptions : PrepCommon {
   std::string split;  // keep only records whose "split" is this; empty: all
 };
 
-struct PrepSyntheticOptions : PrepCommon {
-  int64_t count = 1000;
-  uint64_t seed = 0;
-};
-
 struct PrepReport {
   int64_t inputs = 0;                 // entries considered
   int64_t written = 0;                // rows in the file
@@ -95,15 +94,55 @@ struct PrepReport {
 
 // Throws UserError/DataError for bad options or input (naming the file and line), on every rank.
 PrepReport prep_image_text(const comm::Runtime& runtime, const PrepImageTextOptions& options);
-PrepReport prep_synthetic_image_text(const comm::Runtime& runtime, const PrepSyntheticOptions& options);
 PrepReport prep_detection(const comm::Runtime& runtime, const PrepDetectionOptions& options);
-PrepReport prep_synthetic_detection(const comm::Runtime& runtime, const PrepSyntheticOptions& options);
 PrepReport prep_text(const comm::Runtime& runtime, const PrepTextOptions& options);
 
 // The Alpaca prompt template prep text uses for instruction records (`input` may be empty); the
 // response follows it. `meridian generate` prompts a fine-tuned model the same way.
 std::string alpaca_prompt(const std::string& instruction, const std::string& input);
-// Synthetic instruction records (arithmetic, word reversal, counting): learnable, deterministic per seed.
-PrepReport prep_synthetic_text(const comm::Runtime& runtime, const PrepSyntheticOptions& options);
+
+// ---- prep from rows a program makes (the synthetic demo data of data/synthetic, a user's own
+// generator): the same drivers, files and guarantees as the readers above ----
+
+// One image row, made on the rank that writes it.
+struct GeneratedImage {
+  cv::Mat image;  // options.size x options.size x 3, uint8, RGB
+  std::string name;
+  std::vector<std::string> captions;        // image_text: up to options.captions_per_image (repeated when fewer)
+  int32_t label = -1;                       // image_text: index into class_names; -1: none
+  std::vector<std::array<float, 4>> boxes;  // detection: x_min, y_min, x_max, y_max in stored pixels
+  std::vector<int32_t> box_classes;         // detection: one per box
+};
+
+struct ImageGenerator {
+  std::string kind = "image_text";  // or "detection"
+  int64_t count = 0;                // rows
+  std::string source;               // what the rows are, as the file records it (e.g. "synthetic/<seed>")
+  std::vector<std::string> class_names;
+  // Row `index`, called only on the rank that writes it: a function of the index alone. A row that
+  // throws is skipped and reported, as an unreadable input is; a UserError stops the prep on every rank.
+  std::function<GeneratedImage(int64_t index)> make;
+  // image_text without options.tokenizer: the captions a tokenizer is trained on (rank 0 only).
+  std::function<std::vector<std::string>()> tokenizer_corpus;
+};
+
+// One text document: tokens = [bos] + ids(prompt) + ids(response) + [eos]; the loss covers the
+// response and eos. Plain text has an empty prompt.
+struct TextRecord {
+  std::string prompt, response;
+};
+
+struct TextGenerator {
+  int64_t count = 0;
+  std::string source;                             // what the records are, for messages
+  std::function<TextRecord(int64_t index)> make;  // on the rank that writes it: a function of the index
+  std::function<std::vector<std::string>()> tokenizer_corpus;
+};
+
+// Collective, as the prep_* above: writes options.out from `generator`'s rows. UserError on every
+// rank for bad options (checked as for the other kinds) or a failing row.
+PrepReport prep_generated_images(const comm::Runtime& runtime, const PrepCommon& options,
+                                 const ImageGenerator& generator);
+PrepReport prep_generated_text(const comm::Runtime& runtime, const PrepCommon& options, const TextGenerator& generator);
 
 }  // namespace meridian::data

@@ -65,9 +65,6 @@ struct TextBatch {
   double wait_s = 0;          // time next() waited for this batch
 };
 
-// Parses "pack" | "pad"; UserError otherwise.
-TextLoaderOptions::Mode parse_text_mode(const std::string& name);
-
 class TextLoader {
  public:
   // Collective: every rank validates and opens the file; a file that is not kind `text`, an error

@@ -25,7 +25,9 @@
 #include <vector>
 
 #include "meridian/core/config_schema.h"
+#include "meridian/data/box_augment.h"
 #include "meridian/detect/coco_map.h"
+#include "meridian/detect/loss.h"
 #include "meridian/models/yolo.h"
 #include "meridian/tasks/checkpoint_eval.h"
 #include "meridian/train/task.h"
@@ -44,8 +46,24 @@ struct DetectEvalOptions {
   int64_t image_size = 0;  // 0: the stored size
   double conf = 0.001, iou = 0.7;
   int64_t max_det = 300;
-  int64_t batch = 16;  // images per forward
-  static DetectEvalOptions from_config(const Config& config);
+  int64_t batch = 16;                                          // images per forward
+  static DetectEvalOptions from_config(const Config& config);  // DetectSettings::from_config(config).eval
+};
+
+// The detect task's own keys (train.batch, data: and task: keys above), each bound once to a field:
+// `declare` puts them in a schema, `from_config` fills the struct (unset keys: these defaults).
+// Not collective; ConfigError for a data.image_size that is not a multiple of 32.
+struct DetectSettings {
+  int64_t batch = 16;
+  int64_t workers = 0;             // data.workers; 0: data::loader_workers' default
+  int64_t close_mosaic = 10;       // epochs
+  data::DetectionAugment augment;  // data.augment (on by default) and its gains
+  detect::DetectionLossOptions loss;
+  DetectEvalOptions eval;                // data.image_size, task.conf, task.iou, task.max_det
+  std::vector<std::string> class_names;  // task.class_names (written from the training set)
+  DetectSettings() { augment.enabled = true; }
+  static void declare(ConfigSchema& schema);
+  static DetectSettings from_config(const Config& config);
 };
 
 struct DetectEval {

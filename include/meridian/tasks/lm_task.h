@@ -13,6 +13,7 @@
 #include <string>
 
 #include "meridian/core/config_schema.h"
+#include "meridian/data/text_loader.h"
 #include "meridian/models/llama.h"
 #include "meridian/train/task.h"
 #include "meridian/train/zero.h"
@@ -22,6 +23,17 @@ class Runtime;
 }
 
 namespace meridian::tasks {
+
+// The lm task's own keys (train.batch, data.seq_len, data.mode, task.init), each bound once: `declare`
+// puts them in a schema, `from_config` fills the struct (unset keys: these defaults). Not collective.
+struct LmSettings {
+  int64_t batch = 8;
+  int64_t seq_len = 0;  // 0: model.max_seq_len
+  data::TextLoaderOptions::Mode mode = data::TextLoaderOptions::Pack;
+  std::string init;  // "": random weights
+  static void declare(ConfigSchema& schema);
+  static LmSettings from_config(const Config& config);
+};
 
 // Not collective: the closed-form memory per rank of training `model` on `world` ranks with ZeRO
 // stage `stage` (0: DistributedDataParallel + AdamW), float32 or bfloat16 parameters (2 bytes;

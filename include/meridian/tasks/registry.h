@@ -21,6 +21,13 @@ namespace meridian::tasks {
 
 std::vector<std::string> task_names();
 
+// The datasets every task reads (data.train, data.eval), bound once. Not collective.
+struct DataSettings {
+  std::string train;  // the CLI's --data sets it
+  std::string eval;   // "": no evaluation
+  static DataSettings from_config(const Config& config);
+};
+
 // Every key a run of task `task` may set: task.name, data.train, data.eval, the trainer's train: and
 // optim: keys, checkpoint: keys, and the task's own (its model, task: and data: keys, train.batch).
 // SystemError for an unknown task name (check it first: validate_config does).

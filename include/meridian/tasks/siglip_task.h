@@ -47,6 +47,20 @@ SiglipEval evaluate_siglip(const comm::Runtime& runtime, comm::Communicator& com
 
 std::vector<std::string> default_prompts();
 
+// The siglip task's own keys (train.batch, task.loss, task.prompts, task.init, data.augment,
+// data.workers), each bound once: `declare` puts them in a schema, `from_config` fills the struct
+// (unset keys: these defaults). Not collective.
+struct SiglipSettings {
+  int64_t batch = 32;
+  bool softmax = false;  // task.loss: softmax (CLIP) instead of sigmoid (SigLIP)
+  std::vector<std::string> prompts = default_prompts();
+  std::string init;  // "": random weights
+  bool augment = false;
+  int64_t workers = 0;  // 0: data::loader_workers' default
+  static void declare(ConfigSchema& schema);
+  static SiglipSettings from_config(const Config& config);
+};
+
 class SiglipTask : public train::Task {
  public:
   // Collective: opens the training data (data::Loader checks every rank sees the same file), builds
