@@ -32,7 +32,7 @@ Command eval_command() {
     Config config = ckpt::saved_config(reader);
     const int64_t step = reader.int_attribute("step").value_or(0);
     apply_overrides(p, config);
-    const std::string task = config.get<std::string>("task.name", "siglip"), wanted = p["task"].as<std::string>();
+    const std::string task = tasks::task_name(config), wanted = p["task"].as<std::string>();
     if (!wanted.empty() && wanted != task)
       throw UserError(path + ": --task " + wanted + ", but this checkpoint was trained with task.name " + task);
     const auto result = tasks::evaluate_checkpoint(rt, reader, config, data_path);

@@ -9,6 +9,7 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/tasks/lm_task.h"
+#include "meridian/tasks/registry.h"
 #include "meridian/tasks/siglip_hf.h"
 
 namespace meridian::cli {
@@ -31,7 +32,7 @@ Command export_command() {
     if (!p.count("checkpoint") || !p.count("out")) throw UserError("export: give --checkpoint and --out");
     if (rt.rank() != 0) return 0;
     const auto path = p["checkpoint"].as<std::string>(), out = p["out"].as<std::string>();
-    const std::string task = ckpt::saved_config(ckpt::Reader(path)).get<std::string>("task.name", "siglip");
+    const std::string task = tasks::task_name(ckpt::saved_config(ckpt::Reader(path)));
     if (task == "siglip") {
       const double shard_mb = p["max-shard-mb"].as<double>();
       if (!(shard_mb > 0)) throw UserError("export: --max-shard-mb must be positive");

@@ -139,9 +139,7 @@ struct LmTask::Impl {
 models::Llama load_lm(const std::string& checkpoint, Config* saved) {
   ckpt::Reader reader(checkpoint);
   const Config config = ckpt::saved_config(reader);
-  if (config.get<std::string>("task.name", "siglip") != "lm")
-    throw UserError(checkpoint + ": needs a checkpoint of an lm run (task.name is " +
-                    config.get<std::string>("task.name", "siglip") + ")");
+  require_task(config, "lm", checkpoint);
   if (saved) *saved = config;
   auto mc = models::LlamaConfig::from_config(config);
   mc.vocab_size = reader.shape("model/model.embed_tokens.weight").at(0);  // raised to the tokenizer's in training

@@ -17,6 +17,7 @@
 #include "meridian/core/files.h"
 #include "meridian/data/image_input.h"
 #include "meridian/tasks/detect_task.h"
+#include "meridian/tasks/registry.h"
 
 namespace meridian::tasks {
 
@@ -59,9 +60,7 @@ cv::Scalar class_colour(int64_t c) {  // BGR, well apart for neighbouring classe
 PredictSummary predict_directory(const comm::Runtime& rt, const PredictOptions& o) {
   const std::string &dir = o.images, &out = o.out;
   const Config config = ckpt::saved_config(ckpt::Reader(o.checkpoint));
-  if (config.get<std::string>("task.name", "siglip") != "detect")
-    throw UserError(o.checkpoint + ": predict needs a detect checkpoint (task.name is " +
-                    config.get<std::string>("task.name", "siglip") + ")");
+  require_task(config, "detect", o.checkpoint);
   const DetectSettings settings = DetectSettings::from_config(config);
   int64_t size = o.size;
   if (size == 0) size = settings.eval.image_size;

@@ -97,6 +97,15 @@ std::vector<std::string> task_names() {
 
 DataSettings DataSettings::from_config(const Config& config) { return data_bindings().read(config); }
 
+std::string task_name(const Config& config) { return config.get<std::string>("task.name", kDefaultTask); }
+
+void require_task(const Config& config, const std::string& task, const std::string& checkpoint) {
+  const std::string its = task_name(config);
+  if (its != task)
+    throw UserError(checkpoint + ": needs a checkpoint of " + (task == "lm" ? "an " : "a ") + task +
+                    " run (task.name is " + its + ")");
+}
+
 ConfigSchema config_schema(const std::string& task) {
   ConfigSchema s = common_schema();
   s.add(task_schema(task));
@@ -108,7 +117,7 @@ Config with_defaults(const Config& config) { return config_schema(kind_of(config
 void apply_init_config(Config& config) {
   const std::string init = config.get<std::string>("task.init", "");
   if (init.empty() || !std::filesystem::is_directory(init)) return;
-  const std::string task = config.get<std::string>("task.name", kDefaultTask);
+  const std::string task = task_name(config);
   if (task != "siglip")
     throw ConfigError(config.source("task.init"), "task.init",
                       init + " is a directory; task " + task + " starts from one .safetensors file");
@@ -188,17 +197,16 @@ CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Rea
 }
 
 void describe_data(Config& config, const std::string& train_data) {
-  if (config.get<std::string>("task.name", kDefaultTask) != "detect") return;
-  if (config.has("task.class_names") && config.has("model.num_classes") &&
-      config.get<int64_t>("data.image_size", 0) > 0)
-    return;
+  if (task_name(config) != "detect") return;
+  const bool sized = DetectSettings::from_config(config).eval.image_size > 0;
+  if (config.has("task.class_names") && config.has("model.num_classes") && sized) return;
   const auto info = data::validate_dataset(train_data);
   if (!config.has("task.class_names")) {
     std::string names;
     for (const auto& n : info.class_names) names += (names.empty() ? "" : ", ") + yaml_quoted(n);
     config.set("task.class_names", "[" + names + "]");
   }
-  if (config.get<int64_t>("data.image_size", 0) <= 0) config.set("data.image_size", std::to_string(info.height));
+  if (!sized) config.set("data.image_size", std::to_string(info.height));
   if (!config.has("model.num_classes"))
     config.set("model.num_classes", std::to_string(std::max<size_t>(1, info.class_names.size())));
 }

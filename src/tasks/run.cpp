@@ -8,6 +8,7 @@
 #include "meridian/ckpt/checkpoint.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/tasks/registry.h"
+#include "meridian/train/settings.h"
 
 namespace meridian::tasks {
 
@@ -33,7 +34,8 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
     // The checkpoint's global batch, on any number of ranks (elastic): train.batch follows.
     const Config full = with_defaults(config);
     const int64_t batch = full.get<int64_t>("train.batch");
-    const int64_t per_rank = ckpt::resume_batch(*point, rt.size(), full.get<int64_t>("train.accumulate"), batch);
+    const int64_t per_rank =
+        ckpt::resume_batch(*point, rt.size(), train::TrainerSettings::from_config(full).accumulate, batch);
     if (per_rank != batch) {
       config.set("train.batch", std::to_string(per_rank));
       if (rt.rank() == 0)

@@ -136,9 +136,7 @@ LoadedSiglip load_siglip(const std::string& path, const std::string& tokenizer) 
   } else {
     ckpt::Reader reader(path);
     const Config config = ckpt::saved_config(reader);
-    if (config.get<std::string>("task.name", "siglip") != "siglip")
-      throw UserError(path + ": needs a checkpoint of a siglip run (task.name is " +
-                      config.get<std::string>("task.name", "siglip") + ")");
+    require_task(config, "siglip", path);
     mc = models::SiglipConfig::from_config(config);
     mc.vocab_size = reader.shape("model/text_model.embeddings.token_embedding.weight").at(0);
     m.images.height = m.images.width = int(mc.image_size);

@@ -21,6 +21,13 @@ namespace meridian::tasks {
 
 std::vector<std::string> task_names();
 
+// Not collective: the config's task.name ("siglip" when unset).
+std::string task_name(const Config& config);
+
+// Not collective: UserError "<checkpoint>: needs a checkpoint of a(n) <task> run (task.name is <its>)"
+// unless the checkpoint's saved `config` is of task `task`.
+void require_task(const Config& config, const std::string& task, const std::string& checkpoint);
+
 // The datasets every task reads (data.train, data.eval), bound once. Not collective.
 struct DataSettings {
   std::string train;  // the CLI's --data sets it
