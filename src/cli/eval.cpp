@@ -1,5 +1,6 @@
 // `meridian eval`: evaluates a checkpoint on a dataset, every rank its share: SigLIP (retrieval
-// recall@K both ways and zero-shot accuracy) or detect (COCO-style mAP@0.5 and @0.5:0.95, per class).
+// recall@K both ways and zero-shot accuracy), detect (COCO-style mAP@0.5 and @0.5:0.95, per class) or
+// lm (loss, perplexity, tokens), or a Hugging Face Llama directory as published (--init).
 #include <cstdio>
 
 #include "commands.h"
@@ -7,6 +8,8 @@
 #include "meridian/ckpt/file.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
+#include "meridian/core/json_file.h"
+#include "meridian/tasks/lm_task.h"
 #include "meridian/tasks/registry.h"
 
 namespace meridian::cli {
@@ -14,20 +17,42 @@ namespace meridian::cli {
 Command eval_command() {
   Command c;
   c.name = "eval";
-  c.summary = "Evaluate a checkpoint on a dataset: retrieval recall@K and zero-shot accuracy (siglip), mAP (detect)";
+  c.summary =
+      "Evaluate a checkpoint on a dataset: retrieval recall@K and zero-shot accuracy (siglip), mAP (detect), loss and "
+      "perplexity (lm)";
   c.add_options = [](cxxopts::Options& o) {
     // clang-format off
     o.add_options()
         ("checkpoint", "Checkpoint file (<run>/checkpoints/step_*.h5)", cxxopts::value<std::string>()->default_value(""))
-        ("data", "Dataset (.h5): image-text made with the training data's tokenizer (prep --tokenizer TRAIN.h5), or detection", cxxopts::value<std::string>()->default_value(""))
-        ("task", "The checkpoint's task must be this one (siglip, detect); default: whatever it is", cxxopts::value<std::string>()->default_value(""))
+        ("init", "Instead of --checkpoint: a Hugging Face LlamaForCausalLM directory as published (task lm)", cxxopts::value<std::string>()->default_value(""))
+        ("data", "Dataset (.h5): image-text made with the training data's tokenizer (prep --tokenizer TRAIN.h5), detection, or text", cxxopts::value<std::string>()->default_value(""))
+        ("seq-len", "lm with --init: tokens per evaluated window; default: the model's max_position_embeddings", cxxopts::value<int64_t>()->default_value("0"))
+        ("json", "Also write the metrics to this JSON file (full precision; rank 0)", cxxopts::value<std::string>()->default_value(""))
+        ("task", "The checkpoint's task must be this one (siglip, detect, lm); default: whatever it is", cxxopts::value<std::string>()->default_value(""))
         ("set", "Override a value of the checkpoint's config (e.g. task.prompts)", cxxopts::value<std::vector<std::string>>());
     // clang-format on
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     const std::string path = p["checkpoint"].as<std::string>(), data_path = p["data"].as<std::string>();
-    if (path.empty()) throw UserError("eval: --checkpoint is required");
+    const std::string init = p["init"].as<std::string>();
+    if (path.empty() == init.empty()) throw UserError("eval: give --checkpoint or --init (one of them)");
     if (data_path.empty()) throw UserError("eval: --data is required");
+    // Rank 0 prints the result (and writes --json).
+    const auto report = [&](const std::string& what, const tasks::CheckpointEval& result) {
+      if (rt.rank() != 0) return;
+      std::printf("eval %s on %s: %s\n%s", what.c_str(), data_path.c_str(), result.counts.c_str(),
+                  result.details.c_str());
+      std::printf("eval: %s\n", metrics_text(result.metrics).c_str());
+      if (const std::string json = p["json"].as<std::string>(); !json.empty()) {
+        nlohmann::json metrics = nlohmann::json::object();
+        for (const auto& [name, value] : result.metrics) metrics[name] = value;
+        write_json_file(json, {{"model", what}, {"data", data_path}, {"counts", result.counts}, {"metrics", metrics}});
+      }
+    };
+    if (!init.empty()) {
+      report(init, tasks::evaluate_hf_llama(rt, init, data_path, p["seq-len"].as<int64_t>()));
+      return 0;
+    }
     const ckpt::Reader reader(path);
     Config config = ckpt::saved_config(reader);
     const int64_t step = reader.int_attribute("step").value_or(0);
@@ -35,12 +60,7 @@ Command eval_command() {
     const std::string task = tasks::task_name(config), wanted = p["task"].as<std::string>();
     if (!wanted.empty() && wanted != task)
       throw UserError(path + ": --task " + wanted + ", but this checkpoint was trained with task.name " + task);
-    const auto result = tasks::evaluate_checkpoint(rt, reader, config, data_path);
-    if (rt.rank() == 0) {
-      std::printf("eval %s (step %lld) on %s: %s\n%s", path.c_str(), (long long)step, data_path.c_str(),
-                  result.counts.c_str(), result.details.c_str());
-      std::printf("eval: %s\n", metrics_text(result.metrics).c_str());
-    }
+    report(path + " (step " + std::to_string(step) + ")", tasks::evaluate_checkpoint(rt, reader, config, data_path));
     return 0;
   };
   return c;

@@ -22,7 +22,7 @@ void add_common(cxxopts::Options& o) {
       ("size", "Image size: shorter side resized to it, then center-cropped to size x size", cxxopts::value<int>()->default_value("256"))
       ("captions-per-image", "Captions stored per image (extra dropped, missing ones repeated)", cxxopts::value<int>()->default_value("5"))
       ("context-length", "Tokens per caption, eos included", cxxopts::value<int>()->default_value("64"))
-      ("tokenizer", "SentencePiece .model, a Hugging Face model directory (its spiece.model with tokenizer_config.json's rules: lower-case, punctuation removed, its eos and pad), or a dataset .h5 whose tokenizer to reuse (e.g. the train split's for the test split); default: train one", cxxopts::value<std::string>()->default_value(""))
+      ("tokenizer", "SentencePiece .model, a Hugging Face model directory (SigLIP: spiece.model with tokenizer_config.json's rules, lower-case, punctuation removed, its eos and pad; Llama: tokenizer.model, the text as is, its bos and eos), or a dataset .h5 whose tokenizer to reuse (e.g. the train split's for the test split); default: train one", cxxopts::value<std::string>()->default_value(""))
       ("vocab-size", "Vocabulary size (upper bound) of a trained tokenizer", cxxopts::value<int>()->default_value("8000"))
       ("block", "Images per rank per collective write", cxxopts::value<int>()->default_value("32"))
       ("encode", "Image storage: raw (pixels) or jpeg (a JPEG per image, the input's own bytes when they already are the stored image)", cxxopts::value<std::string>()->default_value("raw"))
@@ -162,11 +162,12 @@ Command prep_detection_command() {
 Command prep_text_command() {
   Command c;
   c.name = "prep text";
-  c.summary = "Instruction (Alpaca-style) or plain-text JSONL -> one token dataset with loss masks";
+  c.summary = "Instruction (Alpaca), chat or plain-text records -> one token dataset with loss masks";
   c.add_options = [](cxxopts::Options& o) {
     // clang-format off
     o.add_options()
-        ("jsonl", "Records: {\"instruction\", \"input\"?, \"output\"} (loss on the response) or {\"text\"}", cxxopts::value<std::string>()->default_value(""))
+        ("jsonl", "Records, as JSON Lines or one JSON array (Alpaca's alpaca_data.json): {\"instruction\", \"input\"?, \"output\"} (loss on the response), {\"messages\": [{\"role\", \"content\"}]} (loss on the assistant turns) or {\"text\"}", cxxopts::value<std::string>()->default_value(""))
+        ("chat-template", "How {\"messages\"} records become text: llama-2 ([INST], <<SYS>>, bos/eos around each exchange)", cxxopts::value<std::string>()->default_value("llama-2"))
         ("split", "Keep only records whose \"split\" is this; default: all", cxxopts::value<std::string>()->default_value(""));
     // clang-format on
     add_common(o);
@@ -176,6 +177,7 @@ Command prep_text_command() {
     fill_common(p, o);
     o.jsonl = p["jsonl"].as<std::string>();
     o.split = p["split"].as<std::string>();
+    o.chat_template = p["chat-template"].as<std::string>();
     return report(rt, data::prep_text(rt, o), o.out);
   };
   return c;

@@ -19,7 +19,7 @@ void add_config_options(cxxopts::Options& o) {
   o.add_options()
       ("config", "YAML with model:, task:, data:, train: and optim: sections (jobs/configs/*.yaml)", cxxopts::value<std::string>()->default_value(""))
       ("data", "Training dataset (.h5, from meridian prep); overrides data.train", cxxopts::value<std::string>()->default_value(""))
-      ("init", "Start from published weights: a Hugging Face model directory (config.json and safetensors; task siglip) or a .safetensors file; sets task.init", cxxopts::value<std::string>()->default_value(""))
+      ("init", "Start from published weights: a Hugging Face model directory (config.json and safetensors; tasks siglip and lm) or a .safetensors file; sets task.init", cxxopts::value<std::string>()->default_value(""))
       ("set", "Override a config value, key=value (repeatable), e.g. --set optim.lr=3e-4", cxxopts::value<std::vector<std::string>>())
       ("health-every", "Steps between health reports (health.jsonl; stragglers, memory growth, data stalls); 0: off; default train.health_every or 100", cxxopts::value<int64_t>())
       ("resume", "auto (the newest valid checkpoint in the run's checkpoint directory, else from scratch) or a checkpoint file", cxxopts::value<std::string>()->default_value(""))

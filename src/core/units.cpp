@@ -8,7 +8,7 @@ namespace meridian {
 
 uint64_t parse_bytes(const std::string& text, const std::string& what) {
   const auto bad = [&](const std::string& why) {
-    return UserError(what + ": '" + text + "' " + why + " (expected a size such as 8, 64K, 16M or 1G)");
+    return UserError(what + ": '" + text + "' " + why + " (expected a size such as 8, 64K, 16M, 1G or 5GB)");
   };
   size_t pos = 0;
   double v = 0;
@@ -19,12 +19,18 @@ uint64_t parse_bytes(const std::string& text, const std::string& what) {
   }
   const std::string unit = text.substr(pos);
   double scale = 1;
-  if (unit == "K" || unit == "k")
+  if (unit == "K" || unit == "k" || unit == "KiB")
     scale = 1024.0;
-  else if (unit == "M" || unit == "m")
+  else if (unit == "M" || unit == "m" || unit == "MiB")
     scale = 1024.0 * 1024;
-  else if (unit == "G" || unit == "g")
+  else if (unit == "G" || unit == "g" || unit == "GiB")
     scale = 1024.0 * 1024 * 1024;
+  else if (unit == "KB" || unit == "kB")  // decimal, as transformers' max_shard_size "5GB"
+    scale = 1e3;
+  else if (unit == "MB")
+    scale = 1e6;
+  else if (unit == "GB")
+    scale = 1e9;
   else if (!unit.empty())
     throw bad("has an unknown unit");
   const double bytes = v * scale;

@@ -260,16 +260,20 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& o
 PrepReport prep_text(const comm::Runtime& rt, const PrepTextOptions& o) {
   check_text_options(o);
   if (o.jsonl.empty()) throw UserError("--jsonl: required");
+  if (o.chat_template != "llama-2")
+    throw UserError("--chat-template: '" + o.chat_template + "' is not known (llama-2 is built in)");
   std::map<int64_t, TextRecord> mine;
   std::vector<std::string> corpus;
   TextJob job;
   job.split = o.split;
   std::set<std::string> splits;
   const BlockRounds rounds{0, o.block, rt.rank(), rt.size()};
-  read_text_records(o.jsonl, o.split, splits, [&](TextRecord&& r) {
+  read_text_records(o.jsonl, o.split, o.chat_template, splits, [&](TextRecord&& r) {
     if (rt.rank() == 0 && o.tokenizer.empty() && corpus.size() < kTokenizerCaptions) {
-      if (!r.prompt.empty()) corpus.push_back(r.prompt);
-      corpus.push_back(r.response);
+      for (const auto& e : r.exchanges) {
+        if (!e.prompt.empty()) corpus.push_back(e.prompt);
+        corpus.push_back(e.response);
+      }
     }
     if (rounds.owns(job.count)) mine.emplace(job.count, std::move(r));
     ++job.count;

@@ -31,10 +31,14 @@ RoundDocs tokenize_round(const comm::Runtime& rt, const TextJob& job, const Toke
     for (int64_t i = first; i < last; ++i) {
       const TextRecord r = job.record(i);
       d.starts.push_back(int64_t(d.tokens.size()));
-      if (tok.bos_id() >= 0) d.tokens.push_back(tok.bos_id()), d.mask.push_back(0);
-      for (int32_t id : tok.ids(r.prompt)) d.tokens.push_back(id), d.mask.push_back(0);
-      for (int32_t id : tok.ids(r.response)) d.tokens.push_back(id), d.mask.push_back(1);
-      if (tok.eos_id() >= 0) d.tokens.push_back(tok.eos_id()), d.mask.push_back(1);
+      for (const TextExchange& e : r.exchanges) {
+        if (tok.bos_id() >= 0) d.tokens.push_back(tok.bos_id()), d.mask.push_back(0);
+        // The joined text at once; the prompt's own length says where the loss starts.
+        const size_t prompt = e.prompt.empty() ? 0 : tok.ids(e.prompt).size();
+        const auto ids = tok.ids(e.prompt + e.response);
+        for (size_t k = 0; k < ids.size(); ++k) d.tokens.push_back(ids[k]), d.mask.push_back(k >= prompt);
+        if (tok.eos_id() >= 0) d.tokens.push_back(tok.eos_id()), d.mask.push_back(1);
+      }
     }
   } catch (const std::exception& e) {
     failure = std::string("prep text: ") + e.what();

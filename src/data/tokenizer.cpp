@@ -194,18 +194,23 @@ Tokenizer Tokenizer::with_rules(const TextRules& rules) const {
 }
 
 Tokenizer Tokenizer::from_hf_dir(const std::string& dir) {
-  const std::string model = (std::filesystem::path(dir) / "spiece.model").string();
+  const std::string siglip = (std::filesystem::path(dir) / "spiece.model").string();
+  const std::string llama = (std::filesystem::path(dir) / "tokenizer.model").string();
   const std::string config_path = (std::filesystem::path(dir) / "tokenizer_config.json").string();
-  if (!std::filesystem::exists(model))
+  const bool is_llama = !std::filesystem::exists(siglip) && std::filesystem::exists(llama);
+  if (!is_llama && !std::filesystem::exists(siglip))
     throw DataError(dir, "tokenizer",
-                    "no spiece.model (the SentencePiece model of a SiglipTokenizer) in the directory");
+                    "neither spiece.model (a SiglipTokenizer's SentencePiece model) nor tokenizer.model (a "
+                    "LlamaTokenizer's) is in the directory (tokenizer.json alone is not read)");
+  const std::string model = is_llama ? llama : siglip;
   Tokenizer t = from_file(model);
   const nlohmann::json config = std::filesystem::exists(config_path) ? read_json_object(config_path, "tokenizer config")
                                                                      : nlohmann::json::object();
-  // A token is a string or an AddedToken object {"content": "</s>", ...}.
+  // A token is a string or an AddedToken object {"content": "</s>", ...}; null: none.
   const auto piece = [&](const char* field) {
     const auto it = config.find(field);
     std::string text = "</s>";
+    if (it != config.end() && it->is_null()) return -1;
     if (it != config.end()) {
       if (it->is_string())
         text = it->get<std::string>();
@@ -219,6 +224,14 @@ Tokenizer Tokenizer::from_hf_dir(const std::string& dir) {
     return id;
   };
   TextRules rules;
+  if (is_llama) {  // LlamaTokenizer: the text as it is; bos from the model (tokenizer_config's bos_token checked)
+    rules.eos_id = piece("eos_token");
+    if (rules.eos_id < 0) throw DataError(config_path, "eos_token", "is null: fine-tuning needs an end of sequence");
+    if (config.contains("bos_token") && piece("bos_token") != t.bos_id())
+      throw DataError(config_path, "bos_token", "is not the bos piece of " + model);
+    if (config.contains("pad_token") && piece("pad_token") >= 0) rules.pad_id = piece("pad_token");
+    return t.with_rules(rules);
+  }
   const auto lower = config.find("do_lower_case");
   rules.lower_case = lower == config.end() || !lower->is_boolean() || lower->get<bool>();
   rules.strip_punctuation = true;

@@ -20,7 +20,7 @@ constexpr const char* kSingle = "model.safetensors";
 constexpr const char* kIndex = "model.safetensors.index.json";
 
 // The shards of an index, in the order their names first appear, and each tensor's shard.
-NamedTensors read_sharded(const std::string& dir, const std::string& index_path, std::string& weights) {
+LazyTensors read_sharded(const std::string& dir, const std::string& index_path, std::string& weights) {
   const auto index = read_json_object(index_path, "index");
   if (!index.contains("weight_map") || !index["weight_map"].is_object() || index["weight_map"].empty())
     throw DataError(index_path, "weight_map", "missing, empty or not an object of tensor name -> shard file");
@@ -38,16 +38,17 @@ NamedTensors read_sharded(const std::string& dir, const std::string& index_path,
     }
     shard_of[name] = f;
   }
-  NamedTensors all;
+  LazyTensors all;
   std::set<std::string> seen;
   for (const auto& f : shards) {
     const std::string path = (fs::path(dir) / f).string();
-    for (auto& [name, tensor] : load_safetensors(path)) {
+    for (auto& tensor : open_safetensors(path)) {
+      const std::string name = tensor.name;
       const auto it = shard_of.find(name);
       if (it == shard_of.end()) throw DataError(path, "tensor '" + name + "'", "is not listed in " + index_path);
       if (it->second != f) throw DataError(path, "tensor '" + name + "'", index_path + " puts it in " + it->second);
       if (!seen.insert(name).second) throw DataError(path, "tensor '" + name + "'", "appears twice");
-      all.emplace_back(name, std::move(tensor));
+      all.push_back(std::move(tensor));
     }
   }
   for (const auto& [name, f] : shard_of)
@@ -66,12 +67,12 @@ std::string shard_name(size_t k, size_t n) {
 
 }  // namespace
 
-HfCheckpoint read_hf_checkpoint(const std::string& path) {
+HfCheckpoint open_hf_checkpoint(const std::string& path) {
   HfCheckpoint c;
   c.path = path;
   if (!fs::exists(path)) throw DataError(path, "init", "does not exist (a model directory or a .safetensors file)");
   if (!fs::is_directory(path)) {
-    c.tensors = load_safetensors(path);
+    c.tensors = open_safetensors(path);
     c.weights = path;
     return c;
   }
@@ -81,7 +82,7 @@ HfCheckpoint read_hf_checkpoint(const std::string& path) {
   if (fs::exists(index)) {
     c.tensors = read_sharded(path, index, c.weights);
   } else if (fs::exists(single)) {
-    c.tensors = load_safetensors(single);
+    c.tensors = open_safetensors(single);
     c.weights = single;
   } else {
     throw DataError(path, "weights", std::string("neither ") + kSingle + " nor " + kIndex + " is in the directory");

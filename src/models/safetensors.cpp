@@ -345,24 +345,42 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   out.keep = true;
 }
 
+namespace {
+// Entry `e` of the file open as `fd`, whose buffer starts at `data_start`.
+at::Tensor read_entry(const std::string& path, int fd, uint64_t data_start, const Entry& e) {
+  at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype->type));
+  const uint64_t bytes = e.end - e.begin;
+  if (bytes > 0) pread_all(path, fd, t.data_ptr(), bytes, data_start + e.begin);
+  if (e.dtype->type == at::kBool && bytes > 0) {
+    const auto* p = static_cast<const uint8_t*>(t.data_ptr());
+    for (uint64_t i = 0; i < bytes; ++i)
+      if (p[i] > 1)
+        throw DataError(path, tensor_where(e.name),
+                        "BOOL element " + std::to_string(i) + " is byte " + std::to_string(p[i]) + ", not 0 or 1");
+  }
+  return t;
+}
+}  // namespace
+
 NamedTensors load_safetensors(const std::string& path) {
   const Fd f = open_for_reading(path);
   const Header h = read_header(path, f.fd);
   NamedTensors out;
   out.reserve(h.entries.size());
-  for (const auto& e : h.entries) {
-    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype->type));
-    const uint64_t bytes = e.end - e.begin;
-    if (bytes > 0) pread_all(path, f.fd, t.data_ptr(), bytes, h.data_start + e.begin);
-    if (e.dtype->type == at::kBool && bytes > 0) {
-      const auto* p = static_cast<const uint8_t*>(t.data_ptr());
-      for (uint64_t i = 0; i < bytes; ++i)
-        if (p[i] > 1)
-          throw DataError(path, tensor_where(e.name),
-                          "BOOL element " + std::to_string(i) + " is byte " + std::to_string(p[i]) + ", not 0 or 1");
-    }
-    out.emplace_back(e.name, std::move(t));
-  }
+  for (const auto& e : h.entries) out.emplace_back(e.name, read_entry(path, f.fd, h.data_start, e));
+  return out;
+}
+
+LazyTensors open_safetensors(const std::string& path) {
+  const Fd f = open_for_reading(path);
+  const Header h = read_header(path, f.fd);
+  LazyTensors out;
+  out.reserve(h.entries.size());
+  for (const auto& e : h.entries)
+    out.push_back({e.name, e.shape, e.dtype->type, [path, e, start = h.data_start] {
+                     const Fd g = open_for_reading(path);
+                     return read_entry(path, g.fd, start, e);
+                   }});
   return out;
 }
 
@@ -373,6 +391,17 @@ std::map<std::string, std::string> safetensors_metadata(const std::string& path)
 
 void load_into(torch::nn::Module& module, const NamedTensors& tensors,
                const std::function<std::string(const std::string&)>& map_name, const std::string& source) {
+  LazyTensors lazy;
+  lazy.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined()) throw std::invalid_argument("load_into: " + source + ": tensor '" + name + "' is undefined");
+    lazy.push_back({name, t.sizes().vec(), t.scalar_type(), [t] { return t; }});
+  }
+  load_into(module, lazy, map_name, source);
+}
+
+void load_into(torch::nn::Module& module, const LazyTensors& tensors,
+               const std::function<std::string(const std::string&)>& map_name, const std::string& source) {
   std::vector<std::string> order;  // the module's names, registration order
   std::map<std::string, at::Tensor> targets;
   for (const auto& p : module.named_parameters(/*recurse=*/true))
@@ -381,10 +410,10 @@ void load_into(torch::nn::Module& module, const NamedTensors& tensors,
     if (b.value().defined() && targets.emplace(b.key(), b.value()).second) order.push_back(b.key());
 
   std::map<std::string, std::string> provided;  // module name -> file name
-  std::vector<std::pair<at::Tensor, at::Tensor>> copies;
+  std::vector<std::pair<at::Tensor, const LazyTensor*>> copies;
   std::vector<std::string> unused, twice, mismatched, missing;
-  for (const auto& [name, t] : tensors) {
-    if (!t.defined()) throw std::invalid_argument("load_into: " + source + ": tensor '" + name + "' is undefined");
+  for (const auto& t : tensors) {
+    const std::string& name = t.name;
     const std::string mapped = map_name ? map_name(name) : name;
     if (mapped.empty()) continue;
     const std::string shown = mapped == name ? name : name + " (as " + mapped + ")";
@@ -398,11 +427,11 @@ void load_into(torch::nn::Module& module, const NamedTensors& tensors,
       twice.push_back(first->second + " and " + name + " -> " + mapped);
       continue;
     }
-    if (t.sizes() != target->second.sizes()) {
-      mismatched.push_back(shown + ": file " + fmt_shape(t.sizes()) + " vs model " + fmt_shape(target->second.sizes()));
+    if (at::IntArrayRef(t.shape) != target->second.sizes()) {
+      mismatched.push_back(shown + ": file " + fmt_shape(t.shape) + " vs model " + fmt_shape(target->second.sizes()));
       continue;
     }
-    copies.emplace_back(target->second, t);
+    copies.emplace_back(target->second, &t);
   }
   for (const auto& name : order)
     if (!provided.count(name)) missing.push_back(name);
@@ -420,8 +449,9 @@ void load_into(torch::nn::Module& module, const NamedTensors& tensors,
   add("shape mismatch", mismatched);
   if (!problem.empty()) throw DataError(source, "load_into", problem);
 
+  // One file tensor in memory at a time, converted into its target.
   torch::NoGradGuard no_grad;
-  for (auto& [target, value] : copies) target.copy_(value);
+  for (auto& [target, lazy] : copies) target.copy_(lazy->read());
 }
 
 }  // namespace meridian::models

@@ -236,11 +236,12 @@ struct DetectTask::Impl {
     lo.epoch = start.epoch;
     lo.position = start.position;
     lo.augment = settings.augment;
-    // close_mosaic: the last epochs of the run, counted from train.steps and the global batch.
+    // close_mosaic: the last epochs of the run, train.epochs or counted from train.steps and the global batch.
     const int64_t close = settings.close_mosaic;
     const int64_t global = settings.batch * trainer.accumulate * rt.size();
     const int64_t steps_per_epoch = std::max<int64_t>(1, info.count / std::max<int64_t>(1, global));
-    const int64_t epochs = (trainer.steps + steps_per_epoch - 1) / steps_per_epoch;
+    const int64_t epochs = trainer.epochs > 0 ? int64_t(std::ceil(trainer.epochs))
+                                              : (trainer.steps + steps_per_epoch - 1) / steps_per_epoch;
     lo.close_mosaic_epoch = close > 0 ? std::max<int64_t>(0, epochs - close) : -1;
     loader = std::make_unique<data::DetectionLoader>(rt, lo);
 
@@ -307,6 +308,7 @@ std::shared_ptr<torch::nn::Module> DetectTask::model() { return impl_->model.ptr
 int64_t DetectTask::batch_size() const { return impl_->settings.batch; }
 double DetectTask::flops_per_sample() const { return impl_->mc.flops(impl_->image_size); }
 train::DataPosition DetectTask::data_position() const { return impl_->position; }
+int64_t DetectTask::batches_per_epoch() const { return impl_->loader->sampler().steps_per_epoch(); }
 
 void DetectTask::next_batch() {
   auto& m = *impl_;

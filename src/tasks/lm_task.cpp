@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "meridian/ckpt/checkpoint.h"
@@ -13,7 +14,10 @@
 #include "meridian/core/config_binding.h"
 #include "meridian/core/error.h"
 #include "meridian/data/text_loader.h"
+#include "meridian/models/hf_checkpoint.h"
+#include "meridian/models/llama_hf.h"
 #include "meridian/models/safetensors.h"
+#include "meridian/tasks/lm_hf.h"
 #include "meridian/tasks/registry.h"
 #include "meridian/train/settings.h"
 
@@ -28,7 +32,10 @@ const ConfigBinding<LmSettings>& lm_bindings() {
     b.integer("data.seq_len", &S::seq_len, "tokens per training sequence").at_least(1).defaults_to("model.max_seq_len");
     b.choice("data.mode", &S::mode, {{"pack", data::TextLoaderOptions::Pack}, {"pad", data::TextLoaderOptions::Pad}},
              "pack: windows of the token stream; pad: one document per sequence");
-    b.string("task.init", &S::init, "safetensors file with the initial weights (Hugging Face names); '': random");
+    b.string("task.init", &S::init,
+             "weights to start from: a Hugging Face LlamaForCausalLM directory (config.json sets the model: keys; "
+             "model.safetensors or shards with their index; F32, BF16 or F16) or one .safetensors file with its "
+             "names; '': random");
     return b;
   }();
   return table;
@@ -114,14 +121,18 @@ struct LmTask::Impl {
     o.position = start.position;
     loader = std::make_unique<data::TextLoader>(rt, o);
     if (loader->info().vocab_size > mc.vocab_size) {
+      if (!settings.init.empty() && std::filesystem::is_directory(settings.init))  // its config.json's vocabulary
+        throw DataError(train_data, "tokenizer",
+                        std::to_string(loader->info().vocab_size) + " pieces, more than model.vocab_size " +
+                            std::to_string(mc.vocab_size) + " of task.init " + settings.init +
+                            ": make the dataset with the checkpoint's tokenizer (prep text --tokenizer DIR)");
       if (rt.rank() == 0)
         spdlog::warn("model.vocab_size {} is below the dataset tokenizer's {} ({}): the model gets {}", mc.vocab_size,
                      loader->info().vocab_size, train_data, loader->info().vocab_size);
       mc.vocab_size = loader->info().vocab_size;
     }
     model = models::Llama(mc);
-    const std::string& init = settings.init;
-    if (!init.empty()) models::load_into(*model, models::load_safetensors(init), nullptr, init);
+    if (!settings.init.empty()) load_hf_llama(*model, settings.init, rt.rank() == 0);
     // LoRA: adapters on the targets (after the base weights are in), everything else frozen.
     const auto lora = models::LoraConfig::from_config(c);
     if (lora.enabled()) {
@@ -173,6 +184,7 @@ int64_t LmTask::batch_size() const { return impl_->settings.batch; }
 double LmTask::flops_per_sample() const { return impl_->mc.flops_per_token(impl_->seq_len) * double(impl_->seq_len); }
 double LmTask::tokens_per_sample() const { return double(impl_->seq_len); }
 train::DataPosition LmTask::data_position() const { return impl_->position; }
+int64_t LmTask::batches_per_epoch() const { return impl_->loader->sampler().steps_per_epoch(); }
 
 void LmTask::next_batch() {
   auto& m = *impl_;
@@ -198,31 +210,76 @@ bool LmTask::decays(const std::string& name, const at::Tensor& p) const {
   return p.dim() >= 2 && name.find("embed_tokens") == std::string::npos;  // not embeddings, norms
 }
 
-train::Metrics LmTask::evaluate() {
-  auto& m = *impl_;
-  if (m.eval_data.empty()) return {};
-  // One pass over the eval set: every rank its share of sequences (padding mode is not needed:
-  // pack windows, no drop of the tail beyond one global batch).
+train::Metrics LmEval::metrics() const {
+  return {{"eval_loss", loss}, {"eval_perplexity", std::exp(loss)}, {"eval_tokens", double(tokens)}};
+}
+
+LmEval evaluate_lm(const comm::Runtime& rt, comm::Communicator& comm, models::Llama& model, const std::string& path,
+                   int64_t seq_len) {
+  // One pass over the set: every rank its share of the pack windows (batch 1, so at most ranks - 1
+  // windows of the tail are left out), the sums of all ranks added.
   data::TextLoaderOptions o;
-  o.path = m.eval_data;
-  o.seq_len = m.seq_len;
+  o.path = path;
+  o.seq_len = seq_len;
   o.batch_size = 1;
   o.mode = data::TextLoaderOptions::Pack;
-  data::TextLoader eval(m.rt, o);
+  data::TextLoader eval(rt, o);
   const int64_t per_rank = eval.sampler().steps_per_epoch();
+  const bool was_training = model->is_training();
+  model->eval();
+  at::NoGradGuard no_grad;
   double sum = 0;
   int64_t count = 0;
   for (int64_t i = 0; i < per_rank; ++i) {
     const auto b = eval.next();
-    auto [s, c] = token_loss_sum(m.model, b.tokens.to(m.rt.device()), b.targets.to(m.rt.device()));
+    auto [s, c] = token_loss_sum(model, b.tokens.to(rt.device()), b.targets.to(rt.device()));
     sum += s.item<double>();
     count += c;
   }
+  if (was_training) model->train();
   auto totals = at::tensor({sum, double(count)}, at::kDouble);
+  comm.allreduce(totals, comm::ReduceOp::Sum);
+  LmEval r;
+  r.windows = per_rank * rt.size();
+  r.tokens = int64_t(totals[1].item<double>());
+  r.loss = totals[0].item<double>() / std::max(1.0, totals[1].item<double>());
+  return r;
+}
+
+train::Metrics LmTask::evaluate() {
+  auto& m = *impl_;
+  if (m.eval_data.empty()) return {};
   if (!m.eval_comm) m.eval_comm = comm::make_communicator(m.rt, comm::Backend::MPI);
-  m.eval_comm->allreduce(totals, comm::ReduceOp::Sum);
-  const double loss = totals[0].item<double>() / std::max(1.0, totals[1].item<double>());
-  return {{"eval_loss", loss}, {"eval_perplexity", std::exp(loss)}, {"eval_tokens", totals[1].item<double>()}};
+  return evaluate_lm(m.rt, *m.eval_comm, m.model, m.eval_data, m.seq_len).metrics();
+}
+
+namespace {
+CheckpointEval lm_checkpoint_eval(const comm::Runtime& rt, models::Llama& model, int64_t seq_len,
+                                  const std::string& data_path) {
+  model->to(rt.device());
+  auto comm = comm::make_communicator(rt, comm::Backend::MPI);
+  const LmEval r = evaluate_lm(rt, *comm, model, data_path, seq_len);
+  return {std::to_string(r.windows) + " windows of " + std::to_string(seq_len) + " tokens, " +
+              std::to_string(r.tokens) + " tokens with loss",
+          "", r.metrics()};
+}
+}  // namespace
+
+CheckpointEval LmTask::evaluate_checkpoint(const comm::Runtime& rt, const ckpt::Reader& reader, const Config& config,
+                                           const std::string& data_path) {
+  auto model = load_lm(reader.path());
+  const int64_t seq_len = LmSettings::from_config(config).seq_len;
+  return lm_checkpoint_eval(rt, model, seq_len > 0 ? seq_len : model->config().max_seq_len, data_path);
+}
+
+CheckpointEval evaluate_hf_llama(const comm::Runtime& rt, const std::string& dir, const std::string& data_path,
+                                 int64_t seq_len) {
+  Config config = Config::parse("task: {name: lm}", "eval --init");
+  config.set("task.init", yaml_quoted(dir), "--init");
+  apply_init_config(config);
+  models::Llama model(models::LlamaConfig::from_config(config));
+  load_hf_llama(*model, dir, rt.rank() == 0);
+  return lm_checkpoint_eval(rt, model, seq_len > 0 ? seq_len : model->config().max_seq_len, data_path);
 }
 
 train::Metrics LmTask::step_metrics() {

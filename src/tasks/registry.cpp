@@ -11,6 +11,7 @@
 #include "meridian/core/config_binding.h"
 #include "meridian/data/format.h"
 #include "meridian/models/hf_checkpoint.h"
+#include "meridian/models/llama_hf.h"
 #include "meridian/models/siglip.h"
 #include "meridian/tasks/detect_task.h"
 #include "meridian/tasks/lm_task.h"
@@ -41,7 +42,7 @@ std::unique_ptr<train::Task> make(const comm::Runtime& rt, const Config& c, cons
 const std::vector<TaskKind>& kinds() {
   static const std::vector<TaskKind> k{
       {"siglip", SiglipTask::declare, make<SiglipTask>, SiglipTask::evaluate_checkpoint},
-      {"lm", LmTask::declare, make<LmTask>, nullptr},
+      {"lm", LmTask::declare, make<LmTask>, LmTask::evaluate_checkpoint},
       {"detect", DetectTask::declare, make<DetectTask>, DetectTask::evaluate_checkpoint},
   };
   return k;
@@ -118,11 +119,13 @@ void apply_init_config(Config& config) {
   const std::string init = config.get<std::string>("task.init", "");
   if (init.empty() || !std::filesystem::is_directory(init)) return;
   const std::string task = task_name(config);
-  if (task != "siglip")
+  if (task != "siglip" && task != "lm")
     throw ConfigError(config.source("task.init"), "task.init",
                       init + " is a directory; task " + task + " starts from one .safetensors file");
   const std::string origin = init + "/config.json";
-  const auto keys = models::siglip_config_keys(models::read_hf_config(init), origin);
+  const auto json = models::read_hf_config(init);
+  const auto keys =
+      task == "siglip" ? models::siglip_config_keys(json, origin) : models::llama_config_keys(json, origin);
   const auto value_of = [&](const std::string& key) {
     for (const auto& k : keys)
       if (k.key == key) return std::stod(k.yaml);
@@ -133,8 +136,12 @@ void apply_init_config(Config& config) {
       config.set(k.key, k.yaml, origin + " " + k.field);
       continue;
     }
-    const double given = config.get<double>(k.key), wanted = std::stod(k.yaml);
-    if (std::abs(given - wanted) > 1e-9 * std::max(1.0, std::abs(wanted)))
+    const bool flag = k.yaml == "true" || k.yaml == "false";
+    const bool differs = flag ? config.get<bool>(k.key) != (k.yaml == "true") : [&] {
+      const double given = config.get<double>(k.key), wanted = std::stod(k.yaml);
+      return std::abs(given - wanted) > 1e-9 * std::max(1.0, std::abs(wanted));
+    }();
+    if (differs)
       throw ConfigError(config.source(k.key), k.key,
                         "is " + config.text(k.key) + ", but " + origin + " field '" + k.field + "' is " + k.yaml +
                             " (task.init " + init + "): remove the key or start from a matching checkpoint");

@@ -44,9 +44,13 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
     }
     start = {point->epoch, point->position};
   }
-  const auto settings = train::TrainerSettings::from_config(config);
+  auto settings = train::TrainerSettings::from_config(config);
   train::seed(settings.seed);
   auto task = make_task(rt, config, DataSettings::from_config(config).train, start);
+  settings = train::resolve_length(settings, task->batches_per_epoch(), config);
+  if (rt.rank() == 0 && (settings.epochs > 0 || settings.warmup_ratio > 0))
+    spdlog::info("train.epochs {} x {} global batches per epoch / train.accumulate {}: {} steps, {} of warmup",
+                 settings.epochs, task->batches_per_epoch(), settings.accumulate, settings.steps, settings.warmup);
   train::Trainer trainer(rt, *task, settings, {config, run_dir, straggler, trace_path});
   if (point) ckpt::restore(rt, trainer, *point);
   ckpt::Checkpointer checkpointer(rt, trainer, config, ckpt_settings);

@@ -105,7 +105,7 @@ bool copy_if_there(const std::string& from, const std::string& to, const std::st
 }  // namespace
 
 void load_hf_weights(models::SiglipImpl& model, const std::string& path, bool report) {
-  const auto checkpoint = models::read_hf_checkpoint(path);
+  const auto checkpoint = models::open_hf_checkpoint(path);
   std::vector<std::string> skipped;
   models::load_into(
       model, checkpoint.tensors,

@@ -329,6 +329,7 @@ train::Metrics SiglipTask::evaluate() {
 }
 
 train::DataPosition SiglipTask::data_position() const { return impl_->position; }
+int64_t SiglipTask::batches_per_epoch() const { return impl_->loader->sampler().steps_per_epoch(); }
 
 train::Metrics SiglipTask::step_metrics() {
   if (!impl_->scale.defined()) return {};

@@ -168,12 +168,16 @@ submit detect detect.sbatch -- --config "$src/jobs/configs/detect-synthetic.yaml
   --set train.steps=4 --set train.batch=4 --set model.width=0.125 --set data.close_mosaic=0 --set train.eval_every=0
 ((JOB_RC == 0)) || fail "detect: job exited $JOB_RC"
 grep -q "train: 4 steps, .* over 2 ranks" "$tmp/detect.out" || fail "detect: no summary of 4 steps over 2 ranks"
-"$meridian" prep synthetic --kind text --count 64 --out "$tmp/sft.h5" --log-level warn >/dev/null || fail "prep of the text set"
-PRECISION=float32 CONFIG=$src/jobs/configs/lm-tiny-sft.yaml submit lm-sft lm-sft.sbatch -- --data "$tmp/sft.h5" \
-  --set train.steps=4 --set train.batch=2 --set data.seq_len=64 --set train.eval_at_start=false
+# lm-sft with its own recipe (jobs/configs/llama2-7b-sft.yaml) from a small Hugging Face Llama directory.
+/usr/bin/python3 "$src/tests/models/hf_llama.py" make "$tmp/hf_llama" >/dev/null || fail "the reference Llama"
+"$meridian" prep synthetic --kind text --count 64 --tokenizer "$tmp/hf_llama" --out "$tmp/sft.h5" --log-level warn \
+  >/dev/null || fail "prep of the text set"
+PRECISION=float32 submit lm-sft lm-sft.sbatch -- --data "$tmp/sft.h5" --init "$tmp/hf_llama" --set train.epochs=0 \
+  --set train.steps=4 --set train.batch=2 --set train.accumulate=1 --set data.seq_len=64 --set checkpoint.async=false
 ((JOB_RC == 0)) || fail "lm-sft: job exited $JOB_RC"
 grep -q "train: 4 steps, .* over 2 ranks" "$tmp/lm-sft.out" || fail "lm-sft: no summary of 4 steps over 2 ranks"
-grep -q "ZeRO-1: optimizer state sharded" "$tmp/lm-sft.out" || fail "lm-sft: ZeRO-1 not in use"
+grep -q "ZeRO-3: optimizer state, gradients and parameters sharded" "$tmp/lm-sft.out" || fail "lm-sft: ZeRO-3 not in use"
+grep -q "tensors (.*) loaded from .*hf_llama" "$tmp/lm-sft.out" || fail "lm-sft: the weights of --init DIR not loaded"
 
 # 4. Requeue: SIGUSR1 -> checkpoint, exit 4 -> scontrol requeue -> same job resumes.
 sed -i 's/^train: .*/train: {batch: 8, steps: 1000000, log_every: 20}/; s/^checkpoint: .*/checkpoint: {every_steps: 0}/' \

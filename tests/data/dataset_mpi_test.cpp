@@ -405,13 +405,14 @@ TEST(Prep, AProgramsOwnRowsAreWrittenAndAFailingRowIsSkippedAndNamed) {
   t.count = 5;
   t.source = "counting";
   t.make = [](int64_t i) {
-    return data::TextRecord{"Count to " + std::to_string(i + 1) + ".", std::string(size_t(i + 1), '1')};
+    return data::TextRecord{{{"Count to " + std::to_string(i + 1) + ".", std::string(size_t(i + 1), '1')}}};
   };
   o.out = shared_dir() + "/counting.h5";
   o.vocab_size = 400;
   t.tokenizer_corpus = [&] {
     std::vector<std::string> corpus;
-    for (int64_t i = 0; i < t.count; ++i) corpus.push_back(t.make(i).prompt), corpus.push_back(t.make(i).response);
+    for (int64_t i = 0; i < t.count; ++i)
+      corpus.push_back(t.make(i).exchanges[0].prompt), corpus.push_back(t.make(i).exchanges[0].response);
     return corpus;
   };
   EXPECT_EQ(data::prep_generated_text(runtime(), o, t).written, 5);

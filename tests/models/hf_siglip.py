@@ -73,6 +73,31 @@ def read_safetensors(path):
     return out
 
 
+def write_weights(d, tensors, shard_bytes):
+    """The (name, tensor) list as transformers' save_pretrained writes it: model.safetensors, or shards
+    of at most shard_bytes (a larger tensor alone) with model.safetensors.index.json. Returns the shards."""
+    shards, size = [[]], 0
+    for name, t in tensors:
+        b = t.numel() * t.element_size()
+        if shards[-1] and size + b > shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, t))
+        size += b
+    if len(shards) == 1:
+        write_safetensors(f"{d}/model.safetensors", shards[0])
+    else:
+        weight_map = {}
+        for k, shard in enumerate(shards):
+            name = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
+            write_safetensors(f"{d}/{name}", shard)
+            weight_map.update({n: name for n, _ in shard})
+        total = sum(t.numel() * t.element_size() for _, t in tensors)
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map},
+                  open(f"{d}/model.safetensors.index.json", "w"), indent=2)
+    return shards
+
+
 def read_weights(d):
     index = os.path.join(d, "model.safetensors.index.json")
     if not os.path.exists(index):
@@ -257,25 +282,7 @@ def make(d, seed, shard_bytes, dtype):
     store = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[dtype]
     tensors = [(k, v.detach().to(store)) for k, v in model.state_dict().items()]
     tensors.append(("text_model.embeddings.position_ids", torch.arange(16).unsqueeze(0)))
-    shards, size = [[]], 0
-    for name, t in tensors:
-        b = t.numel() * t.element_size()
-        if shards[-1] and size + b > shard_bytes:
-            shards.append([])
-            size = 0
-        shards[-1].append((name, t))
-        size += b
-    if len(shards) == 1:
-        write_safetensors(f"{d}/model.safetensors", shards[0])
-    else:
-        weight_map = {}
-        for k, shard in enumerate(shards):
-            name = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
-            write_safetensors(f"{d}/{name}", shard)
-            weight_map.update({n: name for n, _ in shard})
-        total = sum(t.numel() * t.element_size() for _, t in tensors)
-        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map},
-                  open(f"{d}/model.safetensors.index.json", "w"), indent=2)
+    shards = write_weights(d, tensors, shard_bytes)
     json.dump(config, open(f"{d}/config.json", "w"), indent=2)
     json.dump({"model_max_length": 16, "do_lower_case": True, "eos_token": "</s>", "pad_token": "</s>",
                "unk_token": "<unk>", "tokenizer_class": "SiglipTokenizer"}, open(f"{d}/tokenizer_config.json", "w"))
@@ -343,17 +350,25 @@ def same(d, checkpoint, bf16):
     return 1 if bad else 0
 
 
-def corrupt(src, dst, fault):
+def faulty_copy(src, dst):
+    """A copy of the sharded model directory src at dst, for one fault: its index (saved back by
+    save_index) and rewrite(shard, change), which replaces a shard's (name, tensor) list by change's."""
     import shutil
 
     shutil.copytree(src, dst)
     index_path = f"{dst}/model.safetensors.index.json"
     index = json.load(open(index_path))
-    wm = index["weight_map"]
 
     def rewrite(shard, change):
         tensors = read_safetensors(f"{dst}/{shard}")
         write_safetensors(f"{dst}/{shard}", change(list(tensors.items())))
+
+    return index, lambda: json.dump(index, open(index_path, "w")), rewrite
+
+
+def corrupt(src, dst, fault):
+    index, save_index, rewrite = faulty_copy(src, dst)
+    wm = index["weight_map"]
 
     if fault == "missing":
         name = "text_model.head.bias"
@@ -378,7 +393,7 @@ def corrupt(src, dst, fault):
         config["text_config"]["intermediate_size"] = 56
         json.dump(config, open(f"{dst}/config.json", "w"))
         name = "text_model.encoder.layers.0.mlp.fc1.weight"
-    json.dump(index, open(index_path, "w"))
+    save_index()
     print(name)
 
 

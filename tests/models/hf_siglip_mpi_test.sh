@@ -59,16 +59,6 @@ PY
 "${ref[@]}" check "$tmp/exp" --images "$tmp/img" "$tmp/img_exp.h5" || fail "the reference reads the export differently"
 
 # 3. Bad inputs: exit 2 on every rank, the message names the file and what is wrong.
-expect_error() {  # expect_error WHAT PATTERN COMMAND...
-  local what=$1 pattern=$2
-  shift 2
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  [[ $rc == 2 ]] || { echo "$out" | tail -5; fail "$what: exit $rc, expected 2"; }
-  grep -qE -- "$pattern" <<<"$out" || { echo "$out" | tail -5; fail "$what: the message does not match '$pattern'"; }
-  echo "ok: $what: $(grep -m1 -E -- "$pattern" <<<"$out" | cut -c1-200)"
-}
 for fault in missing extra shape truncate index config; do
   name=$("${ref[@]}" break "$tmp/hf" "$tmp/bad_$fault" "$fault")
   # One process is enough to read the files (the missing tensor: 2 ranks, each must exit 2).

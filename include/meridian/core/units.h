@@ -1,4 +1,5 @@
-// Parsing sizes given by users ("8", "64K", "16M", "1G"; powers of 1024).
+// Parsing sizes given by users: "8", "64K", "16M", "1G" (also KiB, MiB, GiB: powers of 1024) or
+// "500KB", "100MB", "5GB" (powers of 1000, as transformers' max_shard_size).
 #pragma once
 
 #include <cstdint>

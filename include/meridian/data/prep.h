@@ -74,8 +74,9 @@ struct PrepDetectionOptions : PrepCommon {
 // {"instruction", "input"?, "output"} (formatted with the Alpaca prompt template; the loss mask
 // covers the response and eos only) or plain text {"text"} (loss on every token).
 struct PrepTextOptions : PrepCommon {
-  std::string jsonl;
-  std::string split;  // keep only records whose "split" is this; empty: all
+  std::string jsonl;                      // JSON Lines or one JSON array of records (Alpaca's alpaca_data.json)
+  std::string split;                      // keep only records whose "split" is this; empty: all
+  std::string chat_template = "llama-2";  // for {"messages": [...]} records (chat_exchanges)
 };
 
 struct PrepReport {
@@ -126,11 +127,30 @@ struct ImageGenerator {
   std::function<std::vector<std::string>()> tokenizer_corpus;
 };
 
-// One text document: tokens = [bos] + ids(prompt) + ids(response) + [eos]; the loss covers the
-// response and eos. Plain text has an empty prompt.
-struct TextRecord {
+// One exchange of a text document: tokens [bos] + ids(prompt + response) + [eos], the joined text
+// tokenised at once as Hugging Face fine-tuning scripts do; the first len(ids(prompt)) tokens (and
+// bos) carry no loss, the rest and eos do. Plain text has an empty prompt.
+struct TextExchange {
   std::string prompt, response;
 };
+
+// One document: its exchanges in order (one for an instruction or plain text, one per assistant
+// turn for a chat).
+struct TextRecord {
+  std::vector<TextExchange> exchanges;
+};
+
+// A chat ({"role", "content"} messages: an optional system message, then user and assistant
+// alternating, ending with an assistant) as exchanges in `chat_template`'s text:
+//   llama-2: prompt "[INST] " + content + " [/INST]" with "<<SYS>>\n" + system + "\n<</SYS>>\n\n"
+//            before the first user content (contents stripped), response " " + answer + " "
+//            (transformers' Llama-2 chat template; bos and eos around each exchange).
+// UserError (the caller names the file and record) for an unknown template, a role out of order,
+// a content that is not a string, or a chat that does not end with an assistant message.
+struct ChatMessage {
+  std::string role, content;
+};
+std::vector<TextExchange> chat_exchanges(const std::vector<ChatMessage>& messages, const std::string& chat_template);
 
 struct TextGenerator {
   int64_t count = 0;

@@ -25,8 +25,10 @@ class Tokenizer {
   static Tokenizer from_file(const std::string& path);
   // A Hugging Face tokenizer directory: spiece.model with the rules of tokenizer_config.json
   // (SiglipTokenizer: do_lower_case, default true; punctuation stripped; eos_token and pad_token,
-  // default "</s>", looked up as pieces). DataError naming the file and field when spiece.model is
-  // missing (tokenizer.json alone is not read), the config is not JSON, or a token is no piece.
+  // default "</s>", looked up as pieces), or tokenizer.model (LlamaTokenizer: the text unchanged;
+  // bos the model's, which bos_token must name; eos_token, default "</s>"; pad_token when not null).
+  // DataError naming the file and field when both models are missing (tokenizer.json alone is not
+  // read), the config is not JSON, or a token is no piece.
   static Tokenizer from_hf_dir(const std::string& dir);
   // This tokenizer with other rules (the model is shared).
   Tokenizer with_rules(const TextRules& rules) const;

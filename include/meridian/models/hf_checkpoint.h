@@ -16,7 +16,7 @@ struct HfCheckpoint {
   std::string path;         // as given: a directory or one .safetensors file
   std::string config_path;  // <dir>/config.json; "" for a file
   nlohmann::json config;    // config.json's object; null for a file
-  NamedTensors tensors;     // every weight, in the stored dtype, shards in index order
+  LazyTensors tensors;      // every weight (name, shape, stored dtype; read on demand), shards in index order
   std::string weights;      // what the weights were read from, for messages ("<dir>/model.safetensors", "3 shards")
 };
 
@@ -26,14 +26,16 @@ struct HfConfigKey {
   std::string key, yaml, field;
 };
 
-// Reads `path`: a directory (config.json, then model.safetensors or the index and its shards) or a
-// single .safetensors file. Not collective; every rank that calls it reads the files. DataError naming
+// Opens `path`: a directory (config.json, then model.safetensors or the index and its shards) or a
+// single .safetensors file, reading config.json and every weight file's header, no tensor data
+// (each tensor's read() reads its bytes: load_into holds one at a time). Not collective; every rank
+// that calls it reads the files. DataError naming
 // the file and field when: config.json is missing, unreadable or not an object; neither
 // model.safetensors nor the index exists; the index is not {"weight_map": {name: file}}, names a file
 // that does not exist or a path outside the directory; a shard lacks a tensor the index puts in it or
 // holds one the index does not list there; a tensor appears twice; a shard is damaged (truncated,
 // bad header: load_safetensors' checks).
-HfCheckpoint read_hf_checkpoint(const std::string& path);
+HfCheckpoint open_hf_checkpoint(const std::string& path);
 
 // <dir>/config.json's object; DataError naming the file when it is missing, unreadable or not an object.
 nlohmann::json read_hf_config(const std::string& dir);

@@ -21,6 +21,16 @@ namespace meridian::models {
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
+// A tensor known by its name, shape and dtype, whose values are read only when asked: read()
+// returns a CPU tensor of the stored dtype (for a file: a pread of its byte range).
+struct LazyTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  at::ScalarType dtype;
+  std::function<at::Tensor()> read;
+};
+using LazyTensors = std::vector<LazyTensor>;
+
 // Writes `tensors` to `path` atomically (`<path>.tmp`, flushed to disk, then renamed over `path`).
 // Tensors are stored in the given order as contiguous CPU copies (any device, any strides); the
 // header lists them in the same order, after "__metadata__" (written only when `metadata` is not
@@ -48,6 +58,11 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 // SystemError naming the path when the file cannot be opened or read.
 NamedTensors load_safetensors(const std::string& path);
 
+// The tensors of `path` with the header validated as load_safetensors does (the same errors), no
+// data read: each read() opens the file and reads that tensor's bytes alone (SystemError naming
+// the path when the file went away or shrank; DataError for a bad BOOL byte).
+LazyTensors open_safetensors(const std::string& path);
+
 // The "__metadata__" of `path` (empty when absent). Validates the whole header like
 // load_safetensors (same errors) but reads no tensor data.
 std::map<std::string, std::string> safetensors_metadata(const std::string& path);
@@ -61,6 +76,11 @@ std::map<std::string, std::string> safetensors_metadata(const std::string& path)
 // the same name, and shape mismatches ("<name>: file [a, b] vs model [c, d]"); long lists are cut
 // after 20 names with a count of the rest. `source` names where the tensors came from (a path).
 void load_into(torch::nn::Module& module, const NamedTensors& tensors,
+               const std::function<std::string(const std::string&)>& map_name = nullptr,
+               const std::string& source = "safetensors weights");
+// The same from tensors read on demand: names and shapes are checked first (nothing read), then
+// each tensor is read, converted into its target and dropped, so at most one file tensor is held.
+void load_into(torch::nn::Module& module, const LazyTensors& tensors,
                const std::function<std::string(const std::string&)>& map_name = nullptr,
                const std::string& source = "safetensors weights");
 

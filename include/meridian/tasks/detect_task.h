@@ -117,6 +117,7 @@ class DetectTask : public train::Task {
   train::Metrics evaluate() override;      // map50, map50_95 on data.eval
   train::Metrics step_metrics() override;  // box, cls, dfl parts of the last loss; boxes in the batch
   train::DataPosition data_position() const override;
+  int64_t batches_per_epoch() const override;
 
  private:
   struct Impl;

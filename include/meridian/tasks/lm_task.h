@@ -6,7 +6,9 @@
 //   data.seq_len       tokens per sequence (model.max_seq_len if unset)
 //   data.mode          pack (windows of the token stream, default) | pad (one document per sequence)
 //   data.eval          a text dataset whose loss and perplexity Task::evaluate reports (none: no evaluation)
-//   task.init          safetensors weights to start from (Hugging Face names), optional
+//   task.init          weights to start from: a Hugging Face LlamaForCausalLM directory (its
+//                      config.json sets the model: keys; shards, F32/BF16/F16, read tensor by tensor) or
+//                      one .safetensors file with Hugging Face names; optional
 #pragma once
 
 #include <memory>
@@ -15,11 +17,17 @@
 #include "meridian/core/config_schema.h"
 #include "meridian/data/text_loader.h"
 #include "meridian/models/llama.h"
+#include "meridian/tasks/checkpoint_eval.h"
 #include "meridian/train/task.h"
 #include "meridian/train/zero.h"
 
 namespace meridian::comm {
 class Runtime;
+class Communicator;
+}  // namespace meridian::comm
+
+namespace meridian::ckpt {
+class Reader;
 }
 
 namespace meridian::tasks {
@@ -53,6 +61,27 @@ models::Llama load_lm(const std::string& checkpoint, Config* saved = nullptr);
 // same file as for a run without adapters). Returns the number of tensors written.
 int64_t export_merged(const std::string& checkpoint, const std::string& out);
 
+// The language-model loss over a whole text dataset.
+struct LmEval {
+  double loss = 0;                 // mean cross-entropy per target token with loss (all ranks)
+  int64_t tokens = 0;              // target tokens with loss
+  int64_t windows = 0;             // pack windows of seq_len evaluated
+  train::Metrics metrics() const;  // eval_loss, eval_perplexity, eval_tokens
+};
+
+// Collective: every rank evaluates its share of `path`'s pack windows of `seq_len` tokens (data::
+// TextLoader, batch 1: windows beyond a multiple of the ranks are left out), no gradients, the
+// model's mode restored; the sums are added on `comm` (a CPU communicator) so every rank returns the
+// same result. DataError/UserError as TextLoader.
+LmEval evaluate_lm(const comm::Runtime& runtime, comm::Communicator& comm, models::Llama& model,
+                   const std::string& path, int64_t seq_len);
+
+// Collective: `meridian eval --init DIR` for a Hugging Face LlamaForCausalLM directory (its config.json
+// as the model, its weights loaded as task.init is): evaluate_lm at `seq_len` (0: the model's
+// max_position_embeddings).
+CheckpointEval evaluate_hf_llama(const comm::Runtime& runtime, const std::string& dir, const std::string& data_path,
+                                 int64_t seq_len);
+
 class LmTask : public train::Task {
  public:
   // Collective: opens the data (every rank the same file), builds the model on the runtime's device
@@ -61,6 +90,10 @@ class LmTask : public train::Task {
          train::DataPosition start = {});
   // Declares this task's keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
   static void declare(ConfigSchema& schema);
+  // Collective: tasks::evaluate_checkpoint for this task (evaluate_lm of the checkpoint's model at its
+  // data.seq_len, LoRA merged as trained).
+  static CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader,
+                                            const Config& config, const std::string& data_path);
   ~LmTask() override;
 
   std::string name() const override { return "lm"; }
@@ -75,6 +108,7 @@ class LmTask : public train::Task {
   train::Metrics evaluate() override;      // eval_loss, eval_perplexity (token-weighted over all ranks)
   train::Metrics step_metrics() override;  // tokens with loss in the last batch (this rank), perplexity
   train::DataPosition data_position() const override;
+  int64_t batches_per_epoch() const override;
 
  private:
   struct Impl;

@@ -26,7 +26,7 @@ struct LoadedSiglip {
 };
 
 // Not collective: the weights of a Hugging Face SiglipModel directory or .safetensors file into
-// `model` (models::read_hf_checkpoint, then load_into: every parameter provided, no tensor left over,
+// `model` (models::open_hf_checkpoint, then load_into: every parameter provided, no tensor left over,
 // shapes equal; position_ids buffers skipped with a notice when `report`).
 void load_hf_weights(models::SiglipImpl& model, const std::string& path, bool report);
 

@@ -86,6 +86,7 @@ class SiglipTask : public train::Task {
   train::Metrics evaluate() override;
   train::Metrics step_metrics() override;
   train::DataPosition data_position() const override;
+  int64_t batches_per_epoch() const override;
 
   models::Siglip& siglip();
 

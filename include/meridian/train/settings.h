@@ -19,6 +19,7 @@ enum class Progress { Auto, Bar, Lines };
 struct TrainerSettings {
   // train:
   int64_t steps = 100;     // optimizer steps
+  double epochs = 0;       // train.epochs: when > 0, steps come from the data (resolve_length)
   int64_t accumulate = 1;  // micro-batches per optimizer step (gradient accumulation)
   int64_t seed = 0;
   Precision precision = Precision::Float32;  // precision: float32 | bf16 (autocast in forward)
@@ -39,10 +40,11 @@ struct TrainerSettings {
   bool nesterov = true;                    // sgd: Nesterov momentum (needs momentum and warmup_momentum > 0)
   double warmup_momentum = 0.8;            // sgd: momentum at step 0, ramped linearly to `momentum` over `warmup` steps
   double lr = 5e-4, min_lr = 1e-5, weight_decay = 1e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  double clip = 1.0;    // max global gradient norm; 0: no clipping (the norm is still checked)
-  int64_t warmup = 10;  // steps of linear warmup
-  int zero = 0;         // optim.zero: 0 (DistributedDataParallel + AdamW), 1, 2 or 3 (train::ShardedAdamW's
-                        // stages; true is 1, false 0); the same updates to rounding (not with sgd)
+  double clip = 1.0;        // max global gradient norm; 0: no clipping (the norm is still checked)
+  int64_t warmup = 10;      // steps of linear warmup
+  double warmup_ratio = 0;  // optim.warmup_ratio: when > 0, warmup = round(ratio x steps) (resolve_length)
+  int zero = 0;             // optim.zero: 0 (DistributedDataParallel + AdamW), 1, 2 or 3 (train::ShardedAdamW's
+                            // stages; true is 1, false 0); the same updates to rounding (not with sgd)
   bool activation_checkpointing = false;  // train.activation_checkpointing: the task's blocks recompute their
                                           // activations in backward (nn::BlockRunner)
   double peak_flops = 0;                  // train.peak_flops: one device's peak FLOP/s (e.g. 989e12 for an H100's
@@ -60,6 +62,12 @@ struct TrainerSettings {
   // sgd with optim.zero, ...). Not collective.
   static TrainerSettings from_config(const Config& config);
 };
+
+// Not collective: `s` with train.epochs and optim.warmup_ratio turned into steps, given the training
+// data's global batches per epoch (train::Task::batches_per_epoch): steps = ceil(epochs x
+// batches_per_epoch / accumulate), at least 1; warmup = round(warmup_ratio x steps). Unchanged when
+// neither is set. ConfigError (train.epochs) when epochs is set and batches_per_epoch is 0.
+TrainerSettings resolve_length(TrainerSettings s, int64_t batches_per_epoch, const Config& config);
 
 // Learning rate of optimizer step `step` (0-based): lr * (step + 1) / warmup during warmup, then
 // cosine from lr down to min_lr at the last step.

@@ -62,6 +62,9 @@ class Task {
   virtual Metrics evaluate() { return {}; }
   // After the batches consumed so far (checkpoints save it; the task is built at it on resume).
   virtual DataPosition data_position() const { return {}; }
+  // Global batches (train.batch x ranks samples) in one epoch of the training data, as its sampler
+  // counts them (train.epochs turns into steps with it); 0: unknown.
+  virtual int64_t batches_per_epoch() const { return 0; }
   // The model's repeated blocks (activation checkpointing, ZeRO-3's units); null: none.
   virtual nn::BlockRunner* blocks() { return nullptr; }
   // Values worth logging next to the loss (e.g. the SigLIP temperature); not collective.

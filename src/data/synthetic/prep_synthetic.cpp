@@ -32,7 +32,7 @@ GeneratedImage scene_row(const PrepSyntheticOptions& o, int64_t i, int captions)
 
 TextRecord text_record(uint64_t seed, int64_t index) {
   const auto r = make_synthetic_instruction(seed, index);
-  return {alpaca_prompt(r.instruction, r.input), r.output};
+  return {{{alpaca_prompt(r.instruction, r.input), r.output}}};
 }
 
 }  // namespace
@@ -82,8 +82,8 @@ PrepReport prep_synthetic_text(const comm::Runtime& rt, const PrepSyntheticOptio
     std::vector<std::string> corpus;
     for (int64_t i = 0; i < std::min<int64_t>(o.count, 5000); ++i) {
       const auto r = text_record(o.seed, i);
-      corpus.push_back(r.prompt);
-      corpus.push_back(r.response);
+      corpus.push_back(r.exchanges[0].prompt);
+      corpus.push_back(r.exchanges[0].response);
     }
     return corpus;
   };

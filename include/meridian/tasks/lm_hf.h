@@ -1,0 +1,38 @@
+// Llama in and out of Hugging Face's layout (docs/running.md, "Fine-tune a published Llama"): the
+// weights of a LlamaForCausalLM directory into a model, tensor by tensor, and an lm checkpoint
+// written as a directory transformers loads with AutoModelForCausalLM.from_pretrained (and vLLM and
+// llama.cpp's convert_hf_to_gguf.py take). Training from such a directory is LmTask's task.init.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "meridian/models/llama.h"
+
+namespace meridian::tasks {
+
+// Not collective: the weights of a Hugging Face LlamaForCausalLM directory (sharded or not) or of one
+// .safetensors file with its names into `model`, read tensor by tensor (models::open_hf_checkpoint,
+// then load_into: every parameter provided, no tensor left over, shapes equal, each converted to the
+// parameter's dtype). rotary_emb.inv_freq buffers, and lm_head.weight of a tied model, are skipped
+// with a notice when `report`. DataError naming the file and tensor otherwise.
+void load_hf_llama(models::LlamaImpl& model, const std::string& path, bool report);
+
+struct LlamaExport {
+  int64_t tensors = 0, bytes = 0;
+  int files = 0;          // weight files (1: model.safetensors; more: shards and the index)
+  std::string tokenizer;  // where tokenizer.model came from
+};
+
+// Not collective. Writes the lm checkpoint `checkpoint` (LoRA adapters merged: models::merged_weights)
+// as a directory: config.json (models::llama_hf_config, bos/eos of the tokenizer),
+// generation_config.json, the weights in `dtype` ("f32" or "bf16") as model.safetensors or shards of
+// at most `max_shard_bytes` with model.safetensors.index.json, and the tokenizer: tokenizer.model,
+// tokenizer_config.json and special_tokens_map.json copied from `tokenizer` (a Hugging Face
+// directory; default: the run's task.init when it is one) or written from the training dataset's
+// tokenizer (LlamaTokenizer, legacy: the text encoded as SentencePiece does). Written as
+// <out>.partial and renamed at the end. UserError when `out` exists or no tokenizer is found.
+LlamaExport export_hf_llama(const std::string& checkpoint, const std::string& out, const std::string& dtype,
+                            int64_t max_shard_bytes, const std::string& tokenizer);
+
+}  // namespace meridian::tasks

@@ -1,0 +1,88 @@
+#include "meridian/models/llama_hf.h"
+
+#include <fmt/format.h>
+
+#include "meridian/core/error.h"
+
+namespace meridian::models {
+
+std::vector<HfConfigKey> llama_config_keys(const nlohmann::json& config, const std::string& origin) {
+  const std::string type = config.value("model_type", std::string());
+  if (type != "llama")
+    throw DataError(origin, "model_type", "is '" + type + "', not 'llama' (a Hugging Face LlamaForCausalLM)");
+  const auto number = [&](const char* field, double fallback) {
+    const auto it = config.find(field);
+    if (it == config.end() || it->is_null()) return fallback;
+    if (!it->is_number()) throw DataError(origin, field, "is not a number (" + it->dump() + ")");
+    return it->get<double>();
+  };
+  const auto flag = [&](const char* field) {
+    const auto it = config.find(field);
+    if (it == config.end() || it->is_null()) return false;
+    if (!it->is_boolean()) throw DataError(origin, field, "is not true or false (" + it->dump() + ")");
+    return it->get<bool>();
+  };
+  const std::string act = config.value("hidden_act", std::string("silu"));
+  if (act != "silu") throw DataError(origin, "hidden_act", "is '" + act + "'; meridian's Llama has silu (SwiGLU)");
+  if (config.contains("rope_scaling") && !config["rope_scaling"].is_null())
+    throw DataError(origin, "rope_scaling",
+                    "is " + config["rope_scaling"].dump() + "; meridian's Llama has plain RoPE (rope_scaling null)");
+  for (const char* bias : {"attention_bias", "mlp_bias"})
+    if (flag(bias)) throw DataError(origin, bias, "is true; meridian's Llama has no biases");
+
+  const double dim = number("hidden_size", 4096), heads = number("num_attention_heads", 32);
+  if (config.contains("head_dim") && !config["head_dim"].is_null() && number("head_dim", 0) * heads != dim)
+    throw DataError(
+        origin, "head_dim",
+        fmt::format("is {}, not hidden_size / num_attention_heads = {}", number("head_dim", 0), dim / heads));
+  std::vector<HfConfigKey> keys;
+  const auto add = [&](const std::string& key, double value, const std::string& field) {
+    keys.push_back({key, std::to_string(int64_t(value)), field});
+  };
+  add("model.vocab_size", number("vocab_size", 32000), "vocab_size");
+  add("model.dim", dim, "hidden_size");
+  add("model.layers", number("num_hidden_layers", 32), "num_hidden_layers");
+  add("model.heads", heads, "num_attention_heads");
+  add("model.kv_heads", number("num_key_value_heads", heads), "num_key_value_heads");
+  add("model.hidden", number("intermediate_size", 11008), "intermediate_size");
+  add("model.max_seq_len", number("max_position_embeddings", 2048), "max_position_embeddings");
+  keys.push_back({"model.rope_theta", fmt::format("{}", number("rope_theta", 10000)), "rope_theta"});
+  keys.push_back({"model.norm_eps", fmt::format("{}", number("rms_norm_eps", 1e-6)), "rms_norm_eps"});
+  keys.push_back({"model.tie_embeddings", flag("tie_word_embeddings") ? "true" : "false", "tie_word_embeddings"});
+  return keys;
+}
+
+nlohmann::json llama_hf_config(const LlamaConfig& c, const std::string& torch_dtype, int bos_id, int eos_id) {
+  nlohmann::json j{{"architectures", {"LlamaForCausalLM"}},
+                   {"model_type", "llama"},
+                   {"torch_dtype", torch_dtype},
+                   {"vocab_size", c.vocab_size},
+                   {"hidden_size", c.dim},
+                   {"intermediate_size", c.hidden},
+                   {"num_hidden_layers", c.layers},
+                   {"num_attention_heads", c.heads},
+                   {"num_key_value_heads", c.kv_heads},
+                   {"head_dim", c.head_dim()},
+                   {"hidden_act", "silu"},
+                   {"max_position_embeddings", c.max_seq_len},
+                   {"rms_norm_eps", c.norm_eps},
+                   {"rope_theta", c.rope_theta},
+                   {"rope_scaling", nullptr},
+                   {"attention_bias", false},
+                   {"attention_dropout", 0.0},
+                   {"mlp_bias", false},
+                   {"tie_word_embeddings", c.tie_embeddings},
+                   {"initializer_range", 0.02},
+                   {"pretraining_tp", 1},
+                   {"use_cache", true}};
+  if (bos_id >= 0) j["bos_token_id"] = bos_id;
+  if (eos_id >= 0) j["eos_token_id"] = eos_id;
+  return j;
+}
+
+bool llama_skipped_tensor(const std::string& name) {
+  const std::string suffix = "rotary_emb.inv_freq";
+  return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace meridian::models

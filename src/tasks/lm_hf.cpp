@@ -1,0 +1,125 @@
+#include "meridian/tasks/lm_hf.h"
+
+#include <c10/util/accumulate.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "meridian/ckpt/checkpoint.h"
+#include "meridian/ckpt/file.h"
+#include "meridian/core/config.h"
+#include "meridian/core/error.h"
+#include "meridian/core/json_file.h"
+#include "meridian/data/format.h"
+#include "meridian/data/tokenizer.h"
+#include "meridian/models/hf_checkpoint.h"
+#include "meridian/models/llama_hf.h"
+#include "meridian/models/lora.h"
+#include "meridian/tasks/lm_task.h"
+#include "meridian/tasks/registry.h"
+
+namespace meridian::tasks {
+
+namespace fs = std::filesystem;
+
+void load_hf_llama(models::LlamaImpl& model, const std::string& path, bool report) {
+  const auto checkpoint = models::open_hf_checkpoint(path);
+  const bool tied = model.config().tie_embeddings;
+  std::vector<std::string> skipped;
+  int64_t bytes = 0;
+  for (const auto& t : checkpoint.tensors) bytes += int64_t(at::elementSize(t.dtype)) * c10::multiply_integers(t.shape);
+  models::load_into(
+      model, checkpoint.tensors,
+      [&](const std::string& name) {
+        const bool recomputed = models::llama_skipped_tensor(name), head = tied && name == "lm_head.weight";
+        if (!recomputed && !head) return name;
+        skipped.push_back(name + (head ? " (model.tie_embeddings: the head is the embedding)"
+                                       : " (a buffer recomputed from model.rope_theta)"));
+        return std::string();
+      },
+      checkpoint.weights);
+  if (!report) return;
+  for (const auto& s : skipped) spdlog::info("{}: skipped {}", path, s);
+  spdlog::info("{}: {} tensors ({:.1f} MB) loaded from {}, one at a time", path,
+               checkpoint.tensors.size() - skipped.size(), double(bytes) / 1e6, checkpoint.weights);
+}
+
+namespace {
+
+// A token's text for tokenizer_config.json; null when the tokenizer has none.
+nlohmann::json piece_or_null(const data::Tokenizer& tok, int id) {
+  return id >= 0 ? nlohmann::json(tok.piece(id)) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+LlamaExport export_hf_llama(const std::string& checkpoint, const std::string& out, const std::string& dtype,
+                            int64_t max_shard_bytes, const std::string& tokenizer) {
+  if (dtype != "f32" && dtype != "bf16") throw UserError("export: --dtype must be f32 or bf16, got '" + dtype + "'");
+  if (fs::exists(out)) throw UserError(out + ": exists; export writes a new directory (remove it or choose another)");
+  Config config;
+  auto model = load_lm(checkpoint, &config);
+  // The tokenizer: a Hugging Face directory (given, or the run's task.init), else the training data's.
+  std::string source = tokenizer;
+  const std::string init = LmSettings::from_config(config).init, data = DataSettings::from_config(config).train;
+  if (source.empty() && !init.empty() && fs::exists(fs::path(init) / "tokenizer.model")) source = init;
+  if (source.empty() && !data.empty() && fs::exists(data)) source = data;
+  if (source.empty())
+    throw UserError(checkpoint + ": the tokenizer it was trained with is not here (task.init '" + init +
+                    "', data.train '" + data + "'): give --tokenizer (a Hugging Face directory or the dataset)");
+  const data::Tokenizer tok =
+      fs::is_directory(source) ? data::Tokenizer::from_hf_dir(source) : data::dataset_tokenizer(source);
+  if (tok.vocab_size() > model->config().vocab_size)
+    throw UserError(source + ": its tokenizer has " + std::to_string(tok.vocab_size()) +
+                    " pieces, more than the model's vocabulary " + std::to_string(model->config().vocab_size) +
+                    " (not the tokenizer this run trained with)");
+
+  const std::string partial = out + ".partial";
+  fs::remove_all(partial);
+  LlamaExport summary;
+  models::NamedTensors tensors = models::merged_weights(*model);
+  for (auto& [name, t] : tensors) {
+    t = t.detach().to(dtype == "bf16" ? at::kBFloat16 : at::kFloat).cpu().contiguous();
+    summary.bytes += int64_t(t.numel()) * int64_t(t.element_size());
+  }
+  summary.tensors = int64_t(tensors.size());
+  summary.files = models::write_hf_weights(partial, tensors, max_shard_bytes);
+  tensors.clear();
+
+  const int bos = tok.bos_id(), eos = tok.eos_id();
+  if (fs::is_directory(source)) {
+    for (const char* f : {"tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"})
+      if (fs::is_regular_file(fs::path(source) / f)) fs::copy_file(fs::path(source) / f, fs::path(partial) / f);
+  } else {
+    std::ofstream(fs::path(partial) / "tokenizer.model", std::ios::binary) << tok.model_bytes();
+    const nlohmann::json special{{"bos_token", piece_or_null(tok, bos)},
+                                 {"eos_token", piece_or_null(tok, eos)},
+                                 {"unk_token", tok.piece(tok.piece_id("<unk>") >= 0 ? tok.piece_id("<unk>") : 0)}};
+    nlohmann::json tc = special;
+    tc["tokenizer_class"] = "LlamaTokenizer";
+    tc["model_max_length"] = model->config().max_seq_len;
+    tc["add_bos_token"] = bos >= 0;
+    tc["add_eos_token"] = false;
+    tc["legacy"] = true;  // SentencePiece's own encoding of the text, as prep text tokenised it
+    tc["pad_token"] = nullptr;
+    write_json_file((fs::path(partial) / "tokenizer_config.json").string(), tc);
+    write_json_file((fs::path(partial) / "special_tokens_map.json").string(), special);
+  }
+  summary.tokenizer = source;
+  const std::string generation = fs::path(init) / "generation_config.json";
+  if (!init.empty() && fs::is_regular_file(generation)) {
+    fs::copy_file(generation, fs::path(partial) / "generation_config.json");
+  } else {
+    nlohmann::json g{{"_from_model_config", true}};
+    if (bos >= 0) g["bos_token_id"] = bos;
+    if (eos >= 0) g["eos_token_id"] = eos;
+    write_json_file((fs::path(partial) / "generation_config.json").string(), g);
+  }
+  write_json_file((fs::path(partial) / "config.json").string(),
+                  models::llama_hf_config(model->config(), dtype == "bf16" ? "bfloat16" : "float32", bos, eos));
+  fs::rename(partial, out);
+  return summary;
+}
+
+}  // namespace meridian::tasks
