@@ -26,23 +26,22 @@ namespace fs = std::filesystem;
 void load_hf_llama(models::LlamaImpl& model, const std::string& path, bool report) {
   const auto checkpoint = models::open_hf_checkpoint(path);
   const bool tied = model.config().tie_embeddings;
-  std::vector<std::string> skipped;
-  int64_t bytes = 0;
+  int64_t buffers = 0, head = 0, bytes = 0;  // skipped
   for (const auto& t : checkpoint.tensors) bytes += int64_t(at::elementSize(t.dtype)) * c10::multiply_integers(t.shape);
   models::load_into(
       model, checkpoint.tensors,
       [&](const std::string& name) {
-        const bool recomputed = models::llama_skipped_tensor(name), head = tied && name == "lm_head.weight";
-        if (!recomputed && !head) return name;
-        skipped.push_back(name + (head ? " (model.tie_embeddings: the head is the embedding)"
-                                       : " (a buffer recomputed from model.rope_theta)"));
-        return std::string();
+        if (models::llama_skipped_tensor(name)) return ++buffers, std::string();
+        if (tied && name == "lm_head.weight") return ++head, std::string();
+        return name;
       },
       checkpoint.weights);
   if (!report) return;
-  for (const auto& s : skipped) spdlog::info("{}: skipped {}", path, s);
+  if (buffers > 0)
+    spdlog::info("{}: skipped {} rotary_emb.inv_freq buffer(s) (recomputed from model.rope_theta)", path, buffers);
+  if (head > 0) spdlog::info("{}: skipped lm_head.weight (model.tie_embeddings: the head is the embedding)", path);
   spdlog::info("{}: {} tensors ({:.1f} MB) loaded from {}, one at a time", path,
-               checkpoint.tensors.size() - skipped.size(), double(bytes) / 1e6, checkpoint.weights);
+               int64_t(checkpoint.tensors.size()) - buffers - head, double(bytes) / 1e6, checkpoint.weights);
 }
 
 namespace {
