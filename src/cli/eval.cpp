@@ -26,7 +26,7 @@ Command eval_command() {
         ("checkpoint", "Checkpoint file (<run>/checkpoints/step_*.h5)", cxxopts::value<std::string>()->default_value(""))
         ("init", "Instead of --checkpoint: a Hugging Face LlamaForCausalLM directory as published (task lm)", cxxopts::value<std::string>()->default_value(""))
         ("data", "Dataset (.h5): image-text made with the training data's tokenizer (prep --tokenizer TRAIN.h5), detection, or text", cxxopts::value<std::string>()->default_value(""))
-        ("seq-len", "lm with --init: tokens per evaluated window; default: the model's max_position_embeddings", cxxopts::value<int64_t>()->default_value("0"))
+        ("seq-len", "lm: tokens per evaluated window; default: the run's data.seq_len (--checkpoint) or the model's max_position_embeddings (--init)", cxxopts::value<int64_t>()->default_value("0"))
         ("json", "Also write the metrics to this JSON file (full precision; rank 0)", cxxopts::value<std::string>()->default_value(""))
         ("task", "The checkpoint's task must be this one (siglip, detect, lm); default: whatever it is", cxxopts::value<std::string>()->default_value(""))
         ("set", "Override a value of the checkpoint's config (e.g. task.prompts)", cxxopts::value<std::vector<std::string>>());
@@ -57,6 +57,8 @@ Command eval_command() {
     Config config = ckpt::saved_config(reader);
     const int64_t step = reader.int_attribute("step").value_or(0);
     apply_overrides(p, config);
+    if (p["seq-len"].as<int64_t>() > 0)
+      config.set("data.seq_len", std::to_string(p["seq-len"].as<int64_t>()), "--seq-len");
     const std::string task = tasks::task_name(config), wanted = p["task"].as<std::string>();
     if (!wanted.empty() && wanted != task)
       throw UserError(path + ": --task " + wanted + ", but this checkpoint was trained with task.name " + task);

@@ -229,7 +229,13 @@ Tokenizer Tokenizer::from_hf_dir(const std::string& dir) {
     if (rules.eos_id < 0) throw DataError(config_path, "eos_token", "is null: fine-tuning needs an end of sequence");
     if (config.contains("bos_token") && piece("bos_token") != t.bos_id())
       throw DataError(config_path, "bos_token", "is not the bos piece of " + model);
-    if (config.contains("pad_token") && piece("pad_token") >= 0) rules.pad_id = piece("pad_token");
+    // A pad added on top of the model (e.g. "<pad>" as id 32000) is no piece: prep pads nothing, so the
+    // model's own pad (or 0) stays.
+    const auto pad = config.find("pad_token");
+    if (pad != config.end() && (pad->is_string() || pad->is_object())) {
+      const std::string text = pad->is_string() ? pad->get<std::string>() : pad->value("content", std::string());
+      if (t.piece_id(text) >= 0) rules.pad_id = t.piece_id(text);
+    }
     return t.with_rules(rules);
   }
   const auto lower = config.find("do_lower_case");

@@ -7,7 +7,13 @@
 namespace meridian::models {
 
 std::vector<HfConfigKey> llama_config_keys(const nlohmann::json& config, const std::string& origin) {
-  const std::string type = config.value("model_type", std::string());
+  const auto text = [&](const char* field, const std::string& fallback) {
+    const auto it = config.find(field);
+    if (it == config.end() || it->is_null()) return fallback;
+    if (!it->is_string()) throw DataError(origin, field, "is not a string (" + it->dump() + ")");
+    return it->get<std::string>();
+  };
+  const std::string type = text("model_type", "");
   if (type != "llama")
     throw DataError(origin, "model_type", "is '" + type + "', not 'llama' (a Hugging Face LlamaForCausalLM)");
   const auto number = [&](const char* field, double fallback) {
@@ -22,9 +28,11 @@ std::vector<HfConfigKey> llama_config_keys(const nlohmann::json& config, const s
     if (!it->is_boolean()) throw DataError(origin, field, "is not true or false (" + it->dump() + ")");
     return it->get<bool>();
   };
-  const std::string act = config.value("hidden_act", std::string("silu"));
+  const std::string act = text("hidden_act", "silu");
   if (act != "silu") throw DataError(origin, "hidden_act", "is '" + act + "'; meridian's Llama has silu (SwiGLU)");
-  if (config.contains("rope_scaling") && !config["rope_scaling"].is_null())
+  const auto scaling = config.find("rope_scaling");  // null, or {"rope_type": "default"}: plain RoPE
+  if (scaling != config.end() && !scaling->is_null() &&
+      !(scaling->is_object() && scaling->size() == 1 && scaling->value("rope_type", std::string()) == "default"))
     throw DataError(origin, "rope_scaling",
                     "is " + config["rope_scaling"].dump() + "; meridian's Llama has plain RoPE (rope_scaling null)");
   for (const char* bias : {"attention_bias", "mlp_bias"})

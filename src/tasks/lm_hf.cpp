@@ -4,12 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include "meridian/ckpt/checkpoint.h"
 #include "meridian/ckpt/file.h"
 #include "meridian/core/config.h"
 #include "meridian/core/error.h"
+#include "meridian/core/files.h"
 #include "meridian/core/json_file.h"
 #include "meridian/data/format.h"
 #include "meridian/data/tokenizer.h"
@@ -53,9 +53,11 @@ nlohmann::json piece_or_null(const data::Tokenizer& tok, int id) {
 
 }  // namespace
 
-LlamaExport export_hf_llama(const std::string& checkpoint, const std::string& out, const std::string& dtype,
+LlamaExport export_hf_llama(const std::string& checkpoint, const std::string& out_dir, const std::string& dtype,
                             int64_t max_shard_bytes, const std::string& tokenizer) {
   if (dtype != "f32" && dtype != "bf16") throw UserError("export: --dtype must be f32 or bf16, got '" + dtype + "'");
+  std::string out = fs::path(out_dir).lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();  // "dir/" -> "dir", so "dir.partial" is beside it
   if (fs::exists(out)) throw UserError(out + ": exists; export writes a new directory (remove it or choose another)");
   Config config;
   auto model = load_lm(checkpoint, &config);
@@ -75,7 +77,16 @@ LlamaExport export_hf_llama(const std::string& checkpoint, const std::string& ou
                     " (not the tokenizer this run trained with)");
 
   const std::string partial = out + ".partial";
-  fs::remove_all(partial);
+  if (fs::exists(partial)) throw UserError(partial + ": exists (an interrupted export?): remove it, then export again");
+  // Whatever fails from here on, nothing half-written is left.
+  struct Cleanup {
+    std::string path;
+    bool done = false;
+    ~Cleanup() {
+      std::error_code ignored;
+      if (!done) fs::remove_all(path, ignored);
+    }
+  } cleanup{partial};
   LlamaExport summary;
   models::NamedTensors tensors = models::merged_weights(*model);
   for (auto& [name, t] : tensors) {
@@ -91,7 +102,7 @@ LlamaExport export_hf_llama(const std::string& checkpoint, const std::string& ou
     for (const char* f : {"tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"})
       if (fs::is_regular_file(fs::path(source) / f)) fs::copy_file(fs::path(source) / f, fs::path(partial) / f);
   } else {
-    std::ofstream(fs::path(partial) / "tokenizer.model", std::ios::binary) << tok.model_bytes();
+    write_file_atomically((fs::path(partial) / "tokenizer.model").string(), tok.model_bytes());
     const nlohmann::json special{{"bos_token", piece_or_null(tok, bos)},
                                  {"eos_token", piece_or_null(tok, eos)},
                                  {"unk_token", tok.piece(tok.piece_id("<unk>") >= 0 ? tok.piece_id("<unk>") : 0)}};
@@ -106,8 +117,8 @@ LlamaExport export_hf_llama(const std::string& checkpoint, const std::string& ou
     write_json_file((fs::path(partial) / "special_tokens_map.json").string(), special);
   }
   summary.tokenizer = source;
-  const std::string generation = fs::path(init) / "generation_config.json";
-  if (!init.empty() && fs::is_regular_file(generation)) {
+  const std::string generation = fs::path(source) / "generation_config.json";
+  if (fs::is_directory(source) && fs::is_regular_file(generation)) {  // the same directory as the tokenizer
     fs::copy_file(generation, fs::path(partial) / "generation_config.json");
   } else {
     nlohmann::json g{{"_from_model_config", true}};
@@ -118,6 +129,7 @@ LlamaExport export_hf_llama(const std::string& checkpoint, const std::string& ou
   write_json_file((fs::path(partial) / "config.json").string(),
                   models::llama_hf_config(model->config(), dtype == "bf16" ? "bfloat16" : "float32", bos, eos));
   fs::rename(partial, out);
+  cleanup.done = true;
   return summary;
 }
 

@@ -132,7 +132,9 @@ struct LmTask::Impl {
       mc.vocab_size = loader->info().vocab_size;
     }
     model = models::Llama(mc);
-    if (!settings.init.empty()) load_hf_llama(*model, settings.init, rt.rank() == 0);
+    // Resuming: the checkpoint's weights replace these, so the published ones are not read again.
+    const bool resuming = start.epoch > 0 || start.position > 0;
+    if (!settings.init.empty() && !resuming) load_hf_llama(*model, settings.init, rt.rank() == 0);
     // LoRA: adapters on the targets (after the base weights are in), everything else frozen.
     const auto lora = models::LoraConfig::from_config(c);
     if (lora.enabled()) {
@@ -224,6 +226,10 @@ LmEval evaluate_lm(const comm::Runtime& rt, comm::Communicator& comm, models::Ll
   o.batch_size = 1;
   o.mode = data::TextLoaderOptions::Pack;
   data::TextLoader eval(rt, o);
+  if (eval.info().vocab_size > model->config().vocab_size)
+    throw DataError(path, "tokenizer",
+                    std::to_string(eval.info().vocab_size) + " pieces, more than the model's vocabulary " +
+                        std::to_string(model->config().vocab_size) + ": make it with the model's tokenizer");
   const int64_t per_rank = eval.sampler().steps_per_epoch();
   const bool was_training = model->is_training();
   model->eval();
@@ -274,6 +280,8 @@ CheckpointEval LmTask::evaluate_checkpoint(const comm::Runtime& rt, const ckpt::
 
 CheckpointEval evaluate_hf_llama(const comm::Runtime& rt, const std::string& dir, const std::string& data_path,
                                  int64_t seq_len) {
+  if (!std::filesystem::is_directory(dir))
+    throw UserError("eval --init: " + dir + " is not a directory (a Hugging Face LlamaForCausalLM directory)");
   Config config = Config::parse("task: {name: lm}", "eval --init");
   config.set("task.init", yaml_quoted(dir), "--init");
   apply_init_config(config);

@@ -117,6 +117,9 @@ Config with_defaults(const Config& config) { return config_schema(kind_of(config
 
 void apply_init_config(Config& config) {
   const std::string init = config.get<std::string>("task.init", "");
+  if (!init.empty() && !std::filesystem::exists(init))
+    throw ConfigError(config.source("task.init"), "task.init",
+                      init + " does not exist (a Hugging Face model directory or a .safetensors file)");
   if (init.empty() || !std::filesystem::is_directory(init)) return;
   const std::string task = task_name(config);
   if (task != "siglip" && task != "lm")

@@ -35,7 +35,7 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
     const Config full = with_defaults(config);
     const int64_t batch = full.get<int64_t>("train.batch");
     const int64_t per_rank =
-        ckpt::resume_batch(*point, rt.size(), train::TrainerSettings::from_config(full).accumulate, batch);
+        ckpt::resume_batch(*point, rt.size(), train::TrainerSettings::from_config(config).accumulate, batch);
     if (per_rank != batch) {
       config.set("train.batch", std::to_string(per_rank));
       if (rt.rank() == 0)
@@ -48,9 +48,12 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
   train::seed(settings.seed);
   auto task = make_task(rt, config, DataSettings::from_config(config).train, start);
   settings = train::resolve_length(settings, task->batches_per_epoch(), config);
-  if (rt.rank() == 0 && (settings.epochs > 0 || settings.warmup_ratio > 0))
-    spdlog::info("train.epochs {} x {} global batches per epoch / train.accumulate {}: {} steps, {} of warmup",
-                 settings.epochs, task->batches_per_epoch(), settings.accumulate, settings.steps, settings.warmup);
+  if (rt.rank() == 0 && settings.epochs > 0)
+    spdlog::info("train.epochs {} x {} global batches per epoch / train.accumulate {}: {} steps (train.steps not used)",
+                 settings.epochs, task->batches_per_epoch(), settings.accumulate, settings.steps);
+  if (rt.rank() == 0 && settings.warmup_ratio > 0)
+    spdlog::info("optim.warmup_ratio {} of {} steps: {} steps of warmup (optim.warmup not used)", settings.warmup_ratio,
+                 settings.steps, settings.warmup);
   train::Trainer trainer(rt, *task, settings, {config, run_dir, straggler, trace_path});
   if (point) ckpt::restore(rt, trainer, *point);
   ckpt::Checkpointer checkpointer(rt, trainer, config, ckpt_settings);

@@ -21,7 +21,7 @@ const ConfigBinding<TrainerSettings>& bindings() {
     b.integer("train.steps", &S::steps, "optimizer steps to train").at_least(1);
     b.number("train.epochs", &S::epochs,
              "passes over the training data; when > 0 it sets train.steps (ceil(epochs x global batches per epoch / "
-             "train.accumulate))")
+             "train.accumulate)) in place of the key")
         .at_least(0);
     b.integer("train.accumulate", &S::accumulate, "micro-batches per optimizer step (gradient accumulation)")
         .at_least(1);
@@ -66,8 +66,10 @@ const ConfigBinding<TrainerSettings>& bindings() {
         .at_least(0)
         .defaults_to("the smaller of 1e-05 and optim.lr");
     b.integer("optim.warmup", &S::warmup, "steps of linear learning-rate warmup").at_least(0);
-    b.number("optim.warmup_ratio", &S::warmup_ratio,
-             "warmup as a fraction of train.steps (transformers' warmup_ratio); when > 0 it sets optim.warmup")
+    b.number(
+         "optim.warmup_ratio", &S::warmup_ratio,
+         "warmup as a fraction of train.steps (transformers' warmup_ratio); when > 0 it sets optim.warmup (ceil) in "
+         "place of the key")
         .at_least(0)
         .below(1);
     b.number("optim.weight_decay", &S::weight_decay, "decoupled weight decay (not on biases, norms, embeddings)")
@@ -131,7 +133,7 @@ TrainerSettings resolve_length(TrainerSettings s, int64_t batches_per_epoch, con
                         "the training data's epoch length is not known to this task: give train.steps");
     s.steps = std::max<int64_t>(1, int64_t(std::ceil(s.epochs * double(batches_per_epoch) / double(s.accumulate))));
   }
-  if (s.warmup_ratio > 0) s.warmup = std::llround(s.warmup_ratio * double(s.steps));
+  if (s.warmup_ratio > 0) s.warmup = int64_t(std::ceil(s.warmup_ratio * double(s.steps)));  // as transformers
   return s;
 }
 

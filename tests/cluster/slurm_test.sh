@@ -173,7 +173,8 @@ grep -q "train: 4 steps, .* over 2 ranks" "$tmp/detect.out" || fail "detect: no 
 "$meridian" prep synthetic --kind text --count 64 --tokenizer "$tmp/hf_llama" --out "$tmp/sft.h5" --log-level warn \
   >/dev/null || fail "prep of the text set"
 PRECISION=float32 submit lm-sft lm-sft.sbatch -- --data "$tmp/sft.h5" --init "$tmp/hf_llama" --set train.epochs=0 \
-  --set train.steps=4 --set train.batch=2 --set train.accumulate=1 --set data.seq_len=64 --set checkpoint.async=false
+  --set train.steps=4 --set train.batch=2 --set train.accumulate=1 --set data.seq_len=64 --set data.mode=pack \
+  --set checkpoint.async=false
 ((JOB_RC == 0)) || fail "lm-sft: job exited $JOB_RC"
 grep -q "train: 4 steps, .* over 2 ranks" "$tmp/lm-sft.out" || fail "lm-sft: no summary of 4 steps over 2 ranks"
 grep -q "ZeRO-3: optimizer state, gradients and parameters sharded" "$tmp/lm-sft.out" || fail "lm-sft: ZeRO-3 not in use"

@@ -146,7 +146,7 @@ struct TextRecord {
 //            before the first user content (contents stripped), response " " + answer + " "
 //            (transformers' Llama-2 chat template; bos and eos around each exchange).
 // UserError (the caller names the file and record) for an unknown template, a role out of order,
-// a content that is not a string, or a chat that does not end with an assistant message.
+// or a chat that does not end with an assistant message.
 struct ChatMessage {
   std::string role, content;
 };

@@ -28,10 +28,11 @@ struct LlamaExport {
 // as a directory: config.json (models::llama_hf_config, bos/eos of the tokenizer),
 // generation_config.json, the weights in `dtype` ("f32" or "bf16") as model.safetensors or shards of
 // at most `max_shard_bytes` with model.safetensors.index.json, and the tokenizer: tokenizer.model,
-// tokenizer_config.json and special_tokens_map.json copied from `tokenizer` (a Hugging Face
-// directory; default: the run's task.init when it is one) or written from the training dataset's
-// tokenizer (LlamaTokenizer, legacy: the text encoded as SentencePiece does). Written as
-// <out>.partial and renamed at the end. UserError when `out` exists or no tokenizer is found.
+// tokenizer_config.json, special_tokens_map.json (and generation_config.json) copied from
+// `tokenizer` (a Hugging Face directory; default: the run's task.init when it is one) or written
+// from the training dataset's tokenizer (LlamaTokenizer, legacy: the text encoded as SentencePiece
+// does). Written as <out>.partial, removed on any failure and renamed at the end. UserError when
+// `out` or <out>.partial exists or no tokenizer is found.
 LlamaExport export_hf_llama(const std::string& checkpoint, const std::string& out, const std::string& dtype,
                             int64_t max_shard_bytes, const std::string& tokenizer);
 

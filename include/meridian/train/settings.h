@@ -65,7 +65,7 @@ struct TrainerSettings {
 
 // Not collective: `s` with train.epochs and optim.warmup_ratio turned into steps, given the training
 // data's global batches per epoch (train::Task::batches_per_epoch): steps = ceil(epochs x
-// batches_per_epoch / accumulate), at least 1; warmup = round(warmup_ratio x steps). Unchanged when
+// batches_per_epoch / accumulate), at least 1; warmup = ceil(warmup_ratio x steps). Unchanged when
 // neither is set. ConfigError (train.epochs) when epochs is set and batches_per_epoch is 0.
 TrainerSettings resolve_length(TrainerSettings s, int64_t batches_per_epoch, const Config& config);
 
