@@ -16,7 +16,9 @@ namespace meridian::cli {
 Command bench_memory_command() {
   Command c;
   c.name = "bench memory";
-  c.summary = "Memory per rank of a Llama config (closed form) for DDP and ZeRO-1/2/3, float32 and bf16 parameters";
+  c.summary =
+      "Memory per rank of a Llama config (closed form) for DDP and ZeRO-1/2/3, float32 and bf16 parameters, ZeRO-3 "
+      "with its state offloaded to host memory";
   c.add_options = [](cxxopts::Options& o) {
     // clang-format off
     o.add_options()
@@ -46,14 +48,16 @@ Command bench_memory_command() {
     const double gib = double(int64_t(1) << 30);
     std::printf("bench memory: %s, %lld parameters (%lld per layer), per rank before activations, GiB\n",
                 config.origin().c_str(), (long long)model.parameter_count(), (long long)model.block_parameter_count());
-    std::printf("| ranks | setup | parameters | gradients | AdamW state | buffers | total | total GB |\n");
-    std::printf("|---:|---|---:|---:|---:|---:|---:|---:|\n");
+    std::printf(
+        "| ranks | setup | parameters | gradients | AdamW state | buffers | total on the device | total GB | host "
+        "(offloaded) |\n");
+    std::printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
     auto lora = models::LoraConfig::from_config(config);
     lora.rank = p["lora"].as<int64_t>();
     auto row = [&](int64_t w, const std::string& setup, const train::ZeroMemoryReport& r) {
-      std::printf("| %lld | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", (long long)w, setup.c_str(),
+      std::printf("| %lld | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", (long long)w, setup.c_str(),
                   r.parameter_bytes / gib, r.gradient_bytes / gib, r.optimizer_bytes / gib, r.buffer_bytes / gib,
-                  r.total() / gib, r.total() / 1e9);
+                  r.total() / gib, r.total() / 1e9, r.host_bytes / gib);
     };
     for (const int64_t w : ranks) {
       for (const int64_t bytes : {int64_t(4), int64_t(2)})
@@ -62,6 +66,11 @@ Command bench_memory_command() {
               (stage == 0 ? std::string("DDP") : "ZeRO-" + std::to_string(stage)) +
                   (bytes == 4 ? ", float32" : ", bf16 + float32 master"),
               tasks::lm_memory(model, stage, w, bytes));
+      for (const int64_t bytes : {int64_t(4), int64_t(2)})
+        row(w,
+            std::string("ZeRO-3, ") + (bytes == 4 ? "float32" : "bf16 + float32 master") +
+                ", state offloaded to host (optim.offload)",
+            tasks::lm_memory(model, 3, w, bytes, nullptr, /*offload=*/true));
       if (!lora.enabled()) continue;
       for (const int64_t bytes : {int64_t(4), int64_t(2)})
         for (const int stage : {0, 3}) {

@@ -56,7 +56,7 @@ void LmSettings::declare(ConfigSchema& schema) { lm_bindings().declare(schema); 
 LmSettings LmSettings::from_config(const Config& config) { return lm_bindings().read(config); }
 
 train::ZeroMemoryReport lm_memory(const models::LlamaConfig& model, int stage, int64_t world,
-                                  int64_t parameter_element_bytes, const models::LoraConfig* lora) {
+                                  int64_t parameter_element_bytes, const models::LoraConfig* lora, bool offload) {
   // The trained parameters as the Llama registers them (embedding, layers, final norm, head), each
   // layer's as one entry: the plan needs sizes and places only.
   std::vector<train::PlannedParam> params;
@@ -84,7 +84,7 @@ train::ZeroMemoryReport lm_memory(const models::LlamaConfig& model, int stage, i
     if (!model.tie_embeddings) add(model.vocab_size * model.dim, -1);
   }
   const auto plan = train::plan_units(stage, params, world, size_t(model.layers));
-  return train::plan_memory(stage, plan, world, parameter_element_bytes, frozen);
+  return train::plan_memory(stage, plan, world, parameter_element_bytes, frozen, train::kBucketNumel, offload);
 }
 
 struct LmTask::Impl {

@@ -33,14 +33,18 @@ std::string ZeroMemoryReport::to_string() const {
                   std::to_string(shard_numel) + " per shard):\n";
   const std::string dtype = parameter_element_bytes == 4 ? "float32" : "bfloat16, float32 master shard";
   s += "  parameters       " + gib(parameter_bytes) +
-       (stage == 3 ? " (float32 shard + gathered " +
+       (stage == 3 ? std::string(offload ? " (the shard's device copy" : " (float32 shard") + " + gathered " +
                          std::string(parameter_element_bytes == 4 ? "float32" : "bfloat16") + " units)\n"
                    : " (" + dtype + ", replicated)\n");
   if (frozen_bytes > 0) s += "    of which frozen " + gib(frozen_bytes) + " (not trained: replicated, no state)\n";
   s += "  gradients        " + gib(gradient_bytes) + (stage >= 2 ? " (shard + units in flight)\n" : " (replicated)\n");
   s += "  optimizer state  " + gib(optimizer_bytes) + (stage >= 1 ? " (sharded)\n" : " (replicated)\n");
   s += "  work buffers     " + gib(buffer_bytes) + "\n";
-  s += "  total            " + gib(total());
+  if (offload)
+    s += "  total on the device " + gib(total()) + "; offloaded to host memory " + gib(host_bytes) +
+         " (float32 master shard, moments and reduced gradient shard)";
+  else
+    s += "  total            " + gib(total());
   return s;
 }
 
@@ -71,7 +75,8 @@ ZeroMemoryReport ZeroMemoryReport::of(int64_t numel, int64_t world, int64_t buck
 }
 
 ZeroMemoryReport ZeroMemoryReport::of_stage(int stage, int64_t numel, int64_t world, int64_t largest_unit,
-                                            int64_t outside_blocks, int64_t bytes) {
+                                            int64_t outside_blocks, int64_t bytes, bool offload) {
+  if (offload && stage != 3) throw UserError("optim.offload needs optim.zero 3, got " + std::to_string(stage));
   if (stage == 1) return of(numel, world, kBucketNumel, bytes);
   ZeroMemoryReport r;
   r.stage = stage;
@@ -98,6 +103,13 @@ ZeroMemoryReport ZeroMemoryReport::of_stage(int stage, int64_t numel, int64_t wo
       r.parameter_bytes = 4 * s + b * (outside_blocks + 2 * u);
       r.gradient_bytes = 4 * s + 3 * b * u;
       r.optimizer_bytes = 8 * s;
+      if (offload) {  // the state to the host; the device keeps the shard in the parameters' dtype
+        r.offload = true;
+        r.host_bytes = 16 * s;
+        r.parameter_bytes -= (4 - b) * s;
+        r.gradient_bytes -= 4 * s;
+        r.optimizer_bytes = 0;
+      }
       break;
   }
   return r;
@@ -208,10 +220,10 @@ std::vector<PlannedParam> planned_params(const std::vector<ParamGroup>& groups, 
 }
 
 ZeroMemoryReport plan_memory(int stage, const UnitPlan& plan, int64_t world, int64_t bytes, int64_t frozen_numel,
-                             int64_t bucket_numel) {
-  auto r = stage == 1 ? ZeroMemoryReport::of(plan.numel, world, bucket_numel, bytes)
-                      : ZeroMemoryReport::of_stage(stage, plan.numel, world, plan.largest_unit(), plan.outside_blocks(),
-                                                   bytes);
+                             int64_t bucket_numel, bool offload) {
+  auto r = stage == 1 && !offload ? ZeroMemoryReport::of(plan.numel, world, bucket_numel, bytes)
+                                  : ZeroMemoryReport::of_stage(stage, plan.numel, world, plan.largest_unit(),
+                                                               plan.outside_blocks(), bytes, offload);
   r.frozen_bytes = bytes * frozen_numel;
   r.parameter_bytes += r.frozen_bytes;
   return r;
@@ -220,7 +232,7 @@ ZeroMemoryReport plan_memory(int stage, const UnitPlan& plan, int64_t world, int
 namespace {
 // Bytes per rank a report needs beyond the float32 parameters the task has already allocated.
 int64_t beyond_allocated(const ZeroMemoryReport& r) {
-  return r.total() - 4 * r.numel - r.frozen_bytes / r.parameter_element_bytes * 4;
+  return r.host_total(/*cpu=*/true) - 4 * r.numel - r.frozen_bytes / r.parameter_element_bytes * 4;
 }
 }  // namespace
 

@@ -81,6 +81,11 @@ const ConfigBinding<TrainerSettings>& bindings() {
     b.choice("optim.zero", &S::zero, {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}, {"false", 0}, {"true", 1}},
              "ZeRO stage (adamw only): 1 shards the AdamW state across ranks, 2 also the gradients, 3 also the "
              "parameters (gathered block by block); 0: DistributedDataParallel (true: 1, false: 0)");
+    b.boolean(
+        "optim.offload", &S::offload,
+        "optim.zero 3: keep the float32 master shard, the AdamW moments and the reduced gradient shard in host "
+        "memory (pinned) and run AdamW on the CPU; the GPU keeps the shard in the parameters' dtype (ZeRO-Offload: "
+        "16 bytes per parameter of the shard move from GPU to host memory)");
     b.number("optim.momentum", &S::momentum, "sgd: momentum after the warmup").at_least(0).below(1);
     b.boolean("optim.nesterov", &S::nesterov, "sgd: Nesterov momentum");
     b.number("optim.warmup_momentum", &S::warmup_momentum,
@@ -112,6 +117,9 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
     throw ConfigError(c.source("train.ema"), "train.ema",
                       "not with train.precision bf16 and optim.zero (the parameters are bfloat16 then; the float32 "
                       "masters are sharded)");
+  if (s.offload && s.zero != 3)
+    throw ConfigError(c.source("optim.offload"), "optim.offload",
+                      "offloads ZeRO-3's state: needs optim.zero 3, got " + std::to_string(s.zero));
   if (!(s.min_lr <= s.lr)) throw ConfigError(c.source("optim.min_lr"), "optim.min_lr", "must be within [0, optim.lr]");
   if (s.optimizer == Optimizer::SGD) {
     if (s.zero)

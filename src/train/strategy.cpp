@@ -42,7 +42,8 @@ std::unique_ptr<Strategy> make_strategy(const comm::Runtime& rt, comm::Communica
   const size_t blocks = task.blocks() ? task.blocks()->blocks().size() : 0;
   const auto memory_of = [&](int stage) {
     const int64_t bytes = stage > 0 && s.precision == Precision::BFloat16 ? 2 : 4;
-    return plan_memory(stage, plan_units(stage, planned, rt.size(), blocks), rt.size(), bytes, frozen);
+    return plan_memory(stage, plan_units(stage, planned, rt.size(), blocks), rt.size(), bytes, frozen, kBucketNumel,
+                       stage == 3 && s.offload);
   };
   const auto memory = memory_of(s.zero);
   check_memory_fits(rt, memory, memory_of);

@@ -28,7 +28,8 @@ struct ShardedAdamW::UnitState {
 
 ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& options, comm::Communicator& comm,
                            int64_t bucket_numel)
-    : ShardedAdamW(std::move(groups), options, comm, ZeroOptions{1, bucket_numel, nullptr, {}, nullptr, at::kFloat}) {}
+    : ShardedAdamW(std::move(groups), options, comm,
+                   ZeroOptions{1, bucket_numel, nullptr, {}, nullptr, at::kFloat, false}) {}
 
 ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& options, comm::Communicator& comm,
                            ZeroOptions zero)
@@ -37,7 +38,10 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
   if (zero.param_dtype != at::kFloat && zero.param_dtype != at::kBFloat16)
     throw UserError(std::string("ShardedAdamW: parameter dtype must be float32 or bfloat16, got ") +
                     c10::toString(zero.param_dtype));
+  if (zero.offload && stage_ != 3)
+    throw UserError("ShardedAdamW: offloading the optimizer state needs stage 3, got stage " + std::to_string(stage_));
   master_ = stage_ == 3 || zero.param_dtype != at::kFloat;
+  offload_ = zero.offload;
   gather_comm_ = zero.gather_comm ? zero.gather_comm : &comm_;
   world_ = comm_.size();
   rank_ = comm_.rank();
@@ -64,6 +68,8 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
                     comm::to_string(comm_.backend()));
   options_f_ = at::TensorOptions().dtype(at::kFloat).device(device.value_or(c10::Device(expected)));
   options_p_ = options_f_.dtype(zero.param_dtype);
+  options_s_ =
+      offload_ ? at::TensorOptions().dtype(at::kFloat).pinned_memory(options_f_.device().is_cuda()) : options_f_;
 
   // Every rank must hold the same layout: max and -min of (N, P) agree only if all ranks agree.
   at::Tensor counts = at::tensor({double(numel_), -double(numel_), double(params_.size()), -double(params_.size())},
@@ -87,7 +93,7 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
     piece_ = zero_bucket_piece(shard_numel_, world_, bucket_numel_);
     bucket_ = at::zeros({piece_ * world_}, options_p_);
   }
-  param_shard_ = at::zeros({shard_numel_}, options_f_);
+  param_shard_ = at::zeros({shard_numel_}, options_s_);
 
   if (stage_ >= 2)
     for (size_t i = 0; i < params_.size(); ++i)
@@ -107,15 +113,16 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
     }
     if (stage_ < 3)
       for (auto& p : params_) p.tensor.set_data(p.tensor.detach().to(options_p_.dtype()));
+    if (offload_) device_shard_ = param_shard_.to(options_p_);  // after the parameters were freed
   }
   if (stage_ == 3) {
     blocks_ = zero.blocks;
     if (blocks_) blocks_->set_hooks(this);
   }
   // The rest after stage 3 has freed the parameters (peak 4 N + 4 S bytes instead of 4 N + 16 S).
-  grad_shard_ = at::zeros({shard_numel_}, options_f_);
-  exp_avg_ = at::zeros({shard_numel_}, options_f_);
-  exp_avg_sq_ = at::zeros({shard_numel_}, options_f_);
+  grad_shard_ = at::zeros({shard_numel_}, options_s_);
+  exp_avg_ = at::zeros({shard_numel_}, options_s_);
+  exp_avg_sq_ = at::zeros({shard_numel_}, options_s_);
   flags_ = at::zeros({int64_t(params_.size())}, options_f_);
   has_grad_.assign(params_.size(), 0);
 }
@@ -157,7 +164,7 @@ void ShardedAdamW::issue_ready_reductions() {
     const ZeroUnit& unit = plan_.units[u];
     UnitState& st = state_[u];
     if (!st.flat_grad.defined()) st.flat_grad = at::zeros({world_ * unit.shard_numel}, options_p_);
-    st.direct = micro_ == 0 && options_p_.dtype() == at::kFloat;
+    st.direct = micro_ == 0 && options_p_.dtype() == at::kFloat && !offload_;
     st.reduced =
         st.direct ? grad_shard_.narrow(0, unit.base, unit.shard_numel) : at::empty({unit.shard_numel}, options_p_);
     st.reduce = comm_.reduce_scatter_async(st.flat_grad, st.reduced, comm::ReduceOp::Avg);
@@ -171,7 +178,7 @@ void ShardedAdamW::retire(size_t u) {
   UnitState& st = state_[u];
   st.reduce->wait();
   at::Tensor shard = grad_shard_.narrow(0, plan_.units[u].base, plan_.units[u].shard_numel);
-  if (!st.direct) micro_ == 0 ? shard.copy_(st.reduced) : shard.add_(st.reduced);
+  if (!st.direct) micro_ == 0 ? shard.copy_(st.reduced) : shard.add_(st.reduced.to(shard.device(), at::kFloat));
   st.reduce.reset();
   st.reduced = st.flat_grad = at::Tensor();
   in_flight_.erase(std::find(in_flight_.begin(), in_flight_.end(), u));
@@ -203,8 +210,13 @@ void ShardedAdamW::gather(size_t u) {
   if (st.gathered.defined()) return;  // gathered or on its way
   const ZeroUnit& unit = plan_.units[u];
   st.gathered = at::empty({world_ * unit.shard_numel}, options_p_);
-  st.gather = gather_comm_->allgather_async(param_shard_.narrow(0, unit.base, unit.shard_numel).to(options_p_.dtype()),
-                                            st.gathered);
+  st.gather = gather_comm_->allgather_async(shard_on_device(unit, options_p_.dtype().toScalarType()), st.gathered);
+}
+
+at::Tensor ShardedAdamW::shard_on_device(const ZeroUnit& unit, at::ScalarType dtype) const {
+  if (!offload_) return param_shard_.narrow(0, unit.base, unit.shard_numel).to(dtype);
+  const at::Tensor on_device = device_shard_.narrow(0, unit.base, unit.shard_numel);
+  return dtype == options_p_.dtype() ? on_device : param_shard_.narrow(0, unit.base, unit.shard_numel).to(options_f_);
 }
 
 void ShardedAdamW::materialize(size_t u) {
@@ -336,6 +348,7 @@ double ShardedAdamW::reduce_gradients() {
   constexpr int64_t kPiece = int64_t(1) << 22;
   for (int64_t k0 = 0; k0 < shard_numel_; k0 += kPiece)
     squares += grad_shard_.narrow(0, k0, std::min(kPiece, shard_numel_ - k0)).to(at::kDouble).pow(2).sum();
+  if (offload_) squares = squares.to(options_f_.device());  // the collective on the parameters' device
   comm_.allreduce(squares, comm::ReduceOp::Sum);
   return std::sqrt(squares.item<double>());
 }
@@ -369,7 +382,8 @@ void ShardedAdamW::update(double grad_scale) {
                        const at::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options_.eps);
                        p.addcdiv_(exp_avg, denom, -lr / bias_correction1);
                      });
-  if (stage_ == 3) return;  // the shard is the parameter
+  if (offload_) device_shard_.copy_(param_shard_);  // the new shard back for the gathers
+  if (stage_ == 3) return;                          // the shard is the parameter
 
   // 4. Every rank's updated pieces gathered, then copied into the parameters that were updated (the
   // others are not written at all). Stage 1 bucket by bucket, stage 2 unit by unit.
@@ -404,7 +418,7 @@ void ShardedAdamW::with_each_unit(bool gather_first,
     at::Tensor buffer;  // the unit's float32 values when the shard is the master
     if (master_) {
       buffer = at::zeros({world_ * unit.shard_numel}, options_f_);
-      if (gather_first) gather_comm_->allgather(param_shard_.narrow(0, unit.base, unit.shard_numel), buffer);
+      if (gather_first) gather_comm_->allgather(shard_on_device(unit, at::kFloat), buffer);
       full = unit_views(unit, buffer);
     } else {
       for (size_t i : unit.params) full.push_back(params_[i].tensor.detach());
@@ -413,6 +427,9 @@ void ShardedAdamW::with_each_unit(bool gather_first,
     if (gather_first || !master_) continue;
     param_shard_.narrow(0, unit.base, unit.shard_numel)
         .copy_(buffer.narrow(0, rank_ * unit.shard_numel, unit.shard_numel));
+    if (offload_)
+      device_shard_.narrow(0, unit.base, unit.shard_numel)
+          .copy_(buffer.narrow(0, rank_ * unit.shard_numel, unit.shard_numel));
     if (stage_ < 3)  // the replicated (bfloat16) parameters too
       for (size_t k = 0; k < unit.params.size(); ++k) params_[unit.params[k]].tensor.detach().copy_(full[k]);
   }
@@ -431,7 +448,7 @@ void ShardedAdamW::for_each_segment(const ZeroUnit& unit, int64_t begin, int64_t
 }
 
 ZeroMemoryReport ShardedAdamW::memory_report() const {
-  return plan_memory(stage_, plan_, world_, int64_t(options_p_.dtype().itemsize()), 0, bucket_numel_);
+  return plan_memory(stage_, plan_, world_, int64_t(options_p_.dtype().itemsize()), 0, bucket_numel_, offload_);
 }
 
 }  // namespace meridian::train

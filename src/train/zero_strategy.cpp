@@ -23,7 +23,7 @@ ZeroAdamW::ZeroAdamW(const comm::Runtime& rt, comm::Communicator& comm, Task& ta
   const at::ScalarType dtype = s.precision == Precision::BFloat16 ? at::kBFloat16 : at::kFloat;
   optimizer_ = std::make_unique<ShardedAdamW>(
       groups_, AdamWOptions{s.lr, s.beta1, s.beta2, s.eps}, comm,
-      ZeroOptions{s.zero, kBucketNumel, task.blocks(), model->parameters(), gather_comm_.get(), dtype});
+      ZeroOptions{s.zero, kBucketNumel, task.blocks(), model->parameters(), gather_comm_.get(), dtype, s.offload});
   if (dtype != at::kFloat)  // frozen parameters (LoRA's base) in bfloat16 too: no master needed
     for (auto& p : model->parameters())
       if (!p.requires_grad() && p.is_floating_point()) p.set_data(p.detach().to(dtype));

@@ -234,12 +234,16 @@ TEST_F(Zero, StagesTwoAndThreeMatchStageOne) {
     zero_one.set_lr(lr_at(t));
     zero_one.step();
   }
-  for (const int stage : {2, 3}) {
+  // Stage 3 also with the state offloaded (host memory: the same operations, a device copy of the shard).
+  for (const auto& [stage, offload] : {std::pair{2, false}, std::pair{3, false}, std::pair{3, true}}) {
     Model model(true);
     train::ZeroOptions zo;
     zo.stage = stage;
     zo.bucket_numel = 20;
+    zo.offload = offload;
     train::ShardedAdamW zero(model.groups(), options, communicator(), zo);
+    EXPECT_EQ(zero.offloaded(), offload);
+    if (offload) EXPECT_TRUE(zero.exp_avg_shard().device().is_cpu());
     EXPECT_EQ(zero.units().size(),
               4u);  // [fc1.weight] [fc2.weight] [unused fc1.bias norm.weight] [norm.bias fc2.bias rank0_only]
     if (stage == 3) EXPECT_EQ(model.fc1->weight.numel(), 0);  // freed until gathered
@@ -256,8 +260,8 @@ TEST_F(Zero, StagesTwoAndThreeMatchStageOne) {
     zero.release_all();
     const double diff = (a - b).abs().max().item<double>();
     if (runtime().rank() == 0)
-      std::printf("[ zero ] %d ranks: stage %d vs stage 1: max difference %.3g (%s)\n", runtime().size(), stage, diff,
-                  torch::equal(a, b) ? "bit-identical" : "not bit-identical");
+      std::printf("[ zero ] %d ranks: stage %d%s vs stage 1: max difference %.3g (%s)\n", runtime().size(), stage,
+                  offload ? " offloaded" : "", diff, torch::equal(a, b) ? "bit-identical" : "not bit-identical");
     if (runtime().size() <= 2) EXPECT_TRUE(torch::equal(a, b)) << "stage " << stage << ": " << diff;
     EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << "stage " << stage << ": " << diff;
     EXPECT_EQ(zero.steps(), zero_one.steps()) << "stage " << stage;
@@ -283,12 +287,14 @@ TEST_F(Zero, StagesTwoAndThreeMatchStageOne) {
 // after every update, the masters follow AdamW on the bfloat16 gradients.
 TEST_F(Zero, BFloat16ParametersKeepFloat32Masters) {
   const train::AdamWOptions options{0.05, 0.9, 0.999, 1e-8};
-  for (const int stage : {1, 2, 3}) {
+  for (const auto& [stage, offload] :
+       {std::pair{1, false}, std::pair{2, false}, std::pair{3, false}, std::pair{3, true}}) {
     Model model(false);
     train::ZeroOptions zo;
     zo.stage = stage;
     zo.bucket_numel = 20;
     zo.param_dtype = at::kBFloat16;
+    zo.offload = offload;
     train::ShardedAdamW zero(model.groups(), options, communicator(), zo);
     EXPECT_TRUE(zero.owns_master());
     for (int t = 0; t < 3; ++t) {
@@ -351,6 +357,17 @@ TEST_F(Zero, MemoryReportInClosedForm) {
   EXPECT_EQ(r.buffer_bytes, 4 * (w * s + 2 * s));
   EXPECT_EQ(r.total(), 8 * n + 8 * s + 4 * (w * s + 2 * s));
   EXPECT_EQ(train::ZeroMemoryReport::of_stage(0, n, w, n, n).total(), 16 * n);  // DDP + AdamW
+  // Stage 3 offloaded: 16 S to the host; the device keeps the shard in the parameters' dtype (2 S in
+  // bfloat16), the gathered units (outside blocks + 2 units) and 3 units of gradients in flight.
+  const int64_t big = 1 << 20, u = 1000, outside = 300, sb = train::zero_shard_numel(big, 8);
+  const auto off = train::ZeroMemoryReport::of_stage(3, big, 8, u, outside, 2, true);
+  EXPECT_TRUE(off.offload);
+  EXPECT_EQ(off.host_bytes, 16 * sb);
+  EXPECT_EQ(off.total(), 2 * sb + 2 * (outside + 2 * u) + 3 * 2 * u);
+  EXPECT_EQ(off.host_total(false), 16 * sb);
+  EXPECT_EQ(off.host_total(true), off.total() + 16 * sb);
+  EXPECT_EQ(train::ZeroMemoryReport::of_stage(3, big, 8, u, outside, 2).total(), off.total() + 16 * sb - 2 * sb);
+  EXPECT_THROW(train::ZeroMemoryReport::of_stage(2, big, 8, u, outside, 2, true), meridian::UserError);
   EXPECT_NE(r.to_string().find("optimizer state"), std::string::npos);
 }
 

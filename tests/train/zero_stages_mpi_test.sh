@@ -12,6 +12,7 @@
 #    equal 4 straight bit for bit (/model and /optim); a ZeRO-3 checkpoint of 2 ranks resumed on 4
 #    ranks as ZeRO-3 and as DDP ends at the same model (1e-6), resumed as ZeRO-1 on 2 ranks at the
 #    straight DDP run's exact model; a DDP checkpoint resumed as ZeRO-3 likewise;
+#  - optim.offload (ZeRO-3 state in host memory) gives the same bits as without it;
 #  - a config whose DDP state does not fit in this machine's memory is refused on every rank.
 set -u
 mpirun=$1 meridian=$2 src=$3
@@ -125,6 +126,23 @@ assert abs(a - b) <= 0.02 * abs(b), (a, b)
 print("bf16 vs float32: largest weight difference", worst, "last loss", a, b)
 PY
   fail "bf16 master weights or loss curve"
+
+# optim.offload (the ZeRO-3 state in host memory): the same operations, so on CPU ranks the same
+# bits as without it, float32 and bfloat16, model and optimizer state; refused below stage 3.
+run 2 lm_z3_off "${lm[@]}" --set optim.zero=3 --set optim.offload=true
+run 2 lm_bf3_off "${lm[@]}" --set train.precision=bf16 --set optim.zero=3 --set optim.offload=true
+for group in /model /optim; do
+  same "$(ck lm_z3_false 4)" "$(ck lm_z3_off 4)" $group
+  same "$(ck lm_bf3 4)" "$(ck lm_bf3_off 4)" $group
+done
+grep -q "offloaded to host memory" "$tmp/lm_z3_off.log" ||
+  run 2 lm_off_log "${lm[@]}" --set optim.zero=3 --set optim.offload=true --log-level info --set train.steps=1 \
+    --set checkpoint.at_end=false
+grep -q "offloaded to host memory" "$tmp/lm_z3_off.log" "$tmp/lm_off_log.log" 2>/dev/null || fail "no offload figure in the log"
+"$mpirun" --oversubscribe -np 2 "$meridian" train --config "$src/jobs/configs/lm-tiny.yaml" --data "$tmp/text.h5" \
+  --set optim.zero=2 --set optim.offload=true --set train.steps=1 --run-dir "$tmp/off2" >"$tmp/off2.log" 2>&1 &&
+  fail "optim.offload with optim.zero 2 ran"
+[ "$(grep -c 'optim.offload.*needs optim.zero 3' "$tmp/off2.log")" -ge 1 ] || { cat "$tmp/off2.log"; fail "no optim.offload message"; }
 
 # A model whose DDP state cannot fit: refused on every rank before anything is allocated.
 avail_gib=$(awk '/MemAvailable/ {print int($2 / 1048576)}' /proc/meminfo)

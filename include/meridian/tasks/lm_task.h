@@ -48,9 +48,11 @@ struct LmSettings {
 // float32 master shards), before activations: a unit per decoder layer, the embedding, final norm
 // and head outside blocks (what train::ShardedAdamW builds for this model). With `lora` enabled:
 // only the adapters are trained (a unit per layer) and the base is frozen, replicated, in the
-// parameters' dtype (bfloat16 with train.precision bf16 and optim.zero).
+// parameters' dtype (bfloat16 with train.precision bf16 and optim.zero). offload: stage 3's state in
+// host memory (optim.offload).
 train::ZeroMemoryReport lm_memory(const models::LlamaConfig& model, int stage, int64_t world,
-                                  int64_t parameter_element_bytes = 4, const models::LoraConfig* lora = nullptr);
+                                  int64_t parameter_element_bytes = 4, const models::LoraConfig* lora = nullptr,
+                                  bool offload = false);
 
 // Not collective: the Llama of a checkpoint written by an lm run (its config, the vocabulary it
 // trained with, LoRA adapters when task.lora.rank > 0), weights loaded; `saved` (optional) gets the

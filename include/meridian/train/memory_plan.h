@@ -44,7 +44,12 @@ struct ZeroMemoryReport {
   int64_t gradient_bytes = 0;   // 0, 1: 4 N (the .grad tensors); 2, 3: 4 S (the reduced shard) + in flight
   int64_t optimizer_bytes = 0;  // 0: 8 N; 1-3: 8 S (exp_avg + exp_avg_sq)
   int64_t buffer_bytes = 0;     // work buffers and transient copies (stage 1: 4 (W C + 2 S))
+  bool offload = false;         // stage 3 with optim.offload: the float32 state in host memory
+  int64_t host_bytes = 0;       // offload: 16 S (master, moments, reduced gradient), not in the four above
+  // On the parameters' device (with offload, what stays on it).
   int64_t total() const { return parameter_bytes + gradient_bytes + optimizer_bytes + buffer_bytes; }
+  // In host memory: everything on CPU ranks, the offloaded state on GPU ranks.
+  int64_t host_total(bool cpu) const { return cpu ? total() + host_bytes : host_bytes; }
   // One line per figure, for the log at start ("parameters 1.2 GiB, ...").
   std::string to_string() const;
   // Stage 1's figures for N elements over W ranks (ShardedAdamW::memory_report() of a ZeRO-1 object).
@@ -52,8 +57,10 @@ struct ZeroMemoryReport {
                              int64_t parameter_element_bytes = 4);
   // Any stage (0: DDP + AdamW, float32 only) for a model of N elements in units of at most
   // `largest_unit` elements (blocks), `outside_blocks` of them outside any block.
+  // offload (stage 3 only): the state in host memory (host_bytes), the shard in the parameters' dtype
+  // on the device.
   static ZeroMemoryReport of_stage(int stage, int64_t numel, int64_t world_size, int64_t largest_unit,
-                                   int64_t outside_blocks, int64_t parameter_element_bytes = 4);
+                                   int64_t outside_blocks, int64_t parameter_element_bytes = 4, bool offload = false);
 };
 
 // S for N elements over W ranks (see Layout above).
@@ -102,9 +109,9 @@ std::vector<PlannedParam> planned_params(const std::vector<ParamGroup>& groups, 
 
 // Bytes per rank of `stage` (0: DistributedDataParallel + AdamW) for the units of `plan`, with
 // parameters of `parameter_element_bytes` (4: float32; 2: bfloat16 with float32 master shards) and
-// `frozen_numel` frozen elements replicated beside them.
+// `frozen_numel` frozen elements replicated beside them; offload: as of_stage's.
 ZeroMemoryReport plan_memory(int stage, const UnitPlan& plan, int64_t world_size, int64_t parameter_element_bytes,
-                             int64_t frozen_numel = 0, int64_t bucket_numel = kBucketNumel);
+                             int64_t frozen_numel = 0, int64_t bucket_numel = kBucketNumel, bool offload = false);
 
 // Collective (an allgather of messages): on CPU ranks, a run whose `memory` cannot fit beside the
 // float32 parameters already allocated, times the ranks on the node, in the node's MemAvailable is

@@ -45,6 +45,8 @@ struct TrainerSettings {
   double warmup_ratio = 0;  // optim.warmup_ratio: when > 0, warmup = round(ratio x steps) (resolve_length)
   int zero = 0;             // optim.zero: 0 (DistributedDataParallel + AdamW), 1, 2 or 3 (train::ShardedAdamW's
                             // stages; true is 1, false 0); the same updates to rounding (not with sgd)
+  bool offload = false;     // optim.offload: ZeRO-3's float32 state in host memory, AdamW on the CPU
+                            // (ZeroOptions::offload); needs optim.zero 3
   bool activation_checkpointing = false;  // train.activation_checkpointing: the task's blocks recompute their
                                           // activations in backward (nn::BlockRunner)
   double peak_flops = 0;                  // train.peak_flops: one device's peak FLOP/s (e.g. 989e12 for an H100's

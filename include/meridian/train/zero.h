@@ -90,6 +90,13 @@ struct ZeroOptions {
   // gradients are reduced in bfloat16, and every rank keeps the float32 master of its shard, which
   // AdamW updates (its moments and the reduced gradient in float32 too).
   at::ScalarType param_dtype = at::kFloat;
+  // Stage 3 only: the float32 state of this rank (master shard, moments, reduced gradient shard) kept
+  // in host memory (pinned when the parameters are on CUDA) and AdamW run there; the device keeps a
+  // copy of the shard in param_dtype, the source of the gathers. Each unit's reduced gradient is
+  // copied to the host as its reduction retires; update() copies the new shard back. The same
+  // operations as without it (on CPU ranks bit-identical); on a GPU the device then holds 2 S (or 4 S
+  // in float32) bytes of shard instead of 16 S of state.
+  bool offload = false;
 };
 
 class ShardedAdamW : public nn::BlockHooks {
@@ -139,6 +146,7 @@ class ShardedAdamW : public nn::BlockHooks {
 
   // Not collective: sizes of this rank (the same on every rank).
   ZeroMemoryReport memory_report() const;
+  bool offloaded() const { return offload_; }
 
   // nn::BlockHooks (stage 3 gathers and frees; nothing at stages 1-2).
   void before(size_t block, bool recompute) override;
@@ -157,7 +165,8 @@ class ShardedAdamW : public nn::BlockHooks {
   // Offset of parameter i (flat index, group order then parameter order) in the flat vector; the
   // vector has one more entry, N, so parameter i spans [offsets()[i], offsets()[i+1]).
   const std::vector<int64_t>& offsets() const { return offsets_; }
-  // This rank's moments, S float32 elements each on the parameters' device; element base_u + k
+  // This rank's moments, S float32 elements each on the parameters' device (host memory when
+  // offloaded()); element base_u + k
   // belongs to element r * S_u + k of unit u (padding elements stay zero). Writable in place.
   at::Tensor& exp_avg_shard() { return exp_avg_; }
   at::Tensor& exp_avg_sq_shard() { return exp_avg_sq_; }
@@ -188,6 +197,7 @@ class ShardedAdamW : public nn::BlockHooks {
   comm::Communicator* gather_comm_ = nullptr;
   int stage_ = 1;
   bool master_ = false;           // the float32 parameter shard is the master (stage 3, or bfloat16 parameters)
+  bool offload_ = false;          // ZeroOptions::offload
   std::vector<Param> params_;     // flat index order
   std::vector<int64_t> offsets_;  // size params_.size() + 1
   std::vector<int64_t> steps_;
@@ -220,9 +230,13 @@ class ShardedAdamW : public nn::BlockHooks {
   int64_t bucket_numel_ = kBucketNumel;
   int64_t piece_ = 1;                        // C: elements per rank and bucket (stage 1)
   at::TensorOptions options_f_, options_p_;  // float32; the parameters' (and gradient collectives') dtype
+  at::TensorOptions options_s_;              // the float32 state: options_f_, or host memory when offloaded
   at::Tensor bucket_;                        // stage 1: W * C, a bucket of gradients, then of gathered parameters
-  at::Tensor grad_shard_, param_shard_, exp_avg_, exp_avg_sq_;  // S each
-  at::Tensor flags_;                                            // one float per parameter: has a gradient
+  at::Tensor grad_shard_, param_shard_, exp_avg_, exp_avg_sq_;  // S each (options_s_)
+  at::Tensor device_shard_;  // offloaded: the shard in the parameters' dtype on their device (S)
+  // Unit u's slice of the shard on the parameters' device in `dtype` (a view or a copy).
+  at::Tensor shard_on_device(const ZeroUnit& unit, at::ScalarType dtype) const;
+  at::Tensor flags_;       // one float per parameter: has a gradient
   std::vector<char> any_;  // reduce_gradients(): parameters some rank has a gradient for
 };
 
