@@ -4,7 +4,8 @@
 # (jobs/configs/llama-1b.yaml, 924M parameters) as a Hugging Face directory in BF16 with 2 shards
 # (tests/models/hf_llama.py make --shape), loaded by 2 ranks with ZeRO-3 (`train --init DIR`, one
 # step of 16 tokens). Each rank's VmRSS is sampled every 0.1 s; the peak before the first step
-# starts (the "memory per rank" log line) is the loading peak, printed per rank with the file size.
+# starts (the "memory per rank" log line; ZeRO-3 allocates its optimizer state at the first step,
+# after loading) is the loading peak, printed per rank with the file size.
 # OLD_MERIDIAN (optional): a binary from before directory loading, given the same weights as one
 # .safetensors file (it read the whole file on every rank). Needs python3-torch; ~12 GB of memory.
 set -eu

@@ -9,6 +9,7 @@
 #include "meridian/core/config_binding.h"
 #include "meridian/core/config_schema.h"
 #include "meridian/core/error.h"
+#include "meridian/nn/shape_only.h"
 
 namespace meridian::models {
 
@@ -164,15 +165,21 @@ at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos, c
   return h + mlp_(post_attention_layernorm_(h));
 }
 
-LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c) : config_(c) {
+LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c, bool values) : config_(c) {
   embed_tokens_ = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.dim));
+  if (!values) nn::drop_parameter_values(*embed_tokens_);
   layers_ = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.layers; ++i) {
     LlamaBlock block(c);
+    if (!values) nn::drop_parameter_values(*block);
     layers_->push_back(block);
     blocks_.add(block.ptr());
   }
   norm_ = register_module("norm", RMSNorm(c.dim, c.norm_eps));
+  if (!values) {
+    nn::drop_parameter_values(*norm_);
+    return;
+  }
   // Small initial weights (as HF's initializer_range 0.02) keep the first logits near uniform.
   for (auto& p : parameters())
     if (p.dim() == 2) torch::nn::init::normal_(p, 0.0, 0.02);
@@ -200,12 +207,16 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, KvCache* cache) {
   return norm_(x);
 }
 
-LlamaImpl::LlamaImpl(const LlamaConfig& config) : config_(config) {
-  model_ = register_module("model", LlamaModel(config));
+LlamaImpl::LlamaImpl(const LlamaConfig& config, bool values) : config_(config) {
+  model_ = register_module("model", LlamaModel(config, values));
   if (!config.tie_embeddings)
     lm_head_ = register_module("lm_head",
                                torch::nn::Linear(torch::nn::LinearOptions(config.dim, config.vocab_size).bias(false)));
-  if (lm_head_) torch::nn::init::normal_(lm_head_->weight, 0.0, 0.02);
+  if (!lm_head_) return;
+  if (values)
+    torch::nn::init::normal_(lm_head_->weight, 0.0, 0.02);
+  else
+    nn::drop_parameter_values(*lm_head_);
 }
 
 at::Tensor LlamaImpl::forward(const at::Tensor& tokens, KvCache* cache) {

@@ -402,6 +402,18 @@ void load_into(torch::nn::Module& module, const NamedTensors& tensors,
 
 void load_into(torch::nn::Module& module, const LazyTensors& tensors,
                const std::function<std::string(const std::string&)>& map_name, const std::string& source) {
+  const auto matched = match_tensors(module, tensors, map_name, source);
+  std::map<std::string, at::Tensor> targets;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) targets.emplace(p.key(), p.value());
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) targets.emplace(b.key(), b.value());
+  // One file tensor in memory at a time, converted into its target.
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, lazy] : matched) targets.at(name).copy_(lazy->read());
+}
+
+std::map<std::string, const LazyTensor*> match_tensors(torch::nn::Module& module, const LazyTensors& tensors,
+                                                       const std::function<std::string(const std::string&)>& map_name,
+                                                       const std::string& source) {
   std::vector<std::string> order;  // the module's names, registration order
   std::map<std::string, at::Tensor> targets;
   for (const auto& p : module.named_parameters(/*recurse=*/true))
@@ -410,7 +422,7 @@ void load_into(torch::nn::Module& module, const LazyTensors& tensors,
     if (b.value().defined() && targets.emplace(b.key(), b.value()).second) order.push_back(b.key());
 
   std::map<std::string, std::string> provided;  // module name -> file name
-  std::vector<std::pair<at::Tensor, const LazyTensor*>> copies;
+  std::map<std::string, const LazyTensor*> matched;
   std::vector<std::string> unused, twice, mismatched, missing;
   for (const auto& t : tensors) {
     const std::string& name = t.name;
@@ -431,7 +443,7 @@ void load_into(torch::nn::Module& module, const LazyTensors& tensors,
       mismatched.push_back(shown + ": file " + fmt_shape(t.shape) + " vs model " + fmt_shape(target->second.sizes()));
       continue;
     }
-    copies.emplace_back(target->second, &t);
+    matched.emplace(mapped, &t);
   }
   for (const auto& name : order)
     if (!provided.count(name)) missing.push_back(name);
@@ -448,10 +460,7 @@ void load_into(torch::nn::Module& module, const LazyTensors& tensors,
   add("mapped to the same name twice", twice);
   add("shape mismatch", mismatched);
   if (!problem.empty()) throw DataError(source, "load_into", problem);
-
-  // One file tensor in memory at a time, converted into its target.
-  torch::NoGradGuard no_grad;
-  for (auto& [target, lazy] : copies) target.copy_(lazy->read());
+  return matched;
 }
 
 }  // namespace meridian::models

@@ -23,25 +23,39 @@ namespace meridian::tasks {
 
 namespace fs = std::filesystem;
 
-void load_hf_llama(models::LlamaImpl& model, const std::string& path, bool report) {
-  const auto checkpoint = models::open_hf_checkpoint(path);
+HfLlamaWeights::HfLlamaWeights(models::LlamaImpl& model, const std::string& path)
+    : path_(path), checkpoint_(models::open_hf_checkpoint(path)) {
   const bool tied = model.config().tie_embeddings;
-  int64_t buffers = 0, head = 0, bytes = 0;  // skipped
-  for (const auto& t : checkpoint.tensors) bytes += int64_t(at::elementSize(t.dtype)) * c10::multiply_integers(t.shape);
-  models::load_into(
-      model, checkpoint.tensors,
+  for (const auto& t : checkpoint_.tensors)
+    bytes_ += int64_t(at::elementSize(t.dtype)) * c10::multiply_integers(t.shape);
+  matched_ = models::match_tensors(
+      model, checkpoint_.tensors,
       [&](const std::string& name) {
-        if (models::llama_skipped_tensor(name)) return ++buffers, std::string();
-        if (tied && name == "lm_head.weight") return ++head, std::string();
+        if (models::llama_skipped_tensor(name)) return ++buffers_, std::string();
+        if (tied && name == "lm_head.weight") return ++head_, std::string();
         return name;
       },
-      checkpoint.weights);
-  if (!report) return;
-  if (buffers > 0)
-    spdlog::info("{}: skipped {} rotary_emb.inv_freq buffer(s) (recomputed from model.rope_theta)", path, buffers);
-  if (head > 0) spdlog::info("{}: skipped lm_head.weight (model.tie_embeddings: the head is the embedding)", path);
-  spdlog::info("{}: {} tensors ({:.1f} MB) loaded from {}, one at a time", path,
-               int64_t(checkpoint.tensors.size()) - buffers - head, double(bytes) / 1e6, checkpoint.weights);
+      checkpoint_.weights);
+}
+
+void HfLlamaWeights::read(const std::string& name, const at::Tensor& value) const {
+  at::NoGradGuard no_grad;
+  value.copy_(matched_.at(name)->read());
+}
+
+void HfLlamaWeights::report(size_t count, const std::string& how) const {
+  if (buffers_ > 0)
+    spdlog::info("{}: skipped {} rotary_emb.inv_freq buffer(s) (recomputed from model.rope_theta)", path_, buffers_);
+  if (head_ > 0) spdlog::info("{}: skipped lm_head.weight (model.tie_embeddings: the head is the embedding)", path_);
+  spdlog::info("{}: {} tensors ({:.1f} MB) loaded from {}, {}", path_, count, double(bytes_) / 1e6, checkpoint_.weights,
+               how);
+}
+
+void load_hf_llama(models::LlamaImpl& model, const std::string& path, bool report) {
+  const HfLlamaWeights weights(model, path);
+  for (const auto& p : model.named_parameters(/*recurse=*/true)) weights.read(p.key(), p.value());
+  for (const auto& b : model.named_buffers(/*recurse=*/true)) weights.read(b.key(), b.value());
+  if (report) weights.report(weights.size(), "one at a time");
 }
 
 namespace {

@@ -20,6 +20,7 @@
 #include "meridian/tasks/lm_hf.h"
 #include "meridian/tasks/registry.h"
 #include "meridian/train/settings.h"
+#include "meridian/train/strategy.h"
 
 namespace meridian::tasks {
 
@@ -99,6 +100,7 @@ struct LmTask::Impl {
   std::unique_ptr<comm::Communicator> eval_comm;  // created by the first evaluation (collective)
   at::Tensor tokens, targets;
   train::DataPosition position;
+  std::unique_ptr<HfLlamaWeights> deferred;  // task.init for assign_weights(); null once read or when not deferred
 
   Impl(const comm::Runtime& runtime, const Config& c, const std::string& train_data, train::DataPosition start)
       : rt(runtime),
@@ -131,12 +133,20 @@ struct LmTask::Impl {
                      loader->info().vocab_size, train_data, loader->info().vocab_size);
       mc.vocab_size = loader->info().vocab_size;
     }
-    model = models::Llama(mc);
     // Resuming: the checkpoint's weights replace these, so the published ones are not read again.
     const bool resuming = start.epoch > 0 || start.position > 0;
+    const auto lora = models::LoraConfig::from_config(c);
+    // ZeRO-3 from a published checkpoint: the model is built for its shapes only and each rank reads
+    // its shards of the weights unit by unit (assign_weights), so no rank ever holds the whole
+    // model. LoRA's frozen base is replicated, so it is built whole.
+    if (!settings.init.empty() && !resuming && train::TrainerSettings::from_config(c).zero == 3 && !lora.enabled()) {
+      model = models::Llama(mc, /*values=*/false);
+      deferred = std::make_unique<HfLlamaWeights>(*model, settings.init);  // checked now, read later
+      return;  // the shape-only parameters stay on the CPU: the shards go to the device
+    }
+    model = models::Llama(mc);
     if (!settings.init.empty() && !resuming) load_hf_llama(*model, settings.init, rt.rank() == 0);
     // LoRA: adapters on the targets (after the base weights are in), everything else frozen.
-    const auto lora = models::LoraConfig::from_config(c);
     if (lora.enabled()) {
       const int64_t layers = models::apply_lora(*model, lora);
       int64_t trainable = 0, all = 0;
@@ -181,6 +191,19 @@ LmTask::LmTask(const comm::Runtime& rt, const Config& config, const std::string&
 LmTask::~LmTask() = default;
 
 std::shared_ptr<torch::nn::Module> LmTask::model() { return impl_->model.ptr(); }
+bool LmTask::defers_weights() const { return impl_->deferred != nullptr; }
+
+void LmTask::assign_weights(train::Strategy& strategy) {
+  auto& m = *impl_;
+  if (!m.deferred) return;
+  size_t count = 0;
+  strategy.assign([&](const std::string& name, const at::Tensor& value) { m.deferred->read(name, value), ++count; });
+  if (count != m.deferred->size())  // every tensor the file provides is a trained parameter (no LoRA here)
+    throw std::logic_error("lm: " + std::to_string(count) + " of " + std::to_string(m.deferred->size()) +
+                           " task.init tensors assigned");
+  if (m.rt.rank() == 0) m.deferred->report(count, "each rank keeping its ZeRO-3 shards, one unit at a time");
+  m.deferred.reset();
+}
 nn::BlockRunner* LmTask::blocks() { return &impl_->model->blocks(); }
 int64_t LmTask::batch_size() const { return impl_->settings.batch; }
 double LmTask::flops_per_sample() const { return impl_->mc.flops_per_token(impl_->seq_len) * double(impl_->seq_len); }

@@ -40,4 +40,6 @@ void keep_freed_memory() {
   mallopt(M_TOP_PAD, 64 << 20);
 }
 
+void return_freed_memory() { malloc_trim(0); }
+
 }  // namespace meridian::train

@@ -9,5 +9,8 @@ namespace meridian::train {
 // blocks to the kernel (mmap above a threshold that adapts, trimming the heap top), so each step
 // page-faults them back in; keeping them in the heap is about 3% of a CPU step (bench train).
 void keep_freed_memory();
+// Gives the heap's free pages back to the system now (malloc_trim): after set-up (loading weights
+// leaves freed buffers below keep_freed_memory's trim threshold), before the steps' peak.
+void return_freed_memory();
 
 }  // namespace meridian::train

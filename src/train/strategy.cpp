@@ -19,6 +19,12 @@ void Strategy::zero_grad() {
       if (p.grad().defined()) p.mutable_grad().zero_();
 }
 
+void Strategy::assign(const Fill& fill) {
+  at::NoGradGuard no_grad;
+  for (auto& g : groups_)
+    for (size_t i = 0; i < g.params.size(); ++i) fill(g.names.at(i), g.params[i].detach());
+}
+
 std::vector<ParamGroup> parameter_groups(Task& task, double weight_decay) {
   ParamGroup decaying{{}, weight_decay, {}}, constant{{}, 0.0, {}};
   for (const auto& item : task.model()->named_parameters()) {
@@ -47,6 +53,10 @@ std::unique_ptr<Strategy> make_strategy(const comm::Runtime& rt, comm::Communica
   };
   const auto memory = memory_of(s.zero);
   check_memory_fits(rt, memory, memory_of);
+  if (task.defers_weights() && s.zero != 3)
+    throw UserError("task " + task.name() +
+                    " built its model without values (for ZeRO-3's shards), but optim.zero is " +
+                    std::to_string(s.zero));
   if (s.zero > 0) return std::make_unique<ZeroAdamW>(rt, comm, task, std::move(groups), s, memory);
   return std::make_unique<DdpAdamW>(rt, comm, task, std::move(groups), s, memory);
 }

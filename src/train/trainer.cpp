@@ -87,6 +87,8 @@ struct Trainer::Impl {
     parameter_count = decayed + plain;
     const size_t decayed_tensors = groups[0].params.size(), plain_tensors = groups[1].params.size();
     strategy = make_strategy(rt, *grad_comm, task, std::move(groups), s);
+    task.assign_weights(*strategy);  // a model built without values: its weights into the shards
+    return_freed_memory();           // what building, loading and sharding freed
     // After the broadcast: every rank starts its EMA from the same weights.
     if (s.ema > 0) ema = std::make_unique<Ema>(*model, s.ema, s.ema_tau);
     if (s.health_every > 0) health = std::make_unique<ops::HealthMonitor>(rt, *control, o.run_dir);

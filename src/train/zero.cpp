@@ -40,6 +40,8 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
                     c10::toString(zero.param_dtype));
   if (zero.offload && stage_ != 3)
     throw UserError("ShardedAdamW: offloading the optimizer state needs stage 3, got stage " + std::to_string(stage_));
+  if (zero.deferred && stage_ != 3)
+    throw UserError("ShardedAdamW: parameters without values need stage 3, got stage " + std::to_string(stage_));
   master_ = stage_ == 3 || zero.param_dtype != at::kFloat;
   offload_ = zero.offload;
   gather_comm_ = zero.gather_comm ? zero.gather_comm : &comm_;
@@ -53,10 +55,13 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
       if (!p.is_contiguous()) throw UserError("ShardedAdamW: parameters must be contiguous");
       if (p.scalar_type() != at::kFloat)
         throw UserError(std::string("ShardedAdamW: parameters must be float32, got ") + c10::toString(p.scalar_type()));
-      if (device && *device != p.device())
+      if (zero.deferred) {
+        device = zero.device;  // the parameters have no values (on the CPU); the shards go there
+      } else if (device && *device != p.device())
         throw UserError("ShardedAdamW: parameters on different devices (" + device->str() + ", " + p.device().str() +
                         ")");
-      device = p.device();
+      else
+        device = p.device();
       params_.push_back({p, group.weight_decay, p.sizes().vec()});
       offsets_.push_back(offsets_.back() + p.numel());
     }
@@ -104,11 +109,12 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
     at::NoGradGuard no_grad;
     for (size_t u = 0; u < plan_.units.size(); ++u) {
       const auto& unit = plan_.units[u];
-      for_each_segment(unit, rank_ * unit.shard_numel, unit.shard_numel,
-                       [&](size_t k, int64_t at, int64_t from, int64_t n) {
-                         param_shard_.narrow(0, unit.base + at, n)
-                             .copy_(params_[unit.params[k]].tensor.detach().reshape({-1}).narrow(0, from, n));
-                       });
+      if (!zero.deferred)
+        for_each_segment(unit, rank_ * unit.shard_numel, unit.shard_numel,
+                         [&](size_t k, int64_t at, int64_t from, int64_t n) {
+                           param_shard_.narrow(0, unit.base + at, n)
+                               .copy_(params_[unit.params[k]].tensor.detach().reshape({-1}).narrow(0, from, n));
+                         });
       if (stage_ == 3) state_[u].materialized = true, release(u);
     }
     if (stage_ < 3)
@@ -120,9 +126,8 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
     if (blocks_) blocks_->set_hooks(this);
   }
   // The rest after stage 3 has freed the parameters (peak 4 N + 4 S bytes instead of 4 N + 16 S).
-  grad_shard_ = at::zeros({shard_numel_}, options_s_);
-  exp_avg_ = at::zeros({shard_numel_}, options_s_);
-  exp_avg_sq_ = at::zeros({shard_numel_}, options_s_);
+  // Deferred: at first use, after the weights are written, so loading them peaks at the shard.
+  if (!zero.deferred) allocate_state();
   flags_ = at::zeros({int64_t(params_.size())}, options_f_);
   has_grad_.assign(params_.size(), 0);
 }
@@ -158,7 +163,15 @@ void ShardedAdamW::on_gradient(size_t i, const at::Tensor& grad) {
   issue_ready_reductions();
 }
 
+void ShardedAdamW::allocate_state() {
+  if (grad_shard_.defined()) return;
+  grad_shard_ = at::zeros({shard_numel_}, options_s_);
+  exp_avg_ = at::zeros({shard_numel_}, options_s_);
+  exp_avg_sq_ = at::zeros({shard_numel_}, options_s_);
+}
+
 void ShardedAdamW::issue_ready_reductions() {
+  allocate_state();
   while (next_reduce_ < plan_.reduce_order.size() && state_[plan_.reduce_order[next_reduce_]].ready) {
     const size_t u = plan_.reduce_order[next_reduce_++];
     const ZeroUnit& unit = plan_.units[u];
@@ -291,6 +304,7 @@ void ShardedAdamW::after(size_t block, bool /*recompute*/) {
 }
 
 double ShardedAdamW::reduce_gradients() {
+  allocate_state();
   any_.assign(params_.size(), 0);
   const int64_t micro = std::exchange(micro_, 0);
   if (numel_ == 0) return 0;  // every rank agrees (checked at construction)
@@ -354,6 +368,7 @@ double ShardedAdamW::reduce_gradients() {
 }
 
 void ShardedAdamW::update(double grad_scale) {
+  allocate_state();
   const std::vector<char>& any = any_;
   if (std::none_of(any.begin(), any.end(), [](char a) { return a != 0; })) return;  // every rank agrees
   at::NoGradGuard no_grad;

@@ -15,15 +15,16 @@ ZeroAdamW::ZeroAdamW(const comm::Runtime& rt, comm::Communicator& comm, Task& ta
                      const TrainerSettings& s, const ZeroMemoryReport& memory)
     : Strategy(std::move(groups)), s_(s), memory_(memory) {
   const auto model = task.model();
-  parallel::broadcast_module(comm, *model);
+  const bool deferred = task.defers_weights();  // shape-only parameters: assign() writes the shards
+  if (!deferred) parallel::broadcast_module(comm, *model);
   // ZeRO-3's parameter gathers run in forward's order, its gradient reductions in backward's: each
   // on its own communicator.
   if (s.zero == 3) gather_comm_ = comm::make_communicator(rt, comm::default_backend(rt));
   // bfloat16 parameters (with float32 master shards) with precision bf16.
   const at::ScalarType dtype = s.precision == Precision::BFloat16 ? at::kBFloat16 : at::kFloat;
-  optimizer_ = std::make_unique<ShardedAdamW>(
-      groups_, AdamWOptions{s.lr, s.beta1, s.beta2, s.eps}, comm,
-      ZeroOptions{s.zero, kBucketNumel, task.blocks(), model->parameters(), gather_comm_.get(), dtype, s.offload});
+  optimizer_ = std::make_unique<ShardedAdamW>(groups_, AdamWOptions{s.lr, s.beta1, s.beta2, s.eps}, comm,
+                                              ZeroOptions{s.zero, kBucketNumel, task.blocks(), model->parameters(),
+                                                          gather_comm_.get(), dtype, s.offload, deferred, rt.device()});
   if (dtype != at::kFloat)  // frozen parameters (LoRA's base) in bfloat16 too: no master needed
     for (auto& p : model->parameters())
       if (!p.requires_grad() && p.is_floating_point()) p.set_data(p.detach().to(dtype));
@@ -84,6 +85,13 @@ void ZeroAdamW::save(StateWriter& w) {
     w.attribute("optim_flat", joined(names));
   else
     w.attribute("optim_units", int64_t(units.size()));
+}
+
+void ZeroAdamW::assign(const Fill& fill) {
+  const auto names = flat_names(groups_);
+  optimizer_->with_each_unit(/*gather=*/false, [&](const ZeroUnit& u, const std::vector<at::Tensor>& full) {
+    for (size_t k = 0; k < u.params.size(); ++k) fill(names[u.params[k]], full[k]);
+  });
 }
 
 // Every rank loads each unit's parameters in float32 (in shares) and keeps its shard; the moments

@@ -6,7 +6,8 @@
 #  1. `prep text --tokenizer DIR` of Alpaca's JSON array and of chat records (Llama-2 template): the
 #     token ids and loss masks equal the reference's joined-text tokenisation.
 #  2. `eval --init DIR` (the published model as it is) equals the reference's loss to 1e-5.
-#  3. `train --init DIR` on 2 ranks with ZeRO-3, `eval` of the checkpoint, `export` (f32, sharded):
+#  3. `train --init DIR` on 2 ranks with ZeRO-3 (read straight into the shards) ends where DDP
+#     (the whole model loaded) does, bit for bit; `eval` of the checkpoint, `export` (f32, sharded):
 #     the export holds the checkpoint's tensors, and the reference's loss on the export equals
 #     meridian's on the checkpoint to 1e-5.
 #  4. Bad inputs exit 2 naming the file and tensor or field: a missing shard, the index naming a
@@ -18,6 +19,7 @@ ref=(/usr/bin/python3 "$src/tests/models/hf_llama.py")
 # shellcheck source=tests/mpi_script_lib.sh
 source "$src/tests/mpi_script_lib.sh"
 run() { "$mpirun" --oversubscribe -np 2 "$meridian" "$@" --log-level warn; }
+run_info() { "$mpirun" --oversubscribe -np 2 "$meridian" "$@" --log-level info; }
 close() {  # close A.json B_LOSS WHAT: |a - b| <= 1e-5 and the same token count
   /usr/bin/python3 - "$@" <<'PY' || fail "$3: meridian's loss differs from the reference"
 import json, sys
@@ -58,10 +60,18 @@ close "$tmp/e0.json" "$("${ref[@]}" loss "$tmp/hf" "$tmp/chat.jsonl.h5" --seq-le
 # 3. Fine-tune from it (ZeRO-3), export, evaluate the export with the reference.
 printf 'task: {name: lm}\ntrain: {batch: 2, steps: 3, health_every: 0}\ndata: {seq_len: 16}\noptim: {lr: 1.0e-3, zero: 3}\n' \
   >"$tmp/sft.yaml"
-out=$(run train --config "$tmp/sft.yaml" --data "$tmp/alpaca.json.h5" --init "$tmp/hf" --run-dir "$tmp/run" 2>&1) ||
+out=$(run_info train --config "$tmp/sft.yaml" --data "$tmp/alpaca.json.h5" --init "$tmp/hf" --run-dir "$tmp/run" 2>&1) ||
   { echo "$out"; fail "train --init exited"; }
 ck=$tmp/run/checkpoints/step_00000003.h5
 [[ -f $ck ]] || fail "no checkpoint after train --init"
+# ZeRO-3 reads the weights straight into each rank's shards (the model built shape-only); DDP loads
+# the whole model. On 2 ranks both end bit for bit at the same weights, so every shard got its part.
+grep -q "each rank keeping its ZeRO-3 shards" <<<"$out" || { echo "$out"; fail "ZeRO-3 did not read into its shards"; }
+out=$(run_info train --config "$tmp/sft.yaml" --data "$tmp/alpaca.json.h5" --init "$tmp/hf" --run-dir "$tmp/run_ddp" \
+  --set optim.zero=0 2>&1) || { echo "$out"; fail "train --init with DDP exited"; }
+grep -q "one at a time" <<<"$out" || { echo "$out"; fail "DDP did not load the whole model"; }
+h5diff -r "$ck" "$tmp/run_ddp/checkpoints/step_00000003.h5" /model /model >"$tmp/diff" ||
+  { head "$tmp/diff"; fail "ZeRO-3 from task.init (into the shards) and DDP ended apart"; }
 "$mpirun" -np 1 "$meridian" eval --checkpoint "$ck" --data "$tmp/chat.jsonl.h5" --json "$tmp/e1.json" --log-level warn \
   >/dev/null || fail "eval --checkpoint exited $?"
 "$meridian" export --checkpoint "$ck" --out "$tmp/exp" --shard-size 20KB --log-level warn || fail "export exited $?"

@@ -11,6 +11,7 @@
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
+#include "meridian/nn/shape_only.h"
 #include "meridian/train/adamw.h"
 #include "meridian/train/zero.h"
 #include "mpi_test_main.h"
@@ -18,6 +19,7 @@
 using meridian::test::runtime;
 namespace comm = meridian::comm;
 namespace train = meridian::train;
+namespace nn = meridian::nn;
 
 namespace {
 
@@ -234,14 +236,32 @@ TEST_F(Zero, StagesTwoAndThreeMatchStageOne) {
     zero_one.set_lr(lr_at(t));
     zero_one.step();
   }
-  // Stage 3 also with the state offloaded (host memory: the same operations, a device copy of the shard).
-  for (const auto& [stage, offload] : {std::pair{2, false}, std::pair{3, false}, std::pair{3, true}}) {
+  // Stage 3 also with the state offloaded (host memory: the same operations, a device copy of the
+  // shard), and deferred (shape-only parameters, the initial values written into the shards).
+  struct Variant {
+    int stage;
+    bool offload, deferred;
+  };
+  for (const auto& [stage, offload, deferred] :
+       {Variant{2, false, false}, Variant{3, false, false}, Variant{3, true, false}, Variant{3, false, true}}) {
     Model model(true);
+    std::vector<at::Tensor> initial;
+    if (deferred)
+      for (auto& p : model.params()) {
+        initial.push_back(p.detach().clone());
+        p.set_data(nn::shape_only(p.sizes(), p.scalar_type()));
+      }
     train::ZeroOptions zo;
     zo.stage = stage;
     zo.bucket_numel = 20;
     zo.offload = offload;
+    zo.deferred = deferred;
+    zo.device = runtime().device();
     train::ShardedAdamW zero(model.groups(), options, communicator(), zo);
+    if (deferred)  // the flat order is model.params()'
+      zero.with_each_unit(false, [&](const train::ZeroUnit& u, const std::vector<at::Tensor>& full) {
+        for (size_t k = 0; k < u.params.size(); ++k) full[k].copy_(initial[u.params[k]]);
+      });
     EXPECT_EQ(zero.offloaded(), offload);
     if (offload) EXPECT_TRUE(zero.exp_avg_shard().device().is_cpu());
     EXPECT_EQ(zero.units().size(),
@@ -261,7 +281,10 @@ TEST_F(Zero, StagesTwoAndThreeMatchStageOne) {
     const double diff = (a - b).abs().max().item<double>();
     if (runtime().rank() == 0)
       std::printf("[ zero ] %d ranks: stage %d%s vs stage 1: max difference %.3g (%s)\n", runtime().size(), stage,
-                  offload ? " offloaded" : "", diff, torch::equal(a, b) ? "bit-identical" : "not bit-identical");
+                  offload    ? " offloaded"
+                  : deferred ? " deferred"
+                             : "",
+                  diff, torch::equal(a, b) ? "bit-identical" : "not bit-identical");
     if (runtime().size() <= 2) EXPECT_TRUE(torch::equal(a, b)) << "stage " << stage << ": " << diff;
     EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << "stage " << stage << ": " << diff;
     EXPECT_EQ(zero.steps(), zero_one.steps()) << "stage " << stage;

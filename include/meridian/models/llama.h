@@ -113,7 +113,9 @@ TORCH_MODULE(LlamaBlock);
 // The decoder stack without the head (HF's "model.").
 class LlamaModelImpl : public torch::nn::Module {
  public:
-  explicit LlamaModelImpl(const LlamaConfig& c);
+  // values false: every parameter shape-only (nn::shape_only), dropped block by block as it is
+  // built, so building holds one block at most; the values are written elsewhere (ZeRO-3's shards).
+  explicit LlamaModelImpl(const LlamaConfig& c, bool values = true);
   // [B, T] int64 -> hidden states [B, T, D]. With a cache: the tokens follow the cached positions
   // (cache->length + T <= max_seq_len, else std::invalid_argument), and the cache grows by T.
   at::Tensor forward(const at::Tensor& tokens, KvCache* cache = nullptr);
@@ -132,7 +134,8 @@ TORCH_MODULE(LlamaModel);
 
 class LlamaImpl : public torch::nn::Module {
  public:
-  explicit LlamaImpl(const LlamaConfig& config);
+  // values false: shape-only parameters, as LlamaModelImpl's.
+  explicit LlamaImpl(const LlamaConfig& config, bool values = true);
   // tokens [B, T] int64 (T <= max_seq_len) -> logits [B, T, vocab]. With a cache: see
   // LlamaModelImpl::forward (the logits equal those of a forward over the whole sequence).
   at::Tensor forward(const at::Tensor& tokens, KvCache* cache = nullptr);

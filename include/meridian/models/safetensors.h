@@ -83,5 +83,12 @@ void load_into(torch::nn::Module& module, const NamedTensors& tensors,
 void load_into(torch::nn::Module& module, const LazyTensors& tensors,
                const std::function<std::string(const std::string&)>& map_name = nullptr,
                const std::string& source = "safetensors weights");
+// load_into's checks alone (the same DataError), nothing read or copied: the module's name of each
+// parameter and buffer -> the tensor that provides it. The module's tensors may be shape-only
+// (nn::shape_only): only their names and shapes are used.
+std::map<std::string, const LazyTensor*> match_tensors(
+    torch::nn::Module& module, const LazyTensors& tensors,
+    const std::function<std::string(const std::string&)>& map_name = nullptr,
+    const std::string& source = "safetensors weights");
 
 }  // namespace meridian::models

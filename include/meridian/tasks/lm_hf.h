@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
+#include "meridian/models/hf_checkpoint.h"
 #include "meridian/models/llama.h"
 
 namespace meridian::tasks {
@@ -17,6 +19,27 @@ namespace meridian::tasks {
 // parameter's dtype). rotary_emb.inv_freq buffers, and lm_head.weight of a tied model, are skipped
 // with a notice when `report`. DataError naming the file and tensor otherwise.
 void load_hf_llama(models::LlamaImpl& model, const std::string& path, bool report);
+
+// load_hf_llama in two halves, for a model built without values (models::LlamaImpl(config, false):
+// shape-only parameters) whose weights go straight into ZeRO-3's shards. Not collective.
+class HfLlamaWeights {
+ public:
+  // Opens `path` and checks it against `model`'s names and shapes (load_hf_llama's DataErrors);
+  // reads no tensor data.
+  HfLlamaWeights(models::LlamaImpl& model, const std::string& path);
+  // Copies the tensor that provides parameter `name` (the model's name) into `value` (converted to
+  // its dtype and device), reading only that tensor. std::out_of_range for a name the model lacks.
+  void read(const std::string& name, const at::Tensor& value) const;
+  size_t size() const { return matched_.size(); }
+  // Rank 0's notices: what was skipped, and `count` tensors loaded `how`.
+  void report(size_t count, const std::string& how) const;
+
+ private:
+  std::string path_;
+  models::HfCheckpoint checkpoint_;
+  std::map<std::string, const models::LazyTensor*> matched_;  // into checkpoint_.tensors
+  int64_t buffers_ = 0, head_ = 0, bytes_ = 0;                // skipped; the file's bytes
+};
 
 struct LlamaExport {
   int64_t tensors = 0, bytes = 0;

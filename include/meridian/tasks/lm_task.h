@@ -87,7 +87,8 @@ CheckpointEval evaluate_hf_llama(const comm::Runtime& runtime, const std::string
 class LmTask : public train::Task {
  public:
   // Collective: opens the data (every rank the same file), builds the model on the runtime's device
-  // (model.vocab_size raised to the tokenizer's if smaller), loads task.init if given.
+  // (model.vocab_size raised to the tokenizer's if smaller), loads task.init if given (checks it
+  // and defers the reading with optim.zero 3: defers_weights()).
   LmTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data,
          train::DataPosition start = {});
   // Declares this task's keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
@@ -111,6 +112,10 @@ class LmTask : public train::Task {
   train::Metrics step_metrics() override;  // tokens with loss in the last batch (this rank), perplexity
   train::DataPosition data_position() const override;
   int64_t batches_per_epoch() const override;
+  // With optim.zero 3, task.init and no LoRA (not resuming): the model is built shape-only and
+  // assign_weights() reads task.init into the strategy's shards, unit by unit.
+  bool defers_weights() const override;
+  void assign_weights(train::Strategy& strategy) override;
 
  private:
   struct Impl;

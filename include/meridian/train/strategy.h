@@ -21,6 +21,7 @@
 // thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -91,6 +92,12 @@ class Strategy {
   // on any world size. UserError naming both when the kind differs; DataError naming the file and
   // the tensor when one is missing or has another shape.
   virtual void load(StateReader& r) = 0;
+  // Collective: every trained parameter's value, written by fill(name, value) into `value` (float32,
+  // the parameter's shape, on the parameters' device; names as in the task's named_parameters()),
+  // then kept as the strategy keeps parameters (ZeRO: the float32 master shards, unit by unit, one
+  // unit's values in memory at a time). Every rank must write the same values.
+  using Fill = std::function<void(const std::string& name, const at::Tensor& value)>;
+  virtual void assign(const Fill& fill);
 
  protected:
   explicit Strategy(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {}
@@ -176,6 +183,8 @@ class DdpSgd : public DdpStrategy {
 class ZeroAdamW : public Strategy {
  public:
   // Collective: broadcasts rank 0's model, then builds ShardedAdamW (stage 3 frees the parameters).
+  // A task that defers_weights() (stage 3 only, else UserError): nothing is broadcast, the shards
+  // start at zero and wait for assign().
   ZeroAdamW(const comm::Runtime& runtime, comm::Communicator& comm, Task& task, std::vector<ParamGroup> groups,
             const TrainerSettings& settings, const ZeroMemoryReport& memory);
   ~ZeroAdamW() override;
@@ -191,6 +200,7 @@ class ZeroAdamW : public Strategy {
   void end_eval() override;
   void save(StateWriter& w) override;
   void load(StateReader& r) override;
+  void assign(const Fill& fill) override;
   ShardedAdamW& optimizer() { return *optimizer_; }
 
  private:

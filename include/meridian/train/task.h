@@ -24,6 +24,8 @@
 
 namespace meridian::train {
 
+class Strategy;
+
 // Where the training data stands: global samples consumed in `epoch` (data::DistributedSampler's
 // position), as checkpoints store it.
 struct DataPosition {
@@ -69,6 +71,13 @@ class Task {
   virtual nn::BlockRunner* blocks() { return nullptr; }
   // Values worth logging next to the loss (e.g. the SigLIP temperature); not collective.
   virtual Metrics step_metrics() { return {}; }
+  // True when model() was built with shape-only parameters (nn::shape_only: no values, on the CPU)
+  // because the values are read straight into the strategy's shards (only with optim.zero 3: the
+  // strategy then neither broadcasts nor reads them). The same on every rank.
+  virtual bool defers_weights() const { return false; }
+  // Collective, once, after the strategy is built and before the first step: a task that
+  // defers_weights() writes every trained parameter through strategy.assign(). Default: nothing.
+  virtual void assign_weights(Strategy& strategy) {}
 };
 
 }  // namespace meridian::train

@@ -97,6 +97,13 @@ struct ZeroOptions {
   // operations as without it (on CPU ranks bit-identical); on a GPU the device then holds 2 S (or 4 S
   // in float32) bytes of shard instead of 16 S of state.
   bool offload = false;
+  // Stage 3: the parameters have shapes and no values yet (nn::shape_only, on the CPU): nothing
+  // reads them, and `device` (not theirs) is where the shards live. The shards start at zero; the
+  // caller writes every unit with with_each_unit(false, ...) before the first step (a published
+  // checkpoint read straight into the shards: no rank holds the whole model). The reduced gradient
+  // shard and the moments are allocated at their first use, after that.
+  bool deferred = false;
+  c10::Device device = c10::kCPU;
 };
 
 class ShardedAdamW : public nn::BlockHooks {
@@ -168,8 +175,8 @@ class ShardedAdamW : public nn::BlockHooks {
   // This rank's moments, S float32 elements each on the parameters' device (host memory when
   // offloaded()); element base_u + k
   // belongs to element r * S_u + k of unit u (padding elements stay zero). Writable in place.
-  at::Tensor& exp_avg_shard() { return exp_avg_; }
-  at::Tensor& exp_avg_sq_shard() { return exp_avg_sq_; }
+  at::Tensor& exp_avg_shard() { return allocate_state(), exp_avg_; }
+  at::Tensor& exp_avg_sq_shard() { return allocate_state(), exp_avg_sq_; }
   // This rank's float32 parameter shards, laid out as the moments: the parameters themselves when
   // owns_master() (stage 3, or bfloat16 parameters), else a copy made by update().
   at::Tensor& parameter_shard() { return param_shard_; }
@@ -236,6 +243,9 @@ class ShardedAdamW : public nn::BlockHooks {
   at::Tensor device_shard_;  // offloaded: the shard in the parameters' dtype on their device (S)
   // Unit u's slice of the shard on the parameters' device in `dtype` (a view or a copy).
   at::Tensor shard_on_device(const ZeroUnit& unit, at::ScalarType dtype) const;
+  // The reduced gradient shard and the moments, zeros, unless allocated already: in the constructor,
+  // or at their first use when ZeroOptions::deferred.
+  void allocate_state();
   at::Tensor flags_;       // one float per parameter: has a gradient
   std::vector<char> any_;  // reduce_gradients(): parameters some rank has a gradient for
 };
