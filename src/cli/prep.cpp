@@ -167,7 +167,7 @@ Command prep_text_command() {
     // clang-format off
     o.add_options()
         ("jsonl", "Records, as JSON Lines or one JSON array (Alpaca's alpaca_data.json): {\"instruction\", \"input\"?, \"output\"} (loss on the response), {\"messages\": [{\"role\", \"content\"}]} (loss on the assistant turns) or {\"text\"}", cxxopts::value<std::string>()->default_value(""))
-        ("chat-template", "How {\"messages\"} records become text: llama-2 ([INST], <<SYS>>, bos/eos around each exchange)", cxxopts::value<std::string>()->default_value("llama-2"))
+        ("chat-template", "How {\"messages\"} records become text: llama-2 ([INST], <<SYS>>, bos/eos around each exchange) or mistral ([INST], one bos, eos after each answer, no system)", cxxopts::value<std::string>()->default_value("llama-2"))
         ("split", "Keep only records whose \"split\" is this; default: all", cxxopts::value<std::string>()->default_value(""));
     // clang-format on
     add_common(o);

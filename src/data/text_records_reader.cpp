@@ -31,24 +31,35 @@ std::string strip(const std::string& s) {
 }  // namespace
 
 std::vector<TextExchange> chat_exchanges(const std::vector<ChatMessage>& messages, const std::string& chat_template) {
-  if (chat_template != "llama-2")
-    throw UserError("chat template '" + chat_template + "' is not known (llama-2 is built in)");
+  const bool llama2 = chat_template == "llama-2", mistral = chat_template == "mistral";
+  if (!llama2 && !mistral)
+    throw UserError("chat template '" + chat_template + "' is not known (llama-2 and mistral are built in)");
   size_t first = 0;
   std::string system;
-  if (!messages.empty() && messages[0].role == "system") system = messages[0].content, first = 1;
+  if (!messages.empty() && messages[0].role == "system") {
+    if (mistral) throw UserError("message 0 has role 'system': the mistral chat template has no system message");
+    system = messages[0].content, first = 1;
+  }
   std::vector<TextExchange> out;
   for (size_t i = first; i < messages.size(); ++i) {
     const bool user_turn = (i - first) % 2 == 0;
     const std::string& role = messages[i].role;
     if (role != (user_turn ? "user" : "assistant"))
       throw UserError("message " + std::to_string(i) + " has role '" + role + "', expected '" +
-                      (user_turn ? "user" : "assistant") +
-                      "' (an optional system message, then user and assistant alternating)");
+                      (user_turn ? "user" : "assistant") + "' (" +
+                      (mistral ? "" : "an optional system message, then ") + "user and assistant alternating)");
+    if (mistral) {
+      if (user_turn)
+        out.push_back({"[INST] " + messages[i].content + " [/INST]", "", out.empty()});
+      else
+        out.back().response = messages[i].content;
+      continue;
+    }
     if (user_turn) {
       const std::string content = out.empty() && first == 1
                                       ? "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + messages[i].content
                                       : messages[i].content;
-      out.push_back({"[INST] " + strip(content) + " [/INST]", ""});
+      out.push_back({"[INST] " + strip(content) + " [/INST]", "", true});
     } else {
       out.back().response = " " + strip(messages[i].content) + " ";
     }

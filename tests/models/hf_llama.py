@@ -12,11 +12,12 @@ meridian's code. Needs python3-torch, python3-sentencepiece and python3-h5py (jo
       checkpoints have, tokenizer.model (a byte-fallback BPE SentencePiece model like Llama's:
       unk 0, bos 1, eos 2), tokenizer_config.json, special_tokens_map.json, generation_config.json.
       --shape: other sizes (32,48,2,4,2,<the tokenizer's>; e.g. llama-1b's for the loading benchmark).
-  hf_llama.py ids MODEL_DIR RECORDS DATASET.h5
+  hf_llama.py ids MODEL_DIR RECORDS DATASET.h5 [--chat-template llama-2|mistral]
       the documents of RECORDS (a JSON array or JSON Lines of Alpaca {instruction, input?, output},
       chat {messages} or {text} records) tokenised as Hugging Face fine-tuning scripts do (bos +
       the joined prompt and response + eos, no loss on bos and the prompt's own tokens; a chat in the
-      Llama-2 template, one such exchange per assistant turn) with sentencepiece's Python encoder,
+      Llama-2 template, one such exchange per assistant turn; or Mistral-Instruct's template, rendered
+      and split at <s> and </s> as transformers does) with sentencepiece's Python encoder,
       against the dataset's /tokens, /loss_mask and /doc_offsets; exit 1 on any difference.
   hf_llama.py loss MODEL_DIR DATASET.h5 --seq-len L
       this forward's mean next-token cross-entropy over the dataset's pack windows of L tokens
@@ -34,6 +35,7 @@ meridian's code. Needs python3-torch, python3-sentencepiece and python3-h5py (jo
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -223,6 +225,30 @@ def alpaca_prompt(r):
             f"request.\n\n### Instruction:\n{r['instruction']}\n\n### Response:\n")
 
 
+def mistral_ids(sp, messages):
+    """Mistral-7B-Instruct's chat template as transformers renders and tokenises it: the Jinja
+    {{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}{{ '[INST] ' + m.content + ' [/INST]' }}
+    {% else %}{{ m.content + eos_token }}{% endif %}{% endfor %}, then the string split at the special
+    tokens <s> and </s> and each piece between encoded by SentencePiece (LlamaTokenizer, legacy).
+    Loss on the answers and their eos. Returns (ids, mask)."""
+    assert all(m["role"] == ("user" if i % 2 == 0 else "assistant") for i, m in enumerate(messages))
+    text = "<s>"
+    for m in messages:
+        text += "[INST] " + m["content"] + " [/INST]" if m["role"] == "user" else m["content"] + "</s>"
+    ids, mask = [], []
+    for piece in re.split(r"(<s>|</s>)", text):
+        if piece in ("<s>", "</s>"):
+            ids.append(sp.bos_id() if piece == "<s>" else sp.eos_id())
+            mask.append(int(piece == "</s>"))
+        elif piece:
+            prompt = piece[:piece.index(" [/INST]") + len(" [/INST]")]
+            joined = sp.encode(piece)
+            source = len(sp.encode(prompt))
+            ids += joined
+            mask += [0] * source + [1] * (len(joined) - source)
+    return ids, mask
+
+
 def exchanges(r):
     """(prompt, response) pairs, each to become bos + ids(prompt + response) + eos."""
     if "messages" in r:
@@ -248,13 +274,19 @@ def read_records(path):
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def ids(model_dir, records, dataset):
+def ids(model_dir, records, dataset, template="llama-2"):
     import h5py
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=f"{model_dir}/tokenizer.model")
     want_tokens, want_mask, want_offsets = [], [], [0]
     for r in read_records(records):
+        if template == "mistral" and "messages" in r:
+            chat_ids, chat_mask = mistral_ids(sp, r["messages"])
+            want_tokens += chat_ids
+            want_mask += chat_mask
+            want_offsets.append(len(want_tokens))
+            continue
         for prompt, response in exchanges(r):
             joined = sp.encode(prompt + response)
             source = len(sp.encode(prompt)) if prompt else 0
@@ -346,7 +378,8 @@ def main(argv):
              "--tie" in argv, shape)
         return 0
     if cmd == "ids":
-        return ids(argv[2], argv[3], argv[4])
+        return ids(argv[2], argv[3], argv[4], argv[argv.index("--chat-template") + 1] if "--chat-template" in argv
+                   else "llama-2")
     if cmd == "loss":
         return loss(argv[2], argv[3], int(argv[argv.index("--seq-len") + 1]))
     if cmd == "same":

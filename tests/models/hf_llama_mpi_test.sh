@@ -3,8 +3,9 @@
 # against tests/models/hf_llama.py (a second implementation written from transformers' modeling_llama
 # semantics with torch.nn, and sentencepiece's Python encoder): a random small LlamaForCausalLM
 # saved as BF16 shards with the index, config.json, tokenizer.model and rotary_emb.inv_freq buffers.
-#  1. `prep text --tokenizer DIR` of Alpaca's JSON array and of chat records (Llama-2 template): the
-#     token ids and loss masks equal the reference's joined-text tokenisation.
+#  1. `prep text --tokenizer DIR` of Alpaca's JSON array and of chat records (Llama-2 template, and
+#     Mistral-Instruct's named with --chat-template): the token ids and loss masks equal the
+#     reference's joined-text tokenisation.
 #  2. `eval --init DIR` (the published model as it is) equals the reference's loss to 1e-5.
 #  3. `train --init DIR` on 2 ranks with ZeRO-3 (read straight into the shards) ends where DDP
 #     (the whole model loaded) does, bit for bit; `eval` of the checkpoint, `export` (f32, sharded):
@@ -51,6 +52,20 @@ for set in alpaca.json chat.jsonl; do
   run prep text --jsonl "$tmp/$set" --tokenizer "$tmp/hf" --out "$tmp/$set.h5" >/dev/null || fail "prep text $set exited $?"
   "${ref[@]}" ids "$tmp/hf" "$tmp/$set" "$tmp/$set.h5" || fail "$set: token ids or loss masks differ from the reference"
 done
+# A template named on the command line: Mistral-Instruct's (one bos, eos after each answer, answers
+# as they are), against the reference's rendering of its Jinja template; it has no system message.
+grep -v '"system"' "$tmp/chat.jsonl" >"$tmp/mistral.jsonl"
+cat >>"$tmp/mistral.jsonl" <<'JSON'
+{"messages": [{"role": "user", "content": "Name the scene. "}, {"role": "assistant", "content": " Farmland."}, {"role": "user", "content": "And the color?"}, {"role": "assistant", "content": "Green and brown"}]}
+JSON
+run prep text --jsonl "$tmp/mistral.jsonl" --tokenizer "$tmp/hf" --chat-template mistral --out "$tmp/mistral.h5" \
+  >/dev/null || fail "prep text --chat-template mistral exited $?"
+"${ref[@]}" ids "$tmp/hf" "$tmp/mistral.jsonl" "$tmp/mistral.h5" --chat-template mistral ||
+  fail "mistral: token ids or loss masks differ from the reference"
+expect_error "a system message in the mistral template" "chat.jsonl.*mistral chat template has no system" \
+  "$mpirun" --oversubscribe -np 2 "$meridian" prep text --jsonl "$tmp/chat.jsonl" --tokenizer "$tmp/hf" \
+  --chat-template mistral --out "$tmp/bad_template.h5"
+[[ ! -e $tmp/bad_template.h5 ]] || fail "a refused prep left $tmp/bad_template.h5"
 
 # 2. The published model evaluated as it is.
 "$mpirun" -np 1 "$meridian" eval --init "$tmp/hf" --data "$tmp/chat.jsonl.h5" --seq-len 16 --json "$tmp/e0.json" \

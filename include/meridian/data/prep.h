@@ -76,7 +76,7 @@ struct PrepDetectionOptions : PrepCommon {
 struct PrepTextOptions : PrepCommon {
   std::string jsonl;                      // JSON Lines or one JSON array of records (Alpaca's alpaca_data.json)
   std::string split;                      // keep only records whose "split" is this; empty: all
-  std::string chat_template = "llama-2";  // for {"messages": [...]} records (chat_exchanges)
+  std::string chat_template = "llama-2";  // for {"messages": [...]} records (chat_exchanges): llama-2, mistral
 };
 
 struct PrepReport {
@@ -132,6 +132,7 @@ struct ImageGenerator {
 // bos) carry no loss, the rest and eos do. Plain text has an empty prompt.
 struct TextExchange {
   std::string prompt, response;
+  bool bos = true;  // false: no bos before it (a chat template that puts one bos at the start only)
 };
 
 // One document: its exchanges in order (one for an instruction or plain text, one per assistant
@@ -145,6 +146,9 @@ struct TextRecord {
 //   llama-2: prompt "[INST] " + content + " [/INST]" with "<<SYS>>\n" + system + "\n<</SYS>>\n\n"
 //            before the first user content (contents stripped), response " " + answer + " "
 //            (transformers' Llama-2 chat template; bos and eos around each exchange).
+//   mistral: prompt "[INST] " + content + " [/INST]", response the answer as it is, eos after each
+//            answer, bos before the first exchange only; no system message (Mistral-7B-Instruct's
+//            chat template: bos, then '[INST] ' + user + ' [/INST]' + answer + eos per exchange).
 // UserError (the caller names the file and record) for an unknown template, a role out of order,
 // or a chat that does not end with an assistant message.
 struct ChatMessage {
