@@ -55,7 +55,7 @@ at::Tensor LoraLinearImpl::forward(const at::Tensor& x) {
 }
 
 void LoraLinearImpl::add_adapter(int64_t rank, double alpha, double dropout) {
-  const auto options = weight.options().requires_grad(false);
+  const auto options = weight.options().dtype(at::kFloat).requires_grad(false);  // trained: float32 on any base
   lora_a_ = register_parameter("lora_A", at::empty({rank, weight.size(1)}, options));
   torch::nn::init::kaiming_uniform_(lora_a_, std::sqrt(5.0));
   lora_b_ = register_parameter("lora_B", at::zeros({weight.size(0), rank}, options));

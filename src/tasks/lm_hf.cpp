@@ -51,11 +51,17 @@ void HfLlamaWeights::report(size_t count, const std::string& how) const {
                how);
 }
 
-void load_hf_llama(models::LlamaImpl& model, const std::string& path, bool report) {
+void load_hf_llama(models::LlamaImpl& model, const std::string& path, at::ScalarType dtype, c10::Device device,
+                   bool report) {
   const HfLlamaWeights weights(model, path);
-  for (const auto& p : model.named_parameters(/*recurse=*/true)) weights.read(p.key(), p.value());
-  for (const auto& b : model.named_buffers(/*recurse=*/true)) weights.read(b.key(), b.value());
-  if (report) weights.report(weights.size(), "one at a time");
+  const auto fill = [&](const std::string& name, at::Tensor& t) {
+    at::Tensor value = at::empty(t.sizes(), at::TensorOptions().dtype(dtype).device(device));
+    weights.read(name, value);
+    t.set_data(value);
+  };
+  for (auto& p : model.named_parameters(/*recurse=*/true)) fill(p.key(), p.value());
+  for (auto& b : model.named_buffers(/*recurse=*/true)) fill(b.key(), b.value());
+  if (report) weights.report(weights.size(), std::string("one at a time, in ") + c10::toString(dtype));
 }
 
 namespace {

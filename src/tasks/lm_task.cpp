@@ -139,13 +139,21 @@ struct LmTask::Impl {
     // ZeRO-3 from a published checkpoint: the model is built for its shapes only and each rank reads
     // its shards of the weights unit by unit (assign_weights), so no rank ever holds the whole
     // model. LoRA's frozen base is replicated, so it is built whole.
-    if (!settings.init.empty() && !resuming && train::TrainerSettings::from_config(c).zero == 3 && !lora.enabled()) {
+    const auto trainer = train::TrainerSettings::from_config(c);
+    if (!settings.init.empty() && !resuming && trainer.zero == 3 && !lora.enabled()) {
       model = models::Llama(mc, /*values=*/false);
       deferred = std::make_unique<HfLlamaWeights>(*model, settings.init);  // checked now, read later
       return;  // the shape-only parameters stay on the CPU: the shards go to the device
     }
-    model = models::Llama(mc);
-    if (!settings.init.empty() && !resuming) load_hf_llama(*model, settings.init, rt.rank() == 0);
+    if (!settings.init.empty() && !resuming) {
+      // Built shape-only, each tensor read in the dtype it trains in: LoRA's frozen base in bfloat16
+      // with ZeRO and train.precision bf16 (train::parameter_dtype), else float32.
+      const auto frozen = lora.enabled() ? train::parameter_dtype(trainer) : at::kFloat;
+      model = models::Llama(mc, /*values=*/false);
+      load_hf_llama(*model, settings.init, frozen, rt.device(), rt.rank() == 0);
+    } else {
+      model = models::Llama(mc);
+    }
     // LoRA: adapters on the targets (after the base weights are in), everything else frozen.
     if (lora.enabled()) {
       const int64_t layers = models::apply_lora(*model, lora);
@@ -308,8 +316,8 @@ CheckpointEval evaluate_hf_llama(const comm::Runtime& rt, const std::string& dir
   Config config = Config::parse("task: {name: lm}", "eval --init");
   config.set("task.init", yaml_quoted(dir), "--init");
   apply_init_config(config);
-  models::Llama model(models::LlamaConfig::from_config(config));
-  load_hf_llama(*model, dir, rt.rank() == 0);
+  models::Llama model(models::LlamaConfig::from_config(config), /*values=*/false);
+  load_hf_llama(*model, dir, at::kFloat, rt.device(), rt.rank() == 0);
   return lm_checkpoint_eval(rt, model, seq_len > 0 ? seq_len : model->config().max_seq_len, data_path);
 }
 

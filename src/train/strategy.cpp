@@ -25,6 +25,10 @@ void Strategy::assign(const Fill& fill) {
     for (size_t i = 0; i < g.params.size(); ++i) fill(g.names.at(i), g.params[i].detach());
 }
 
+at::ScalarType parameter_dtype(const TrainerSettings& s) {
+  return s.zero > 0 && s.precision == Precision::BFloat16 ? at::kBFloat16 : at::kFloat;
+}
+
 std::vector<ParamGroup> parameter_groups(Task& task, double weight_decay) {
   ParamGroup decaying{{}, weight_decay, {}}, constant{{}, 0.0, {}};
   for (const auto& item : task.model()->named_parameters()) {

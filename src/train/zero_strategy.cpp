@@ -21,7 +21,7 @@ ZeroAdamW::ZeroAdamW(const comm::Runtime& rt, comm::Communicator& comm, Task& ta
   // on its own communicator.
   if (s.zero == 3) gather_comm_ = comm::make_communicator(rt, comm::default_backend(rt));
   // bfloat16 parameters (with float32 master shards) with precision bf16.
-  const at::ScalarType dtype = s.precision == Precision::BFloat16 ? at::kBFloat16 : at::kFloat;
+  const at::ScalarType dtype = parameter_dtype(s);
   optimizer_ = std::make_unique<ShardedAdamW>(groups_, AdamWOptions{s.lr, s.beta1, s.beta2, s.eps}, comm,
                                               ZeroOptions{s.zero, kBucketNumel, task.blocks(), model->parameters(),
                                                           gather_comm_.get(), dtype, s.offload, deferred, rt.device()});

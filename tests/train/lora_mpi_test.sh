@@ -67,4 +67,27 @@ for n in merged:
     assert np.allclose(merged[n], expected, rtol=1e-5, atol=1e-6), f"{n} merged wrong"
 print("LoRA: DDP vs ZeRO-3", worst, "; adapters", len(adapters), "; merged", len(merged), "tensors")
 PY
+# bfloat16 with ZeRO: the frozen base is read straight into bfloat16 (never a float32 model): the
+# checkpoint's base weights are the file's rounded to bfloat16 (torch's rounding), the adapters
+# float32 and trained.
+run lora_bf3 "${lora[@]}" --set optim.zero=3 --set train.precision=bf16
+/usr/bin/python3 - "$(ck lora_bf3)" "$tmp/base.safetensors" "$src/tests/models" <<'PY' || fail "LoRA with a bfloat16 base"
+import sys
+import h5py, torch
+sys.path.insert(0, sys.argv[3])
+from hf_siglip import read_safetensors  # safetensors by hand, written from the format's specification
+model, base = h5py.File(sys.argv[1], "r")["model"], read_safetensors(sys.argv[2])
+for n in model:
+    raw = model[n][()]  # bfloat16 tensors are stored as their uint16 bits
+    got = torch.from_numpy(raw.view("int16")).view(torch.bfloat16).float() if raw.dtype == "uint16" else torch.from_numpy(raw)
+    if ".lora_" in n:
+        assert model[n].dtype == "float32", (n, model[n].dtype)
+        continue
+    assert raw.dtype == "uint16", (n, raw.dtype)
+    want = torch.as_tensor(base[n]).to(torch.bfloat16).float()
+    assert torch.equal(got, want), f"frozen {n} is not the file's bfloat16 rounding"
+assert any(float(model[n][()].__abs__().max()) > 0 for n in model if n.endswith("lora_B")), "B did not move"
+print("LoRA bf16: frozen base = the file rounded to bfloat16;", sum(".lora_" in n for n in model), "adapters")
+PY
+
 echo PASS

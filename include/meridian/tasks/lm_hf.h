@@ -15,10 +15,14 @@ namespace meridian::tasks {
 
 // Not collective: the weights of a Hugging Face LlamaForCausalLM directory (sharded or not) or of one
 // .safetensors file with its names into `model`, read tensor by tensor (models::open_hf_checkpoint,
-// then load_into: every parameter provided, no tensor left over, shapes equal, each converted to the
-// parameter's dtype). rotary_emb.inv_freq buffers, and lm_head.weight of a tied model, are skipped
-// with a notice when `report`. DataError naming the file and tensor otherwise.
-void load_hf_llama(models::LlamaImpl& model, const std::string& path, bool report);
+// then load_into's checks: every parameter provided, no tensor left over, shapes equal). Each
+// parameter's data is replaced by a new tensor of `dtype` on `device` holding the file's values, so
+// `model` may be built shape-only (models::LlamaImpl(config, false)) and the whole model never
+// exists in another dtype or place (LoRA's frozen base straight in bfloat16 on the GPU).
+// rotary_emb.inv_freq buffers, and lm_head.weight of a tied model, are skipped with a notice when
+// `report`. DataError naming the file and tensor otherwise.
+void load_hf_llama(models::LlamaImpl& model, const std::string& path, at::ScalarType dtype, c10::Device device,
+                   bool report);
 
 // load_hf_llama in two halves, for a model built without values (models::LlamaImpl(config, false):
 // shape-only parameters) whose weights go straight into ZeRO-3's shards. Not collective.

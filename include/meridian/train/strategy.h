@@ -110,6 +110,10 @@ class Strategy {
 // `weight_decay` and not (Task::decays), with their names.
 std::vector<ParamGroup> parameter_groups(Task& task, double weight_decay);
 
+// The dtype ZeRO keeps parameters in: bfloat16 with train.precision bf16 and optim.zero > 0 (the
+// float32 masters sharded), float32 otherwise; frozen parameters (LoRA's base) are kept in it too.
+at::ScalarType parameter_dtype(const TrainerSettings& settings);
+
 // Collective: the strategy `settings` asks for (optim.name, optim.zero, comm.*) over task.model(),
 // training `groups` (parameter_groups()); the parameters are then identical on every rank (rank
 // 0's broadcast). `grad_comm` carries the
