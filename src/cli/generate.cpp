@@ -67,7 +67,7 @@ Command generate_command() {
 
     const std::string text = p.count("raw") ? prompt : data::alpaca_prompt(prompt, p["input"].as<std::string>());
     std::vector<int64_t> ids;
-    if (tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+    if (tok.adds_bos()) ids.push_back(tok.bos_id());
     for (int32_t id : tok.ids(text)) ids.push_back(id);
     const size_t prompt_tokens = ids.size();
     models::SamplingOptions so;

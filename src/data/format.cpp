@@ -89,6 +89,7 @@ Tokenizer read_tokenizer(hid_t file, const std::string& path, std::string* model
   rules.strip_punctuation = h5::read_attr_int(group, "strip_punctuation").value_or(0) != 0;
   rules.pad_id = int(h5::read_attr_int(group, "pad_id").value_or(-1));
   rules.eos_id = int(h5::read_attr_int(group, "eos_id").value_or(-1));
+  rules.add_bos = h5::read_attr_int(group, "add_bos").value_or(1) != 0;  // absent before 2026-12-04: always
   for (const auto& [id, name] : {std::pair{rules.pad_id, "pad_id"}, std::pair{rules.eos_id, "eos_id"}})
     if (id < -1 || id >= tok.vocab_size())
       throw DataError(path, std::string("/tokenizer attribute '") + name + "'",

@@ -25,7 +25,7 @@ std::string agree_error(const comm::Runtime& rt, const std::string& mine) {
 Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o,
                            const std::function<std::vector<std::string>()>& corpus, bool keep_whitespace) {
   std::string bytes, error;
-  int32_t rules[4] = {0, 0, -1, -1};  // lower_case, strip_punctuation, pad_id, eos_id (TextRules)
+  int32_t rules[5] = {0, 0, -1, -1, 1};  // lower_case, strip_punctuation, pad_id, eos_id, add_bos (TextRules)
   if (rt.rank() == 0) {
     try {
       std::optional<Tokenizer> tok;
@@ -44,7 +44,7 @@ Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o,
       }
       bytes = tok->model_bytes();
       rules[0] = tok->rules().lower_case, rules[1] = tok->rules().strip_punctuation;
-      rules[2] = tok->rules().pad_id, rules[3] = tok->rules().eos_id;
+      rules[2] = tok->rules().pad_id, rules[3] = tok->rules().eos_id, rules[4] = tok->rules().add_bos;
     } catch (const UserError& e) {
       error = e.what();
     }
@@ -58,6 +58,7 @@ Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o,
   rt.broadcast_bytes(rules, sizeof rules, 0);
   TextRules r;
   r.lower_case = rules[0] != 0, r.strip_punctuation = rules[1] != 0, r.pad_id = rules[2], r.eos_id = rules[3];
+  r.add_bos = rules[4] != 0;
   return Tokenizer::from_bytes(bytes, o.tokenizer.empty() ? "trained tokenizer" : o.tokenizer).with_rules(r);
 }
 

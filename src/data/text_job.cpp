@@ -32,7 +32,9 @@ RoundDocs tokenize_round(const comm::Runtime& rt, const TextJob& job, const Toke
       const TextRecord r = job.record(i);
       d.starts.push_back(int64_t(d.tokens.size()));
       for (const TextExchange& e : r.exchanges) {
-        if (e.bos && tok.bos_id() >= 0) d.tokens.push_back(tok.bos_id()), d.mask.push_back(0);
+        const bool bos =
+            e.bos == TextExchange::Bos::kAlways || (e.bos == TextExchange::Bos::kTokenizer && tok.adds_bos());
+        if (bos && tok.bos_id() >= 0) d.tokens.push_back(tok.bos_id()), d.mask.push_back(0);
         // The joined text at once; the prompt's own length says where the loss starts.
         const size_t prompt = e.prompt.empty() ? 0 : tok.ids(e.prompt).size();
         const auto ids = tok.ids(e.prompt + e.response);

@@ -50,7 +50,8 @@ std::vector<TextExchange> chat_exchanges(const std::vector<ChatMessage>& message
                       (mistral ? "" : "an optional system message, then ") + "user and assistant alternating)");
     if (mistral) {
       if (user_turn)
-        out.push_back({"[INST] " + messages[i].content + " [/INST]", "", out.empty()});
+        out.push_back({"[INST] " + messages[i].content + " [/INST]", "",
+                       out.empty() ? TextExchange::Bos::kAlways : TextExchange::Bos::kNone});
       else
         out.back().response = messages[i].content;
       continue;
@@ -59,7 +60,7 @@ std::vector<TextExchange> chat_exchanges(const std::vector<ChatMessage>& message
       const std::string content = out.empty() && first == 1
                                       ? "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + messages[i].content
                                       : messages[i].content;
-      out.push_back({"[INST] " + strip(content) + " [/INST]", "", true});
+      out.push_back({"[INST] " + strip(content) + " [/INST]", "", TextExchange::Bos::kAlways});
     } else {
       out.back().response = " " + strip(messages[i].content) + " ";
     }

@@ -229,6 +229,11 @@ Tokenizer Tokenizer::from_hf_dir(const std::string& dir) {
     if (rules.eos_id < 0) throw DataError(config_path, "eos_token", "is null: fine-tuning needs an end of sequence");
     if (config.contains("bos_token") && piece("bos_token") != t.bos_id())
       throw DataError(config_path, "bos_token", "is not the bos piece of " + model);
+    const auto add_bos = config.find("add_bos_token");  // LlamaTokenizer's default: true
+    if (add_bos != config.end() && !add_bos->is_null()) {
+      if (!add_bos->is_boolean()) throw DataError(config_path, "add_bos_token", "is not true or false");
+      rules.add_bos = add_bos->get<bool>();
+    }
     // A pad added on top of the model (e.g. "<pad>" as id 32000) is no piece: prep pads nothing, so the
     // model's own pad (or 0) stays.
     const auto pad = config.find("pad_token");

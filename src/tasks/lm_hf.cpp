@@ -129,7 +129,7 @@ LlamaExport export_hf_llama(const std::string& checkpoint, const std::string& ou
     nlohmann::json tc = special;
     tc["tokenizer_class"] = "LlamaTokenizer";
     tc["model_max_length"] = model->config().max_seq_len;
-    tc["add_bos_token"] = bos >= 0;
+    tc["add_bos_token"] = tok.adds_bos();
     tc["add_eos_token"] = false;
     tc["legacy"] = true;  // SentencePiece's own encoding of the text, as prep text tokenised it
     tc["pad_token"] = nullptr;

@@ -250,7 +250,8 @@ def mistral_ids(sp, messages):
 
 
 def exchanges(r):
-    """(prompt, response) pairs, each to become bos + ids(prompt + response) + eos."""
+    """(prompt, response, bos) triples, each to become [bos] + ids(prompt + response) + eos: a chat
+    template writes its bos_token itself; tokenizer(text) adds one when add_bos_token (None)."""
     if "messages" in r:
         m = r["messages"]
         system = m[0]["content"] if m[0]["role"] == "system" else None
@@ -260,11 +261,11 @@ def exchanges(r):
             content = turns[i]["content"]
             if i == 0 and system is not None:
                 content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content
-            out.append(("[INST] " + content.strip() + " [/INST]", " " + turns[i + 1]["content"].strip() + " "))
+            out.append(("[INST] " + content.strip() + " [/INST]", " " + turns[i + 1]["content"].strip() + " ", True))
         return out
     if "instruction" in r:
-        return [(alpaca_prompt(r), r["output"])]
-    return [("", r["text"])]
+        return [(alpaca_prompt(r), r["output"], None)]
+    return [("", r["text"], None)]
 
 
 def read_records(path):
@@ -279,6 +280,7 @@ def ids(model_dir, records, dataset, template="llama-2"):
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=f"{model_dir}/tokenizer.model")
+    add_bos = json.load(open(f"{model_dir}/tokenizer_config.json")).get("add_bos_token", True)  # LlamaTokenizer's default
     want_tokens, want_mask, want_offsets = [], [], [0]
     for r in read_records(records):
         if template == "mistral" and "messages" in r:
@@ -287,11 +289,12 @@ def ids(model_dir, records, dataset, template="llama-2"):
             want_mask += chat_mask
             want_offsets.append(len(want_tokens))
             continue
-        for prompt, response in exchanges(r):
+        for prompt, response, bos in exchanges(r):
             joined = sp.encode(prompt + response)
             source = len(sp.encode(prompt)) if prompt else 0
-            want_tokens += [sp.bos_id()] + joined + [sp.eos_id()]
-            want_mask += [0] + [0] * source + [1] * (len(joined) - source) + [1]
+            head = [sp.bos_id()] if (add_bos if bos is None else bos) else []
+            want_tokens += head + joined + [sp.eos_id()]
+            want_mask += [0] * len(head) + [0] * source + [1] * (len(joined) - source) + [1]
         want_offsets.append(len(want_tokens))
     with h5py.File(dataset, "r") as f:
         tokens, mask, offsets = f["tokens"][...].tolist(), f["loss_mask"][...].tolist(), f["doc_offsets"][...].tolist()

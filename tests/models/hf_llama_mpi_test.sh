@@ -66,6 +66,15 @@ expect_error "a system message in the mistral template" "chat.jsonl.*mistral cha
   "$mpirun" --oversubscribe -np 2 "$meridian" prep text --jsonl "$tmp/chat.jsonl" --tokenizer "$tmp/hf" \
   --chat-template mistral --out "$tmp/bad_template.h5"
 [[ ! -e $tmp/bad_template.h5 ]] || fail "a refused prep left $tmp/bad_template.h5"
+# tokenizer_config.json's add_bos_token false: no bos before instructions and plain text (as
+# tokenizer(text) then adds none); the chat templates write theirs.
+cp -r "$tmp/hf" "$tmp/nobos"
+/usr/bin/python3 -c 'import json, sys; p = sys.argv[1]; c = json.load(open(p)); c["add_bos_token"] = False; json.dump(c, open(p, "w"))' \
+  "$tmp/nobos/tokenizer_config.json"
+for set in alpaca.json chat.jsonl; do
+  run prep text --jsonl "$tmp/$set" --tokenizer "$tmp/nobos" --out "$tmp/nobos_$set.h5" >/dev/null || fail "prep text $set (no bos) exited $?"
+  "${ref[@]}" ids "$tmp/nobos" "$tmp/$set" "$tmp/nobos_$set.h5" || fail "$set with add_bos_token false: ids differ from the reference"
+done
 
 # 2. The published model evaluated as it is.
 "$mpirun" -np 1 "$meridian" eval --init "$tmp/hf" --data "$tmp/chat.jsonl.h5" --seq-len 16 --json "$tmp/e0.json" \

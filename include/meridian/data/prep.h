@@ -132,7 +132,9 @@ struct ImageGenerator {
 // bos) carry no loss, the rest and eos do. Plain text has an empty prompt.
 struct TextExchange {
   std::string prompt, response;
-  bool bos = true;  // false: no bos before it (a chat template that puts one bos at the start only)
+  // The bos before it: as tokenizer(text) adds one (Tokenizer::adds_bos: add_bos_token), a chat
+  // template's literal bos_token (always), or none (a template with one bos at the start only).
+  enum class Bos { kTokenizer, kAlways, kNone } bos = Bos::kTokenizer;
 };
 
 // One document: its exchanges in order (one for an instruction or plain text, one per assistant

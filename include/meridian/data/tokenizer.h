@@ -16,6 +16,7 @@ struct TextRules {
   bool strip_punctuation =
       false;                     // canonicalize_text: ASCII punctuation removed, whitespace runs to one space, trimmed
   int pad_id = -1, eos_id = -1;  // -1: the SentencePiece model's own
+  bool add_bos = true;           // bos before each text when the model has one (add_bos_token)
 };
 
 class Tokenizer {
@@ -26,7 +27,8 @@ class Tokenizer {
   // A Hugging Face tokenizer directory: spiece.model with the rules of tokenizer_config.json
   // (SiglipTokenizer: do_lower_case, default true; punctuation stripped; eos_token and pad_token,
   // default "</s>", looked up as pieces), or tokenizer.model (LlamaTokenizer: the text unchanged;
-  // bos the model's, which bos_token must name; eos_token, default "</s>"; pad_token when not null).
+  // bos the model's, which bos_token must name, added unless add_bos_token is false; eos_token,
+  // default "</s>"; pad_token when not null).
   // DataError naming the file and field when both models are missing (tokenizer.json alone is not
   // read), the config is not JSON, or a token is no piece.
   static Tokenizer from_hf_dir(const std::string& dir);
@@ -50,6 +52,8 @@ class Tokenizer {
   int pad_id() const;  // the rules' pad, else the model's pad piece, or 0 when it has none
   int eos_id() const;  // the rules' eos, else the model's; -1 when it has none (then nothing is appended)
   int bos_id() const;  // -1 when the model has none
+  // Whether a bos goes before each text (the model has one and add_bos_token is not false).
+  bool adds_bos() const { return rules_.add_bos && bos_id() >= 0; }
   std::vector<int32_t> ids(const std::string& text) const;  // the pieces of `text`, nothing added
   const std::string& model_bytes() const { return bytes_; }
 
