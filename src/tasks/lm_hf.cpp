@@ -73,12 +73,9 @@ nlohmann::json piece_or_null(const data::Tokenizer& tok, int id) {
 
 }  // namespace
 
-LlamaExport export_hf_llama(const std::string& checkpoint, const std::string& out_dir, const std::string& dtype,
-                            int64_t max_shard_bytes, const std::string& tokenizer) {
-  if (dtype != "f32" && dtype != "bf16") throw UserError("export: --dtype must be f32 or bf16, got '" + dtype + "'");
-  std::string out = fs::path(out_dir).lexically_normal().string();
-  while (out.size() > 1 && out.back() == '/') out.pop_back();  // "dir/" -> "dir", so "dir.partial" is beside it
-  if (fs::exists(out)) throw UserError(out + ": exists; export writes a new directory (remove it or choose another)");
+HfExport export_hf_llama(const std::string& checkpoint, const std::string& out, const std::string& dtype,
+                         int64_t max_shard_bytes, const std::string& tokenizer) {
+  HfExportDir dir(out, dtype);  // checks dtype and out first; removed again on any failure below
   Config config;
   auto model = load_lm(checkpoint, &config);
   // The tokenizer: a Hugging Face directory (given, or the run's task.init), else the training data's.
@@ -96,33 +93,13 @@ LlamaExport export_hf_llama(const std::string& checkpoint, const std::string& ou
                     " pieces, more than the model's vocabulary " + std::to_string(model->config().vocab_size) +
                     " (not the tokenizer this run trained with)");
 
-  const std::string partial = out + ".partial";
-  if (fs::exists(partial)) throw UserError(partial + ": exists (an interrupted export?): remove it, then export again");
-  // Whatever fails from here on, nothing half-written is left.
-  struct Cleanup {
-    std::string path;
-    bool done = false;
-    ~Cleanup() {
-      std::error_code ignored;
-      if (!done) fs::remove_all(path, ignored);
-    }
-  } cleanup{partial};
-  LlamaExport summary;
-  models::NamedTensors tensors = models::merged_weights(*model);
-  for (auto& [name, t] : tensors) {
-    t = t.detach().to(dtype == "bf16" ? at::kBFloat16 : at::kFloat).cpu().contiguous();
-    summary.bytes += int64_t(t.numel()) * int64_t(t.element_size());
-  }
-  summary.tensors = int64_t(tensors.size());
-  summary.files = models::write_hf_weights(partial, tensors, max_shard_bytes);
-  tensors.clear();
-
+  dir.write_weights(models::merged_weights(*model), max_shard_bytes);
   const int bos = tok.bos_id(), eos = tok.eos_id();
   if (fs::is_directory(source)) {
     for (const char* f : {"tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"})
-      if (fs::is_regular_file(fs::path(source) / f)) fs::copy_file(fs::path(source) / f, fs::path(partial) / f);
+      dir.copy_if_there(source, f);
   } else {
-    write_file_atomically((fs::path(partial) / "tokenizer.model").string(), tok.model_bytes());
+    write_file_atomically(dir.file("tokenizer.model"), tok.model_bytes());
     const nlohmann::json special{{"bos_token", piece_or_null(tok, bos)},
                                  {"eos_token", piece_or_null(tok, eos)},
                                  {"unk_token", tok.piece(tok.piece_id("<unk>") >= 0 ? tok.piece_id("<unk>") : 0)}};
@@ -133,24 +110,18 @@ LlamaExport export_hf_llama(const std::string& checkpoint, const std::string& ou
     tc["add_eos_token"] = false;
     tc["legacy"] = true;  // SentencePiece's own encoding of the text, as prep text tokenised it
     tc["pad_token"] = nullptr;
-    write_json_file((fs::path(partial) / "tokenizer_config.json").string(), tc);
-    write_json_file((fs::path(partial) / "special_tokens_map.json").string(), special);
+    dir.write_json("tokenizer_config.json", tc);
+    dir.write_json("special_tokens_map.json", special);
   }
-  summary.tokenizer = source;
-  const std::string generation = fs::path(source) / "generation_config.json";
-  if (fs::is_directory(source) && fs::is_regular_file(generation)) {  // the same directory as the tokenizer
-    fs::copy_file(generation, fs::path(partial) / "generation_config.json");
-  } else {
+  // generation_config.json: the tokenizer directory's (the published model's), else bos and eos.
+  if (!fs::is_directory(source) || !dir.copy_if_there(source, "generation_config.json")) {
     nlohmann::json g{{"_from_model_config", true}};
     if (bos >= 0) g["bos_token_id"] = bos;
     if (eos >= 0) g["eos_token_id"] = eos;
-    write_json_file((fs::path(partial) / "generation_config.json").string(), g);
+    dir.write_json("generation_config.json", g);
   }
-  write_json_file((fs::path(partial) / "config.json").string(),
-                  models::llama_hf_config(model->config(), dtype == "bf16" ? "bfloat16" : "float32", bos, eos));
-  fs::rename(partial, out);
-  cleanup.done = true;
-  return summary;
+  dir.write_json("config.json", models::llama_hf_config(model->config(), dir.torch_dtype(), bos, eos));
+  return dir.commit(source);
 }
 
 }  // namespace meridian::tasks

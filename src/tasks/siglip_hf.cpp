@@ -12,6 +12,7 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/core/config.h"
 #include "meridian/core/error.h"
+#include "meridian/core/files.h"
 #include "meridian/core/json_file.h"
 #include "meridian/data/embeddings.h"
 #include "meridian/data/format.h"
@@ -92,14 +93,6 @@ int64_t embed_rows(const comm::Runtime& rt, LoadedSiglip& m, const std::vector<s
   if (rt.rank() == 0) data::write_embeddings(out, all, names, all_inputs, m.origin, kind);
   rt.barrier();  // the file is complete when any rank returns
   return n;
-}
-
-// Copies `name` from `from` into `to` when it exists there.
-bool copy_if_there(const std::string& from, const std::string& to, const std::string& name) {
-  const fs::path source = fs::path(from) / name;
-  if (!fs::is_regular_file(source)) return false;
-  fs::copy_file(source, fs::path(to) / name, fs::copy_options::overwrite_existing);
-  return true;
 }
 
 }  // namespace
@@ -200,10 +193,9 @@ int64_t embed_texts(const comm::Runtime& rt, LoadedSiglip& m, const std::string&
                     });
 }
 
-ExportSummary export_siglip(const std::string& checkpoint, const std::string& out, const std::string& dtype,
-                            int64_t max_shard_bytes, const std::string& tokenizer) {
-  if (dtype != "f32" && dtype != "bf16") throw UserError("export: --dtype must be f32 or bf16, got '" + dtype + "'");
-  if (fs::exists(out)) throw UserError(out + ": exists; export writes a new directory (remove it or choose another)");
+HfExport export_siglip(const std::string& checkpoint, const std::string& out, const std::string& dtype,
+                       int64_t max_shard_bytes, const std::string& tokenizer) {
+  HfExportDir dir(out, dtype);  // checks dtype and out first; removed again on any failure below
   ckpt::Reader reader(checkpoint);
   const Config config = ckpt::saved_config(reader);
   const std::string source = tokenizer.empty() ? training_tokenizer(config) : tokenizer;
@@ -214,49 +206,37 @@ ExportSummary export_siglip(const std::string& checkpoint, const std::string& ou
                     "'): give --tokenizer (a Hugging Face directory or the dataset)");
   LoadedSiglip m = load_siglip(checkpoint, source);
   const auto& mc = m.model->config();
-  const std::string partial = out + ".partial";
-  fs::remove_all(partial);
-  ExportSummary summary;
   models::NamedTensors tensors;
-  for (const auto& item : m.model->named_parameters()) {
-    tensors.emplace_back(item.key(), item.value().detach().to(dtype == "bf16" ? at::kBFloat16 : at::kFloat).cpu());
-    summary.bytes += int64_t(item.value().numel()) * (dtype == "bf16" ? 2 : 4);
-  }
-  summary.tensors = int64_t(tensors.size());
-  summary.files = models::write_hf_weights(partial, tensors, max_shard_bytes);
+  for (const auto& item : m.model->named_parameters()) tensors.emplace_back(item.key(), item.value());
+  dir.write_weights(std::move(tensors), max_shard_bytes);
   // The tokenizer: a Hugging Face directory's files as they are, else the dataset's model with its rules.
   const auto& tok = *m.tokenizer;
   if (fs::is_directory(source)) {
-    copy_if_there(source, partial, "spiece.model");
-    copy_if_there(source, partial, "tokenizer_config.json");
-    copy_if_there(source, partial, "special_tokens_map.json");
+    for (const char* f : {"spiece.model", "tokenizer_config.json", "special_tokens_map.json"})
+      dir.copy_if_there(source, f);
   } else {
-    std::ofstream(fs::path(partial) / "spiece.model", std::ios::binary) << tok.model_bytes();
+    write_file_atomically(dir.file("spiece.model"), tok.model_bytes());
     const nlohmann::json special{
         {"eos_token", tok.piece(tok.eos_id())}, {"pad_token", tok.piece(tok.pad_id())}, {"unk_token", "<unk>"}};
     nlohmann::json tc = special;
     tc["tokenizer_class"] = "SiglipTokenizer";
     tc["model_max_length"] = mc.context_length;
     tc["do_lower_case"] = tok.rules().lower_case;
-    write_json_file((fs::path(partial) / "tokenizer_config.json").string(), tc);
-    write_json_file((fs::path(partial) / "special_tokens_map.json").string(), special);
+    dir.write_json("tokenizer_config.json", tc);
+    dir.write_json("special_tokens_map.json", special);
   }
-  summary.tokenizer = source;
-  write_json_file((fs::path(partial) / "preprocessor_config.json").string(),
-                  {{"image_processor_type", "SiglipImageProcessor"},
-                   {"processor_class", "SiglipProcessor"},
-                   {"do_resize", true},
-                   {"size", {{"height", mc.image_size}, {"width", mc.image_size}}},
-                   {"resample", 3},
-                   {"do_rescale", true},
-                   {"rescale_factor", 1.0 / 255},
-                   {"do_normalize", true},
-                   {"image_mean", {0.5, 0.5, 0.5}},
-                   {"image_std", {0.5, 0.5, 0.5}}});
-  write_json_file((fs::path(partial) / "config.json").string(),
-                  models::siglip_hf_config(mc, dtype == "bf16" ? "bfloat16" : "float32"));
-  fs::rename(partial, out);
-  return summary;
+  dir.write_json("preprocessor_config.json", {{"image_processor_type", "SiglipImageProcessor"},
+                                              {"processor_class", "SiglipProcessor"},
+                                              {"do_resize", true},
+                                              {"size", {{"height", mc.image_size}, {"width", mc.image_size}}},
+                                              {"resample", 3},
+                                              {"do_rescale", true},
+                                              {"rescale_factor", 1.0 / 255},
+                                              {"do_normalize", true},
+                                              {"image_mean", {0.5, 0.5, 0.5}},
+                                              {"image_std", {0.5, 0.5, 0.5}}});
+  dir.write_json("config.json", models::siglip_hf_config(mc, dir.torch_dtype()));
+  return dir.commit(source);
 }
 
 }  // namespace meridian::tasks

@@ -115,4 +115,8 @@ printf 'task: {name: lm}\nmodel: {dim: 64}\n' >"$tmp/wide.yaml"
 expect_error "model key vs config.json" "model\.dim.*is 64.*config\.json field 'hidden_size' is 32" \
   "$meridian" train --config "$tmp/wide.yaml" --data "$tmp/alpaca.json.h5" --init "$tmp/hf" --run-dir "$tmp/run2"
 expect_error "export over a directory" "exp: exists" "$meridian" export --checkpoint "$ck" --out "$tmp/exp"
+# A failure after the export started (a --tokenizer directory without one) leaves nothing.
+expect_error "export with no tokenizer in --tokenizer" "run_ddp: tokenizer: neither spiece.model" \
+  "$meridian" export --checkpoint "$ck" --out "$tmp/exp2" --tokenizer "$tmp/run_ddp"
+[[ ! -e $tmp/exp2 && ! -e $tmp/exp2.partial ]] || fail "a failed export left $(ls -d "$tmp"/exp2*)"
 echo PASS

@@ -10,6 +10,7 @@
 
 #include "meridian/models/hf_checkpoint.h"
 #include "meridian/models/llama.h"
+#include "meridian/tasks/hf_export.h"
 
 namespace meridian::tasks {
 
@@ -45,12 +46,6 @@ class HfLlamaWeights {
   int64_t buffers_ = 0, head_ = 0, bytes_ = 0;                // skipped; the file's bytes
 };
 
-struct LlamaExport {
-  int64_t tensors = 0, bytes = 0;
-  int files = 0;          // weight files (1: model.safetensors; more: shards and the index)
-  std::string tokenizer;  // where tokenizer.model came from
-};
-
 // Not collective. Writes the lm checkpoint `checkpoint` (LoRA adapters merged: models::merged_weights)
 // as a directory: config.json (models::llama_hf_config, bos/eos of the tokenizer),
 // generation_config.json, the weights in `dtype` ("f32" or "bf16") as model.safetensors or shards of
@@ -58,9 +53,9 @@ struct LlamaExport {
 // tokenizer_config.json, special_tokens_map.json (and generation_config.json) copied from
 // `tokenizer` (a Hugging Face directory; default: the run's task.init when it is one) or written
 // from the training dataset's tokenizer (LlamaTokenizer, legacy: the text encoded as SentencePiece
-// does). Written as <out>.partial, removed on any failure and renamed at the end. UserError when
-// `out` or <out>.partial exists or no tokenizer is found.
-LlamaExport export_hf_llama(const std::string& checkpoint, const std::string& out, const std::string& dtype,
-                            int64_t max_shard_bytes, const std::string& tokenizer);
+// does). Written through HfExportDir (<out>.partial, removed on any failure, renamed at the end).
+// UserError when `out` or <out>.partial exists or no tokenizer is found.
+HfExport export_hf_llama(const std::string& checkpoint, const std::string& out, const std::string& dtype,
+                         int64_t max_shard_bytes, const std::string& tokenizer);
 
 }  // namespace meridian::tasks

@@ -11,6 +11,7 @@
 #include "meridian/data/image_input.h"
 #include "meridian/data/tokenizer.h"
 #include "meridian/models/siglip.h"
+#include "meridian/tasks/hf_export.h"
 
 namespace meridian::comm {
 class Runtime;
@@ -46,20 +47,14 @@ int64_t embed_images(const comm::Runtime& rt, LoadedSiglip& model, const std::st
 int64_t embed_texts(const comm::Runtime& rt, LoadedSiglip& model, const std::string& texts, const std::string& out,
                     int64_t batch);
 
-struct ExportSummary {
-  int64_t tensors = 0, bytes = 0;
-  int files = 0;          // weight files (1: model.safetensors; more: shards and the index)
-  std::string tokenizer;  // where spiece.model came from
-};
-
 // Not collective. Writes the siglip checkpoint `checkpoint` (EMA weights when it has them) as a
 // directory transformers loads as SiglipModel: config.json, the weights in `dtype` ("f32" or "bf16")
 // as model.safetensors or shards of at most `max_shard_bytes` with model.safetensors.index.json,
 // spiece.model, tokenizer_config.json, special_tokens_map.json and preprocessor_config.json.
 // `tokenizer` as for load_siglip (default: task.init's directory, else the training dataset).
-// The directory is written as <out>.partial and renamed to `out` at the end, so an interrupted
-// export leaves nothing that looks complete. UserError when `out` exists.
-ExportSummary export_siglip(const std::string& checkpoint, const std::string& out, const std::string& dtype,
-                            int64_t max_shard_bytes, const std::string& tokenizer);
+// Written through HfExportDir (<out>.partial, removed on any failure, renamed at the end), so an
+// interrupted export leaves nothing that looks complete. UserError when `out` or <out>.partial exists.
+HfExport export_siglip(const std::string& checkpoint, const std::string& out, const std::string& dtype,
+                       int64_t max_shard_bytes, const std::string& tokenizer);
 
 }  // namespace meridian::tasks
