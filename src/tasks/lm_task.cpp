@@ -100,7 +100,8 @@ struct LmTask::Impl {
   std::unique_ptr<comm::Communicator> eval_comm;  // created by the first evaluation (collective)
   at::Tensor tokens, targets;
   train::DataPosition position;
-  std::unique_ptr<HfLlamaWeights> deferred;  // task.init for assign_weights(); null once read or when not deferred
+  bool shape_only = false;                   // built without values: the strategy's shards get them
+  std::unique_ptr<HfLlamaWeights> deferred;  // task.init for assign_weights(); null once read, or resuming
 
   Impl(const comm::Runtime& runtime, const Config& c, const std::string& train_data, train::DataPosition start)
       : rt(runtime),
@@ -136,13 +137,15 @@ struct LmTask::Impl {
     // Resuming: the checkpoint's weights replace these, so the published ones are not read again.
     const bool resuming = start.epoch > 0 || start.position > 0;
     const auto lora = models::LoraConfig::from_config(c);
-    // ZeRO-3 from a published checkpoint: the model is built for its shapes only and each rank reads
-    // its shards of the weights unit by unit (assign_weights), so no rank ever holds the whole
-    // model. LoRA's frozen base is replicated, so it is built whole.
+    // ZeRO-3 from a published checkpoint or resuming: the model is built for its shapes only and
+    // each rank reads its shards unit by unit (of task.init in assign_weights, of the checkpoint in
+    // the strategy's load), so no rank ever holds the whole model. LoRA's frozen base is replicated,
+    // so it is built.
     const auto trainer = train::TrainerSettings::from_config(c);
-    if (!settings.init.empty() && !resuming && trainer.zero == 3 && !lora.enabled()) {
+    if (trainer.zero == 3 && !lora.enabled() && (resuming || !settings.init.empty())) {
       model = models::Llama(mc, /*values=*/false);
-      deferred = std::make_unique<HfLlamaWeights>(*model, settings.init);  // checked now, read later
+      shape_only = true;
+      if (!resuming) deferred = std::make_unique<HfLlamaWeights>(*model, settings.init);  // checked now, read later
       return;  // the shape-only parameters stay on the CPU: the shards go to the device
     }
     if (!settings.init.empty() && !resuming) {
@@ -199,7 +202,7 @@ LmTask::LmTask(const comm::Runtime& rt, const Config& config, const std::string&
 LmTask::~LmTask() = default;
 
 std::shared_ptr<torch::nn::Module> LmTask::model() { return impl_->model.ptr(); }
-bool LmTask::defers_weights() const { return impl_->deferred != nullptr; }
+bool LmTask::defers_weights() const { return impl_->shape_only; }
 
 void LmTask::assign_weights(train::Strategy& strategy) {
   auto& m = *impl_;

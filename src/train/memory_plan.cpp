@@ -229,15 +229,10 @@ ZeroMemoryReport plan_memory(int stage, const UnitPlan& plan, int64_t world, int
   return r;
 }
 
-namespace {
-// Bytes per rank a report needs beyond the float32 parameters the task has already allocated.
-int64_t beyond_allocated(const ZeroMemoryReport& r) {
-  return r.host_total(/*cpu=*/true) - 4 * r.numel - r.frozen_bytes / r.parameter_element_bytes * 4;
-}
-}  // namespace
-
 void check_memory_fits(const comm::Runtime& rt, const ZeroMemoryReport& report,
-                       const std::function<ZeroMemoryReport(int stage)>& of_stage) {
+                       const std::function<ZeroMemoryReport(int stage)>& of_stage, int64_t allocated) {
+  // Bytes per rank a report needs beyond the parameters the task has already allocated.
+  const auto beyond_allocated = [allocated](const ZeroMemoryReport& r) { return r.host_total(true) - allocated; };
   std::string mine;
   if (rt.device().is_cpu()) {
     const double more = double(beyond_allocated(report)) * rt.local_size();

@@ -56,7 +56,10 @@ std::unique_ptr<Strategy> make_strategy(const comm::Runtime& rt, comm::Communica
                        stage == 3 && s.offload);
   };
   const auto memory = memory_of(s.zero);
-  check_memory_fits(rt, memory, memory_of);
+  int64_t allocated = 0;  // what the model holds now (nothing when built shape-only)
+  if (!task.defers_weights())
+    for (const auto& p : model->parameters()) allocated += int64_t(p.numel()) * int64_t(p.element_size());
+  check_memory_fits(rt, memory, memory_of, allocated);
   if (task.defers_weights() && s.zero != 3)
     throw UserError("task " + task.name() +
                     " built its model without values (for ZeRO-3's shards), but optim.zero is " +

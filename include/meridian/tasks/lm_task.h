@@ -112,8 +112,9 @@ class LmTask : public train::Task {
   train::Metrics step_metrics() override;  // tokens with loss in the last batch (this rank), perplexity
   train::DataPosition data_position() const override;
   int64_t batches_per_epoch() const override;
-  // With optim.zero 3, task.init and no LoRA (not resuming): the model is built shape-only and
-  // assign_weights() reads task.init into the strategy's shards, unit by unit.
+  // With optim.zero 3 and no LoRA, from task.init or resuming: the model is built shape-only, and
+  // assign_weights() reads task.init into the strategy's shards unit by unit (resuming: the
+  // checkpoint's restore does).
   bool defers_weights() const override;
   void assign_weights(train::Strategy& strategy) override;
 

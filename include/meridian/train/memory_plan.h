@@ -114,11 +114,12 @@ ZeroMemoryReport plan_memory(int stage, const UnitPlan& plan, int64_t world_size
                              int64_t frozen_numel = 0, int64_t bucket_numel = kBucketNumel, bool offload = false);
 
 // Collective (an allgather of messages): on CPU ranks, a run whose `memory` cannot fit beside the
-// float32 parameters already allocated, times the ranks on the node, in the node's MemAvailable is
+// `allocated` bytes of parameters the model already holds (0 when built shape-only), times the
+// ranks on the node, in the node's MemAvailable is
 // refused with a UserError on every rank, before anything is allocated (instead of the kernel
 // killing one rank at the first step). `of_stage(k)` gives the other stages' figures, to name the
 // ones that fit. On CUDA a failed allocation is an exception: nothing is checked.
 void check_memory_fits(const comm::Runtime& runtime, const ZeroMemoryReport& memory,
-                       const std::function<ZeroMemoryReport(int stage)>& of_stage);
+                       const std::function<ZeroMemoryReport(int stage)>& of_stage, int64_t allocated);
 
 }  // namespace meridian::train

@@ -76,7 +76,8 @@ class Task {
   // strategy then neither broadcasts nor reads them). The same on every rank.
   virtual bool defers_weights() const { return false; }
   // Collective, once, after the strategy is built and before the first step: a task that
-  // defers_weights() writes every trained parameter through strategy.assign(). Default: nothing.
+  // defers_weights() writes every trained parameter through strategy.assign(), unless a checkpoint's
+  // restore (Strategy::load) will write them. Default: nothing.
   virtual void assign_weights(Strategy& strategy) {}
 };
 
