@@ -140,6 +140,8 @@ Command prep_detection_command() {
         ("labels", "YOLO label directory: <labels>/<image path>.txt with 'class cx cy w h' (normalised) per line", cxxopts::value<std::string>()->default_value(""))
         ("coco", "COCO instances JSON (instead of --labels)", cxxopts::value<std::string>()->default_value(""))
         ("class-names", "YOLO: file with one class name per line (default: 0..C-1)", cxxopts::value<std::string>()->default_value(""))
+        ("data-yaml", "Ultralytics' data.yaml (path, train, val, test, names) instead of --images/--labels/--class-names", cxxopts::value<std::string>()->default_value(""))
+        ("split", "With --data-yaml: which split to write (train, val or test)", cxxopts::value<std::string>()->default_value("train"))
         ("bands", "Bands (1-based) to use as R,G,B for multi-band images, e.g. 3,2,1", cxxopts::value<std::string>()->default_value(""))
         ("strict", "An unreadable image, or a label that is malformed or off its image, is an error instead of being skipped and reported");
     // clang-format on
@@ -152,6 +154,10 @@ Command prep_detection_command() {
     o.labels_dir = p["labels"].as<std::string>();
     o.coco = p["coco"].as<std::string>();
     o.class_names_file = p["class-names"].as<std::string>();
+    o.data_yaml = p["data-yaml"].as<std::string>();
+    o.split = p["split"].as<std::string>();
+    if (o.split != "train" && o.split != "val" && o.split != "test")
+      throw UserError("--split: '" + o.split + "' is not train, val or test");
     if (!p["bands"].as<std::string>().empty()) o.bands = parse_bands(p["bands"].as<std::string>());
     o.strict = p.count("strict") > 0;
     return report(rt, data::prep_detection(rt, o), o.out);

@@ -195,7 +195,18 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
   return run_image_job(rt, o, job);
 }
 
-PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& o) {
+PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& given) {
+  PrepDetectionOptions o = given;
+  std::vector<std::string> data_yaml_names;
+  if (!o.data_yaml.empty()) {  // Ultralytics' description: one split's images, labels and names
+    if (!o.images_dir.empty() || !o.labels_dir.empty() || !o.coco.empty() || !o.class_names_file.empty())
+      throw UserError(
+          "prep detection: --data-yaml names the images, labels and classes: not with --images, "
+          "--labels, --coco or --class-names");
+    YoloSplit split = read_data_yaml(o.data_yaml, o.split);
+    o.images_dir = split.images_dir, o.labels_dir = split.labels_dir;
+    data_yaml_names = std::move(split.class_names);
+  }
   check_options(o);
   check_inputs(o.images_dir, o.bands);
   if (o.labels_dir.empty() == o.coco.empty())
@@ -227,6 +238,7 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& o
                      (fs::path(o.labels_dir) / fs::path(files[0]).replace_extension(".txt")).string() +
                      "; a missing label file means no boxes";
     if (!o.class_names_file.empty()) job.class_names = read_class_names(o.class_names_file);
+    if (!data_yaml_names.empty()) job.class_names = data_yaml_names;
   }
   job.decode = [&](int64_t i) {
     Decoded d;

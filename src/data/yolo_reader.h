@@ -24,4 +24,19 @@ void read_yolo(const std::string& file, int width, int height, std::vector<std::
 // (as `--class-names`) when it cannot be opened.
 std::vector<std::string> read_class_names(const std::string& file);
 
+// One split of an Ultralytics dataset description (data.yaml, as `yolo train data=...` reads it):
+//   path   the dataset root; relative to the file's directory (default: that directory)
+//   train, val, test   an image directory, relative to path
+//   names  a list, or a map 0..nc-1 -> name;  nc (optional) must equal their count
+// The labels are where Ultralytics looks: the image directory with its last "images" component
+// replaced by "labels" (<root>/images/train -> <root>/labels/train), else the image directory.
+// DataError naming the file and field: unreadable or not a map, names missing, empty or with gaps,
+// nc disagreeing, the split missing or not one directory (an image list .txt, a list of
+// directories), the directory absent.
+struct YoloSplit {
+  std::string images_dir, labels_dir;
+  std::vector<std::string> class_names;
+};
+YoloSplit read_data_yaml(const std::string& file, const std::string& split);
+
 }  // namespace meridian::data

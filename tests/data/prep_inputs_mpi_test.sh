@@ -5,7 +5,8 @@
 # warned about; a UTF-8 byte-order mark starts every kind of text input; empty inputs, --out naming
 # a directory, `prep --help`; inspect and train on files written without chunks (h5py's default);
 # the loaders' advice when a batch is larger than the dataset; the benchmark forms of remote-sensing
-# papers: a Karpathy-style dataset_*.json (UCM-captions, RSICD, RSITMD) and class folders (AID, NWPU).
+# papers: a Karpathy-style dataset_*.json (UCM-captions, RSICD, RSITMD) and class folders (AID, NWPU);
+# Ultralytics' data.yaml (both splits; missing names, splits and directories exit 2).
 set -u
 mpirun=$1 meridian=$2
 fail() { echo "FAIL: $*"; exit 1; }
@@ -55,6 +56,59 @@ expect 2 "no input could be read (3 skipped, e.g. $tmp/pixels/a.txt: line 1: cx 
 # No label file at all: a dataset without boxes, said loudly.
 expect 0 "WARNING: 0 boxes: none of the 3 images written has a box (labels are read from <labels>/<image path>.txt, e.g. $tmp/none/a.txt" \
   run prep detection --images "$tmp/images" --labels "$tmp/none" --size 32 --out "$tmp/none.h5"
+
+# Ultralytics' data.yaml (COCO8's layout): <root>/images/{train,val} with <root>/labels/{train,val},
+# `path` relative to the file, names as a map; each split is its own dataset.
+mkdir -p "$tmp/y8/images/train" "$tmp/y8/images/val" "$tmp/y8/labels/train" "$tmp/y8/labels/val" "$tmp/cfg"
+cp "$tmp/images/a.bmp" "$tmp/images/b.bmp" "$tmp/y8/images/train/"
+cp "$tmp/images/c.bmp" "$tmp/y8/images/val/"
+printf '0 0.5 0.5 0.25 0.5
+2 0.2 0.2 0.1 0.1
+' >"$tmp/y8/labels/train/a.txt"
+printf '1 0.5 0.5 0.2 0.4
+' >"$tmp/y8/labels/train/b.txt"
+printf '2 0.5 0.5 0.5 0.5
+' >"$tmp/y8/labels/val/c.txt"
+printf 'path: ../y8
+train: images/train
+val: images/val
+test:  # none
+names:
+  0: person
+  2: car
+  1: bicycle
+' \
+  >"$tmp/cfg/data.yaml"
+for split in train val; do
+  expect 0 "wrote $tmp/y8_$split.h5" run prep detection --data-yaml "$tmp/cfg/data.yaml" --split $split --size 32 --out "$tmp/y8_$split.h5"
+done
+/usr/bin/python3 - "$tmp/y8_train.h5" "$tmp/y8_val.h5" <<'PY' || fail "data.yaml: wrong images, boxes or class names"
+import sys, h5py
+train, val = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+names = lambda f: [n.decode() if isinstance(n, bytes) else n for n in f["class_names"][...]]
+assert names(train) == names(val) == ["person", "bicycle", "car"], names(train)
+counts = lambda f: sorted(int(c) for c in f["box_classes"][...])
+assert counts(train) == [0, 1, 2] and counts(val) == [2], (counts(train), counts(val))
+print("data.yaml: train", counts(train), "val", counts(val))
+PY
+# Bad descriptions exit 2 on every rank, naming the file and the field.
+printf 'path: ../y8
+train: images/train
+' >"$tmp/cfg/nonames.yaml"
+expect 2 "$tmp/cfg/nonames.yaml: names: missing or empty" \
+  run prep detection --data-yaml "$tmp/cfg/nonames.yaml" --size 32 --out "$tmp/t.h5"
+expect 2 "$tmp/cfg/data.yaml: test: missing" \
+  run prep detection --data-yaml "$tmp/cfg/data.yaml" --split test --size 32 --out "$tmp/t.h5"
+sed 's#images/val#images/gone#' "$tmp/cfg/data.yaml" >"$tmp/cfg/gone.yaml"
+expect 2 "$tmp/cfg/gone.yaml: val: '$tmp/y8/images/gone' is not a directory" \
+  run prep detection --data-yaml "$tmp/cfg/gone.yaml" --split val --size 32 --out "$tmp/t.h5"
+printf 'path: ../y8
+train: images/train
+names: {0: a, 2: c}
+' >"$tmp/cfg/gap.yaml"
+expect 2 "$tmp/cfg/gap.yaml: names: class 1 has no name" \
+  run prep detection --data-yaml "$tmp/cfg/gap.yaml" --size 32 --out "$tmp/t.h5"
+[[ ! -e $tmp/t.h5 ]] || fail "a refused prep left $tmp/t.h5"
 
 # COCO (with a byte-order mark): b's box lies right of its 32 x 32 image, c's has a negative width.
 cat >"$tmp/coco.json" <<JSON

@@ -66,6 +66,8 @@ struct PrepDetectionOptions : PrepCommon {
   std::string labels_dir;        // YOLO: <labels_dir>/<image path relative to images_dir, .txt>
   std::string coco;              // COCO instances JSON (instead of labels_dir)
   std::string class_names_file;  // YOLO: one name per line; default "0".."C-1"
+  std::string data_yaml;         // Ultralytics' data.yaml instead of the four above: its `split`
+  std::string split = "train";   // train, val or test
   std::vector<int> bands;
   bool strict = false;  // an unreadable image or label file is fatal instead of skipped
 };
