@@ -40,6 +40,7 @@ Command bench_train_command();
 Command eval_command();
 Command bench_ckpt_command();
 Command bench_memory_command();
+Command model_command();
 Command export_command();
 Command embed_command();
 Command generate_command();

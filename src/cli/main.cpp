@@ -28,8 +28,8 @@ std::vector<Command> all_commands() {
 #ifdef MERIDIAN_WITH_DATA
   for (auto c : {prep_image_text_command(), prep_detection_command(), prep_text_command(), prep_synthetic_command(),
                  inspect_command(), bench_io_command(), train_command(), bench_train_command(), config_command(),
-                 eval_command(), bench_ckpt_command(), bench_memory_command(), export_command(), embed_command(),
-                 generate_command(), predict_command()})
+                 eval_command(), bench_ckpt_command(), bench_memory_command(), model_command(), export_command(),
+                 embed_command(), generate_command(), predict_command()})
     commands.push_back(c);
 #endif
   return commands;

@@ -94,6 +94,27 @@ for want in ("data", "forward", "backward", "exposed comm", "optimizer", "wait f
 assert sum(1 for e in spans if e["name"] == "backward" and e["pid"] == 0) == 4, "one backward per step"
 print("train trace ok:", len(spans), "spans")
 PY
+  # `meridian model`: every task's model from its config alone; the rows add up to the total, and
+  # lm-tiny's total is its closed form by hand (embedding 512*64; per layer q 64*64, k and v 64*32,
+  # o 64*64, MLP 3*64*172, norms 2*64; final norm 64; head tied).
+  configs=$(dirname "$0")/../../jobs/configs
+  for config in detect-synthetic lm-tiny siglip-tiny; do
+    "$meridian" model --config "$configs/$config.yaml" >"$tmp/model_$config" 2>&1 ||
+      { cat "$tmp/model_$config"; fail "model --config $config.yaml exited"; }
+    /usr/bin/python3 - "$tmp/model_$config" <<'PY' || { cat "$tmp/model_$config"; fail "model $config: rows do not add up"; }
+import re, sys
+lines = open(sys.argv[1]).read().splitlines()
+rows = [int(l.split()[-1].replace(",", "")) for l in lines[1:-1]]
+total = int(re.search(r"summary: [\d,]+ modules, ([\d,]+) parameters", lines[-1]).group(1).replace(",", ""))
+assert rows and sum(rows) == total, (sum(rows), total)
+PY
+  done
+  lm_total=$((512 * 64 + 2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 172 + 2 * 64) + 64))
+  grep -q "lm summary: .* $(/usr/bin/python3 -c "print(f'{$lm_total:,}')") parameters" "$tmp/model_lm-tiny" ||
+    { cat "$tmp/model_lm-tiny"; fail "model lm-tiny: not $lm_total parameters"; }
+  "$meridian" model --config "$configs/lm-tiny.yaml" --image-size 640 >"$tmp/o" 2>&1; rc=$?
+  [[ $rc -eq 2 ]] && grep -q "image-size is detect's input size" "$tmp/o" || { cat "$tmp/o"; fail "model --image-size for lm: exit $rc"; }
+
   echo "not a dataset" >"$tmp/junk.h5"
   "$meridian" inspect "$tmp/junk.h5" >"$tmp/o" 2>&1; rc=$?
   [[ $rc -eq 2 ]] && grep -q "junk.h5: file: not an HDF5 file" "$tmp/o" || { cat "$tmp/o"; fail "inspect of junk: exit $rc"; }
