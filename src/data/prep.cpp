@@ -272,8 +272,7 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& g
 PrepReport prep_text(const comm::Runtime& rt, const PrepTextOptions& o) {
   check_text_options(o);
   if (o.jsonl.empty()) throw UserError("--jsonl: required");
-  if (o.chat_template != "llama-2" && o.chat_template != "mistral")
-    throw UserError("--chat-template: '" + o.chat_template + "' is not known (llama-2 and mistral are built in)");
+  check_chat_template(o.chat_template);  // before any record is read
   std::map<int64_t, TextRecord> mine;
   std::vector<std::string> corpus;
   TextJob job;

@@ -30,10 +30,14 @@ std::string strip(const std::string& s) {
 
 }  // namespace
 
+void check_chat_template(const std::string& name) {
+  if (name != "llama-2" && name != "mistral")
+    throw UserError("--chat-template: '" + name + "' is not known (llama-2 and mistral are built in)");
+}
+
 std::vector<TextExchange> chat_exchanges(const std::vector<ChatMessage>& messages, const std::string& chat_template) {
-  const bool llama2 = chat_template == "llama-2", mistral = chat_template == "mistral";
-  if (!llama2 && !mistral)
-    throw UserError("chat template '" + chat_template + "' is not known (llama-2 and mistral are built in)");
+  check_chat_template(chat_template);
+  const bool mistral = chat_template == "mistral";
   size_t first = 0;
   std::string system;
   if (!messages.empty() && messages[0].role == "system") {

@@ -132,9 +132,9 @@ YoloSplit read_data_yaml(const std::string& file, const std::string& split) {
   // Ultralytics' img2label_paths: the last "images" component becomes "labels".
   std::vector<fs::path> parts(dir.begin(), dir.end());
   const auto last = std::find(parts.rbegin(), parts.rend(), fs::path("images"));
+  if (last != parts.rend()) *last = "labels";
   fs::path labels;
-  for (auto it = parts.begin(); it != parts.end(); ++it)
-    labels /= (last != parts.rend() && it == std::prev(last.base())) ? fs::path("labels") : *it;
+  for (const auto& part : parts) labels /= part;
   out.labels_dir = labels.string();
   return out;
 }

@@ -22,16 +22,11 @@ at::Tensor shape_only(at::IntArrayRef sizes, at::ScalarType dtype) {
       data, sizes, [bytes](void* p) { munmap(p, bytes); }, at::TensorOptions().dtype(dtype));
 }
 
-int64_t drop_parameter_values(torch::nn::Module& module) {
-  int64_t dropped = 0;
-  for (auto& p : module.parameters(/*recurse=*/true)) {
-    dropped += p.numel();
-    p.set_data(shape_only(p.sizes(), p.scalar_type()));
-  }
+void drop_parameter_values(torch::nn::Module& module) {
+  for (auto& p : module.parameters(/*recurse=*/true)) p.set_data(shape_only(p.sizes(), p.scalar_type()));
 #ifdef __GLIBC__
   malloc_trim(0);  // the freed values' heap pages back to the system, not kept for the next block
 #endif
-  return dropped;
 }
 
 }  // namespace meridian::nn

@@ -5,6 +5,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "adamw_state.h"
 #include "meridian/comm/runtime.h"
@@ -19,10 +20,9 @@ void Strategy::zero_grad() {
       if (p.grad().defined()) p.mutable_grad().zero_();
 }
 
-void Strategy::assign(const Fill& fill) {
-  at::NoGradGuard no_grad;
-  for (auto& g : groups_)
-    for (size_t i = 0; i < g.params.size(); ++i) fill(g.names.at(i), g.params[i].detach());
+void Strategy::assign(const Fill&) {
+  // make_strategy refuses a shape-only model for every strategy but ZeRO-3, before anything reads it.
+  throw std::logic_error("Strategy::assign: only ZeRO-3 takes the values of a model built without them");
 }
 
 at::ScalarType parameter_dtype(const TrainerSettings& s) {
@@ -42,6 +42,10 @@ std::vector<ParamGroup> parameter_groups(Task& task, double weight_decay) {
 
 std::unique_ptr<Strategy> make_strategy(const comm::Runtime& rt, comm::Communicator& comm, Task& task,
                                         std::vector<ParamGroup> groups, const TrainerSettings& s) {
+  if (task.defers_weights() && s.zero != 3)
+    throw UserError("task " + task.name() +
+                    " built its model without values (for ZeRO-3's shards), but optim.zero is " +
+                    std::to_string(s.zero));
   if (s.optimizer == Optimizer::SGD) return std::make_unique<DdpSgd>(rt, comm, task, std::move(groups), s);
   // The closed form of each stage, from the units ZeRO would build (before ZeRO-3 frees the parameters).
   const auto model = task.model();
@@ -60,10 +64,6 @@ std::unique_ptr<Strategy> make_strategy(const comm::Runtime& rt, comm::Communica
   if (!task.defers_weights())
     for (const auto& p : model->parameters()) allocated += int64_t(p.numel()) * int64_t(p.element_size());
   check_memory_fits(rt, memory, memory_of, allocated);
-  if (task.defers_weights() && s.zero != 3)
-    throw UserError("task " + task.name() +
-                    " built its model without values (for ZeRO-3's shards), but optim.zero is " +
-                    std::to_string(s.zero));
   if (s.zero > 0) return std::make_unique<ZeroAdamW>(rt, comm, task, std::move(groups), s, memory);
   return std::make_unique<DdpAdamW>(rt, comm, task, std::move(groups), s, memory);
 }

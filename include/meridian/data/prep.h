@@ -159,6 +159,8 @@ struct ChatMessage {
   std::string role, content;
 };
 std::vector<TextExchange> chat_exchanges(const std::vector<ChatMessage>& messages, const std::string& chat_template);
+// UserError naming the built-in templates unless `name` is one of them.
+void check_chat_template(const std::string& name);
 
 struct TextGenerator {
   int64_t count = 0;

@@ -17,7 +17,8 @@ namespace meridian::nn {
 at::Tensor shape_only(at::IntArrayRef sizes, at::ScalarType dtype);
 
 // Replaces the data of every parameter of `module` (recursively) by shape_only of its shape and
-// dtype, freeing what it held; requires_grad and the names are kept. Returns the elements dropped.
-int64_t drop_parameter_values(torch::nn::Module& module);
+// dtype, freeing what it held (and returning the freed heap pages to the system); requires_grad and
+// the names are kept.
+void drop_parameter_values(torch::nn::Module& module);
 
 }  // namespace meridian::nn

@@ -30,7 +30,6 @@ class HfExportDir {
   HfExportDir(const HfExportDir&) = delete;
   HfExportDir& operator=(const HfExportDir&) = delete;
 
-  at::ScalarType dtype() const { return dtype_; }
   // config.json's torch_dtype: "bfloat16" or "float32".
   std::string torch_dtype() const { return dtype_ == at::kBFloat16 ? "bfloat16" : "float32"; }
   // <out>.partial/<name>.

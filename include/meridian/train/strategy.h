@@ -94,8 +94,9 @@ class Strategy {
   virtual void load(StateReader& r) = 0;
   // Collective: every trained parameter's value, written by fill(name, value) into `value` (float32,
   // the parameter's shape, on the parameters' device; names as in the task's named_parameters()),
-  // then kept as the strategy keeps parameters (ZeRO: the float32 master shards, unit by unit, one
-  // unit's values in memory at a time). Every rank must write the same values.
+  // then kept in ZeRO-3's float32 master shards, unit by unit (one unit's values in memory at a
+  // time). Every rank must write the same values. For a model built shape-only (Task::defers_weights,
+  // which make_strategy allows with optim.zero 3 only): other strategies throw std::logic_error.
   using Fill = std::function<void(const std::string& name, const at::Tensor& value)>;
   virtual void assign(const Fill& fill);
 
