@@ -1,6 +1,7 @@
-// `meridian export`: a checkpoint as Hugging Face transformers loads it. siglip: a SiglipModel
-// directory (tasks::export_siglip); lm: a LlamaForCausalLM directory (tasks::export_hf_llama), or the
-// weights alone as one .safetensors file (tasks::export_merged); LoRA adapters merged.
+// `meridian export`: a checkpoint as the library it came from loads it. siglip: a transformers
+// SiglipModel directory (tasks::export_siglip); lm: a LlamaForCausalLM directory
+// (tasks::export_hf_llama), or the weights alone as one .safetensors file (tasks::export_merged);
+// LoRA adapters merged; detect: an Ultralytics state_dict and its model YAML (tasks::export_ultralytics).
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
@@ -9,6 +10,7 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/units.h"
+#include "meridian/tasks/detect_ultralytics.h"
 #include "meridian/tasks/lm_hf.h"
 #include "meridian/tasks/lm_task.h"
 #include "meridian/tasks/registry.h"
@@ -19,11 +21,13 @@ namespace meridian::cli {
 Command export_command() {
   Command c;
   c.name = "export";
-  c.summary = "Write a checkpoint as Hugging Face loads it: a SiglipModel (siglip) or LlamaForCausalLM (lm) directory";
+  c.summary =
+      "Write a checkpoint as its library loads it: a SiglipModel (siglip) or LlamaForCausalLM (lm) directory, an "
+      "Ultralytics state_dict and model YAML (detect)";
   c.add_options = [](cxxopts::Options& o) {
     // clang-format off
     o.add_options()
-        ("checkpoint", "Checkpoint of a siglip or lm run (step_*.h5)", cxxopts::value<std::string>())
+        ("checkpoint", "Checkpoint of a siglip, lm or detect run (step_*.h5)", cxxopts::value<std::string>())
         ("out", "The directory to write (must not exist); lm: a name ending in .safetensors writes the weights alone", cxxopts::value<std::string>())
         ("dtype", "Weights in f32 or bf16", cxxopts::value<std::string>()->default_value("f32"))
         ("shard-size", "Weight files of at most this size (model-0000k-of-0000N.safetensors with an index when more than one), e.g. 5GB or 2G", cxxopts::value<std::string>()->default_value("5GB"))
@@ -49,7 +53,16 @@ Command export_command() {
           s.tensors, double(s.bytes) / (1 << 20), p["dtype"].as<std::string>(), s.files, s.tokenizer, out, out);
       return 0;
     }
-    if (task != "lm") throw UserError(path + ": export supports siglip and lm checkpoints (this one is " + task + ")");
+    if (task == "detect") {
+      const auto s = tasks::export_ultralytics(path, out, dtype);
+      spdlog::info(
+          "export: {} tensors, {:.1f} MiB {}: {}/model.safetensors and the model YAML (Ultralytics: "
+          "docs/running.md)",
+          s.tensors, double(s.bytes) / (1 << 20), dtype, out);
+      return 0;
+    }
+    if (task != "lm")
+      throw UserError(path + ": export supports siglip, lm and detect checkpoints (this one is " + task + ")");
     if (out.size() > 12 && out.compare(out.size() - 12, 12, ".safetensors") == 0) {
       const int64_t n = tasks::export_merged(path, out);
       spdlog::info("export: wrote {} tensors to {} (adapters merged, Hugging Face names)", n, out);

@@ -70,6 +70,9 @@ const ConfigBinding<DetectSettings>& detect_bindings() {
     b.number("task.iou", eval(&DetectEvalOptions::iou), "evaluation: NMS IoU threshold").above(0).at_most(1);
     b.integer("task.max_det", eval(&DetectEvalOptions::max_det), "evaluation: detections kept per image").at_least(1);
     b.strings("task.class_names", &S::class_names, "class names, for predict's labels").defaults_to("the dataset's");
+    b.string("task.init", &S::init,
+             "weights to start from: an Ultralytics detection state_dict as one .safetensors file (docs/running.md "
+             "converts a .pt); '': random");
     return b;
   }();
   return table;
@@ -155,7 +158,7 @@ DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, cons
                                 .align_corners(false));
     }
     const auto found =
-        detect::decode(model->forward(x), models::yolo_strides(), model->config().reg_max, o.conf, o.iou, o.max_det);
+        detect::decode(model->forward(x), model->strides(), model->config().reg_max, o.conf, o.iou, o.max_det);
     const auto truth = reader.read_boxes(rows);
     for (int64_t i = 0; i < m; ++i) {
       const auto& gt = truth[size_t(i)];
@@ -247,6 +250,16 @@ struct DetectTask::Impl {
 
     if (mc.sync_bn) bn_comm = comm::make_communicator(rt, comm::default_backend(rt));
     model = models::Yolo(mc, bn_comm.get());
+    if (!settings.init.empty()) {
+      const auto kept = models::load_ultralytics_weights(*model, settings.init);
+      if (rt.rank() == 0 && !kept.empty())
+        spdlog::warn(
+            "task.init {}: its class head is for other classes than this model's {}: {} tensors of it start "
+            "from initialisation ({} ...)",
+            settings.init, mc.num_classes, kept.size(), kept.front());
+      else if (rt.rank() == 0)
+        spdlog::info("task.init: weights from {}", settings.init);
+    }
     model->to(rt.device());
     if (rt.rank() == 0)
       spdlog::info(
@@ -255,7 +268,7 @@ struct DetectTask::Impl {
           lo.close_mosaic_epoch >= 0 && lo.augment.enabled
               ? ", mosaic off from epoch " + std::to_string(lo.close_mosaic_epoch)
               : "",
-          mc.flops(image_size) / 1e9);
+          model->flops(image_size) / 1e9);
   }
 };
 
@@ -264,9 +277,8 @@ std::vector<ImageDetection> detect_image(models::Yolo& model, const cv::Mat& rgb
   const int64_t size = options.image_size;
   const auto lb = data::letterbox(rgb, int(size));
   const auto letterboxed = at::from_blob(lb.image.data, {size, size, 3}, at::kByte);  // lb.image's pixels
-  const auto found =
-      detect::decode(model->forward(detection_input(letterboxed.unsqueeze(0), device)), models::yolo_strides(),
-                     model->config().reg_max, options.conf, options.iou, options.max_det)[0];
+  const auto found = detect::decode(model->forward(detection_input(letterboxed.unsqueeze(0), device)), model->strides(),
+                                    model->config().reg_max, options.conf, options.iou, options.max_det)[0];
   const auto b = found.boxes.cpu().to(at::kDouble), s = found.scores.cpu().to(at::kDouble), k = found.classes.cpu();
   std::vector<ImageDetection> out;
   for (int64_t j = 0; j < b.size(0); ++j) {
@@ -306,7 +318,7 @@ DetectTask::~DetectTask() = default;
 
 std::shared_ptr<torch::nn::Module> DetectTask::model() { return impl_->model.ptr(); }
 int64_t DetectTask::batch_size() const { return impl_->settings.batch; }
-double DetectTask::flops_per_sample() const { return impl_->mc.flops(impl_->image_size); }
+double DetectTask::flops_per_sample() const { return impl_->model->flops(impl_->image_size); }
 train::DataPosition DetectTask::data_position() const { return impl_->position; }
 int64_t DetectTask::batches_per_epoch() const { return impl_->loader->sampler().steps_per_epoch(); }
 
@@ -325,8 +337,7 @@ at::Tensor DetectTask::forward() {
   auto& m = *impl_;
   auto levels = m.model->forward(m.images);
   for (auto& l : levels) l = l.to(at::kFloat);  // the loss in float32 under bf16 autocast
-  const auto loss =
-      detect::detection_loss(levels, models::yolo_strides(), m.boxes, m.classes, m.offsets, m.settings.loss);
+  const auto loss = detect::detection_loss(levels, m.model->strides(), m.boxes, m.classes, m.offsets, m.settings.loss);
   m.last_parts = {{"box_loss", loss.box.item<double>()},
                   {"cls_loss", loss.cls.item<double>()},
                   {"dfl_loss", loss.dfl.item<double>()},

@@ -33,7 +33,7 @@ std::string HfExportDir::file(const std::string& name) const { return (fs::path(
 
 void HfExportDir::write_weights(models::NamedTensors tensors, int64_t max_shard_bytes) {
   for (auto& [name, t] : tensors) {
-    t = t.detach().to(dtype_).cpu().contiguous();
+    t = t.detach().to(t.is_floating_point() ? dtype_ : t.scalar_type()).cpu().contiguous();  // counters stay integers
     summary_.bytes += int64_t(t.numel()) * int64_t(t.element_size());
   }
   summary_.tensors = int64_t(tensors.size());

@@ -84,7 +84,7 @@ ModelSummary summarize_model(const Config& config, int64_t image_size) {
     if (size == 0 && config.has("data.image_size")) size = config.get<int64_t>("data.image_size");
     if (size == 0) size = 640;
     models::Yolo model(mc);
-    return summarize(task, *model, mc.flops(size), fmt::format("a {}x{} image", size, size));
+    return summarize(task, *model, model->flops(size), fmt::format("a {}x{} image", size, size));
   }
   if (task == "lm") {
     const auto mc = models::LlamaConfig::from_config(config);

@@ -213,8 +213,7 @@ Scene scene() {
   return s;
 }
 models::YoloConfig tiny(int64_t classes) {
-  models::YoloConfig c;
-  c.num_classes = classes;
+  auto c = models::YoloConfig::builtin("yolov8", "n", classes);
   c.width = 0.0625;  // 8..64 channels
   c.depth = 0.5;
   return c;
@@ -226,7 +225,7 @@ TEST(DetectLoss, FiniteWithGradientForEveryOutput) {
   models::Yolo model(tiny(2));
   const auto s = scene();
   const auto levels = model->forward(s.images);
-  const auto loss = detection_loss(levels, models::yolo_strides(), s.boxes, s.classes, s.offsets);
+  const auto loss = detection_loss(levels, model->strides(), s.boxes, s.classes, s.offsets);
   ASSERT_TRUE(std::isfinite(loss.total.item<double>()));
   EXPECT_GT(loss.box.item<double>(), 0);
   EXPECT_GT(loss.cls.item<double>(), 0);
@@ -252,7 +251,7 @@ TEST(DetectLoss, TinyYoloOverfitsTwoImagesAndDecodesTheBoxes) {
   double first = 0, last = 0;
   for (int step = 0; step < 300; ++step) {
     optimizer.zero_grad();
-    const auto loss = detection_loss(model->forward(s.images), models::yolo_strides(), s.boxes, s.classes, s.offsets);
+    const auto loss = detection_loss(model->forward(s.images), model->strides(), s.boxes, s.classes, s.offsets);
     loss.total.backward();
     optimizer.step();
     if (step == 0) first = loss.total.item<double>();
@@ -263,7 +262,7 @@ TEST(DetectLoss, TinyYoloOverfitsTwoImagesAndDecodesTheBoxes) {
   EXPECT_LT(last, first / 4);
   // Decoded in training mode (BatchNorm on batch statistics: 300 steps at momentum 0.03 leave running stats off).
   at::NoGradGuard no_grad;
-  const auto detections = decode(model->forward(s.images), models::yolo_strides(), 16, 0.25, 0.7, 100);
+  const auto detections = decode(model->forward(s.images), model->strides(), 16, 0.25, 0.7, 100);
   ASSERT_EQ(detections.size(), 2u);
   const int64_t image_of[3] = {0, 1, 1};
   for (int64_t i = 0; i < 3; ++i) {

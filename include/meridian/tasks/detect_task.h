@@ -16,6 +16,7 @@
 //                       (0.7), detections per image (300)
 //   model.sync_bn       BatchNorm statistics over all ranks (parallel::SyncBatchNorm2d on its own communicator)
 //   task.class_names    written by tasks::describe_data from the training set (predict labels)
+//   task.init           an Ultralytics detection state_dict as .safetensors (--init): models::load_ultralytics_weights
 // The loss is per image: detect::detection_loss's total / B (its total carries ultralytics' factor B).
 #pragma once
 
@@ -61,6 +62,7 @@ struct DetectSettings {
   detect::DetectionLossOptions loss;
   DetectEvalOptions eval;                // data.image_size, task.conf, task.iou, task.max_det
   std::vector<std::string> class_names;  // task.class_names (written from the training set)
+  std::string init;                      // task.init: an Ultralytics state_dict (.safetensors)
   DetectSettings() { augment.enabled = true; }
   static void declare(ConfigSchema& schema);
   static DetectSettings from_config(const Config& config);

@@ -34,8 +34,8 @@ class HfExportDir {
   std::string torch_dtype() const { return dtype_ == at::kBFloat16 ? "bfloat16" : "float32"; }
   // <out>.partial/<name>.
   std::string file(const std::string& name) const;
-  // The tensors in dtype() on the CPU, as models::write_hf_weights (model.safetensors or shards of at
-  // most max_shard_bytes with the index); counted in the summary.
+  // The floating-point tensors in dtype() (integer ones as they are) on the CPU, as models::write_hf_weights
+  // (model.safetensors or shards of at most max_shard_bytes with the index); counted in the summary.
   void write_weights(models::NamedTensors tensors, int64_t max_shard_bytes);
   // Copies <from_dir>/<name> in when it exists there; false otherwise.
   bool copy_if_there(const std::string& from_dir, const std::string& name);

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Usage: ultralytics_mpi_test.sh MPIRUN MERIDIAN SOURCE_DIR — Ultralytics YOLO weights in and out, on
+# 2 ranks, against tests/models/ultralytics_yolo.py (Ultralytics' modules and parse_model written
+# with torch.nn, not from meridian's code):
+#  1. `train --init FILE.safetensors`: a random COCO-shaped yolo11n (80 classes, Ultralytics'
+#     state_dict names) fine-tuned on a 5-class dataset: the class head's tensors of another shape
+#     start from initialisation with a notice naming them, the rest are the file's (a few steps of
+#     lr 1e-6 later the first convolution is still the file's to 1e-4);
+#  2. `export` writes model.safetensors + the model YAML: the reference builds the model from that
+#     YAML alone (5 classes, the one scale) and loads the weights strictly, and every tensor is the
+#     checkpoint's EMA; --init from the export loads without a notice;
+#  3. bad weight files exit 2 on every rank naming the file and the tensor (missing, unknown,
+#     misshapen: another family's weights), as do a missing file and a directory; export refuses an
+#     existing directory.
+set -u
+mpirun=$1 meridian=$2 src=$3
+ref=(/usr/bin/python3 "$src/tests/models/ultralytics_yolo.py")
+# shellcheck source=tests/mpi_script_lib.sh
+source "$src/tests/mpi_script_lib.sh"
+run() { "$mpirun" --oversubscribe -np 2 "$meridian" "$@"; }
+
+"${ref[@]}" make "$tmp/coco" --yaml "$src/jobs/configs/ultralytics/yolo11.yaml" --scale n --nc 80 --seed 5 --size 32 ||
+  fail "the reference could not make a model"
+run prep synthetic --kind detection --count 32 --size 64 --out "$tmp/det.h5" --log-level warn >/dev/null || fail "prep"
+cat >"$tmp/small.yaml" <<'EOF'
+task: {name: detect}
+model: {yaml: yolo11n.yaml}
+data: {close_mosaic: 0}
+train: {batch: 4, steps: 3, log_every: 1, health_every: 0, ema: 0.9, ema_tau: 1}
+optim: {lr: 1.0e-6, warmup: 1}
+checkpoint: {every_steps: 3}
+EOF
+
+# 1. From the COCO-shaped weights onto 5 classes.
+out=$(run train --config "$tmp/small.yaml" --data "$tmp/det.h5" --init "$tmp/coco/model.safetensors" \
+  --run-dir "$tmp/ft" 2>&1) || { echo "$out"; fail "train --init exited"; }
+echo "$out" | grep -E "task.init" | head -2
+echo "$out" | grep -q "class head is for other classes than this model's 5: .* tensors of it start from initialisation (model.23.cv3" ||
+  { echo "$out"; fail "no notice that the class head starts from initialisation"; }
+ck=$tmp/ft/checkpoints/step_00000003.h5
+[[ -f $ck ]] || fail "no checkpoint after train --init"
+/usr/bin/python3 - "$ck" "$tmp/coco/model.safetensors" "$src/tests/models" <<'PY' || fail "the run did not start from the file's weights"
+import sys, h5py, torch
+sys.path.insert(0, sys.argv[3])
+from hf_siglip import read_safetensors
+w = read_safetensors(sys.argv[2])
+with h5py.File(sys.argv[1], "r") as f:
+    for name in ("model.0.conv.weight", "model.10.m.0.attn.qkv.conv.weight", "model.23.cv2.1.2.weight"):
+        got = torch.from_numpy(f["model"][name][...])
+        diff = (got - w[name]).abs().max().item()
+        print(f"{name}: max |trained - file| {diff:.2e} (file values up to {w[name].abs().max().item():.2f})")
+        assert diff < 1e-4, name
+PY
+
+# 2. Out to Ultralytics and back in.
+run export --checkpoint "$ck" --out "$tmp/exp" --log-level warn || fail "export exited $?"
+[[ -f $tmp/exp/model.safetensors && -f $tmp/exp/yolo11.yaml ]] || fail "export wrote $(ls "$tmp/exp")"
+grep -q "^nc: 5" "$tmp/exp/yolo11.yaml" || { cat "$tmp/exp/yolo11.yaml"; fail "the exported YAML does not say nc: 5"; }
+"${ref[@]}" same "$tmp/exp" "$ck" || fail "the reference does not load the export as the checkpoint's weights"
+out=$(run train --config "$tmp/small.yaml" --data "$tmp/det.h5" --init "$tmp/exp/model.safetensors" \
+  --set train.steps=1 --run-dir "$tmp/back" 2>&1) || { echo "$out"; fail "train --init from the export exited"; }
+echo "$out" | grep -q "class head is for other classes" && { echo "$out"; fail "the export's own classes were re-initialised"; }
+expect_error "export over an existing directory" "exists" "$meridian" export --checkpoint "$ck" --out "$tmp/exp"
+
+# 3. Bad weight files.
+/usr/bin/python3 - "$tmp/coco/model.safetensors" "$tmp" "$src/tests/models" <<'PY' || fail "could not write the bad files"
+import sys, torch
+sys.path.insert(0, sys.argv[3])
+from hf_siglip import read_safetensors, write_safetensors
+w = list(read_safetensors(sys.argv[1]).items())
+write_safetensors(f"{sys.argv[2]}/missing.safetensors", [(k, v) for k, v in w if k != "model.16.cv2.bn.running_var"])
+write_safetensors(f"{sys.argv[2]}/extra.safetensors", w + [("model.24.extra.weight", torch.zeros(2))])
+PY
+"${ref[@]}" make "$tmp/v8" --yaml "$src/jobs/configs/ultralytics/yolov8.yaml" --scale n --nc 80 --size 32 || fail "yolov8n"
+init() { run train --config "$tmp/small.yaml" --data "$tmp/det.h5" --set train.steps=1 --run-dir "$tmp/bad" --init "$@"; }
+expect_error "a missing tensor" "missing.safetensors.*model.16.cv2.bn.running_var" init "$tmp/missing.safetensors"
+expect_error "an unknown tensor" "extra.safetensors.*model.24.extra.weight" init "$tmp/extra.safetensors"
+expect_error "another family's weights" "v8/model.safetensors: load_into: missing from the file" \
+  init "$tmp/v8/model.safetensors"
+expect_error "a missing file" "task.init.*does not exist" init "$tmp/none.safetensors"
+expect_error "a directory" "task.init.*is a directory; task detect starts from one .safetensors file" init "$tmp/coco"
+echo "PASS"
