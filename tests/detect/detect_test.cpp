@@ -1,10 +1,18 @@
-// Detection evaluation: box IoU, class-aware NMS and COCO-style mAP against hand-computed values,
-// and MapAccumulator serialize/merge.
+// Detection evaluation: box IoU, class-aware NMS and COCO-style mAP against hand-computed values and
+// against tests/detect/cocoeval_reference.py (pycocotools' COCOeval written with numpy: crowd regions,
+// area ranges, maxDets), and MapAccumulator serialize/merge.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "meridian/detect/boxes.h"
@@ -313,4 +321,69 @@ TEST(MapAccumulator, MergeRejectsMalformedStrings) {
 }
 
 }  // namespace
+// Adds image `i` of a reference case; counts its crowd regions and its classes with over 100 detections.
+void add_case_image(MapAccumulator& acc, const nlohmann::json& image, int& crowds, int& over_max_dets) {
+  const auto& gt = image["gt"];
+  const auto& dt = image["dt"];
+  const int64_t G = int64_t(gt.size()), D = int64_t(dt.size());
+  auto gb = at::zeros({G, 4}), db = at::zeros({D, 4}), ds = at::zeros({D}), ga = at::zeros({G});
+  auto gc = at::zeros({G}, at::kLong), dc = at::zeros({D}, at::kLong), crowd = at::zeros({G}, at::kByte);
+  for (int64_t g = 0; g < G; ++g) {
+    const auto& row = gt[size_t(g)];
+    for (int k = 0; k < 4; ++k) gb[g][k] = row[size_t(k)].get<double>();
+    gc[g] = row[4].get<int64_t>();
+    crowd[g] = row[5].get<int>();
+    ga[g] = row[6].get<double>();
+    crowds += row[5].get<int>();
+  }
+  std::map<int64_t, int> per_class;
+  for (int64_t d = 0; d < D; ++d) {
+    const auto& row = dt[size_t(d)];
+    for (int k = 0; k < 4; ++k) db[d][k] = row[size_t(k)].get<double>();
+    dc[d] = row[4].get<int64_t>();
+    ds[d] = row[5].get<double>();
+    if (++per_class[row[4].get<int64_t>()] == 101) ++over_max_dets;
+  }
+  acc.add_image(gb, gc, db, ds, dc, crowd, ga);
+}
+
+// Random cases of the reference (crowd regions, the three area ranges, an image with more than 100
+// detections of a class, tied scores, duplicate ground truth): every summarize() figure and every
+// class's AP equal, the images split in two accumulators merged as the distributed evaluation does.
+TEST(CocoMap, AgreesWithTheCocoEvalReference) {
+  const auto file =
+      std::filesystem::temp_directory_path() /
+      ("meridian_cocoeval_" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + ".json");
+  const std::string cmd = "/usr/bin/python3 " + std::string(MERIDIAN_SOURCE_DIR) +
+                          "/tests/detect/cocoeval_reference.py cases " + file.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  nlohmann::json cases;
+  std::ifstream(file) >> cases;
+  std::filesystem::remove(file);
+  ASSERT_EQ(cases["cases"].size(), 5u);
+  int crowds = 0, over_max_dets = 0;
+  for (const auto& c : cases["cases"]) {
+    const auto& images = c["images"];
+    MapAccumulator acc, rest;
+    for (size_t i = 0; i < images.size(); ++i)
+      add_case_image(i < images.size() / 2 ? acc : rest, images[i], crowds, over_max_dets);
+    acc.merge(rest.serialize());
+    const MapResult r = acc.compute(c["num_classes"].get<int>());
+    const auto& want = c["stats"];
+    const std::pair<const char*, double> got[] = {{"map50_95", r.map50_95},     {"map50", r.map50},
+                                                  {"map75", r.map75},           {"map_small", r.map_small},
+                                                  {"map_medium", r.map_medium}, {"map_large", r.map_large}};
+    for (const auto& [name, value] : got) {
+      EXPECT_NEAR(value, want[name].get<double>(), 1e-12) << name;
+      std::cout << "[ cocoeval ] " << name << " " << value << " (reference " << want[name].get<double>() << ")\n";
+    }
+    for (size_t k = 0; k < r.ap50.size(); ++k) {
+      EXPECT_NEAR(r.ap50[k], c["ap50"][k].get<double>(), 1e-12) << "class " << k;
+      EXPECT_NEAR(r.ap50_95[k], c["ap50_95"][k].get<double>(), 1e-12) << "class " << k;
+    }
+  }
+  EXPECT_GT(crowds, 5);         // the cases do have crowd regions
+  EXPECT_EQ(over_max_dets, 5);  // and one image per case past maxDets
+}
+
 }  // namespace meridian::detect
