@@ -28,6 +28,7 @@ Command eval_command() {
         ("data", "Dataset (.h5): image-text made with the training data's tokenizer (prep --tokenizer TRAIN.h5), detection, or text", cxxopts::value<std::string>()->default_value(""))
         ("seq-len", "lm: tokens per evaluated window; default: the run's data.seq_len (--checkpoint) or the model's max_position_embeddings (--init)", cxxopts::value<int64_t>()->default_value("0"))
         ("json", "Also write the metrics to this JSON file (full precision; rank 0)", cxxopts::value<std::string>()->default_value(""))
+        ("save-json", "detect: also write every detection as COCO results JSON, in the original images' pixels (pycocotools scores it against the instances file)", cxxopts::value<std::string>()->default_value(""))
         ("task", "The checkpoint's task must be this one (siglip, detect, lm); default: whatever it is", cxxopts::value<std::string>()->default_value(""))
         ("set", "Override a value of the checkpoint's config (e.g. task.prompts)", cxxopts::value<std::vector<std::string>>());
     // clang-format on
@@ -62,6 +63,10 @@ Command eval_command() {
     const std::string task = tasks::task_name(config), wanted = p["task"].as<std::string>();
     if (!wanted.empty() && wanted != task)
       throw UserError(path + ": --task " + wanted + ", but this checkpoint was trained with task.name " + task);
+    if (const std::string save = p["save-json"].as<std::string>(); !save.empty()) {
+      if (task != "detect") throw UserError("eval: --save-json writes detections (task detect), not task " + task);
+      config.set("task.save_json", yaml_quoted(save), "--save-json");
+    }
     report(path + " (step " + std::to_string(step) + ")", tasks::evaluate_checkpoint(rt, reader, config, data_path));
     return 0;
   };

@@ -64,6 +64,7 @@ CocoImages read_coco(const std::string& path, std::vector<std::string>& class_na
       if (keep(i)) {
         kept_at[ids.back()] = i;
         out.kept[i].file = e["file_name"].get<std::string>();
+        out.kept[i].id = ids.back();
       }
     } else if (list == "annotations") {
       const size_t n = size_t(annotations++);
@@ -123,7 +124,11 @@ CocoImages read_coco(const std::string& path, std::vector<std::string>& class_na
     if (std::find(seen_lists.begin(), seen_lists.end(), key) == seen_lists.end())
       throw DataError(path, key, "missing (expected a list)");
   std::map<int64_t, int32_t> class_of;
-  for (const auto& [id, name] : categories) class_of[id] = int32_t(class_names.size()), class_names.push_back(name);
+  for (const auto& [id, name] : categories) {
+    class_of[id] = int32_t(class_names.size());
+    class_names.push_back(name);
+    out.category_ids.push_back(id);
+  }
   if (!images_seen) {
     sorted_ids = ids;
     std::sort(sorted_ids.begin(), sorted_ids.end());

@@ -12,6 +12,7 @@ namespace meridian::data {
 
 struct CocoImage {
   std::string file;                           // 'file_name', relative to the images directory
+  int64_t id = -1;                            // 'id'
   std::vector<std::array<double, 4>> bboxes;  // as in the file: x, y, w, h in source pixels
   std::vector<size_t> annotations;            // each bbox's index in 'annotations', for messages
   std::vector<int32_t> classes;               // each bbox's class (position of its category)
@@ -21,6 +22,7 @@ struct CocoImage {
 struct CocoImages {
   int64_t count = 0;                  // images in the file
   std::map<int64_t, CocoImage> kept;  // by position in 'images' (file order)
+  std::vector<int64_t> category_ids;  // of class_names' entries (categories sorted by id)
 };
 
 // Parses the COCO instances file `path` without holding it whole: each image and annotation is

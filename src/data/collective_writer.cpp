@@ -154,6 +154,15 @@ void Finisher::write_int64(const std::string& name, int64_t index, int64_t value
   MERIDIAN_H5_CHECK(H5Dwrite(dset, H5T_NATIVE_INT64, mem, file_space, H5P_DEFAULT, &value));
 }
 
+void Finisher::write_int64_list(const std::string& name, const std::vector<int64_t>& values) {
+  const auto locked = h5::lock();
+  const hsize_t n = values.size();
+  h5::Id space = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(1, &n, nullptr)));
+  h5::Id dset = h5::dataset_id(
+      MERIDIAN_H5_CHECK(H5Dcreate2(file_, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)));
+  MERIDIAN_H5_CHECK(H5Dwrite(dset, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
+}
+
 void Finisher::write_string_list(const std::string& name, const std::vector<std::string>& values) {
   const auto locked = h5::lock();
   h5::write_strings(file_, name, values);

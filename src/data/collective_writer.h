@@ -56,6 +56,7 @@ class Finisher {
   // One element of an existing 1-D int64 dataset.
   void write_int64(const std::string& name, int64_t index, int64_t value);
   void write_string_list(const std::string& name, const std::vector<std::string>& values);
+  void write_int64_list(const std::string& name, const std::vector<int64_t>& values);  // a new [n] int64 dataset
   void write_tokenizer(const Tokenizer& tokenizer);
   // Image kinds: attributes image_encoding ("raw" | "jpeg"), image_height, image_width.
   void write_image_format(const std::string& encoding, int64_t height, int64_t width);

@@ -28,6 +28,7 @@ struct DatasetReader::Handles {
   h5::Id file, images, tokens, lengths, labels, names, captions;  // image_text: all; detection: file, images, names
   h5::Id image_bytes, image_offsets;                              // jpeg files, instead of images
   h5::Id boxes, box_classes;                                      // detection
+  h5::Id image_sizes, image_ids;                                  // detection, files since 2026-12
   std::vector<int64_t> box_offsets;                               // detection: [N + 1], read once
 };
 
@@ -69,6 +70,7 @@ DatasetReader::DatasetReader(const DatasetInfo& info, IoDriver driver) : info_(i
     if (detection) {
       h->boxes = open("/boxes");
       h->box_classes = open("/box_classes");
+      if (info_.original_sizes) h->image_sizes = open("/image_sizes"), h->image_ids = open("/image_ids");
       h5::Id offsets = open("/box_offsets");
       h->box_offsets.resize(size_t(part.count + 1));
       MERIDIAN_H5_CHECK(H5Dread(offsets, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, h->box_offsets.data()));
@@ -240,6 +242,14 @@ std::vector<RowBoxes> DatasetReader::read_boxes(const std::vector<int64_t>& rows
   std::vector<std::array<float, 4>> boxes;
   std::vector<int32_t> classes;
   for_parts(rows, [&](Handles& h, const std::vector<int64_t>& local, size_t at) {
+    if (info_.original_sizes) {
+      std::vector<int32_t> sizes(2 * local.size());
+      std::vector<int64_t> ids(local.size());
+      read_union(h.image_sizes, local, H5T_NATIVE_INT32, sizes.data(), false);
+      read_union(h.image_ids, local, H5T_NATIVE_INT64, ids.data(), false);
+      for (size_t k = 0; k < local.size(); ++k)
+        out[at + k].original_size = {sizes[2 * k], sizes[2 * k + 1]}, out[at + k].image_id = ids[k];
+    }
     const auto& off = h.box_offsets;
     h5::Id box_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(h.boxes)));
     h5::Id class_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(h.box_classes)));

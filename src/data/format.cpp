@@ -74,6 +74,16 @@ void validate_detection(hid_t file, const std::string& path, const std::vector<h
     throw DataError(path, "/box_offsets", "must start at 0 and end at M = " + std::to_string(info.box_count));
   for (size_t i = 1; i < off.size(); ++i)
     if (off[i] < off[i - 1]) throw DataError(path, "/box_offsets", "decreases at entry " + std::to_string(i));
+  // Written since 2026-12 (older files lack them: evaluation then takes the stored image as the original).
+  if (h5::exists(file, "/image_sizes")) {
+    expect_type(open_dataset(file, path, "/image_sizes"), path, "/image_sizes", H5T_INTEGER, 4, "int32");
+    check_shape("/image_sizes", {d[0], 2});
+    info.original_sizes = true;
+  }
+  if (h5::exists(file, "/image_ids")) {
+    expect_type(open_dataset(file, path, "/image_ids"), path, "/image_ids", H5T_INTEGER, 8, "int64");
+    check_shape("/image_ids", {d[0]});
+  }
 }
 
 // The model with the text rules of /tokenizer's attributes (prep --tokenizer DIR: a Hugging Face
@@ -166,6 +176,8 @@ DatasetInfo validate_index(const std::string& path) {
               "/tokens shape [N, K, L]");
       differs(p.tokenizer_hash != all.tokenizer_hash, "/tokenizer/model");
       differs(p.class_names != all.class_names, "/class_names");
+      differs(p.class_ids != all.class_ids, "/class_ids");
+      differs(p.original_sizes != all.original_sizes, "/image_sizes (present in one part only)");
     }
     all.count += p.count, all.encoded_bytes += p.encoded_bytes, all.box_count += p.box_count;
     all.file_bytes += p.file_bytes;
@@ -282,6 +294,14 @@ DatasetInfo validate_file(const std::string& path) {
     h5::Id cn = open_dataset(file, path, "/class_names");
     const auto n = h5::dims(cn);
     info.class_names = h5::read_strings(cn, 0, n.empty() ? 0 : n[0]);
+  }
+  if (h5::exists(file, "/class_ids")) {  // COCO's category ids of the classes
+    h5::Id ids = open_dataset(file, path, "/class_ids");
+    expect_type(ids, path, "/class_ids", H5T_INTEGER, 8, "int64");
+    check_shape("/class_ids", {hsize_t(info.class_names.size())});
+    info.class_ids.resize(info.class_names.size());
+    if (!info.class_ids.empty())
+      MERIDIAN_H5_CHECK(H5Dread(ids, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, info.class_ids.data()));
   }
   if (info.kind == "image_text") {
     stored_tokenizer(file, path, info);

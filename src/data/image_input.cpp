@@ -49,18 +49,32 @@ cv::Mat resize_crop(const cv::Mat& img, int size) {
   return resized(cv::Rect((w - size) / 2, (h - size) / 2, size, size)).clone();
 }
 
-Letterbox letterbox(const cv::Mat& rgb, int size) {
+Letterbox letterbox_geometry(int width, int height, int size) {
   Letterbox l;
-  l.scale = double(size) / std::max(rgb.cols, rgb.rows);
-  const int w = std::max(1, int(std::lround(rgb.cols * l.scale)));
+  l.scale = double(size) / std::max(width, height);
+  l.pad_x = (size - std::max(1, int(std::lround(width * l.scale)))) / 2;
+  l.pad_y = (size - std::max(1, int(std::lround(height * l.scale)))) / 2;
+  return l;
+}
+
+Letterbox letterbox(const cv::Mat& rgb, int size) {
+  Letterbox l = letterbox_geometry(rgb.cols, rgb.rows, size);
+  const int w = std::max(1, int(std::lround(rgb.cols * l.scale)));  // as letterbox_geometry's
   const int h = std::max(1, int(std::lround(rgb.rows * l.scale)));
   cv::Mat resized;
   cv::resize(rgb, resized, cv::Size(w, h), 0, 0, l.scale < 1 ? cv::INTER_AREA : cv::INTER_LINEAR);
   l.image = cv::Mat(size, size, CV_8UC3, cv::Scalar(114, 114, 114));
-  l.pad_x = (size - w) / 2;
-  l.pad_y = (size - h) / 2;
   resized.copyTo(l.image(cv::Rect(l.pad_x, l.pad_y, w, h)));
   return l;
+}
+
+std::array<float, 4> unplace_box(const Letterbox& l, int width, int height, const std::array<float, 4>& box) {
+  std::array<float, 4> out;
+  for (int k = 0; k < 4; ++k) {
+    const double offset = (k % 2 == 0) ? l.pad_x : l.pad_y, limit = (k % 2 == 0) ? width : height;
+    out[size_t(k)] = float(std::clamp((box[size_t(k)] - offset) / l.scale, 0.0, limit));
+  }
+  return out;
 }
 
 bool place_box(const Letterbox& l, int size, std::array<float, 4>& box) {

@@ -35,6 +35,8 @@ struct RoundRows {
   std::vector<float> boxes;
   std::vector<int32_t> box_classes;
   std::vector<int64_t> box_starts;                   // per row: its first box, counted in this round's boxes
+  std::vector<int32_t> sizes;                        // detection: per row its original width, height
+  std::vector<int64_t> image_ids;                    // detection: per row its COCO image id, or -1
   nlohmann::json strings = nlohmann::json::array();  // per row: [name, [captions...]]
   int64_t rows() const { return int64_t(box_starts.size()); }
 };
@@ -68,6 +70,8 @@ void create_datasets(CollectiveWriter& writer, const PrepCommon& o, const ImageJ
     writer.create("/boxes", H5T_IEEE_F32LE, {4}, std::max<int64_t>(rows * 4, 1024), 4096);
     writer.create("/box_classes", H5T_STD_I32LE, {}, std::max<int64_t>(rows * 4, 1024), 4096);
     writer.create("/box_offsets", H5T_STD_I64LE, {}, rows + 1, 4096);
+    writer.create("/image_sizes", H5T_STD_I32LE, {2}, rows, 4096);
+    writer.create("/image_ids", H5T_STD_I64LE, {}, rows, 4096);
   }
 }
 
@@ -97,6 +101,9 @@ void add_row(const PrepCommon& o, const Tokenizer* tok, JpegCodec* jpeg, Decoded
     caps.push_back(caption);
   }
   r.labels.push_back(d.label);
+  r.sizes.push_back(d.original_size[0] > 0 ? d.original_size[0] : S);
+  r.sizes.push_back(d.original_size[1] > 0 ? d.original_size[1] : S);
+  r.image_ids.push_back(d.image_id);
   r.box_starts.push_back(int64_t(r.box_classes.size()));
   for (size_t b = 0; b < d.boxes.size(); ++b) {
     r.boxes.insert(r.boxes.end(), d.boxes[b].begin(), d.boxes[b].end());
@@ -166,7 +173,7 @@ void write_round(const comm::Runtime& rt, CollectiveWriter& writer, RaggedColumn
   const int64_t mine = r.rows();
   const int64_t offset = w.rows + rt.exclusive_prefix_sum(mine), end = w.rows + rt.sum(mine);
   // Row datasets start at the file's inputs; a unit job's inputs hold many rows each.
-  for (const char* name : {"/images", "/tokens", "/token_lengths", "/labels"})
+  for (const char* name : {"/images", "/tokens", "/token_lengths", "/labels", "/image_sizes", "/image_ids"})
     if (writer.has(name)) writer.reserve(name, end);
   for (const char* name : {"/image_offsets", "/box_offsets"})
     if (writer.has(name)) writer.reserve(name, end + 1);
@@ -186,6 +193,8 @@ void write_round(const comm::Runtime& rt, CollectiveWriter& writer, RaggedColumn
     boxes->write("/boxes", H5T_NATIVE_FLOAT, r.boxes.data());
     boxes->write("/box_classes", H5T_NATIVE_INT32, r.box_classes.data());
     boxes->write_offsets(offset, r.box_starts);
+    writer.write("/image_sizes", offset, mine, H5T_NATIVE_INT32, r.sizes.data());
+    writer.write("/image_ids", offset, mine, H5T_NATIVE_INT64, r.image_ids.data());
   }
   for (int64_t j = 0; j < mine; ++j)
     w.records += nlohmann::json{offset + j, r.strings[j][0], r.strings[j][1]}.dump(
@@ -267,6 +276,7 @@ void finish_file(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& j
     if (!text && classes.empty())
       for (int64_t c = 0; c <= max_class; ++c) classes.push_back(std::to_string(c));
     if (!classes.empty()) finisher->write_string_list("/class_names", classes);
+    if (!job.class_ids.empty()) finisher->write_int64_list("/class_ids", job.class_ids);
     if (o.encode == "jpeg") finisher->write_int64("/image_offsets", base, jpeg_bytes);
     finisher->write_image_format(o.encode, o.size, o.size);
     if (text) {
@@ -348,7 +358,11 @@ FileTotals write_file(const comm::Runtime& rt, const PrepCommon& o, const ImageJ
     if (text) {
       final_rows.insert({{"/tokens", w.rows}, {"/token_lengths", w.rows}, {"/labels", w.rows}});
     } else {
-      final_rows.insert({{"/boxes", t.boxes}, {"/box_classes", t.boxes}, {"/box_offsets", w.rows + 1}});
+      final_rows.insert({{"/boxes", t.boxes},
+                         {"/box_classes", t.boxes},
+                         {"/box_offsets", w.rows + 1},
+                         {"/image_sizes", w.rows},
+                         {"/image_ids", w.rows}});
     }
     writer.close(final_rows);
     if (w.rows == 0) {

@@ -225,6 +225,7 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& g
     coco = read_coco(o.coco, job.class_names,
                      [&](int64_t i) { return ((many ? i % o.part_size : i) / o.block) % rt.size() == rt.rank(); });
     job.count = coco.count;
+    job.class_ids = coco.category_ids;
     job.inputs = o.coco + " (its 'images' list is empty)";
     job.source = o.coco;
     job.no_boxes = "no annotation in " + o.coco + " but crowd regions is on one of these images";
@@ -262,6 +263,8 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& g
                           std::to_string(job.class_names.size()) + " class names"};
     const Letterbox l = letterbox(rgb, o.size);
     d.image = l.image;
+    d.original_size = {rgb.cols, rgb.rows};
+    if (im) d.image_id = im->id;
     for (size_t b = 0; b < boxes.size(); ++b)
       if (place_box(l, o.size, boxes[b])) d.boxes.push_back(boxes[b]), d.box_classes.push_back(classes[b]);
     return d;

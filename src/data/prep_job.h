@@ -39,6 +39,7 @@ struct ImageJob {
   // bad sample and go on. Rows keep the order of each rank's units; ranks take units round-robin.
   std::function<std::function<bool(Decoded&)>(int64_t unit)> open_unit;
   std::vector<std::string> class_names;                        // detection: empty = "0".."C-1" from the boxes
+  std::vector<int64_t> class_ids;                              // detection from COCO: each class's category id
   std::function<std::vector<std::string>()> tokenizer_corpus;  // image_text, rank 0, when training
   std::string split;
   std::string inputs;    // where the entries come from, for messages: "<file>[ with split 's' (...)]"

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "meridian/ckpt/checkpoint.h"
 #include "meridian/ckpt/file.h"
@@ -13,6 +15,7 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/core/config_binding.h"
 #include "meridian/core/error.h"
+#include "meridian/core/files.h"
 #include "meridian/data/dataset_reader.h"
 #include "meridian/data/detection_loader.h"
 #include "meridian/data/format.h"
@@ -25,6 +28,21 @@
 namespace meridian::tasks {
 
 namespace {
+// A results JSON image_id as Ultralytics writes one: COCO's id when the dataset has it, else the
+// file name's stem, as a number when it is one.
+nlohmann::json coco_image_id(int64_t id, const std::string& name) {
+  if (id >= 0) return id;
+  const std::string stem = std::filesystem::path(name).stem().string();
+  if (!stem.empty() && stem.size() < 19 &&
+      std::all_of(stem.begin(), stem.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::stoll(stem);
+  return stem;
+}
+double rounded(double x, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::round(x * scale) / scale;
+}
+
 const ConfigBinding<DetectSettings>& detect_bindings() {
   using S = DetectSettings;
   static const auto table = [] {
@@ -70,6 +88,8 @@ const ConfigBinding<DetectSettings>& detect_bindings() {
     b.number("task.iou", eval(&DetectEvalOptions::iou), "evaluation: NMS IoU threshold").above(0).at_most(1);
     b.integer("task.max_det", eval(&DetectEvalOptions::max_det), "evaluation: detections kept per image").at_least(1);
     b.strings("task.class_names", &S::class_names, "class names, for predict's labels").defaults_to("the dataset's");
+    b.string("task.save_json", eval(&DetectEvalOptions::save_json),
+             "evaluation: also write the detections as COCO results JSON to this file (eval --save-json); '': no");
     b.string("task.init", &S::init,
              "weights to start from: an Ultralytics detection state_dict as one .safetensors file (docs/running.md "
              "converts a .pt); '': random");
@@ -143,6 +163,7 @@ DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, cons
   DetectEval r;
   r.class_names = info.class_names;
   int64_t detections = 0;
+  nlohmann::json results = nlohmann::json::array();  // this rank's share of --save-json
   for (int64_t a = first; a < last; a += o.batch) {
     const int64_t m = std::min(o.batch, last - a);
     std::vector<int64_t> rows(m);
@@ -162,15 +183,48 @@ DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, cons
     const auto truth = reader.read_boxes(rows);
     for (int64_t i = 0; i < m; ++i) {
       const auto& gt = truth[size_t(i)];
+      const int w0 = gt.original_size[0] > 0 ? gt.original_size[0] : int(stored);
+      const int h0 = gt.original_size[1] > 0 ? gt.original_size[1] : int(stored);
+      const data::Letterbox lb = data::letterbox_geometry(w0, h0, int(stored));
       auto gt_boxes = at::empty({int64_t(gt.boxes.size()), 4}, at::kFloat);
-      for (size_t b = 0; b < gt.boxes.size(); ++b)
-        for (int k = 0; k < 4; ++k) gt_boxes[int64_t(b)][k] = gt.boxes[b][size_t(k)];
+      for (size_t b = 0; b < gt.boxes.size(); ++b) {
+        const auto o = data::unplace_box(lb, w0, h0, gt.boxes[b]);
+        for (int k = 0; k < 4; ++k) gt_boxes[int64_t(b)][k] = o[size_t(k)];
+      }
       const auto gt_classes = at::tensor(std::vector<int64_t>(gt.classes.begin(), gt.classes.end()), at::kLong);
       const auto& d = found[size_t(i)];
-      acc.add_image(gt_boxes, gt_classes, d.boxes.cpu() * (double(stored) / double(size)), d.scores.cpu(),
-                    d.classes.cpu());
+      const auto scores = d.scores.cpu().to(at::kFloat).contiguous();
+      const auto classes = d.classes.cpu().to(at::kLong).contiguous();
+      const auto stored_boxes = (d.boxes.cpu() * (double(stored) / double(size))).to(at::kFloat).contiguous();
+      auto det_boxes = at::empty_like(stored_boxes);
+      const nlohmann::json image_id = coco_image_id(gt.image_id, reader.name(rows[size_t(i)]));
+      for (int64_t j = 0; j < det_boxes.size(0); ++j) {
+        const float* p = stored_boxes.data_ptr<float>() + 4 * j;
+        const auto box = data::unplace_box(lb, w0, h0, {p[0], p[1], p[2], p[3]});
+        std::copy(box.begin(), box.end(), det_boxes.data_ptr<float>() + 4 * j);
+        if (o.save_json.empty()) continue;
+        const int64_t c = classes.data_ptr<int64_t>()[j];
+        const bool coco = !info.class_ids.empty();
+        if (coco && c >= int64_t(info.class_ids.size())) continue;  // a model class the dataset has no category for
+        results.push_back(
+            {{"image_id", image_id},
+             {"category_id", coco ? info.class_ids[size_t(c)] : c},
+             {"bbox",
+              {rounded(box[0], 3), rounded(box[1], 3), rounded(box[2] - box[0], 3), rounded(box[3] - box[1], 3)}},
+             {"score", rounded(scores.data_ptr<float>()[j], 5)}});
+      }
+      acc.add_image(gt_boxes, gt_classes, det_boxes, scores, classes);
       r.boxes += gt_boxes.size(0);
-      detections += d.scores.size(0);
+      detections += scores.size(0);
+    }
+  }
+  if (!o.save_json.empty()) {  // every rank's detections to rank 0, in rank (= image) order
+    const auto parts = rt.allgather(results.dump());
+    if (rt.rank() == 0) {
+      nlohmann::json all = nlohmann::json::array();
+      for (const auto& part : parts)
+        for (auto& e : nlohmann::json::parse(part)) all.push_back(std::move(e));
+      write_file_atomically(o.save_json, all.dump());
     }
   }
   // Every rank's matches to every rank (in rank order = image order), and every rank scores them.
@@ -282,14 +336,10 @@ std::vector<ImageDetection> detect_image(models::Yolo& model, const cv::Mat& rgb
   const auto b = found.boxes.cpu().to(at::kDouble), s = found.scores.cpu().to(at::kDouble), k = found.classes.cpu();
   std::vector<ImageDetection> out;
   for (int64_t j = 0; j < b.size(0); ++j) {
-    // Back to the original image: undo the letterbox, clip.
-    const auto x = [&](int64_t c) {
-      return std::clamp((b[j][c].item<double>() - lb.pad_x) / lb.scale, 0.0, double(rgb.cols));
-    };
-    const auto y = [&](int64_t c) {
-      return std::clamp((b[j][c].item<double>() - lb.pad_y) / lb.scale, 0.0, double(rgb.rows));
-    };
-    out.push_back({k[j].item<int64_t>(), s[j].item<double>(), x(0), y(1), x(2), y(3)});
+    const auto o = data::unplace_box(lb, rgb.cols, rgb.rows,
+                                     {float(b[j][0].item<double>()), float(b[j][1].item<double>()),
+                                      float(b[j][2].item<double>()), float(b[j][3].item<double>())});
+    out.push_back({k[j].item<int64_t>(), s[j].item<double>(), o[0], o[1], o[2], o[3]});
   }
   return out;
 }
@@ -308,7 +358,12 @@ CheckpointEval DetectTask::evaluate_checkpoint(const comm::Runtime& rt, const ck
   return {std::to_string(r.images) + " images, " + std::to_string(r.boxes) + " boxes, " + std::to_string(r.detections) +
               " detections",
           r.per_class(),
-          {{"map50", 100 * std::max(0.0, r.map.map50)}, {"map50_95", 100 * std::max(0.0, r.map.map50_95)}}};
+          {{"map50", 100 * std::max(0.0, r.map.map50)},
+           {"map50_95", 100 * std::max(0.0, r.map.map50_95)},
+           {"map75", 100 * std::max(0.0, r.map.map75)},
+           {"map_small", 100 * r.map.map_small},  // -1 (printed -100): no ground truth of that size
+           {"map_medium", 100 * r.map.map_medium},
+           {"map_large", 100 * r.map.map_large}}};
 }
 
 DetectTask::DetectTask(const comm::Runtime& rt, const Config& config, const std::string& train_data,

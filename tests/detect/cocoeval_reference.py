@@ -5,7 +5,11 @@ maskUtils.iou), not from meridian's C++ (pycocotools itself is not in Debian). I
 dicts: annotations with id, image_id, category_id, bbox [x, y, w, h], area, iscrowd; results with
 image_id, category_id, bbox, score.
 
-Usage: cocoeval_reference.py cases OUT.json
+Usage: cocoeval_reference.py cases OUT.json | images DIR ANNOTATIONS.json | score ANNOTATIONS.json RESULTS.json
+  images: 12 BMP images of several non-square sizes with coloured rectangles, and their COCO
+    instances file (image ids from 101, category ids 3 and 9, no crowd regions)
+  score: prints the summarize() figures of a COCO results file against the instances file as JSON
+  cases:
     writes random cases (crowd regions, all three area ranges, an image with more than 100
     detections of a class, tied scores, duplicate ground truth) and the metrics of each:
     {"cases": [{"num_classes", "images": [{"gt": [[x1, y1, x2, y2, class, crowd, area]], "dt":
@@ -203,7 +207,60 @@ def random_case(rng, num_images, num_classes):
             "ap50": [p[0] for p in per_class], "ap50_95": [p[1] for p in per_class]}
 
 
+def write_bmp(path, rgb):
+    h, w, _ = rgb.shape
+    row = (w * 3 + 3) // 4 * 4
+    data = bytearray()
+    for y in range(h - 1, -1, -1):  # bottom-up rows of BGR, padded to 4 bytes
+        line = rgb[y, :, ::-1].astype(np.uint8).tobytes()
+        data += line + b"\0" * (row - len(line))
+    header = b"BM" + (54 + len(data)).to_bytes(4, "little") + b"\0\0\0\0" + (54).to_bytes(4, "little")
+    info = (40).to_bytes(4, "little") + w.to_bytes(4, "little") + h.to_bytes(4, "little") + (1).to_bytes(2, "little")
+    info += (24).to_bytes(2, "little") + b"\0" * 4 + len(data).to_bytes(4, "little") + b"\0" * 16
+    with open(path, "wb") as f:
+        f.write(header + info + bytes(data))
+
+
+def make_images(d, annotations):
+    import os
+    rng = np.random.default_rng(0)
+    os.makedirs(d, exist_ok=True)
+    images, anns = [], []
+    for i in range(12):
+        w, h = [(96, 64), (64, 96), (80, 48), (128, 72)][i % 4]
+        rgb = np.full((h, w, 3), 90, np.uint8)
+        for _ in range(2):
+            bw, bh = int(rng.integers(10, w // 2)), int(rng.integers(10, h // 2))
+            x, y = int(rng.integers(0, w - bw)), int(rng.integers(0, h - bh))
+            cat = int(rng.choice([3, 9]))
+            rgb[y:y + bh, x:x + bw] = (230, 40, 40) if cat == 3 else (40, 40, 230)
+            anns.append({"id": len(anns) + 1, "image_id": 101 + i, "category_id": cat, "iscrowd": 0,
+                         "bbox": [x, y, bw, bh], "area": bw * bh})
+        write_bmp(f"{d}/img{i:02d}.bmp", rgb)
+        images.append({"id": 101 + i, "file_name": f"img{i:02d}.bmp", "width": w, "height": h})
+    with open(annotations, "w") as f:
+        json.dump({"images": images, "annotations": anns,
+                   "categories": [{"id": 3, "name": "red"}, {"id": 9, "name": "blue"}]}, f)
+
+
+def score(annotations, results):
+    with open(annotations) as f:
+        a = json.load(f)
+    with open(results) as f:
+        dts = json.load(f)
+    for i, d in enumerate(dts):  # loadRes: ids and box areas
+        d["id"], d["area"] = i + 1, d["bbox"][2] * d["bbox"][3]
+    e = CocoEval(a["annotations"], dts, [im["id"] for im in a["images"]], [c["id"] for c in a["categories"]])
+    e.evaluate()
+    e.accumulate()
+    print(json.dumps(e.summarize()[0]))
+
+
 def main(argv):
+    if len(argv) == 3 and argv[0] == "images":
+        return make_images(argv[1], argv[2]) or 0
+    if len(argv) == 3 and argv[0] == "score":
+        return score(argv[1], argv[2]) or 0
     if len(argv) != 2 or argv[0] != "cases":
         print(__doc__)
         return 2

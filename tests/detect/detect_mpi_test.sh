@@ -44,7 +44,7 @@ final=$(echo "$out" | sed -n 's/^eval after: map50 \([0-9.]*\)  map50_95 \([0-9.
 ev=$(run eval --task detect --checkpoint "$tmp/a/checkpoints/step_00000012.h5" --data "$tmp/val.h5" --log-level warn 2>&1) \
   || { echo "$ev"; fail "meridian eval exited"; }
 echo "$ev" | grep -q "48 images" || { echo "$ev"; fail "eval did not score the 48 validation images"; }
-got="$(echo "$ev" | sed -n 's/^eval: map50 \([0-9.]*\)  map50_95 \([0-9.]*\)$/\1 \2/p') $(echo "$ev" | sed -n 's/.* \([0-9]*\) detections$/\1/p')"
+got="$(echo "$ev" | sed -n 's/^eval: map50 \([0-9.]*\)  map50_95 \([0-9.]*\)  .*$/\1 \2/p') $(echo "$ev" | sed -n 's/.* \([0-9]*\) detections$/\1/p')"
 [[ -n $final && $got == "$final" ]] || { echo "$ev"; fail "meridian eval gives '$got', the trainer's final evaluation '$final'"; }
 run eval --task siglip --checkpoint "$tmp/a/checkpoints/step_00000012.h5" --data "$tmp/val.h5" >"$tmp/e" 2>&1 \
   && fail "eval --task siglip accepted a detect checkpoint"

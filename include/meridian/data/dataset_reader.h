@@ -28,6 +28,8 @@ class JpegCodec;
 struct RowBoxes {
   std::vector<std::array<float, 4>> boxes;
   std::vector<int32_t> classes;
+  std::array<int32_t, 2> original_size{0, 0};  // width, height before letterboxing; 0: not recorded (older files)
+  int64_t image_id = -1;                       // COCO's image id; -1: none
 };
 
 // The stored bytes of some rows of a jpeg file: row i's JPEG is bytes [starts[i], starts[i + 1]).

@@ -26,6 +26,8 @@ struct DatasetInfo {
   int64_t pad_id = 0, eos_id = 0;
   std::vector<std::string> class_names;  // empty when unknown
   int64_t box_count = 0;                 // detection: M of /boxes [M, 4]
+  bool original_sizes = false;           // detection: /image_sizes (and /image_ids) present
+  std::vector<int64_t> class_ids;        // detection from COCO: /class_ids, each class's category id
   int64_t token_count = 0;               // text: T of /tokens [T] (count = documents)
   uint64_t file_bytes = 0;               // all files (an index and its parts)
   uint64_t tokenizer_hash = 0;           // FNV-1a of /tokenizer/model (parts of an index must agree)

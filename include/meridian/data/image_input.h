@@ -32,6 +32,11 @@ struct Letterbox {
 };
 // `rgb` CV_8UC3 of any size; detection datasets (prep) and predict letterbox with it.
 Letterbox letterbox(const cv::Mat& rgb, int size);
+// The scale and padding letterbox() uses for a width x height image (no pixels).
+Letterbox letterbox_geometry(int width, int height, int size);
+// A box (x_min, y_min, x_max, y_max) in letterboxed pixels back in the original width x height
+// image's pixels (place_box undone), clipped to it.
+std::array<float, 4> unplace_box(const Letterbox& l, int width, int height, const std::array<float, 4>& box);
 
 // Source-pixel box (x_min, y_min, x_max, y_max) into the letterboxed image `l` of `size` pixels,
 // clipped to it; false when nothing of it is left.

@@ -47,7 +47,8 @@ struct DetectEvalOptions {
   int64_t image_size = 0;  // 0: the stored size
   double conf = 0.001, iou = 0.7;
   int64_t max_det = 300;
-  int64_t batch = 16;                                          // images per forward
+  int64_t batch = 16;     // images per forward
+  std::string save_json;  // task.save_json: COCO results JSON of every detection (rank 0 writes it)
   static DetectEvalOptions from_config(const Config& config);  // DetectSettings::from_config(config).eval
 };
 
@@ -78,8 +79,14 @@ struct DetectEval {
 
 // Collective over the runtime's ranks (one allgather of the serialised predictions): every rank
 // predicts on its contiguous share of `path`'s images (model in eval mode, restored after), then
-// every rank scores all of them (the same result everywhere, no broadcast). DataError for a file that is not a
-// detection dataset or whose classes exceed the model's.
+// every rank scores all of them (the same result everywhere, no broadcast) with pycocotools'
+// semantics (detect/coco_map.h) in the pixels of the original images: the letterbox of prep undone
+// for the boxes and the ground truth (files without /image_sizes: the stored images). With
+// options.save_json, rank 0 also writes every detection as COCO results JSON ([{"image_id",
+// "category_id", "bbox": [x, y, w, h] (3 decimals), "score" (5 decimals)}]; image_id: COCO's id
+// (prep --coco), else the file name's stem as a number when it is one, else the stem; category_id:
+// COCO's category id, else the class index), which pycocotools scores against the original
+// annotations. DataError for a file that is not a detection dataset or whose classes exceed the model's.
 DetectEval evaluate_detection(const comm::Runtime& runtime, models::Yolo& model, const std::string& path,
                               const DetectEvalOptions& options);
 
