@@ -110,6 +110,40 @@ DetectSettings DetectSettings::from_config(const Config& c) {
 
 DetectEvalOptions DetectEvalOptions::from_config(const Config& c) { return DetectSettings::from_config(c).eval; }
 
+std::string ultralytics_auto(Config& c, int64_t images, int world_size) {
+  const auto t = train::TrainerSettings::from_config(c);
+  const int64_t batch = DetectSettings::from_config(c).batch * t.accumulate * world_size;
+  const int64_t n = std::max<int64_t>(1, images), classes = models::YoloConfig::from_config(c).num_classes;
+  const int64_t steps_per_epoch = (n + batch - 1) / batch;
+  const double epochs = t.epochs > 0 ? t.epochs : double(t.steps) * double(batch) / double(n);
+  const double iterations = std::ceil(double(n) / double(std::max<int64_t>(batch, 64))) * epochs;
+  const bool sgd = iterations > 10000;
+  const double lr = sgd ? 0.01 : std::round(0.002 * 5.0 / double(4 + classes) * 1e6) / 1e6;
+  const std::string why = "optim.name auto (Ultralytics' rule)";
+  std::string chosen;
+  const auto set = [&](const std::string& key, const std::string& value) {
+    if (c.has(key)) return;
+    c.set(key, value, why);
+    chosen += (chosen.empty() ? "" : ", ") + key + " " + value;
+  };
+  c.set("optim.name", sgd ? "sgd" : "adamw", why);
+  set("optim.lr", fmt::format("{}", lr));
+  if (sgd) set("optim.momentum", "0.9");
+  const int64_t accumulate = std::max<int64_t>(1, std::llround(64.0 / double(batch)));
+  set("optim.weight_decay", fmt::format("{}", 5e-4 * double(batch * accumulate) / 64.0));
+  if (!c.has("optim.warmup_ratio"))
+    set("optim.warmup", std::to_string(std::max<int64_t>(100, std::llround(3.0 * double(steps_per_epoch)))));
+  set("optim.schedule", "linear");
+  set("optim.min_lr", fmt::format("{}", c.get<double>("optim.lr") * 0.01));
+  set("optim.clip", "10.0");
+  set("train.ema", "0.9999");
+  set("train.ema_tau", "2000");
+  return fmt::format(
+      "optim.name auto: {} ({:.0f} iterations of batch max({}, 64) over {:.1f} epochs {} 10,000; {} classes){}{}",
+      sgd ? "sgd" : "adamw", iterations, batch, epochs, sgd ? ">" : "<=", classes, chosen.empty() ? "" : "; set ",
+      chosen);
+}
+
 train::Metrics DetectEval::metrics() const {
   return {{"map50", 100 * std::max(0.0, map.map50)},
           {"map50_95", 100 * std::max(0.0, map.map50_95)},
@@ -397,7 +431,7 @@ at::Tensor DetectTask::forward() {
                   {"cls_loss", loss.cls.item<double>()},
                   {"dfl_loss", loss.dfl.item<double>()},
                   {"boxes", double(m.boxes.size(0))}};
-  return loss.total / double(m.images.size(0));
+  return loss.total;  // Ultralytics' scale: the per-image loss x this rank's batch (its loss.sum() * batch_size)
 }
 
 train::Metrics DetectTask::evaluate() {

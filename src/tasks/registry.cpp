@@ -206,10 +206,17 @@ CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Rea
   return kind.evaluate(runtime, reader, config, data_path);
 }
 
-void describe_data(Config& config, const std::string& train_data) {
-  if (task_name(config) != "detect") return;
+std::string describe_data(Config& config, const std::string& train_data, int world_size) {
+  const bool detect = task_name(config) == "detect";
+  const bool auto_optimizer = config.has("optim.name") ? config.get<std::string>("optim.name") == "auto" : detect;
+  if (!detect) {
+    if (auto_optimizer)
+      throw ConfigError(config.source("optim.name"), "optim.name",
+                        "auto is Ultralytics' rule, for task detect: give adamw or sgd");
+    return "";
+  }
   const bool sized = DetectSettings::from_config(config).eval.image_size > 0;
-  if (config.has("task.class_names") && config.has("model.num_classes") && sized) return;
+  if (config.has("task.class_names") && config.has("model.num_classes") && sized && !auto_optimizer) return "";
   const auto info = data::validate_dataset(train_data);
   if (!config.has("task.class_names")) {
     std::string names;
@@ -219,6 +226,7 @@ void describe_data(Config& config, const std::string& train_data) {
   if (!sized) config.set("data.image_size", std::to_string(info.height));
   if (!config.has("model.num_classes"))
     config.set("model.num_classes", std::to_string(std::max<size_t>(1, info.class_names.size())));
+  return auto_optimizer ? ultralytics_auto(config, info.count, world_size) : "";
 }
 
 }  // namespace meridian::tasks

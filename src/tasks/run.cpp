@@ -24,7 +24,8 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
                                  const std::string& resume, const train::InjectedStraggler& straggler,
                                  const std::string& trace_path) {
   train::install_stop_signals();  // from the start: a signal while the data opens still ends with a checkpoint
-  describe_data(config, DataSettings::from_config(config).train);
+  const std::string decided = describe_data(config, DataSettings::from_config(config).train, rt.size());
+  if (rt.rank() == 0 && !decided.empty()) spdlog::info("{}", decided);
   const auto ckpt_settings = ckpt::CheckpointSettings::from_config(config, run_dir);
   const auto point = ckpt::choose_resume_point(rt, resume, ckpt_settings.dir);
   train::DataPosition start;

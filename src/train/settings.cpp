@@ -60,7 +60,11 @@ const ConfigBinding<TrainerSettings>& bindings() {
         .defaults_to("2 on CPU (MPI), 25 on CUDA (NCCL)");
     b.number("comm.first_bucket_mb", &S::first_bucket_mb, "size in MB of the first bucket (the last layers' gradients)")
         .above(0);
-    b.choice("optim.name", &S::optimizer, {{"adamw", Optimizer::AdamW}, {"sgd", Optimizer::SGD}}, "optimizer");
+    b.choice("optim.name", &S::optimizer,
+             {{"adamw", Optimizer::AdamW}, {"sgd", Optimizer::SGD}, {"auto", Optimizer::Auto}},
+             "optimizer (task detect also takes auto, its default: Ultralytics' optimizer=auto, docs/running.md)");
+    b.choice("optim.schedule", &S::linear_decay, {{"cosine", false}, {"linear", true}},
+             "learning-rate decay after the warmup, from optim.lr to optim.min_lr at the last step");
     b.number("optim.lr", &S::lr, "peak learning rate (after warmup; cosine decay to optim.min_lr)").above(0);
     b.number("optim.min_lr", &S::min_lr, "learning rate at the last step")
         .at_least(0)
@@ -149,6 +153,7 @@ double learning_rate(const TrainerSettings& s, int64_t step) {
   if (step < s.warmup) return s.lr * double(step + 1) / double(s.warmup);
   const int64_t decay_steps = s.steps - s.warmup - 1;
   const double progress = decay_steps > 0 ? std::min(1.0, double(step - s.warmup) / double(decay_steps)) : 1.0;
+  if (s.linear_decay) return s.min_lr + (s.lr - s.min_lr) * (1 - progress);
   return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1 + std::cos(M_PI * progress));
 }
 

@@ -46,6 +46,8 @@ std::unique_ptr<Strategy> make_strategy(const comm::Runtime& rt, comm::Communica
     throw UserError("task " + task.name() +
                     " built its model without values (for ZeRO-3's shards), but optim.zero is " +
                     std::to_string(s.zero));
+  if (s.optimizer == Optimizer::Auto)  // tasks::describe_data turns it into adamw or sgd before training
+    throw std::logic_error("make_strategy: optim.name auto was not resolved");
   if (s.optimizer == Optimizer::SGD) return std::make_unique<DdpSgd>(rt, comm, task, std::move(groups), s);
   // The closed form of each stage, from the units ZeRO would build (before ZeRO-3 frees the parameters).
   const auto model = task.model();

@@ -110,4 +110,42 @@ TEST(TaskSettings, TheSchemaDeclaresTheStructsDefaults) {
 }
 
 }  // namespace
+// optim.name auto, worked by hand from Ultralytics' BaseTrainer.build_optimizer and default.yaml.
+TEST(TaskSettings, UltralyticsAutoOptimizer) {
+  // COCO at 8 ranks x 16 for 100 epochs: B 128, ceil(118287 / 128) = 925 iterations per epoch x 100
+  // = 92,500 > 10,000: SGD lr 0.01 momentum 0.9, weight decay 5e-4 x 128 / 64, warmup 3 x 925.
+  Config coco = parse("task: {name: detect}\nmodel: {yaml: yolo11n.yaml, num_classes: 80}\ntrain: {epochs: 100}\n");
+  const std::string line = ultralytics_auto(coco, 118287, 8);
+  EXPECT_NE(line.find("sgd (92500 iterations"), std::string::npos) << line;
+  EXPECT_EQ(coco.get<std::string>("optim.name"), "sgd");
+  EXPECT_DOUBLE_EQ(coco.get<double>("optim.lr"), 0.01);
+  EXPECT_DOUBLE_EQ(coco.get<double>("optim.momentum"), 0.9);
+  EXPECT_DOUBLE_EQ(coco.get<double>("optim.weight_decay"), 0.001);
+  EXPECT_EQ(coco.get<int64_t>("optim.warmup"), 2775);
+  EXPECT_EQ(coco.get<std::string>("optim.schedule"), "linear");
+  EXPECT_DOUBLE_EQ(coco.get<double>("optim.min_lr"), 1e-4);
+  EXPECT_DOUBLE_EQ(coco.get<double>("train.ema"), 0.9999);
+  // A small set on 2 ranks x 16, 500 steps: B 32, 128 images are 2 iterations of 64 per epoch x
+  // 125 epochs = 250: AdamW at round(0.01 / 84, 6) = 0.000119; weight decay 5e-4 x 32 x 2 / 64; the
+  // warmup's floor of 100 steps. A key the config gives stays.
+  Config small = parse(
+      "task: {name: detect}\nmodel: {yaml: yolo11n.yaml, num_classes: 80}\ntrain: {steps: 500}\n"
+      "optim: {name: auto, clip: 3}\n");
+  ultralytics_auto(small, 128, 2);
+  EXPECT_EQ(small.get<std::string>("optim.name"), "adamw");
+  EXPECT_DOUBLE_EQ(small.get<double>("optim.lr"), 0.000119);
+  EXPECT_DOUBLE_EQ(small.get<double>("optim.weight_decay"), 5e-4);
+  EXPECT_EQ(small.get<int64_t>("optim.warmup"), 100);
+  EXPECT_DOUBLE_EQ(small.get<double>("optim.clip"), 3);
+  EXPECT_FALSE(small.has("optim.momentum"));
+  // auto is the detect task's.
+  Config lm = parse("task: {name: lm}\noptim: {name: auto}\n");
+  try {
+    describe_data(lm, "", 1);
+    FAIL() << "optim.name auto was taken for task lm";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), "optim.name");
+  }
+}
+
 }  // namespace meridian::tasks

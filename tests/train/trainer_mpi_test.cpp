@@ -131,6 +131,15 @@ TEST(Schedule, WarmupThenCosineToMinLr) {
   EXPECT_NEAR(train::learning_rate(no_warmup, 2), 0.0, 1e-15);
 }
 
+TEST(Schedule, LinearDecayIsUltralyticsLf) {
+  // optim.schedule linear: a straight line from lr after the warmup to min_lr at the last step.
+  const auto s = settings("optim: {lr: 1.0, min_lr: 0.01, warmup: 2, schedule: linear}\ntrain: {steps: 12}\n");
+  EXPECT_DOUBLE_EQ(train::learning_rate(s, 0), 0.5);
+  EXPECT_DOUBLE_EQ(train::learning_rate(s, 2), 1.0);
+  EXPECT_NEAR(train::learning_rate(s, 5), 0.01 + 0.99 * 6.0 / 9.0, 1e-15);
+  EXPECT_DOUBLE_EQ(train::learning_rate(s, 11), 0.01);
+}
+
 TEST(Settings, ErrorsNameTheFileAndField) {
   EXPECT_EQ(message("train: {precision: fp8}"),
             "test.yaml line 1: field 'train.precision': expected one of float32 or bf16, got 'fp8'");
@@ -452,7 +461,7 @@ TEST(Trainer, HealthMonitorFlagsAnInjectedStraggler) {
 
 TEST(Settings, OptimizerAndEmaErrors) {
   EXPECT_EQ(message("optim: {name: lion}"),
-            "test.yaml line 1: field 'optim.name': expected one of adamw or sgd, got 'lion'");
+            "test.yaml line 1: field 'optim.name': expected one of adamw, sgd or auto, got 'lion'");
   EXPECT_EQ(message("optim: {name: sgd, zero: true}"),
             "test.yaml line 1: field 'optim.zero': ZeRO shards AdamW only: not with optim.name sgd");
   EXPECT_EQ(message("{optim: {zero: 3}, train: {ema: 0.99}}"),

@@ -73,8 +73,9 @@ CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Rea
 
 // Not collective: records what a checkpoint must know about the training data to be used without
 // it (detect: task.class_names for predict's labels, model.num_classes, data.image_size), unless
-// the config already says. Every rank
-// calls it with the same file, before the config is saved.
-void describe_data(Config& config, const std::string& train_data);
+// the config already says, and resolves optim.name auto (detect: ultralytics_auto, its default when
+// optim.name is unset; another task: ConfigError). `world_size`: the ranks of the run. Every rank
+// calls it with the same file, before the config is saved. Returns what it decided, for the log ("" none).
+std::string describe_data(Config& config, const std::string& train_data, int world_size);
 
 }  // namespace meridian::tasks

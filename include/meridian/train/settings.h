@@ -9,7 +9,7 @@
 namespace meridian::train {
 
 enum class Precision { Float32, BFloat16 };
-enum class Optimizer { AdamW, SGD };  // optim.name: adamw | sgd
+enum class Optimizer { AdamW, SGD, Auto };  // optim.name: adamw | sgd | auto (resolved by the detect task first)
 // Rank 0's progress display: a bar redrawn in place, or a line every log_every steps. auto: the bar
 // when stdout is a terminal, except under Open MPI (which gives ranks a pseudo-terminal even when
 // mpirun's output goes to a file).
@@ -40,13 +40,14 @@ struct TrainerSettings {
   bool nesterov = true;                    // sgd: Nesterov momentum (needs momentum and warmup_momentum > 0)
   double warmup_momentum = 0.8;            // sgd: momentum at step 0, ramped linearly to `momentum` over `warmup` steps
   double lr = 5e-4, min_lr = 1e-5, weight_decay = 1e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  double clip = 1.0;        // max global gradient norm; 0: no clipping (the norm is still checked)
-  int64_t warmup = 10;      // steps of linear warmup
-  double warmup_ratio = 0;  // optim.warmup_ratio: when > 0, warmup = round(ratio x steps) (resolve_length)
-  int zero = 0;             // optim.zero: 0 (DistributedDataParallel + AdamW), 1, 2 or 3 (train::ShardedAdamW's
-                            // stages; true is 1, false 0); the same updates to rounding (not with sgd)
-  bool offload = false;     // optim.offload: ZeRO-3's float32 state in host memory, AdamW on the CPU
-                            // (ZeroOptions::offload); needs optim.zero 3
+  double clip = 1.0;          // max global gradient norm; 0: no clipping (the norm is still checked)
+  int64_t warmup = 10;        // steps of linear warmup
+  double warmup_ratio = 0;    // optim.warmup_ratio: when > 0, warmup = round(ratio x steps) (resolve_length)
+  bool linear_decay = false;  // optim.schedule: cosine (false) | linear (Ultralytics' lf: lr to min_lr in a line)
+  int zero = 0;               // optim.zero: 0 (DistributedDataParallel + AdamW), 1, 2 or 3 (train::ShardedAdamW's
+                              // stages; true is 1, false 0); the same updates to rounding (not with sgd)
+  bool offload = false;       // optim.offload: ZeRO-3's float32 state in host memory, AdamW on the CPU
+                              // (ZeroOptions::offload); needs optim.zero 3
   bool activation_checkpointing = false;  // train.activation_checkpointing: the task's blocks recompute their
                                           // activations in backward (nn::BlockRunner)
   double peak_flops = 0;                  // train.peak_flops: one device's peak FLOP/s (e.g. 989e12 for an H100's
@@ -72,7 +73,7 @@ struct TrainerSettings {
 TrainerSettings resolve_length(TrainerSettings s, int64_t batches_per_epoch, const Config& config);
 
 // Learning rate of optimizer step `step` (0-based): lr * (step + 1) / warmup during warmup, then
-// cosine from lr down to min_lr at the last step.
+// cosine (optim.schedule: linear: a straight line) from lr down to min_lr at the last step.
 double learning_rate(const TrainerSettings& settings, int64_t step);
 
 // SGD momentum of optimizer step `step` (0-based), as ultralytics: warmup_momentum + (momentum -
