@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Usage: detect_mpi_test.sh MPIRUN MERIDIAN SOURCE_DIR — the detect task end to end on 2 ranks:
-#  - synthetic detection data (64 px), a tiny YOLO-style model (area attention, DFL head), mosaic
+#  - synthetic detection data (64 px), YOLO12n at width 0.125 (area attention, DFL head), mosaic
 #    augmentation, AdamW + EMA: the loss falls, evaluation before and after gives mAP values, and
 #    `meridian eval` on the final checkpoint reproduces the trainer's final mAP and detection count
 #    exactly (the EMA weights, BatchNorm statistics the same on every rank, the same distributed
 #    evaluation);
 #  - 12 steps straight equals 6 + resume + 6 bit for bit (/model, /ema, /optim; SGD with Nesterov
-#    momentum);
+#    momentum; model.sync_bn: BatchNorm statistics over both ranks);
 #  - a YOLO-txt dataset on disk (images + labels/*.txt) goes through prep detection, train and
 #    predict (drawn images + YOLO txt predictions, one per image; its own outputs inside the image
 #    directory are not read back; two images with the same outputs are an error);
@@ -51,7 +51,7 @@ run eval --task siglip --checkpoint "$tmp/a/checkpoints/step_00000012.h5" --data
 grep -q "task.name detect" "$tmp/e" || { cat "$tmp/e"; fail "no clear message for the wrong --task"; }
 
 # 2. Exact resume with SGD + EMA.
-sgd=(--set optim.name=sgd --set optim.lr=0.01 --set train.ema=0.9)
+sgd=(--set optim.name=sgd --set optim.lr=0.01 --set train.ema=0.9 --set model.sync_bn=true)
 train "${sgd[@]}" --run-dir "$tmp/straight" >"$tmp/s.log" 2>&1 || { cat "$tmp/s.log"; fail "straight SGD run"; }
 train "${sgd[@]}" --run-dir "$tmp/split" --set train.stop_at=6 >"$tmp/s1.log" 2>&1 || { cat "$tmp/s1.log"; fail "run to 6"; }
 train "${sgd[@]}" --run-dir "$tmp/split" --resume auto >"$tmp/s2.log" 2>&1 || { cat "$tmp/s2.log"; fail "resumed run"; }
