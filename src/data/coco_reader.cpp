@@ -34,6 +34,8 @@ CocoImages read_coco(const std::string& path, std::vector<std::string>& class_na
     int64_t image_id, category_id;
     size_t annotation;
     std::array<double, 4> bbox;
+    bool crowd;
+    double area;  // the annotation's 'area', else w x h
   };
   CocoImages out;
   std::vector<int64_t> ids;                   // every image's id, in file order
@@ -72,13 +74,15 @@ CocoImages read_coco(const std::string& path, std::vector<std::string>& class_na
       if (!e.is_object() || !e.contains("image_id") || !e.contains("bbox") || !e.contains("category_id") ||
           !e["bbox"].is_array() || e["bbox"].size() != 4)
         throw DataError(path, where, "needs 'image_id', 'category_id' and 'bbox' [x, y, w, h]");
-      if (e.value("iscrowd", 0) == 1) return;  // crowd regions are not instances
       const int64_t image = e["image_id"].get<int64_t>();
       const auto& b = e["bbox"];
       Box box{image,
               e["category_id"].get<int64_t>(),
               n,
-              {b[0].get<double>(), b[1].get<double>(), b[2].get<double>(), b[3].get<double>()}};
+              {b[0].get<double>(), b[1].get<double>(), b[2].get<double>(), b[3].get<double>()},
+              e.value("iscrowd", 0) == 1,
+              0.0};
+      box.area = e.contains("area") ? e["area"].get<double>() : box.bbox[2] * box.bbox[3];
       if (!images_seen || kept_at.count(image)) {
         boxes.push_back(box);
       } else {  // another rank's image (or none at all): checked, then dropped
@@ -151,9 +155,15 @@ CocoImages read_coco(const std::string& path, std::vector<std::string>& class_na
     const auto im = kept_at.find(box.image_id);
     if (im == kept_at.end()) continue;  // another rank's (the annotations came before the images)
     CocoImage& image = out.kept[im->second];
+    if (box.crowd) {
+      image.crowd_bboxes.push_back(box.bbox);
+      image.crowd_classes.push_back(cls->second);
+      continue;
+    }
     image.bboxes.push_back(box.bbox);
     image.annotations.push_back(box.annotation);
     image.classes.push_back(cls->second);
+    image.areas.push_back(box.area);
   }
   if (first_bad != SIZE_MAX) throw DataError(path, "annotations[" + std::to_string(first_bad) + "]", bad_problem);
   return out;

@@ -11,11 +11,14 @@
 namespace meridian::data {
 
 struct CocoImage {
-  std::string file;                           // 'file_name', relative to the images directory
-  int64_t id = -1;                            // 'id'
-  std::vector<std::array<double, 4>> bboxes;  // as in the file: x, y, w, h in source pixels
-  std::vector<size_t> annotations;            // each bbox's index in 'annotations', for messages
-  std::vector<int32_t> classes;               // each bbox's class (position of its category)
+  std::string file;                                 // 'file_name', relative to the images directory
+  int64_t id = -1;                                  // 'id'
+  std::vector<std::array<double, 4>> bboxes;        // as in the file: x, y, w, h in source pixels
+  std::vector<size_t> annotations;                  // each bbox's index in 'annotations', for messages
+  std::vector<int32_t> classes;                     // each bbox's class (position of its category)
+  std::vector<double> areas;                        // each bbox's annotation 'area' (segmentation), else w x h
+  std::vector<std::array<double, 4>> crowd_bboxes;  // iscrowd regions: x, y, w, h in source pixels
+  std::vector<int32_t> crowd_classes;
 };
 
 // What read_coco returns: every image counted, the ones `keep` asked for in full.
@@ -27,7 +30,8 @@ struct CocoImages {
 
 // Parses the COCO instances file `path` without holding it whole: each image and annotation is
 // looked at and dropped unless it belongs to an image at a position `keep(i)` accepts (prep: this
-// rank's rows). Crowd annotations are left out; categories are sorted by id and appended to
+// rank's rows). Crowd annotations are kept apart (crowd_bboxes: not instances, evaluation ignores
+// detections on them); categories are sorted by id and appended to
 // `class_names` (class = position). Memory: the kept images' boxes and 8 bytes per image (its id,
 // to tell an annotation of another rank's image from one of no image). Throws DataError naming the
 // file and the field for a missing or malformed part.

@@ -28,7 +28,9 @@ struct DatasetReader::Handles {
   h5::Id file, images, tokens, lengths, labels, names, captions;  // image_text: all; detection: file, images, names
   h5::Id image_bytes, image_offsets;                              // jpeg files, instead of images
   h5::Id boxes, box_classes;                                      // detection
-  h5::Id image_sizes, image_ids;                                  // detection, files since 2026-12
+  h5::Id image_sizes, image_ids, box_areas;                       // detection, files since 2026-12
+  h5::Id crowd_boxes, crowd_classes;                              // detection, COCO's crowd regions
+  std::vector<int64_t> crowd_offsets;                             // [N + 1] when the file has crowd regions
   std::vector<int64_t> box_offsets;                               // detection: [N + 1], read once
 };
 
@@ -71,6 +73,14 @@ DatasetReader::DatasetReader(const DatasetInfo& info, IoDriver driver) : info_(i
       h->boxes = open("/boxes");
       h->box_classes = open("/box_classes");
       if (info_.original_sizes) h->image_sizes = open("/image_sizes"), h->image_ids = open("/image_ids");
+      if (info_.box_areas) h->box_areas = open("/box_areas");
+      if (info_.crowd_count >= 0) {
+        h->crowd_boxes = open("/crowd_boxes");
+        h->crowd_classes = open("/crowd_classes");
+        h->crowd_offsets.resize(size_t(part.count + 1));
+        MERIDIAN_H5_CHECK(
+            H5Dread(open("/crowd_offsets"), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, h->crowd_offsets.data()));
+      }
       h5::Id offsets = open("/box_offsets");
       h->box_offsets.resize(size_t(part.count + 1));
       MERIDIAN_H5_CHECK(H5Dread(offsets, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, h->box_offsets.data()));
@@ -90,6 +100,19 @@ DatasetReader::~DatasetReader() {
 }
 
 namespace {
+// Elements [first, first + n) of a [M, width] dataset (width 1: [M]) into `out` (resized).
+template <class T>
+void read_elements(hid_t dset, hid_t mem_type, int64_t first, int64_t n, int width, std::vector<T>& out) {
+  out.resize(size_t(n * width));
+  if (n == 0) return;
+  h5::Id space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(dset)));
+  const int rank = width == 1 ? 1 : 2;
+  hsize_t start[2] = {hsize_t(first), 0}, count[2] = {hsize_t(n), hsize_t(width)};
+  MERIDIAN_H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr));
+  h5::Id mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(rank, count, nullptr)));
+  MERIDIAN_H5_CHECK(H5Dread(dset, mem_type, mem, space, H5P_DEFAULT, out.data()));
+}
+
 // Reads whole rows `rows` (ascending, unique) of `dset` into a contiguous buffer: one H5Dread per
 // run of consecutive rows, each a regular hyperslab.
 //
@@ -239,8 +262,8 @@ std::vector<RowBoxes> DatasetReader::read_boxes(const std::vector<int64_t>& rows
   check_rows(rows);
   std::vector<RowBoxes> out(rows.size());
   const auto locked = h5::lock();
-  std::vector<std::array<float, 4>> boxes;
-  std::vector<int32_t> classes;
+  std::vector<float> boxes, areas, crowd;
+  std::vector<int32_t> classes, crowd_classes;
   for_parts(rows, [&](Handles& h, const std::vector<int64_t>& local, size_t at) {
     if (info_.original_sizes) {
       std::vector<int32_t> sizes(2 * local.size());
@@ -250,29 +273,38 @@ std::vector<RowBoxes> DatasetReader::read_boxes(const std::vector<int64_t>& rows
       for (size_t k = 0; k < local.size(); ++k)
         out[at + k].original_size = {sizes[2 * k], sizes[2 * k + 1]}, out[at + k].image_id = ids[k];
     }
-    const auto& off = h.box_offsets;
-    h5::Id box_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(h.boxes)));
-    h5::Id class_space = h5::space_id(MERIDIAN_H5_CHECK(H5Dget_space(h.box_classes)));
+    // Runs of consecutive rows: their boxes (and crowd regions) are one contiguous range each.
     for (size_t i = 0; i < local.size();) {
-      size_t e = i + 1;  // a run of consecutive rows: its boxes are one contiguous range
+      size_t e = i + 1;
       while (e < local.size() && local[e] == local[e - 1] + 1) ++e;
-      const int64_t first = off[size_t(local[i])], n = off[size_t(local[e - 1]) + 1] - first;
-      if (n > 0) {
-        boxes.resize(size_t(n));
-        classes.resize(size_t(n));
-        hsize_t start[2] = {hsize_t(first), 0}, count[2] = {hsize_t(n), 4};
-        MERIDIAN_H5_CHECK(H5Sselect_hyperslab(box_space, H5S_SELECT_SET, start, nullptr, count, nullptr));
-        h5::Id box_mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(2, count, nullptr)));
-        MERIDIAN_H5_CHECK(H5Dread(h.boxes, H5T_NATIVE_FLOAT, box_mem, box_space, H5P_DEFAULT, boxes.data()));
-        MERIDIAN_H5_CHECK(H5Sselect_hyperslab(class_space, H5S_SELECT_SET, start, nullptr, count, nullptr));
-        h5::Id class_mem = h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(1, count, nullptr)));
-        MERIDIAN_H5_CHECK(
-            H5Dread(h.box_classes, H5T_NATIVE_INT32, class_mem, class_space, H5P_DEFAULT, classes.data()));
+      const auto range = [&](const std::vector<int64_t>& off) {
+        return std::pair{off[size_t(local[i])], off[size_t(local[e - 1]) + 1] - off[size_t(local[i])]};
+      };
+      const auto [first, n] = range(h.box_offsets);
+      read_elements(h.boxes, H5T_NATIVE_FLOAT, first, n, 4, boxes);
+      read_elements(h.box_classes, H5T_NATIVE_INT32, first, n, 1, classes);
+      if (info_.box_areas) read_elements(h.box_areas, H5T_NATIVE_FLOAT, first, n, 1, areas);
+      int64_t crowd_first = 0;
+      if (info_.crowd_count >= 0) {
+        const auto [cf, cn] = range(h.crowd_offsets);
+        crowd_first = cf;
+        read_elements(h.crowd_boxes, H5T_NATIVE_FLOAT, cf, cn, 4, crowd);
+        read_elements(h.crowd_classes, H5T_NATIVE_INT32, cf, cn, 1, crowd_classes);
       }
       for (size_t k = i; k < e; ++k) {
-        const int64_t a = off[size_t(local[k])] - first, b = off[size_t(local[k]) + 1] - first;
-        out[at + k].boxes.assign(boxes.begin() + a, boxes.begin() + b);
-        out[at + k].classes.assign(classes.begin() + a, classes.begin() + b);
+        RowBoxes& row = out[at + k];
+        const size_t a = size_t(h.box_offsets[size_t(local[k])] - first),
+                     b = size_t(h.box_offsets[size_t(local[k]) + 1] - first);
+        for (size_t j = a; j < b; ++j)
+          row.boxes.push_back({boxes[4 * j], boxes[4 * j + 1], boxes[4 * j + 2], boxes[4 * j + 3]});
+        row.classes.assign(classes.begin() + long(a), classes.begin() + long(b));
+        if (info_.box_areas) row.areas.assign(areas.begin() + long(a), areas.begin() + long(b));
+        if (info_.crowd_count < 0) continue;
+        const size_t ca = size_t(h.crowd_offsets[size_t(local[k])] - crowd_first),
+                     cb = size_t(h.crowd_offsets[size_t(local[k]) + 1] - crowd_first);
+        for (size_t j = ca; j < cb; ++j)
+          row.crowd.push_back({crowd[4 * j], crowd[4 * j + 1], crowd[4 * j + 2], crowd[4 * j + 3]});
+        row.crowd_classes.assign(crowd_classes.begin() + long(ca), crowd_classes.begin() + long(cb));
       }
       i = e;
     }

@@ -80,6 +80,27 @@ void validate_detection(hid_t file, const std::string& path, const std::vector<h
     check_shape("/image_sizes", {d[0], 2});
     info.original_sizes = true;
   }
+  if (h5::exists(file, "/box_areas")) {
+    expect_type(open_dataset(file, path, "/box_areas"), path, "/box_areas", H5T_FLOAT, 4, "float32");
+    check_shape("/box_areas", {b[0]});
+    info.box_areas = true;
+  }
+  if (h5::exists(file, "/crowd_offsets")) {  // COCO's iscrowd regions, beside the boxes
+    h5::Id crowd = open_dataset(file, path, "/crowd_boxes");
+    expect_type(crowd, path, "/crowd_boxes", H5T_FLOAT, 4, "float32");
+    const auto k = h5::dims(crowd);
+    if (k.size() != 2 || k[1] != 4) throw DataError(path, "/crowd_boxes", "expected [K, 4], got " + shape_text(k));
+    check_shape("/crowd_classes", {k[0]});
+    check_shape("/crowd_offsets", {d[0] + 1});
+    std::vector<int64_t> coff(d[0] + 1);
+    MERIDIAN_H5_CHECK(H5Dread(open_dataset(file, path, "/crowd_offsets"), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL,
+                              H5P_DEFAULT, coff.data()));
+    if (coff.front() != 0 || coff.back() != int64_t(k[0]))
+      throw DataError(path, "/crowd_offsets", "must start at 0 and end at K = " + std::to_string(k[0]));
+    for (size_t i = 1; i < coff.size(); ++i)
+      if (coff[i] < coff[i - 1]) throw DataError(path, "/crowd_offsets", "decreases at entry " + std::to_string(i));
+    info.crowd_count = int64_t(k[0]);
+  }
   if (h5::exists(file, "/image_ids")) {
     expect_type(open_dataset(file, path, "/image_ids"), path, "/image_ids", H5T_INTEGER, 8, "int64");
     check_shape("/image_ids", {d[0]});
@@ -165,6 +186,7 @@ DatasetInfo validate_index(const std::string& path) {
       all = p;
       all.path = path;
       all.count = 0, all.encoded_bytes = 0, all.box_count = 0, all.file_bytes = std::filesystem::file_size(path);
+      all.crowd_count = p.crowd_count < 0 ? -1 : 0;
       all.parts.clear();
     } else {
       const auto differs = [&](bool d, const std::string& what) {
@@ -178,8 +200,11 @@ DatasetInfo validate_index(const std::string& path) {
       differs(p.class_names != all.class_names, "/class_names");
       differs(p.class_ids != all.class_ids, "/class_ids");
       differs(p.original_sizes != all.original_sizes, "/image_sizes (present in one part only)");
+      differs(p.box_areas != all.box_areas || (p.crowd_count < 0) != (all.crowd_count < 0),
+              "/box_areas or /crowd_boxes (present in one part only)");
     }
     all.count += p.count, all.encoded_bytes += p.encoded_bytes, all.box_count += p.box_count;
+    if (p.crowd_count > 0) all.crowd_count += p.crowd_count;
     all.file_bytes += p.file_bytes;
     all.parts.push_back({part, p.count});
   }

@@ -34,7 +34,11 @@ struct RoundRows {
   std::vector<int32_t> tokens, lengths, labels;
   std::vector<float> boxes;
   std::vector<int32_t> box_classes;
-  std::vector<int64_t> box_starts;                   // per row: its first box, counted in this round's boxes
+  std::vector<int64_t> box_starts;  // per row: its first box, counted in this round's boxes
+  std::vector<float> box_areas;     // detection: per box, in original pixels
+  std::vector<float> crowd_boxes;   // detection: COCO's iscrowd regions
+  std::vector<int32_t> crowd_classes;
+  std::vector<int64_t> crowd_starts;                 // per row: its first crowd region in this round's
   std::vector<int32_t> sizes;                        // detection: per row its original width, height
   std::vector<int64_t> image_ids;                    // detection: per row its COCO image id, or -1
   nlohmann::json strings = nlohmann::json::array();  // per row: [name, [captions...]]
@@ -70,6 +74,10 @@ void create_datasets(CollectiveWriter& writer, const PrepCommon& o, const ImageJ
     writer.create("/boxes", H5T_IEEE_F32LE, {4}, std::max<int64_t>(rows * 4, 1024), 4096);
     writer.create("/box_classes", H5T_STD_I32LE, {}, std::max<int64_t>(rows * 4, 1024), 4096);
     writer.create("/box_offsets", H5T_STD_I64LE, {}, rows + 1, 4096);
+    writer.create("/box_areas", H5T_IEEE_F32LE, {}, std::max<int64_t>(rows * 4, 1024), 4096);
+    writer.create("/crowd_boxes", H5T_IEEE_F32LE, {4}, 1024, 4096);
+    writer.create("/crowd_classes", H5T_STD_I32LE, {}, 1024, 4096);
+    writer.create("/crowd_offsets", H5T_STD_I64LE, {}, rows + 1, 4096);
     writer.create("/image_sizes", H5T_STD_I32LE, {2}, rows, 4096);
     writer.create("/image_ids", H5T_STD_I64LE, {}, rows, 4096);
   }
@@ -105,9 +113,17 @@ void add_row(const PrepCommon& o, const Tokenizer* tok, JpegCodec* jpeg, Decoded
   r.sizes.push_back(d.original_size[1] > 0 ? d.original_size[1] : S);
   r.image_ids.push_back(d.image_id);
   r.box_starts.push_back(int64_t(r.box_classes.size()));
+  r.crowd_starts.push_back(int64_t(r.crowd_classes.size()));
+  for (size_t b = 0; b < d.crowd_boxes.size(); ++b) {
+    r.crowd_boxes.insert(r.crowd_boxes.end(), d.crowd_boxes[b].begin(), d.crowd_boxes[b].end());
+    r.crowd_classes.push_back(d.crowd_classes[b]);
+  }
   for (size_t b = 0; b < d.boxes.size(); ++b) {
     r.boxes.insert(r.boxes.end(), d.boxes[b].begin(), d.boxes[b].end());
     r.box_classes.push_back(d.box_classes[b]);
+    // Without areas (generated rows: stored = original pixels), the box's own.
+    r.box_areas.push_back(b < d.box_areas.size() ? d.box_areas[b]
+                                                 : (d.boxes[b][2] - d.boxes[b][0]) * (d.boxes[b][3] - d.boxes[b][1]));
     w.max_class = std::max<int64_t>(w.max_class, d.box_classes[b]);
   }
   r.strings.push_back({d.name, caps});
@@ -169,13 +185,13 @@ RoundRows decode_round(const comm::Runtime& rt, const PrepCommon& o, const Image
 // Collective: every rank's rows of this round after those of lower ranks; JPEG bytes (`jpeg`) and
 // boxes (detection) placed the same way.
 void write_round(const comm::Runtime& rt, CollectiveWriter& writer, RaggedColumns* jpeg, RaggedColumns* boxes,
-                 const RoundRows& r, Written& w) {
+                 RaggedColumns* crowds, const RoundRows& r, Written& w) {
   const int64_t mine = r.rows();
   const int64_t offset = w.rows + rt.exclusive_prefix_sum(mine), end = w.rows + rt.sum(mine);
   // Row datasets start at the file's inputs; a unit job's inputs hold many rows each.
   for (const char* name : {"/images", "/tokens", "/token_lengths", "/labels", "/image_sizes", "/image_ids"})
     if (writer.has(name)) writer.reserve(name, end);
-  for (const char* name : {"/image_offsets", "/box_offsets"})
+  for (const char* name : {"/image_offsets", "/box_offsets", "/crowd_offsets"})
     if (writer.has(name)) writer.reserve(name, end + 1);
   if (jpeg) {
     jpeg->place(int64_t(r.images.size()));
@@ -192,7 +208,12 @@ void write_round(const comm::Runtime& rt, CollectiveWriter& writer, RaggedColumn
     boxes->place(int64_t(r.box_classes.size()));
     boxes->write("/boxes", H5T_NATIVE_FLOAT, r.boxes.data());
     boxes->write("/box_classes", H5T_NATIVE_INT32, r.box_classes.data());
+    boxes->write("/box_areas", H5T_NATIVE_FLOAT, r.box_areas.data());
     boxes->write_offsets(offset, r.box_starts);
+    crowds->place(int64_t(r.crowd_classes.size()));
+    crowds->write("/crowd_boxes", H5T_NATIVE_FLOAT, r.crowd_boxes.data());
+    crowds->write("/crowd_classes", H5T_NATIVE_INT32, r.crowd_classes.data());
+    crowds->write_offsets(offset, r.crowd_starts);
     writer.write("/image_sizes", offset, mine, H5T_NATIVE_INT32, r.sizes.data());
     writer.write("/image_ids", offset, mine, H5T_NATIVE_INT64, r.image_ids.data());
   }
@@ -234,7 +255,7 @@ class Progress {
 // from every rank, class names, the tokenizer or the last box offset, the attributes; then the
 // rename. Every rank's skipped reasons end up in `all_skipped` on rank 0.
 void finish_file(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& job, const Tokenizer* tok,
-                 const std::string& out, int64_t boxes, int64_t jpeg_bytes, const Written& w,
+                 const std::string& out, std::array<int64_t, 2> boxes, int64_t jpeg_bytes, const Written& w,
                  std::vector<std::string>& all_skipped) {
   const std::string tmp = out + ".tmp";
   const bool text = job.kind == "image_text";
@@ -282,7 +303,8 @@ void finish_file(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& j
     if (text) {
       finisher->write_tokenizer(*tok);
     } else {
-      finisher->write_int64("/box_offsets", base, boxes);
+      finisher->write_int64("/box_offsets", base, boxes[0]);
+      finisher->write_int64("/crowd_offsets", base, boxes[1]);
     }
     finisher->finish(job.kind, job.split, base);
     finisher.reset();
@@ -309,23 +331,26 @@ FileTotals write_file(const comm::Runtime& rt, const PrepCommon& o, const ImageJ
   leaving_nothing_on_failure(rt, tmp, [&] {
     CollectiveWriter writer(rt, tmp);
     create_datasets(writer, o, job, last - first);
-    std::unique_ptr<RaggedColumns> boxes, jpeg_columns;
+    std::unique_ptr<RaggedColumns> boxes, crowds, jpeg_columns;
     std::unique_ptr<JpegCodec> jpeg;
     if (o.encode == "jpeg") {
       jpeg = std::make_unique<JpegCodec>();
       jpeg_columns =
           std::make_unique<RaggedColumns>(rt, writer, std::vector<std::string>{"/image_bytes"}, "/image_offsets");
     }
-    if (!text)
-      boxes = std::make_unique<RaggedColumns>(rt, writer, std::vector<std::string>{"/boxes", "/box_classes"},
-                                              "/box_offsets");
+    if (!text) {
+      boxes = std::make_unique<RaggedColumns>(
+          rt, writer, std::vector<std::string>{"/boxes", "/box_classes", "/box_areas"}, "/box_offsets");
+      crowds = std::make_unique<RaggedColumns>(rt, writer, std::vector<std::string>{"/crowd_boxes", "/crowd_classes"},
+                                               "/crowd_offsets");
+    }
     // Entry jobs: a block of entries per rank per round. Unit jobs: a unit (shard) per rank per
     // round, its samples written `block` at a time until every rank's unit is done.
     const BlockRounds rounds{last - first, job.open_unit ? 1 : o.block, rt.rank(), rt.size()};
     for (int64_t round = 0; round < rounds.rounds(); ++round) {
       const int64_t mine_first = first + rounds.first(round), mine_last = first + rounds.last(round);
       if (!job.open_unit) {
-        write_round(rt, writer, jpeg_columns.get(), boxes.get(),
+        write_round(rt, writer, jpeg_columns.get(), boxes.get(), crowds.get(),
                     decode_round(rt, o, job, tok, jpeg.get(), mine_first, mine_last, w), w);
       } else {
         std::function<bool(Decoded&)> unit;
@@ -339,8 +364,8 @@ FileTotals write_file(const comm::Runtime& rt, const PrepCommon& o, const ImageJ
             rows += more;
             return more;
           };
-          write_round(rt, writer, jpeg_columns.get(), boxes.get(), decode_rows(rt, o, job, tok, jpeg.get(), next, w),
-                      w);
+          write_round(rt, writer, jpeg_columns.get(), boxes.get(), crowds.get(),
+                      decode_rows(rt, o, job, tok, jpeg.get(), next, w), w);
         }
       }
       if (rt.rank() == 0)
@@ -348,6 +373,7 @@ FileTotals write_file(const comm::Runtime& rt, const PrepCommon& o, const ImageJ
                         last == job.count && round + 1 == rounds.rounds());
     }
     t.boxes = boxes ? boxes->total() : 0;
+    const int64_t crowd_count = crowds ? crowds->total() : 0;
     t.jpeg_bytes = jpeg_columns ? jpeg_columns->total() : 0;
     std::map<std::string, int64_t> final_rows;
     if (jpeg) {
@@ -360,7 +386,11 @@ FileTotals write_file(const comm::Runtime& rt, const PrepCommon& o, const ImageJ
     } else {
       final_rows.insert({{"/boxes", t.boxes},
                          {"/box_classes", t.boxes},
+                         {"/box_areas", t.boxes},
                          {"/box_offsets", w.rows + 1},
+                         {"/crowd_boxes", crowd_count},
+                         {"/crowd_classes", crowd_count},
+                         {"/crowd_offsets", w.rows + 1},
                          {"/image_sizes", w.rows},
                          {"/image_ids", w.rows}});
     }
@@ -371,7 +401,7 @@ FileTotals write_file(const comm::Runtime& rt, const PrepCommon& o, const ImageJ
       throw UserError("prep: no input could be read (" + std::to_string(total) + " skipped" +
                       (example.empty() ? "" : ", e.g. " + example) + ")");
     }
-    finish_file(rt, o, job, tok, out, t.boxes, t.jpeg_bytes, w, t.all_skipped);
+    finish_file(rt, o, job, tok, out, {t.boxes, crowd_count}, t.jpeg_bytes, w, t.all_skipped);
   });
   t.rows = w.rows;
   t.kept_source = rt.sum(w.kept_source);

@@ -249,12 +249,15 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& g
     const cv::Mat rgb = load_rgb(o.images_dir, d.name, o.bands);
     std::vector<std::array<float, 4>> boxes;
     std::vector<int32_t> classes;
+    std::vector<float> areas;  // in source pixels
     if (!im) {
       const fs::path label = fs::path(o.labels_dir) / fs::path(d.name).replace_extension(".txt");
       read_yolo(label.string(), rgb.cols, rgb.rows, boxes, classes);
+      for (const auto& b : boxes) areas.push_back((b[2] - b[0]) * (b[3] - b[1]));
     } else {
       for (size_t b = 0; b < im->bboxes.size(); ++b) boxes.push_back(coco_box(o.coco, *im, b, rgb.cols, rgb.rows));
       classes = im->classes;
+      areas.assign(im->areas.begin(), im->areas.end());
     }
     if (!job.class_names.empty())
       for (int32_t c : classes)
@@ -266,7 +269,13 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& g
     d.original_size = {rgb.cols, rgb.rows};
     if (im) d.image_id = im->id;
     for (size_t b = 0; b < boxes.size(); ++b)
-      if (place_box(l, o.size, boxes[b])) d.boxes.push_back(boxes[b]), d.box_classes.push_back(classes[b]);
+      if (place_box(l, o.size, boxes[b]))
+        d.boxes.push_back(boxes[b]), d.box_classes.push_back(classes[b]), d.box_areas.push_back(areas[b]);
+    for (size_t b = 0; im && b < im->crowd_bboxes.size(); ++b) {  // clipped to the image, never skipped
+      const auto& c = im->crowd_bboxes[b];
+      std::array<float, 4> box{float(c[0]), float(c[1]), float(c[0] + c[2]), float(c[1] + c[3])};
+      if (place_box(l, o.size, box)) d.crowd_boxes.push_back(box), d.crowd_classes.push_back(im->crowd_classes[b]);
+    }
     return d;
   };
   return run_image_job(rt, o, job);

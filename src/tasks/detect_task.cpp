@@ -128,7 +128,7 @@ std::string ultralytics_auto(Config& c, int64_t images, int world_size) {
   };
   c.set("optim.name", sgd ? "sgd" : "adamw", why);
   set("optim.lr", fmt::format("{}", lr));
-  if (sgd) set("optim.momentum", "0.9");
+  if (sgd) set("optim.momentum", "0.9"), set("optim.warmup_bias_lr", "0.1");
   const int64_t accumulate = std::max<int64_t>(1, std::llround(64.0 / double(batch)));
   set("optim.weight_decay", fmt::format("{}", 5e-4 * double(batch * accumulate) / 64.0));
   if (!c.has("optim.warmup_ratio"))
@@ -220,18 +220,32 @@ DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, cons
       const int w0 = gt.original_size[0] > 0 ? gt.original_size[0] : int(stored);
       const int h0 = gt.original_size[1] > 0 ? gt.original_size[1] : int(stored);
       const data::Letterbox lb = data::letterbox_geometry(w0, h0, int(stored));
-      auto gt_boxes = at::empty({int64_t(gt.boxes.size()), 4}, at::kFloat);
-      for (size_t b = 0; b < gt.boxes.size(); ++b) {
-        const auto o = data::unplace_box(lb, w0, h0, gt.boxes[b]);
-        for (int k = 0; k < 4; ++k) gt_boxes[int64_t(b)][k] = o[size_t(k)];
+      // Ground truth in original pixels: the instances, then the crowd regions (flagged); areas as
+      // recorded (COCO's), else the boxes' own.
+      const size_t instances = gt.boxes.size(), all_gt = instances + gt.crowd.size();
+      std::vector<float> gt_flat, gt_area;
+      std::vector<int64_t> gt_class;
+      std::vector<uint8_t> gt_crowd;
+      for (size_t b = 0; b < all_gt; ++b) {
+        const bool crowd = b >= instances;
+        const auto o = data::unplace_box(lb, w0, h0, crowd ? gt.crowd[b - instances] : gt.boxes[b]);
+        gt_flat.insert(gt_flat.end(), o.begin(), o.end());
+        gt_class.push_back(crowd ? gt.crowd_classes[b - instances] : gt.classes[b]);
+        gt_crowd.push_back(crowd);
+        gt_area.push_back(!crowd && b < gt.areas.size() ? gt.areas[b] : (o[2] - o[0]) * (o[3] - o[1]));
       }
-      const auto gt_classes = at::tensor(std::vector<int64_t>(gt.classes.begin(), gt.classes.end()), at::kLong);
+      const int64_t G = int64_t(all_gt);
+      const auto gt_boxes = at::from_blob(gt_flat.data(), {G, 4}, at::kFloat).clone();
+      const auto gt_classes = at::from_blob(gt_class.data(), {G}, at::kLong).clone();
+      const auto gt_crowd_t = at::from_blob(gt_crowd.data(), {G}, at::kByte).clone();
+      const auto gt_areas = at::from_blob(gt_area.data(), {G}, at::kFloat).clone();
       const auto& d = found[size_t(i)];
       const auto scores = d.scores.cpu().to(at::kFloat).contiguous();
       const auto classes = d.classes.cpu().to(at::kLong).contiguous();
       const auto stored_boxes = (d.boxes.cpu() * (double(stored) / double(size))).to(at::kFloat).contiguous();
       auto det_boxes = at::empty_like(stored_boxes);
-      const nlohmann::json image_id = coco_image_id(gt.image_id, reader.name(rows[size_t(i)]));
+      const nlohmann::json image_id =
+          o.save_json.empty() ? nlohmann::json() : coco_image_id(gt.image_id, reader.name(rows[size_t(i)]));
       for (int64_t j = 0; j < det_boxes.size(0); ++j) {
         const float* p = stored_boxes.data_ptr<float>() + 4 * j;
         const auto box = data::unplace_box(lb, w0, h0, {p[0], p[1], p[2], p[3]});
@@ -247,8 +261,8 @@ DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, cons
               {rounded(box[0], 3), rounded(box[1], 3), rounded(box[2] - box[0], 3), rounded(box[3] - box[1], 3)}},
              {"score", rounded(scores.data_ptr<float>()[j], 5)}});
       }
-      acc.add_image(gt_boxes, gt_classes, det_boxes, scores, classes);
-      r.boxes += gt_boxes.size(0);
+      acc.add_image(gt_boxes, gt_classes, det_boxes, scores, classes, gt_crowd_t, gt_areas);
+      r.boxes += int64_t(instances);
       detections += scores.size(0);
     }
   }

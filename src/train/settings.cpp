@@ -92,6 +92,10 @@ const ConfigBinding<TrainerSettings>& bindings() {
         "16 bytes per parameter of the shard move from GPU to host memory)");
     b.number("optim.momentum", &S::momentum, "sgd: momentum after the warmup").at_least(0).below(1);
     b.boolean("optim.nesterov", &S::nesterov, "sgd: Nesterov momentum");
+    b.number("optim.warmup_bias_lr", &S::warmup_bias_lr,
+             "sgd: the biases' learning rate at step 0, ramped linearly to optim.lr over optim.warmup (Ultralytics' "
+             "warmup_bias_lr); 0: they warm up as the rest")
+        .at_least(0);
     b.number("optim.warmup_momentum", &S::warmup_momentum,
              "sgd: momentum at step 0, ramped to optim.momentum over optim.warmup")
         .at_least(0)
@@ -125,6 +129,9 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
     throw ConfigError(c.source("optim.offload"), "optim.offload",
                       "offloads ZeRO-3's state: needs optim.zero 3, got " + std::to_string(s.zero));
   if (!(s.min_lr <= s.lr)) throw ConfigError(c.source("optim.min_lr"), "optim.min_lr", "must be within [0, optim.lr]");
+  if (s.warmup_bias_lr > 0 && s.optimizer == Optimizer::AdamW)
+    throw ConfigError(c.source("optim.warmup_bias_lr"), "optim.warmup_bias_lr",
+                      "is SGD's (Ultralytics sets it to 0 for AdamW): not with optim.name adamw");
   if (s.optimizer == Optimizer::SGD) {
     if (s.zero)
       throw ConfigError(c.source("optim.zero"), "optim.zero", "ZeRO shards AdamW only: not with optim.name sgd");
@@ -155,6 +162,11 @@ double learning_rate(const TrainerSettings& s, int64_t step) {
   const double progress = decay_steps > 0 ? std::min(1.0, double(step - s.warmup) / double(decay_steps)) : 1.0;
   if (s.linear_decay) return s.min_lr + (s.lr - s.min_lr) * (1 - progress);
   return s.min_lr + 0.5 * (s.lr - s.min_lr) * (1 + std::cos(M_PI * progress));
+}
+
+double bias_learning_rate(const TrainerSettings& s, int64_t step) {
+  if (s.warmup_bias_lr <= 0 || step >= s.warmup) return learning_rate(s, step);
+  return s.warmup_bias_lr + (s.lr - s.warmup_bias_lr) * double(step) / double(s.warmup);
 }
 
 double momentum_at(const TrainerSettings& s, int64_t step) {

@@ -20,7 +20,14 @@ SGD::SGD(std::vector<ParamGroup> groups, const SGDOptions& options) : groups_(st
     throw std::invalid_argument("SGD: dampening must be within [0, 1), got " + std::to_string(options_.dampening));
   check_momentum(options_.momentum, options_);
   size_t n = 0;
-  for (const auto& g : groups_) n += g.params.size();
+  for (const auto& g : groups_) {
+    n += g.params.size();
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      const std::string name = i < g.names.size() ? g.names[i] : "";
+      const bool bias = g.params[i].dim() == 1 && name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+      is_bias_.push_back(bias ? 1 : 0);
+    }
+  }
   state_.resize(n);
 }
 
@@ -31,10 +38,11 @@ void SGD::set_momentum(double momentum) {
 
 void SGD::step() {
   at::NoGradGuard no_grad;
-  const double lr = options_.lr, momentum = options_.momentum, dampening = options_.dampening;
+  const double momentum = options_.momentum, dampening = options_.dampening;
   size_t index = 0;
   for (auto& group : groups_)
     for (auto& p : group.params) {
+      const double lr = bias_lr_ >= 0 && is_bias_[index] ? bias_lr_ : options_.lr;
       State& s = state_[index++];
       const at::Tensor& grad = p.grad();
       if (!grad.defined()) continue;

@@ -172,12 +172,15 @@ std::string DdpSgd::describe() const {
 }
 
 void DdpSgd::update(int64_t step) {
-  optimizer_.set_lr(learning_rate(s_, step));
+  optimizer_.set_lr(learning_rate(s_, step), s_.warmup_bias_lr > 0 ? bias_learning_rate(s_, step) : -1.0);
   optimizer_.set_momentum(momentum_at(s_, step));
   optimizer_.step();
 }
 
-Metrics DdpSgd::step_metrics(int64_t step) const { return {{"momentum", momentum_at(s_, step)}}; }
+Metrics DdpSgd::step_metrics(int64_t step) const {
+  if (s_.warmup_bias_lr > 0) return {{"momentum", momentum_at(s_, step)}, {"bias_lr", bias_learning_rate(s_, step)}};
+  return {{"momentum", momentum_at(s_, step)}};
+}
 
 // optim/<name>/momentum_buffer (once it exists) and optim/<name>/step.
 void DdpSgd::save(StateWriter& w) {

@@ -7,7 +7,8 @@ image_id, category_id, bbox, score.
 
 Usage: cocoeval_reference.py cases OUT.json | images DIR ANNOTATIONS.json | score ANNOTATIONS.json RESULTS.json
   images: 12 BMP images of several non-square sizes with coloured rectangles, and their COCO
-    instances file (image ids from 101, category ids 3 and 9, no crowd regions)
+    instances file (image ids from 101, category ids 3 and 9; three crowd regions of category 3,
+    drawn over the rectangles; every third image's areas 0.8 x its boxes', as segmentations give)
   score: prints the summarize() figures of a COCO results file against the instances file as JSON
   cases:
     writes random cases (crowd regions, all three area ranges, an image with more than 100
@@ -234,8 +235,14 @@ def make_images(d, annotations):
             x, y = int(rng.integers(0, w - bw)), int(rng.integers(0, h - bh))
             cat = int(rng.choice([3, 9]))
             rgb[y:y + bh, x:x + bw] = (230, 40, 40) if cat == 3 else (40, 40, 230)
+            area = bw * bh if i % 3 else round(bw * bh * 0.8, 2)  # a "segmentation" area on every third image
             anns.append({"id": len(anns) + 1, "image_id": 101 + i, "category_id": cat, "iscrowd": 0,
-                         "bbox": [x, y, bw, bh], "area": bw * bh})
+                         "bbox": [x, y, bw, bh], "area": area})
+        if i % 4 == 1:  # a crowd region: detections on it are neither right nor wrong
+            cx, cy = int(rng.integers(0, w // 2)), int(rng.integers(0, h // 2))
+            anns.append({"id": len(anns) + 1, "image_id": 101 + i, "category_id": 3, "iscrowd": 1,
+                         "bbox": [cx, cy, w // 2, h // 2], "area": w * h // 4})
+            rgb[cy:cy + h // 2, cx:cx + w // 2] = (230, 40, 40)
         write_bmp(f"{d}/img{i:02d}.bmp", rgb)
         images.append({"id": 101 + i, "file_name": f"img{i:02d}.bmp", "width": w, "height": h})
     with open(annotations, "w") as f:

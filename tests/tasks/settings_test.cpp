@@ -120,6 +120,7 @@ TEST(TaskSettings, UltralyticsAutoOptimizer) {
   EXPECT_EQ(coco.get<std::string>("optim.name"), "sgd");
   EXPECT_DOUBLE_EQ(coco.get<double>("optim.lr"), 0.01);
   EXPECT_DOUBLE_EQ(coco.get<double>("optim.momentum"), 0.9);
+  EXPECT_DOUBLE_EQ(coco.get<double>("optim.warmup_bias_lr"), 0.1);
   EXPECT_DOUBLE_EQ(coco.get<double>("optim.weight_decay"), 0.001);
   EXPECT_EQ(coco.get<int64_t>("optim.warmup"), 2775);
   EXPECT_EQ(coco.get<std::string>("optim.schedule"), "linear");

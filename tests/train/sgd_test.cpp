@@ -110,3 +110,21 @@ TEST(SGD, InvalidOptionsAreRejected) {
   EXPECT_THROW(sgd.set_momentum(0), std::invalid_argument);
   EXPECT_DOUBLE_EQ(sgd.momentum(), 0.9);
 }
+
+// Ultralytics' warmup_bias_lr: parameters named "<...>.bias" with one dimension take the bias lr,
+// the rest the lr; set_lr(lr) gives everyone lr again.
+TEST(SGD, BiasesTakeTheirOwnLearningRate) {
+  auto weight = torch::zeros({2, 2}, torch::requires_grad()), bias = torch::zeros({2}, torch::requires_grad());
+  auto gain = torch::zeros({2}, torch::requires_grad());  // one dimension, not named .bias: the lr
+  train::SGD sgd({{{weight, gain}, 0.0, {"conv.weight", "bn.weight"}}, {{bias}, 0.0, {"conv.bias"}}},
+                 train::SGDOptions{0.1, 0, false, 0});
+  for (auto* p : {&weight, &bias, &gain}) p->mutable_grad() = torch::ones_like(*p);
+  sgd.set_lr(0.1, 0.5);
+  sgd.step();
+  EXPECT_TRUE(torch::allclose(weight, torch::full({2, 2}, -0.1)));
+  EXPECT_TRUE(torch::allclose(gain, torch::full({2}, -0.1)));
+  EXPECT_TRUE(torch::allclose(bias, torch::full({2}, -0.5)));
+  sgd.set_lr(0.1);
+  sgd.step();
+  EXPECT_TRUE(torch::allclose(bias, torch::full({2}, -0.6)));
+}

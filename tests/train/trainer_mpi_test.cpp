@@ -138,6 +138,12 @@ TEST(Schedule, LinearDecayIsUltralyticsLf) {
   EXPECT_DOUBLE_EQ(train::learning_rate(s, 2), 1.0);
   EXPECT_NEAR(train::learning_rate(s, 5), 0.01 + 0.99 * 6.0 / 9.0, 1e-15);
   EXPECT_DOUBLE_EQ(train::learning_rate(s, 11), 0.01);
+  // Ultralytics' warmup_bias_lr (SGD): the biases from 0.1 down to lr over the warmup, then as the rest.
+  const auto b = settings("optim: {name: sgd, lr: 0.01, warmup: 4, warmup_bias_lr: 0.1}\ntrain: {steps: 10}\n");
+  EXPECT_DOUBLE_EQ(train::bias_learning_rate(b, 0), 0.1);
+  EXPECT_NEAR(train::bias_learning_rate(b, 2), 0.1 + (0.01 - 0.1) * 2 / 4, 1e-15);
+  EXPECT_DOUBLE_EQ(train::bias_learning_rate(b, 4), train::learning_rate(b, 4));
+  EXPECT_DOUBLE_EQ(train::bias_learning_rate(s, 0), train::learning_rate(s, 0));  // off: the same lr
 }
 
 TEST(Settings, ErrorsNameTheFileAndField) {
@@ -464,6 +470,9 @@ TEST(Settings, OptimizerAndEmaErrors) {
             "test.yaml line 1: field 'optim.name': expected one of adamw, sgd or auto, got 'lion'");
   EXPECT_EQ(message("optim: {name: sgd, zero: true}"),
             "test.yaml line 1: field 'optim.zero': ZeRO shards AdamW only: not with optim.name sgd");
+  EXPECT_EQ(message("optim: {warmup_bias_lr: 0.1}"),
+            "test.yaml line 1: field 'optim.warmup_bias_lr': is SGD's (Ultralytics sets it to 0 for AdamW): not with "
+            "optim.name adamw");
   EXPECT_EQ(message("{optim: {zero: 3}, train: {ema: 0.99}}"),
             "test.yaml line 1: field 'train.ema': not with optim.zero 3 (the EMA keeps a full copy of the weights, "
             "which ZeRO-3 shards)");

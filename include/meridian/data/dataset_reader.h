@@ -28,6 +28,9 @@ class JpegCodec;
 struct RowBoxes {
   std::vector<std::array<float, 4>> boxes;
   std::vector<int32_t> classes;
+  std::vector<float> areas;                 // per box its area in original pixels (COCO's 'area'); empty: not recorded
+  std::vector<std::array<float, 4>> crowd;  // COCO's iscrowd regions in stored pixels (not instances)
+  std::vector<int32_t> crowd_classes;
   std::array<int32_t, 2> original_size{0, 0};  // width, height before letterboxing; 0: not recorded (older files)
   int64_t image_id = -1;                       // COCO's image id; -1: none
 };

@@ -27,6 +27,8 @@ struct DatasetInfo {
   std::vector<std::string> class_names;  // empty when unknown
   int64_t box_count = 0;                 // detection: M of /boxes [M, 4]
   bool original_sizes = false;           // detection: /image_sizes (and /image_ids) present
+  bool box_areas = false;                // detection: /box_areas present
+  int64_t crowd_count = -1;              // detection: K of /crowd_boxes [K, 4]; -1: the file has none
   std::vector<int64_t> class_ids;        // detection from COCO: /class_ids, each class's category id
   int64_t token_count = 0;               // text: T of /tokens [T] (count = documents)
   uint64_t file_bytes = 0;               // all files (an index and its parts)

@@ -111,12 +111,15 @@ std::string alpaca_prompt(const std::string& instruction, const std::string& inp
 struct GeneratedImage {
   cv::Mat image;  // options.size x options.size x 3, uint8, RGB
   std::string name;
-  std::vector<std::string> captions;           // image_text: up to options.captions_per_image (repeated when fewer)
-  int32_t label = -1;                          // image_text: index into class_names; -1: none
-  std::vector<std::array<float, 4>> boxes;     // detection: x_min, y_min, x_max, y_max in stored pixels
-  std::vector<int32_t> box_classes;            // detection: one per box
-  std::array<int32_t, 2> original_size{0, 0};  // detection: width, height before letterboxing (0: as stored)
-  int64_t image_id = -1;                       // detection: COCO's image id (-1: none)
+  std::vector<std::string> captions;        // image_text: up to options.captions_per_image (repeated when fewer)
+  int32_t label = -1;                       // image_text: index into class_names; -1: none
+  std::vector<std::array<float, 4>> boxes;  // detection: x_min, y_min, x_max, y_max in stored pixels
+  std::vector<int32_t> box_classes;         // detection: one per box
+  std::vector<float> box_areas;  // detection: per box its area in original pixels (COCO's 'area'); empty: the boxes'
+  std::vector<std::array<float, 4>> crowd_boxes;  // detection: COCO's iscrowd regions, in stored pixels
+  std::vector<int32_t> crowd_classes;             // detection: one per crowd region
+  std::array<int32_t, 2> original_size{0, 0};     // detection: width, height before letterboxing (0: as stored)
+  int64_t image_id = -1;                          // detection: COCO's image id (-1: none)
 };
 
 struct ImageGenerator {

@@ -113,7 +113,7 @@ std::vector<ImageDetection> detect_image(models::Yolo& model, const cv::Mat& rgb
 //   optim.name      sgd when ceil(images / max(B, 64)) x epochs > 10,000 iterations, else adamw
 //   optim.lr        sgd 0.01; adamw round(0.002 x 5 / (4 + N), 6)     optim.momentum 0.9 (sgd)
 //   optim.weight_decay  5e-4 x B x max(round(64 / B), 1) / 64 (Ultralytics scales it to its nominal batch 64)
-//   optim.warmup    max(3 epochs, 100) steps; optim.warmup_momentum 0.8 (sgd)
+//   optim.warmup    max(3 epochs, 100) steps; optim.warmup_momentum 0.8, optim.warmup_bias_lr 0.1 (sgd)
 //   optim.schedule  linear; optim.min_lr = optim.lr x 0.01 (lrf)    optim.clip 10
 //   train.ema 0.9999, train.ema_tau 2000
 // optim.name is always set (auto is replaced); the other keys only when the config does not give

@@ -39,6 +39,7 @@ struct TrainerSettings {
   double momentum = 0.937;                 // sgd: momentum after the warmup, within [0, 1)
   bool nesterov = true;                    // sgd: Nesterov momentum (needs momentum and warmup_momentum > 0)
   double warmup_momentum = 0.8;            // sgd: momentum at step 0, ramped linearly to `momentum` over `warmup` steps
+  double warmup_bias_lr = 0;               // sgd: the biases' lr at step 0, ramped linearly to lr over `warmup`; 0: off
   double lr = 5e-4, min_lr = 1e-5, weight_decay = 1e-4, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double clip = 1.0;          // max global gradient norm; 0: no clipping (the norm is still checked)
   int64_t warmup = 10;        // steps of linear warmup
@@ -75,6 +76,10 @@ TrainerSettings resolve_length(TrainerSettings s, int64_t batches_per_epoch, con
 // Learning rate of optimizer step `step` (0-based): lr * (step + 1) / warmup during warmup, then
 // cosine (optim.schedule: linear: a straight line) from lr down to min_lr at the last step.
 double learning_rate(const TrainerSettings& settings, int64_t step);
+
+// The biases' learning rate with optim.warmup_bias_lr > 0, as Ultralytics: warmup_bias_lr + (lr -
+// warmup_bias_lr) * step / warmup during warmup, then learning_rate(); learning_rate() when it is 0.
+double bias_learning_rate(const TrainerSettings& settings, int64_t step);
 
 // SGD momentum of optimizer step `step` (0-based), as ultralytics: warmup_momentum + (momentum -
 // warmup_momentum) * step / warmup during warmup, then momentum.

@@ -42,7 +42,10 @@ class SGD {
   // momentum > 0 and dampening 0.
   SGD(std::vector<ParamGroup> groups, const SGDOptions& options);
 
-  void set_lr(double lr) { options_.lr = lr; }
+  void set_lr(double lr) { options_.lr = lr, bias_lr_ = -1; }
+  // `lr` for every parameter but the biases (named "<...>.bias", one dimension), which take
+  // `bias_lr` (Ultralytics' warmup_bias_lr); bias_lr < 0: they take `lr` too.
+  void set_lr(double lr, double bias_lr) { options_.lr = lr, bias_lr_ = bias_lr; }
   double lr() const { return options_.lr; }
   // The momentum of the next step(); the buffers keep their contents (as setting a torch group's
   // momentum does). std::invalid_argument outside [0, 1), or 0 with nesterov.
@@ -60,6 +63,8 @@ class SGD {
 
  private:
   std::vector<ParamGroup> groups_;
+  std::vector<char> is_bias_;  // per parameter, flat as state_
+  double bias_lr_ = -1;
   SGDOptions options_;
   std::vector<State> state_;
 };
