@@ -43,7 +43,7 @@ if want 2; then
     --out "$dir/coco/coco.h5" --log-level warn >/dev/null
   printf 'task: {name: detect}\nmodel: {yaml: yolo11n.yaml}\n' >"$dir/coco/detect.yaml"
   "${mpi[@]}" "$bin" train --config "$dir/coco/detect.yaml" --data "$dir/coco/coco.h5" --run-dir "$dir/coco/run" \
-    --set data.augment=false --set train.batch=6 --set train.steps=150 \
+    --set data.augment=false --set train.batch=6 --set train.accumulate=1 --set train.steps=150 \
     --set optim.lr=0.01 --set optim.warmup=20 --set train.ema=0 --set train.log_every=50 --set train.health_every=0 \
     --set checkpoint.every_steps=150 2>&1 | grep -E "optim.name auto|step +(50|100|150)/|^train:"
   "${mpi[@]}" "$bin" eval --checkpoint "$dir/coco/run/checkpoints/step_00000150.h5" --data "$dir/coco/coco.h5" \

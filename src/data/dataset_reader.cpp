@@ -256,7 +256,7 @@ void DatasetReader::read_encoded_locked(const std::vector<int64_t>& rows, Encode
   });
 }
 
-std::vector<RowBoxes> DatasetReader::read_boxes(const std::vector<int64_t>& rows) {
+std::vector<RowBoxes> DatasetReader::read_boxes(const std::vector<int64_t>& rows, bool evaluation) {
   if (info_.kind != "detection")
     throw DataError(info_.path, "attribute 'kind'", "boxes are read from 'detection' files, not '" + info_.kind + "'");
   check_rows(rows);
@@ -265,7 +265,7 @@ std::vector<RowBoxes> DatasetReader::read_boxes(const std::vector<int64_t>& rows
   std::vector<float> boxes, areas, crowd;
   std::vector<int32_t> classes, crowd_classes;
   for_parts(rows, [&](Handles& h, const std::vector<int64_t>& local, size_t at) {
-    if (info_.original_sizes) {
+    if (evaluation && info_.original_sizes) {
       std::vector<int32_t> sizes(2 * local.size());
       std::vector<int64_t> ids(local.size());
       read_union(h.image_sizes, local, H5T_NATIVE_INT32, sizes.data(), false);
@@ -283,9 +283,10 @@ std::vector<RowBoxes> DatasetReader::read_boxes(const std::vector<int64_t>& rows
       const auto [first, n] = range(h.box_offsets);
       read_elements(h.boxes, H5T_NATIVE_FLOAT, first, n, 4, boxes);
       read_elements(h.box_classes, H5T_NATIVE_INT32, first, n, 1, classes);
-      if (info_.box_areas) read_elements(h.box_areas, H5T_NATIVE_FLOAT, first, n, 1, areas);
+      const bool areas_here = evaluation && info_.box_areas, crowds_here = evaluation && info_.crowd_count >= 0;
+      if (areas_here) read_elements(h.box_areas, H5T_NATIVE_FLOAT, first, n, 1, areas);
       int64_t crowd_first = 0;
-      if (info_.crowd_count >= 0) {
+      if (crowds_here) {
         const auto [cf, cn] = range(h.crowd_offsets);
         crowd_first = cf;
         read_elements(h.crowd_boxes, H5T_NATIVE_FLOAT, cf, cn, 4, crowd);
@@ -298,8 +299,8 @@ std::vector<RowBoxes> DatasetReader::read_boxes(const std::vector<int64_t>& rows
         for (size_t j = a; j < b; ++j)
           row.boxes.push_back({boxes[4 * j], boxes[4 * j + 1], boxes[4 * j + 2], boxes[4 * j + 3]});
         row.classes.assign(classes.begin() + long(a), classes.begin() + long(b));
-        if (info_.box_areas) row.areas.assign(areas.begin() + long(a), areas.begin() + long(b));
-        if (info_.crowd_count < 0) continue;
+        if (areas_here) row.areas.assign(areas.begin() + long(a), areas.begin() + long(b));
+        if (!crowds_here) continue;
         const size_t ca = size_t(h.crowd_offsets[size_t(local[k])] - crowd_first),
                      cb = size_t(h.crowd_offsets[size_t(local[k]) + 1] - crowd_first);
         for (size_t j = ca; j < cb; ++j)

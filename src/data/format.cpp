@@ -78,6 +78,9 @@ void validate_detection(hid_t file, const std::string& path, const std::vector<h
   if (h5::exists(file, "/image_sizes")) {
     expect_type(open_dataset(file, path, "/image_sizes"), path, "/image_sizes", H5T_INTEGER, 4, "int32");
     check_shape("/image_sizes", {d[0], 2});
+    expect_type(open_dataset(file, path, "/image_ids"), path, "/image_ids", H5T_INTEGER, 8,
+                "int64");  // written together
+    check_shape("/image_ids", {d[0]});
     info.original_sizes = true;
   }
   if (h5::exists(file, "/box_areas")) {
@@ -90,6 +93,7 @@ void validate_detection(hid_t file, const std::string& path, const std::vector<h
     expect_type(crowd, path, "/crowd_boxes", H5T_FLOAT, 4, "float32");
     const auto k = h5::dims(crowd);
     if (k.size() != 2 || k[1] != 4) throw DataError(path, "/crowd_boxes", "expected [K, 4], got " + shape_text(k));
+    expect_type(open_dataset(file, path, "/crowd_classes"), path, "/crowd_classes", H5T_INTEGER, 4, "int32");
     check_shape("/crowd_classes", {k[0]});
     check_shape("/crowd_offsets", {d[0] + 1});
     std::vector<int64_t> coff(d[0] + 1);
@@ -100,10 +104,6 @@ void validate_detection(hid_t file, const std::string& path, const std::vector<h
     for (size_t i = 1; i < coff.size(); ++i)
       if (coff[i] < coff[i - 1]) throw DataError(path, "/crowd_offsets", "decreases at entry " + std::to_string(i));
     info.crowd_count = int64_t(k[0]);
-  }
-  if (h5::exists(file, "/image_ids")) {
-    expect_type(open_dataset(file, path, "/image_ids"), path, "/image_ids", H5T_INTEGER, 8, "int64");
-    check_shape("/image_ids", {d[0]});
   }
 }
 
@@ -341,6 +341,16 @@ DatasetInfo validate_file(const std::string& path) {
         throw DataError(path, "/box_classes",
                         "entry " + std::to_string(i) + " is " + std::to_string(values[i]) + ", outside the " +
                             std::to_string(info.class_names.size()) + " classes");
+    if (info.crowd_count > 0) {  // and every crowd region's
+      std::vector<int32_t> crowd(size_t(info.crowd_count));
+      MERIDIAN_H5_CHECK(H5Dread(open_dataset(file, path, "/crowd_classes"), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL,
+                                H5P_DEFAULT, crowd.data()));
+      for (size_t i = 0; i < crowd.size(); ++i)
+        if (crowd[i] < 0 || crowd[i] >= int32_t(info.class_names.size()))
+          throw DataError(path, "/crowd_classes",
+                          "entry " + std::to_string(i) + " is " + std::to_string(crowd[i]) + ", outside the " +
+                              std::to_string(info.class_names.size()) + " classes");
+    }
   }
   return info;
 }

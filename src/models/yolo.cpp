@@ -548,8 +548,11 @@ std::string stem(const std::string& path) { return std::filesystem::path(path).s
 // The YAML model.yaml names and the scale its name carries.
 std::pair<YoloSpec, std::string> resolve_yaml(const std::string& given, const std::string& origin) {
   namespace fs = std::filesystem;
-  if (fs::is_regular_file(given))
-    return {YoloSpec::parse(read_text(given, origin), given, stem(given)), split_scale(given).second};
+  if (fs::is_regular_file(given)) {  // its family without a scale letter (export names the YAML after it)
+    const auto [unified_name, letter] = split_scale(given);
+    return {YoloSpec::parse(read_text(given, origin), given, stem(unified_name.empty() ? given : unified_name)),
+            letter};
+  }
   const auto [unified, letter] = split_scale(given);
   if (!unified.empty() && fs::is_regular_file(unified))
     return {YoloSpec::parse(read_text(unified, origin), unified, stem(unified)), letter};
@@ -598,6 +601,9 @@ const ConfigBinding<YoloConfig>& yolo_bindings() {
     b.string(
         "model.yaml", &S::yaml,
         "Ultralytics model YAML: a file, or built-in yolov8.yaml, yolo11.yaml, yolo12.yaml (yolo11n.yaml: scale n)");
+    b.string("model.yaml_text", &S::yaml_text,
+             "the model YAML's text, used instead of reading model.yaml (training records a file's here, so that "
+             "eval, export and predict do not need the file)");
     b.string("model.scale", &S::scale, "scale of the model YAML (n, s, m, l, x)")
         .defaults_to("the letter in model.yaml's name, else the YAML's first scale");
     b.integer("model.num_classes", &S::num_classes, "object classes")
@@ -621,7 +627,12 @@ void YoloConfig::declare(ConfigSchema& schema) { yolo_bindings().declare(schema)
 YoloConfig YoloConfig::from_config(const Config& c) {
   const std::string& origin = c.origin();
   YoloConfig s = yolo_bindings().read(c);
-  auto [spec, letter] = resolve_yaml(s.yaml, c.has("model.yaml") ? c.source("model.yaml") : origin);
+  auto [spec, letter] = [&]() -> std::pair<YoloSpec, std::string> {
+    if (s.yaml_text.empty()) return resolve_yaml(s.yaml, c.has("model.yaml") ? c.source("model.yaml") : origin);
+    const auto [unified, scale_letter] = split_scale(s.yaml);
+    return {YoloSpec::parse(s.yaml_text, "model.yaml_text (" + s.yaml + ")", stem(unified.empty() ? s.yaml : unified)),
+            scale_letter};
+  }();
   s.spec = std::move(spec);
   const YoloConfig given = s;
   apply_scale(s, c.has("model.scale") ? given.scale : "", letter,
@@ -728,7 +739,8 @@ YoloImpl::YoloImpl(const YoloConfig& config, comm::Communicator* sync_comm)
     Args a{spec, row, row.args};
     for (auto& v : a.values)
       if (v == "nc") v = std::to_string(nc);
-    const int64_t n = row.repeats > 1 ? std::max<int64_t>(1, std::llround(double(row.repeats) * config.depth)) : 1;
+    const int64_t n =
+        row.repeats > 1 ? std::max<int64_t>(1, int64_t(std::nearbyint(double(row.repeats) * config.depth))) : 1;
     const int64_t c1 = ch_of(from[0]);
     int64_t c2 = c1, out_stride = stride_of(from[0]);
     int kind = kPlain;
@@ -760,7 +772,7 @@ YoloImpl::YoloImpl(const YoloConfig& config, comm::Communicator* sync_comm)
       const bool act = a.flag(6, true);
       if (k < 1 || s < 1 || g < 1 || d < 1 || c1 % g != 0 || c2 % g != 0)
         fail("bad kernel, stride, groups or dilation");
-      out_stride *= s;
+      for (int64_t k = 0; k < n; ++k) out_stride *= s;  // each repeat strides again
       chain([&](int64_t in) { return ultralytics::Conv(in, c2, k, s, p, g, d, act, sync); });
     } else if (m == "C2f" || m == "C3k2") {
       bool shortcut = false, c3k = false;

@@ -111,37 +111,45 @@ DetectSettings DetectSettings::from_config(const Config& c) {
 DetectEvalOptions DetectEvalOptions::from_config(const Config& c) { return DetectSettings::from_config(c).eval; }
 
 std::string ultralytics_auto(Config& c, int64_t images, int world_size) {
+  const std::string why = "optim.name auto (Ultralytics' rule)";
+  c.set("optim.name", "auto", why);  // until decided: the settings below read it as auto, not as adamw
   const auto t = train::TrainerSettings::from_config(c);
-  const int64_t batch = DetectSettings::from_config(c).batch * t.accumulate * world_size;
+  const int64_t batch = DetectSettings::from_config(c).batch * world_size;  // Ultralytics' batch: images per iteration
   const int64_t n = std::max<int64_t>(1, images), classes = models::YoloConfig::from_config(c).num_classes;
-  const int64_t steps_per_epoch = (n + batch - 1) / batch;
-  const double epochs = t.epochs > 0 ? t.epochs : double(t.steps) * double(batch) / double(n);
+  // Ultralytics accumulates gradients up to its nominal 64 images per step (accumulate = round(64 / B)).
+  const int64_t accumulate =
+      c.has("train.accumulate") ? t.accumulate : std::max<int64_t>(1, int64_t(std::nearbyint(64.0 / double(batch))));
+  const int64_t steps_per_epoch = (n + batch * accumulate - 1) / (batch * accumulate);
+  const double epochs = t.epochs > 0 ? t.epochs : double(t.steps) * double(batch * accumulate) / double(n);
   const double iterations = std::ceil(double(n) / double(std::max<int64_t>(batch, 64))) * epochs;
   const bool sgd = iterations > 10000;
-  const double lr = sgd ? 0.01 : std::round(0.002 * 5.0 / double(4 + classes) * 1e6) / 1e6;
-  const std::string why = "optim.name auto (Ultralytics' rule)";
-  std::string chosen;
+  const double lr = sgd ? 0.01 : std::nearbyint(0.002 * 5.0 / double(4 + classes) * 1e6) / 1e6;
+  std::string chosen, kept;
   const auto set = [&](const std::string& key, const std::string& value) {
-    if (c.has(key)) return;
+    if (c.has(key)) return void(kept += (kept.empty() ? "" : ", ") + key + " " + c.text(key));
     c.set(key, value, why);
     chosen += (chosen.empty() ? "" : ", ") + key + " " + value;
   };
   c.set("optim.name", sgd ? "sgd" : "adamw", why);
+  set("train.accumulate", std::to_string(accumulate));
   set("optim.lr", fmt::format("{}", lr));
   if (sgd) set("optim.momentum", "0.9"), set("optim.warmup_bias_lr", "0.1");
-  const int64_t accumulate = std::max<int64_t>(1, std::llround(64.0 / double(batch)));
+  if (!sgd && c.has("optim.warmup_bias_lr") && c.get<double>("optim.warmup_bias_lr") > 0) {
+    c.set("optim.warmup_bias_lr", "0", why);  // as Ultralytics: no bias warmup with AdamW
+    chosen += (chosen.empty() ? "" : ", ") + std::string("optim.warmup_bias_lr 0 (AdamW)");
+  }
   set("optim.weight_decay", fmt::format("{}", 5e-4 * double(batch * accumulate) / 64.0));
   if (!c.has("optim.warmup_ratio"))
-    set("optim.warmup", std::to_string(std::max<int64_t>(100, std::llround(3.0 * double(steps_per_epoch)))));
+    set("optim.warmup", std::to_string(std::max<int64_t>(100, int64_t(std::nearbyint(3.0 * double(steps_per_epoch))))));
   set("optim.schedule", "linear");
   set("optim.min_lr", fmt::format("{}", c.get<double>("optim.lr") * 0.01));
   set("optim.clip", "10.0");
   set("train.ema", "0.9999");
   set("train.ema_tau", "2000");
   return fmt::format(
-      "optim.name auto: {} ({:.0f} iterations of batch max({}, 64) over {:.1f} epochs {} 10,000; {} classes){}{}",
+      "optim.name auto: {} ({:.0f} iterations of max({}, 64) images over {:.1f} epochs {} 10,000; {} classes){}{}{}{}",
       sgd ? "sgd" : "adamw", iterations, batch, epochs, sgd ? ">" : "<=", classes, chosen.empty() ? "" : "; set ",
-      chosen);
+      chosen, kept.empty() ? "" : "; given by the config: ", kept);
 }
 
 train::Metrics DetectEval::metrics() const {
@@ -174,6 +182,11 @@ at::Tensor detection_input(const at::Tensor& images, const c10::Device& device) 
 
 DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, const std::string& path,
                               const DetectEvalOptions& o) {
+  if (!o.save_json.empty()) {  // before the work: a path that cannot be written fails now, on every rank
+    const auto dir = std::filesystem::absolute(o.save_json).parent_path();
+    if (!std::filesystem::is_directory(dir))
+      throw UserError("task.save_json: " + o.save_json + ": the directory " + dir.string() + " does not exist");
+  }
   at::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
@@ -214,7 +227,7 @@ DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, cons
     }
     const auto found =
         detect::decode(model->forward(x), model->strides(), model->config().reg_max, o.conf, o.iou, o.max_det);
-    const auto truth = reader.read_boxes(rows);
+    const auto truth = reader.read_boxes(rows, /*evaluation=*/true);
     for (int64_t i = 0; i < m; ++i) {
       const auto& gt = truth[size_t(i)];
       const int w0 = gt.original_size[0] > 0 ? gt.original_size[0] : int(stored);
@@ -266,14 +279,14 @@ DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, cons
       detections += scores.size(0);
     }
   }
-  if (!o.save_json.empty()) {  // every rank's detections to rank 0, in rank (= image) order
-    const auto parts = rt.allgather(results.dump());
-    if (rt.rank() == 0) {
-      nlohmann::json all = nlohmann::json::array();
-      for (const auto& part : parts)
-        for (auto& e : nlohmann::json::parse(part)) all.push_back(std::move(e));
-      write_file_atomically(o.save_json, all.dump());
-    }
+  if (!o.save_json.empty()) {  // every rank's detections to rank 0, one rank at a time, in rank (= image) order
+    std::string all = "[";
+    rt.stream_to_root(results.dump(), [&](int, const std::string& part) {
+      if (part.size() <= 2) return;  // "[]"
+      if (all.size() > 1) all += ",";
+      all.append(part, 1, part.size() - 2);
+    });
+    if (rt.rank() == 0) write_file_atomically(o.save_json, all + "]");
   }
   // Every rank's matches to every rank (in rank order = image order), and every rank scores them.
   const auto all = rt.allgather(acc.serialize());
@@ -299,6 +312,7 @@ struct DetectTask::Impl {
   at::Tensor images, boxes, classes, offsets;  // the current batch (images on the device)
   train::DataPosition position;
   train::Metrics last_parts;
+  double loss_scale = 1;  // ranks x train.accumulate: Ultralytics' loss *= world_size and its summed accumulation
 
   Impl(const comm::Runtime& runtime, const Config& c, const std::string& train_data, train::DataPosition start)
       : rt(runtime),
@@ -332,6 +346,7 @@ struct DetectTask::Impl {
     }
 
     const auto trainer = train::TrainerSettings::from_config(c);
+    loss_scale = double(rt.size()) * double(trainer.accumulate);
     data::DetectionLoaderOptions lo;
     lo.path = train_data;
     lo.batch_size = settings.batch;
@@ -352,7 +367,7 @@ struct DetectTask::Impl {
 
     if (mc.sync_bn) bn_comm = comm::make_communicator(rt, comm::default_backend(rt));
     model = models::Yolo(mc, bn_comm.get());
-    if (!settings.init.empty()) {
+    if (!settings.init.empty() && start.epoch == 0 && start.position == 0) {  // a resume takes the checkpoint's
       const auto kept = models::load_ultralytics_weights(*model, settings.init);
       if (rt.rank() == 0 && !kept.empty())
         spdlog::warn(
@@ -445,7 +460,9 @@ at::Tensor DetectTask::forward() {
                   {"cls_loss", loss.cls.item<double>()},
                   {"dfl_loss", loss.dfl.item<double>()},
                   {"boxes", double(m.boxes.size(0))}};
-  return loss.total;  // Ultralytics' scale: the per-image loss x this rank's batch (its loss.sum() * batch_size)
+  // Ultralytics' scale: the per-image loss x the rank's batch (its loss.sum() * batch_size), x the
+  // ranks (its loss *= world_size against DDP's mean) and x train.accumulate (it sums micro-batches).
+  return loss.total * m.loss_scale;
 }
 
 train::Metrics DetectTask::evaluate() {

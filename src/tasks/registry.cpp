@@ -215,6 +215,12 @@ std::string describe_data(Config& config, const std::string& train_data, int wor
                         "auto is Ultralytics' rule, for task detect: give adamw or sgd");
     return "";
   }
+  // A model YAML of the user's own goes into the run's config: checkpoints then carry it.
+  if (!config.has("model.yaml_text")) {
+    const auto model = models::YoloConfig::from_config(config);
+    if (model.spec.source.rfind("built-in ", 0) != 0)
+      config.set("model.yaml_text", nlohmann::json(model.spec.text).dump(), model.spec.source);
+  }
   const bool sized = DetectSettings::from_config(config).eval.image_size > 0;
   if (config.has("task.class_names") && config.has("model.num_classes") && sized && !auto_optimizer) return "";
   const auto info = data::validate_dataset(train_data);

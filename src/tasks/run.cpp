@@ -24,14 +24,15 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
                                  const std::string& resume, const train::InjectedStraggler& straggler,
                                  const std::string& trace_path) {
   train::install_stop_signals();  // from the start: a signal while the data opens still ends with a checkpoint
-  const std::string decided = describe_data(config, DataSettings::from_config(config).train, rt.size());
-  if (rt.rank() == 0 && !decided.empty()) spdlog::info("{}", decided);
   const auto ckpt_settings = ckpt::CheckpointSettings::from_config(config, run_dir);
   const auto point = ckpt::choose_resume_point(rt, resume, ckpt_settings.dir);
   train::DataPosition start;
   if (point) {
-    for (const auto& d : ckpt::compare_configs(Config::parse(point->config_yaml, point->path), config, point->path))
-      if (rt.rank() == 0) spdlog::info("resume: config differs from the checkpoint's: {}", d);
+    // A resumed detect run with optim.name auto decides for the checkpoint's global batch: its
+    // train.accumulate and train.batch first.
+    const Config saved = Config::parse(point->config_yaml, point->path);
+    if (!config.has("train.accumulate") && saved.has("train.accumulate"))
+      config.set("train.accumulate", saved.text("train.accumulate"), point->path);
     // The checkpoint's global batch, on any number of ranks (elastic): train.batch follows.
     const Config full = with_defaults(config);
     const int64_t batch = full.get<int64_t>("train.batch");
@@ -45,6 +46,11 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
     }
     start = {point->epoch, point->position};
   }
+  const std::string decided = describe_data(config, DataSettings::from_config(config).train, rt.size());
+  if (rt.rank() == 0 && !decided.empty()) spdlog::info("{}", decided);
+  if (point)
+    for (const auto& d : ckpt::compare_configs(Config::parse(point->config_yaml, point->path), config, point->path))
+      if (rt.rank() == 0) spdlog::info("resume: config differs from the checkpoint's: {}", d);
   auto settings = train::TrainerSettings::from_config(config);
   train::seed(settings.seed);
   auto task = make_task(rt, config, DataSettings::from_config(config).train, start);

@@ -67,6 +67,13 @@ out=$(run train --config "$tmp/small.yaml" --data "$tmp/det.h5" --init "$tmp/exp
   --set train.steps=1 --run-dir "$tmp/back" 2>&1) || { echo "$out"; fail "train --init from the export exited"; }
 echo "$out" | grep -q "class head is for other classes" && { echo "$out"; fail "the export's own classes were re-initialised"; }
 expect_error "export over an existing directory" "exists" "$meridian" export --checkpoint "$ck" --out "$tmp/exp"
+# A model YAML of one's own travels in the checkpoint (model.yaml_text): eval works after it is gone.
+mkdir -p "$tmp/my" && cp "$src/jobs/configs/ultralytics/yolov8.yaml" "$tmp/my/mine.yaml"
+out=$(run train --config "$tmp/small.yaml" --data "$tmp/det.h5" --set model.yaml="$tmp/my/mine.yaml" --set train.steps=1 \
+  --set checkpoint.every_steps=1 --run-dir "$tmp/mine" 2>&1) || { echo "$out"; fail "train with a YAML file"; }
+rm -r "$tmp/my"
+run eval --checkpoint "$tmp/mine/checkpoints/step_00000001.h5" --data "$tmp/det.h5" --log-level warn >"$tmp/mine.log" 2>&1 ||
+  { cat "$tmp/mine.log"; fail "eval needed the model YAML file"; }
 
 # 3. Bad weight files.
 /usr/bin/python3 - "$tmp/coco/model.safetensors" "$tmp" "$src/tests/models" <<'PY' || fail "could not write the bad files"
@@ -92,7 +99,8 @@ coco_ref=(/usr/bin/python3 "$src/tests/detect/cocoeval_reference.py")
 run prep detection --images "$tmp/cimg" --coco "$tmp/cimg.json" --size 64 --out "$tmp/coco.h5" --log-level warn \
   >/dev/null || fail "prep --coco"
 out=$(run train --config "$tmp/small.yaml" --data "$tmp/coco.h5" --set train.steps=150 --set optim.lr=0.01 \
-  --set optim.warmup=20 --set train.ema=0 --set data.augment=false --set train.batch=6 --set checkpoint.every_steps=150 \
+  --set optim.warmup=20 --set train.ema=0 --set data.augment=false --set train.batch=6 --set train.accumulate=1 \
+  --set checkpoint.every_steps=150 \
   --run-dir "$tmp/c" 2>&1) || { echo "$out"; fail "train on the COCO file"; }
 ev=$(run eval --checkpoint "$tmp/c/checkpoints/step_00000150.h5" --data "$tmp/coco.h5" --save-json "$tmp/results.json" \
   --json "$tmp/metrics.json" --log-level warn 2>&1) || { echo "$ev"; fail "eval --save-json exited"; }

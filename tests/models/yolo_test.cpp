@@ -25,6 +25,7 @@
 #include "meridian/core/error.h"
 #include "meridian/models/safetensors.h"
 #include "meridian/parallel/sync_bn.h"
+#include <nlohmann/json.hpp>
 
 namespace models = meridian::models;
 namespace comm = meridian::comm;
@@ -296,6 +297,14 @@ TEST(Yolo, ModelYamlAndScaleResolution) {
   EXPECT_EQ(unified.spec.source, (dir.path / "yolo11.yaml").string());
   EXPECT_EQ(unified.scale, "l");
   EXPECT_EQ(models::builtin_yolo_families(), (std::vector<std::string>{"yolov8", "yolo11", "yolo12"}));
+  // model.yaml_text (what a run records) instead of reading the file: YOLOv8's rows at scale s.
+  std::ifstream v8(yaml_file("yolov8"));
+  const std::string v8_text((std::istreambuf_iterator<char>(v8)), std::istreambuf_iterator<char>());
+  const auto recorded =
+      parse("model: {yaml: gone/custom_s.yaml, yaml_text: " + nlohmann::json(v8_text).dump() + ", scale: s}\n");
+  EXPECT_EQ(recorded.spec.source, "model.yaml_text (gone/custom_s.yaml)");
+  models::Yolo from_text(recorded);
+  EXPECT_EQ(parameter_count(*from_text), 11166560);
 
   // Errors name the config file or the YAML, and the field or row.
   std::string origin;

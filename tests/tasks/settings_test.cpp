@@ -126,14 +126,16 @@ TEST(TaskSettings, UltralyticsAutoOptimizer) {
   EXPECT_EQ(coco.get<std::string>("optim.schedule"), "linear");
   EXPECT_DOUBLE_EQ(coco.get<double>("optim.min_lr"), 1e-4);
   EXPECT_DOUBLE_EQ(coco.get<double>("train.ema"), 0.9999);
-  // A small set on 2 ranks x 16, 500 steps: B 32, 128 images are 2 iterations of 64 per epoch x
-  // 125 epochs = 250: AdamW at round(0.01 / 84, 6) = 0.000119; weight decay 5e-4 x 32 x 2 / 64; the
-  // warmup's floor of 100 steps. A key the config gives stays.
+  // A small set on 2 ranks x 16, 500 steps: B 32, accumulated 2 to 64 images a step, 250 epochs of
+  // 128 images = 2 iterations each, 500 in all: AdamW at round(0.01 / 84, 6) = 0.000119; weight decay
+  // 5e-4 x 32 x 2 / 64; the warmup's floor of 100 steps. A key the config gives stays.
   Config small = parse(
       "task: {name: detect}\nmodel: {yaml: yolo11n.yaml, num_classes: 80}\ntrain: {steps: 500}\n"
       "optim: {name: auto, clip: 3}\n");
   ultralytics_auto(small, 128, 2);
   EXPECT_EQ(small.get<std::string>("optim.name"), "adamw");
+  EXPECT_EQ(small.get<int64_t>("train.accumulate"), 2);  // up to 64 images per step
+  EXPECT_EQ(coco.get<int64_t>("train.accumulate"), 1);
   EXPECT_DOUBLE_EQ(small.get<double>("optim.lr"), 0.000119);
   EXPECT_DOUBLE_EQ(small.get<double>("optim.weight_decay"), 5e-4);
   EXPECT_EQ(small.get<int64_t>("optim.warmup"), 100);

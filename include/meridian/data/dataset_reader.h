@@ -78,7 +78,9 @@ class DatasetReader {
   // per row in that order. The boxes of consecutive rows are contiguous in /boxes, so it reads one
   // hyperslab of /boxes and one of /box_classes per run of consecutive rows that has boxes, placed
   // by the offsets read at construction. DataError (naming the file) for an image_text file.
-  std::vector<RowBoxes> read_boxes(const std::vector<int64_t>& rows);
+  // `evaluation`: also the original sizes, image ids, areas and crowd regions (files that have them);
+  // training reads boxes and classes only.
+  std::vector<RowBoxes> read_boxes(const std::vector<int64_t>& rows, bool evaluation = false);
 
   // Hash of the file size, the root attributes (and the box count of a detection file) and the first
   // image: equal on every rank that sees the same file.

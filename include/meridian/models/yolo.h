@@ -68,7 +68,8 @@ const std::vector<std::string>& builtin_yolo_families();
 
 struct YoloConfig {
   std::string yaml = "yolo11.yaml";  // model.yaml as given
-  std::string scale;                 // the scale used ("" for a YAML without scales)
+  std::string yaml_text;  // model.yaml_text: the YAML itself (a run records a file's here); '': read model.yaml
+  std::string scale;      // the scale used ("" for a YAML without scales)
   int64_t num_classes = 80;
   double depth = 0.5, width = 0.25;
   int64_t max_channels = 1024;

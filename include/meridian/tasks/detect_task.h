@@ -17,8 +17,9 @@
 //   model.sync_bn       BatchNorm statistics over all ranks (parallel::SyncBatchNorm2d on its own communicator)
 //   task.class_names    written by tasks::describe_data from the training set (predict labels)
 //   task.init           an Ultralytics detection state_dict as .safetensors (--init): models::load_ultralytics_weights
-// The loss is Ultralytics': detect::detection_loss's total, the per-image loss x this rank's batch B
-// (Ultralytics backpropagates loss.sum() * batch_size), so optim.clip and SGD's lr act as there.
+// The loss is Ultralytics': detect::detection_loss's total (the per-image loss x this rank's batch,
+// its loss.sum() * batch_size) x the ranks x train.accumulate (its loss *= world_size, and its
+// micro-batches summed, not averaged), so the gradient, optim.clip and SGD's lr act as there.
 #pragma once
 
 #include <memory>
@@ -109,10 +110,11 @@ std::vector<ImageDetection> detect_image(models::Yolo& model, const cv::Mat& rgb
 // Not collective: Ultralytics' optimizer=auto and the training defaults around it (its
 // ultralytics/cfg/default.yaml and BaseTrainer), written into `config` on the keys it leaves unset,
 // for a run of train.epochs (else train.steps) over `images` training images on `world_size` ranks
-// with global batch B = train.batch x train.accumulate x ranks, N = model.num_classes:
+// with B = train.batch x ranks images per iteration, N = model.num_classes:
 //   optim.name      sgd when ceil(images / max(B, 64)) x epochs > 10,000 iterations, else adamw
 //   optim.lr        sgd 0.01; adamw round(0.002 x 5 / (4 + N), 6)     optim.momentum 0.9 (sgd)
-//   optim.weight_decay  5e-4 x B x max(round(64 / B), 1) / 64 (Ultralytics scales it to its nominal batch 64)
+//   train.accumulate    max(round(64 / B), 1) (Ultralytics accumulates up to its nominal 64 images)
+//   optim.weight_decay  5e-4 x B x train.accumulate / 64
 //   optim.warmup    max(3 epochs, 100) steps; optim.warmup_momentum 0.8, optim.warmup_bias_lr 0.1 (sgd)
 //   optim.schedule  linear; optim.min_lr = optim.lr x 0.01 (lrf)    optim.clip 10
 //   train.ema 0.9999, train.ema_tau 2000
