@@ -19,13 +19,13 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "meridian/comm/communicator.h"
 #include "meridian/core/config.h"
 #include "meridian/core/error.h"
 #include "meridian/models/safetensors.h"
 #include "meridian/parallel/sync_bn.h"
-#include <nlohmann/json.hpp>
 
 namespace models = meridian::models;
 namespace comm = meridian::comm;
