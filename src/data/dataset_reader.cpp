@@ -74,16 +74,16 @@ DatasetReader::DatasetReader(const DatasetInfo& info, IoDriver driver) : info_(i
       h->box_classes = open("/box_classes");
       if (info_.original_sizes) h->image_sizes = open("/image_sizes"), h->image_ids = open("/image_ids");
       if (info_.box_areas) h->box_areas = open("/box_areas");
+      const auto read_offsets = [&](const char* name, std::vector<int64_t>& out) {  // [N + 1], read once
+        out.resize(size_t(part.count + 1));
+        MERIDIAN_H5_CHECK(H5Dread(open(name), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()));
+      };
       if (info_.crowd_count >= 0) {
         h->crowd_boxes = open("/crowd_boxes");
         h->crowd_classes = open("/crowd_classes");
-        h->crowd_offsets.resize(size_t(part.count + 1));
-        MERIDIAN_H5_CHECK(
-            H5Dread(open("/crowd_offsets"), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, h->crowd_offsets.data()));
+        read_offsets("/crowd_offsets", h->crowd_offsets);
       }
-      h5::Id offsets = open("/box_offsets");
-      h->box_offsets.resize(size_t(part.count + 1));
-      MERIDIAN_H5_CHECK(H5Dread(offsets, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, h->box_offsets.data()));
+      read_offsets("/box_offsets", h->box_offsets);
     } else {
       h->tokens = open("/tokens");
       h->lengths = open("/token_lengths");

@@ -58,22 +58,30 @@ void validate_image_text(hid_t file, const std::string& path, const std::vector<
   expect_strings(file, path, "/captions");
 }
 
+// Boxes stored flat by image: `boxes` float32 [count, 4], `classes` [count], `offsets` int64
+// [N + 1] from 0 to count, never decreasing (`count` names the count in messages: M, K). Returns it.
+int64_t validate_ragged_boxes(hid_t file, const std::string& path, const std::vector<hsize_t>& d,
+                              const ShapeCheck& check_shape, const std::string& boxes, const std::string& classes,
+                              const std::string& offsets, const std::string& count) {
+  h5::Id dset = open_dataset(file, path, boxes);
+  expect_type(dset, path, boxes, H5T_FLOAT, 4, "float32");
+  const auto b = h5::dims(dset);
+  if (b.size() != 2 || b[1] != 4) throw DataError(path, boxes, "expected [" + count + ", 4], got " + shape_text(b));
+  check_shape(classes.c_str(), {b[0]});
+  check_shape(offsets.c_str(), {d[0] + 1});
+  std::vector<int64_t> off(d[0] + 1);
+  MERIDIAN_H5_CHECK(
+      H5Dread(open_dataset(file, path, offsets), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, off.data()));
+  if (off.front() != 0 || off.back() != int64_t(b[0]))
+    throw DataError(path, offsets, "must start at 0 and end at " + count + " = " + std::to_string(b[0]));
+  for (size_t i = 1; i < off.size(); ++i)
+    if (off[i] < off[i - 1]) throw DataError(path, offsets, "decreases at entry " + std::to_string(i));
+  return int64_t(b[0]);
+}
+
 void validate_detection(hid_t file, const std::string& path, const std::vector<hsize_t>& d, DatasetInfo& info,
                         const ShapeCheck& check_shape) {
-  h5::Id boxes = open_dataset(file, path, "/boxes");
-  expect_type(boxes, path, "/boxes", H5T_FLOAT, 4, "float32");
-  const auto b = h5::dims(boxes);
-  if (b.size() != 2 || b[1] != 4) throw DataError(path, "/boxes", "expected [M, 4], got " + shape_text(b));
-  info.box_count = int64_t(b[0]);
-  check_shape("/box_classes", {b[0]});
-  check_shape("/box_offsets", {d[0] + 1});
-  h5::Id offsets = open_dataset(file, path, "/box_offsets");
-  std::vector<int64_t> off(d[0] + 1);
-  MERIDIAN_H5_CHECK(H5Dread(offsets, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, off.data()));
-  if (off.front() != 0 || off.back() != info.box_count)
-    throw DataError(path, "/box_offsets", "must start at 0 and end at M = " + std::to_string(info.box_count));
-  for (size_t i = 1; i < off.size(); ++i)
-    if (off[i] < off[i - 1]) throw DataError(path, "/box_offsets", "decreases at entry " + std::to_string(i));
+  info.box_count = validate_ragged_boxes(file, path, d, check_shape, "/boxes", "/box_classes", "/box_offsets", "M");
   // Written since 2026-12 (older files lack them: evaluation then takes the stored image as the original).
   if (h5::exists(file, "/image_sizes")) {
     expect_type(open_dataset(file, path, "/image_sizes"), path, "/image_sizes", H5T_INTEGER, 4, "int32");
@@ -85,25 +93,13 @@ void validate_detection(hid_t file, const std::string& path, const std::vector<h
   }
   if (h5::exists(file, "/box_areas")) {
     expect_type(open_dataset(file, path, "/box_areas"), path, "/box_areas", H5T_FLOAT, 4, "float32");
-    check_shape("/box_areas", {b[0]});
+    check_shape("/box_areas", {hsize_t(info.box_count)});
     info.box_areas = true;
   }
   if (h5::exists(file, "/crowd_offsets")) {  // COCO's iscrowd regions, beside the boxes
-    h5::Id crowd = open_dataset(file, path, "/crowd_boxes");
-    expect_type(crowd, path, "/crowd_boxes", H5T_FLOAT, 4, "float32");
-    const auto k = h5::dims(crowd);
-    if (k.size() != 2 || k[1] != 4) throw DataError(path, "/crowd_boxes", "expected [K, 4], got " + shape_text(k));
     expect_type(open_dataset(file, path, "/crowd_classes"), path, "/crowd_classes", H5T_INTEGER, 4, "int32");
-    check_shape("/crowd_classes", {k[0]});
-    check_shape("/crowd_offsets", {d[0] + 1});
-    std::vector<int64_t> coff(d[0] + 1);
-    MERIDIAN_H5_CHECK(H5Dread(open_dataset(file, path, "/crowd_offsets"), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL,
-                              H5P_DEFAULT, coff.data()));
-    if (coff.front() != 0 || coff.back() != int64_t(k[0]))
-      throw DataError(path, "/crowd_offsets", "must start at 0 and end at K = " + std::to_string(k[0]));
-    for (size_t i = 1; i < coff.size(); ++i)
-      if (coff[i] < coff[i - 1]) throw DataError(path, "/crowd_offsets", "decreases at entry " + std::to_string(i));
-    info.crowd_count = int64_t(k[0]);
+    info.crowd_count =
+        validate_ragged_boxes(file, path, d, check_shape, "/crowd_boxes", "/crowd_classes", "/crowd_offsets", "K");
   }
 }
 

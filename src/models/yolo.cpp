@@ -745,17 +745,15 @@ YoloImpl::YoloImpl(const YoloConfig& config, comm::Communicator* sync_comm)
     int64_t c2 = c1, out_stride = stride_of(from[0]);
     int kind = kPlain;
     ultralytics::Fn fn;
+    auto adopt = [&](auto layer) {  // the row's module: "model.<i>", run by fn
+      fn = [layer](const at::Tensor& x) mutable { return layer->forward(x); };
+      layers_->push_back(layer);
+    };
     auto chain = [&](auto make) {  // n > 1 of a module that does not take repeats: nn.Sequential of n
-      if (n == 1) {
-        auto m = make(c1);
-        fn = [m](const at::Tensor& x) mutable { return m->forward(x); };
-        layers_->push_back(m);
-        return;
-      }
+      if (n == 1) return adopt(make(c1));
       ultralytics::Chain seq;
       for (int64_t k = 0; k < n; ++k) seq->add(make(k == 0 ? c1 : c2));
-      fn = [seq](const at::Tensor& x) mutable { return seq->forward(x); };
-      layers_->push_back(seq);
+      adopt(seq);
     };
     const std::string& m = row.module;
     const bool wide_or_m = config.scale == "m" || config.scale == "l" || config.scale == "x";
@@ -790,15 +788,10 @@ YoloImpl::YoloImpl(const YoloConfig& config, comm::Communicator* sync_comm)
       const auto block = m == "C2f" ? ultralytics::C2fBlock::kBottleneck
                          : c3k      ? ultralytics::C2fBlock::kC3k
                                     : ultralytics::C2fBlock::kHalfBottleneck;
-      if (m == "C2f") {
-        ultralytics::C2f layer(c1, c2, n, shortcut, g, e, block, sync);
-        fn = [layer](const at::Tensor& x) mutable { return layer->forward(x); };
-        layers_->push_back(layer);
-      } else {
-        ultralytics::C3k2 layer(c1, c2, n, shortcut, g, e, block, sync);
-        fn = [layer](const at::Tensor& x) mutable { return layer->forward(x); };
-        layers_->push_back(layer);
-      }
+      if (m == "C2f")
+        adopt(ultralytics::C2f(c1, c2, n, shortcut, g, e, block, sync));
+      else
+        adopt(ultralytics::C3k2(c1, c2, n, shortcut, g, e, block, sync));
     } else if (m == "SPPF") {
       const int64_t k = a.integer(1, 5);
       if (k < 1 || k % 2 == 0) fail("the pooling kernel must be odd");
@@ -808,9 +801,7 @@ YoloImpl::YoloImpl(const YoloConfig& config, comm::Communicator* sync_comm)
       const int64_t c = int64_t(double(c1) * e);
       if (c1 != c2) fail("input channels " + std::to_string(c1) + " differ from output " + std::to_string(c2));
       if (c < 64) fail("hidden width " + std::to_string(c) + " gives no attention head (heads = width / 64)");
-      ultralytics::C2PSA layer(c1, n, e, sync);
-      fn = [layer](const at::Tensor& x) mutable { return layer->forward(x); };
-      layers_->push_back(layer);
+      adopt(ultralytics::C2PSA(c1, n, e, sync));
     } else if (m == "A2C2f") {
       legacy = false;
       if (config.scale == "l" || config.scale == "x") {  // parse_model: args.extend((True, 1.2))
@@ -826,9 +817,7 @@ YoloImpl::YoloImpl(const YoloConfig& config, comm::Communicator* sync_comm)
         fail("hidden width " + std::to_string(c) + " is not a multiple of 32 (area-attention heads of 32 channels)");
       if (a2 && residual && c1 != c2)
         fail("residual with input channels " + std::to_string(c1) + " != " + std::to_string(c2));
-      ultralytics::A2C2f layer(c1, c2, n, a2, area, residual, mlp_ratio, e, g, shortcut, sync);
-      fn = [layer](const at::Tensor& x) mutable { return layer->forward(x); };
-      layers_->push_back(layer);
+      adopt(ultralytics::A2C2f(c1, c2, n, a2, area, residual, mlp_ratio, e, g, shortcut, sync));
     } else if (m == "nn.Upsample") {
       const int64_t factor = a.integer(1, 2);
       if (a.values.size() > 2 && a.values[2] != "nearest") fail("only mode 'nearest' is supported");

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <optional>
 
 #include "meridian/ckpt/checkpoint.h"
 #include "meridian/comm/runtime.h"
@@ -27,12 +28,13 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
   const auto ckpt_settings = ckpt::CheckpointSettings::from_config(config, run_dir);
   const auto point = ckpt::choose_resume_point(rt, resume, ckpt_settings.dir);
   train::DataPosition start;
+  std::optional<Config> saved;  // the checkpoint's config
   if (point) {
     // A resumed detect run with optim.name auto decides for the checkpoint's global batch: its
     // train.accumulate and train.batch first.
-    const Config saved = Config::parse(point->config_yaml, point->path);
-    if (!config.has("train.accumulate") && saved.has("train.accumulate"))
-      config.set("train.accumulate", saved.text("train.accumulate"), point->path);
+    saved = Config::parse(point->config_yaml, point->path);
+    if (!config.has("train.accumulate") && saved->has("train.accumulate"))
+      config.set("train.accumulate", saved->text("train.accumulate"), point->path);
     // The checkpoint's global batch, on any number of ranks (elastic): train.batch follows.
     const Config full = with_defaults(config);
     const int64_t batch = full.get<int64_t>("train.batch");
@@ -48,8 +50,8 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
   }
   const std::string decided = describe_data(config, DataSettings::from_config(config).train, rt.size());
   if (rt.rank() == 0 && !decided.empty()) spdlog::info("{}", decided);
-  if (point)
-    for (const auto& d : ckpt::compare_configs(Config::parse(point->config_yaml, point->path), config, point->path))
+  if (saved)
+    for (const auto& d : ckpt::compare_configs(*saved, config, point->path))
       if (rt.rank() == 0) spdlog::info("resume: config differs from the checkpoint's: {}", d);
   auto settings = train::TrainerSettings::from_config(config);
   train::seed(settings.seed);
