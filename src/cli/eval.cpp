@@ -1,6 +1,8 @@
-// `meridian eval`: evaluates a checkpoint on a dataset, every rank its share: SigLIP (retrieval
-// recall@K both ways and zero-shot accuracy), detect (COCO-style mAP@0.5 and @0.5:0.95, per class) or
-// lm (loss, perplexity, tokens), or a Hugging Face Llama directory as published (--init).
+// `meridian eval`: evaluates a checkpoint on a dataset with its task's evaluation
+// (TaskSpec::evaluate_checkpoint), every rank its share: SigLIP (retrieval recall@K both ways and
+// zero-shot accuracy), detect (COCO-style mAP@0.5 and @0.5:0.95, per class) or lm (loss,
+// perplexity, tokens); or a published Hugging Face directory as it is (--init:
+// TaskSpec::evaluate_published of the task whose hf_model_type is its config.json's model_type).
 #include <cstdio>
 
 #include "commands.h"
@@ -9,7 +11,6 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/json_file.h"
-#include "meridian/tasks/lm_task.h"
 #include "meridian/tasks/registry.h"
 
 namespace meridian::cli {
@@ -51,7 +52,11 @@ Command eval_command() {
       }
     };
     if (!init.empty()) {
-      report(init, tasks::evaluate_hf_llama(rt, init, data_path, p["seq-len"].as<int64_t>()));
+      Config overrides;
+      if (p["seq-len"].as<int64_t>() > 0)
+        overrides.set("data.seq_len", std::to_string(p["seq-len"].as<int64_t>()), "--seq-len");
+      report(init, tasks::need(tasks::published_task(init), &tasks::TaskSpec::evaluate_published, "eval --init", init)(
+                       rt, init, data_path, overrides));
       return 0;
     }
     const ckpt::Reader reader(path);
@@ -60,14 +65,17 @@ Command eval_command() {
     apply_overrides(p, config);
     if (p["seq-len"].as<int64_t>() > 0)
       config.set("data.seq_len", std::to_string(p["seq-len"].as<int64_t>()), "--seq-len");
-    const std::string task = tasks::task_name(config), wanted = p["task"].as<std::string>();
+    const tasks::TaskSpec& spec = tasks::task_spec(config);
+    const std::string task = spec.name, wanted = p["task"].as<std::string>();
     if (!wanted.empty() && wanted != task)
       throw UserError(path + ": --task " + wanted + ", but this checkpoint was trained with task.name " + task);
     if (const std::string save = p["save-json"].as<std::string>(); !save.empty()) {
-      if (task != "detect") throw UserError("eval: --save-json writes detections (task detect), not task " + task);
+      if (!tasks::config_schema(task).find("task.save_json"))
+        throw UserError("eval: --save-json writes detections; task " + task + " has none (task.save_json)");
       config.set("task.save_json", yaml_quoted(save), "--save-json");
     }
-    report(path + " (step " + std::to_string(step) + ")", tasks::evaluate_checkpoint(rt, reader, config, data_path));
+    const auto evaluate = tasks::need(spec, &tasks::TaskSpec::evaluate_checkpoint, "eval", path);
+    report(path + " (step " + std::to_string(step) + ")", evaluate(rt, reader, config, data_path));
     return 0;
   };
   return c;

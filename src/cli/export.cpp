@@ -1,20 +1,14 @@
-// `meridian export`: a checkpoint as the library it came from loads it. siglip: a transformers
-// SiglipModel directory (tasks::export_siglip); lm: a LlamaForCausalLM directory
-// (tasks::export_hf_llama), or the weights alone as one .safetensors file (tasks::export_merged);
-// LoRA adapters merged; detect: an Ultralytics state_dict and its model YAML (tasks::export_ultralytics).
+// `meridian export`: a checkpoint as the library it came from loads it, by its task's
+// TaskSpec::export_checkpoint. siglip: a transformers SiglipModel directory; lm: a LlamaForCausalLM
+// directory, or the weights alone as one .safetensors file, LoRA adapters merged; detect: an
+// Ultralytics state_dict and its model YAML.
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
-#include "meridian/ckpt/checkpoint.h"
-#include "meridian/ckpt/file.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/units.h"
-#include "meridian/tasks/detect_ultralytics.h"
-#include "meridian/tasks/lm_hf.h"
-#include "meridian/tasks/lm_task.h"
 #include "meridian/tasks/registry.h"
-#include "meridian/tasks/siglip_hf.h"
 
 namespace meridian::cli {
 
@@ -38,41 +32,18 @@ Command export_command() {
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     if (!p.count("checkpoint") || !p.count("out")) throw UserError("export: give --checkpoint and --out");
     if (rt.rank() != 0) return 0;
-    const auto path = p["checkpoint"].as<std::string>(), out = p["out"].as<std::string>();
-    const std::string task = tasks::task_name(ckpt::saved_config(ckpt::Reader(path)));
+    const auto path = p["checkpoint"].as<std::string>();
+    const auto export_checkpoint =
+        tasks::need(tasks::checkpoint_task(path), &tasks::TaskSpec::export_checkpoint, "export", path);
     const double shard_mb = p["max-shard-mb"].as<double>();
     if (shard_mb < 0) throw UserError("export: --max-shard-mb must be positive");
-    const int64_t shard_bytes = shard_mb > 0 ? int64_t(shard_mb * (1 << 20))
-                                             : int64_t(parse_bytes(p["shard-size"].as<std::string>(), "--shard-size"));
-    const std::string dtype = p["dtype"].as<std::string>(), tokenizer = p["tokenizer"].as<std::string>();
-    if (task == "siglip") {
-      const auto s = tasks::export_siglip(path, out, dtype, shard_bytes, tokenizer);
-      spdlog::info(
-          "export: {} tensors, {:.1f} MiB {} in {} weight file(s), tokenizer from {}: {} (transformers: "
-          "SiglipModel.from_pretrained(\"{}\"))",
-          s.tensors, double(s.bytes) / (1 << 20), p["dtype"].as<std::string>(), s.files, s.tokenizer, out, out);
-      return 0;
-    }
-    if (task == "detect") {
-      const auto s = tasks::export_ultralytics(path, out, dtype);
-      spdlog::info(
-          "export: {} tensors, {:.1f} MiB {}: {}/model.safetensors and the model YAML (Ultralytics: "
-          "docs/running.md)",
-          s.tensors, double(s.bytes) / (1 << 20), dtype, out);
-      return 0;
-    }
-    if (task != "lm")
-      throw UserError(path + ": export supports siglip, lm and detect checkpoints (this one is " + task + ")");
-    if (out.size() > 12 && out.compare(out.size() - 12, 12, ".safetensors") == 0) {
-      const int64_t n = tasks::export_merged(path, out);
-      spdlog::info("export: wrote {} tensors to {} (adapters merged, Hugging Face names)", n, out);
-      return 0;
-    }
-    const auto s = tasks::export_hf_llama(path, out, dtype, shard_bytes, tokenizer);
-    spdlog::info(
-        "export: {} tensors, {:.1f} MiB {} in {} weight file(s), tokenizer from {}: {} "
-        "(transformers: AutoModelForCausalLM.from_pretrained(\"{}\"))",
-        s.tensors, double(s.bytes) / (1 << 20), dtype, s.files, s.tokenizer, out, out);
+    tasks::ExportOptions o;
+    o.out = p["out"].as<std::string>();
+    o.dtype = p["dtype"].as<std::string>();
+    o.max_shard_bytes = shard_mb > 0 ? int64_t(shard_mb * (1 << 20))
+                                     : int64_t(parse_bytes(p["shard-size"].as<std::string>(), "--shard-size"));
+    o.tokenizer = p["tokenizer"].as<std::string>();
+    spdlog::info("{}", export_checkpoint(path, o));
     return 0;
   };
   return c;

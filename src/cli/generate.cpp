@@ -1,28 +1,14 @@
-// `meridian generate`: continue a prompt with a language-model checkpoint (task lm), greedily or by
-// top-p sampling, to see what the model learnt. Runs on rank 0 (other ranks return at once).
-#include "meridian/models/generate.h"
-
+// `meridian generate`: continue a prompt with a checkpoint of a task that generates (TaskSpec::
+// generate; task lm), greedily or by top-p sampling, to see what the model learnt. Runs on rank 0
+// (other ranks return at once).
 #include <cstdio>
 
 #include "commands.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
-#include "meridian/data/format.h"
-#include "meridian/data/prep.h"
-#include "meridian/data/tokenizer.h"
-#include "meridian/tasks/lm_task.h"
 #include "meridian/tasks/registry.h"
 
 namespace meridian::cli {
-
-namespace {
-
-data::Tokenizer load_tokenizer(const std::string& path) {
-  if (path.size() > 3 && path.substr(path.size() - 3) == ".h5") return data::dataset_tokenizer(path);
-  return data::Tokenizer::from_file(path);
-}
-
-}  // namespace
 
 Command generate_command() {
   Command c;
@@ -43,45 +29,27 @@ Command generate_command() {
     // clang-format on
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
-    const std::string path = p["checkpoint"].as<std::string>(), prompt = p["prompt"].as<std::string>();
-    const int max_new = p["max-new-tokens"].as<int>();
-    const double top_p = p["top-p"].as<double>(), temperature = p["temperature"].as<double>();
+    const std::string path = p["checkpoint"].as<std::string>();
+    tasks::GenerateOptions o;
+    o.prompt = p["prompt"].as<std::string>();
+    o.input = p["input"].as<std::string>();
+    o.raw = p.count("raw") > 0;
+    o.tokenizer = p["tokenizer"].as<std::string>();
+    o.max_new_tokens = p["max-new-tokens"].as<int>();
+    o.top_p = p["top-p"].as<double>();
+    o.temperature = p["temperature"].as<double>();
+    o.seed = p["seed"].as<uint64_t>();
     if (path.empty()) throw UserError("generate: --checkpoint is required");
-    if (prompt.empty()) throw UserError("generate: --prompt is required");
-    if (max_new < 1) throw UserError("generate: --max-new-tokens must be at least 1");
-    if (top_p < 0 || top_p > 1) throw UserError("generate: --top-p must be within [0, 1]");
-    if (!(temperature > 0)) throw UserError("generate: --temperature must be > 0");
+    if (o.prompt.empty()) throw UserError("generate: --prompt is required");
+    if (o.max_new_tokens < 1) throw UserError("generate: --max-new-tokens must be at least 1");
+    if (o.top_p < 0 || o.top_p > 1) throw UserError("generate: --top-p must be within [0, 1]");
+    if (!(o.temperature > 0)) throw UserError("generate: --temperature must be > 0");
     if (rt.rank() != 0) return 0;
-
-    // The run's model, with its LoRA adapters when it trained some.
-    Config config;
-    models::Llama model = tasks::load_lm(path, &config);
-    std::string tokenizer_path = p["tokenizer"].as<std::string>();
-    if (tokenizer_path.empty()) tokenizer_path = tasks::DataSettings::from_config(config).train;
-    if (tokenizer_path.empty())
-      throw UserError("generate: give --tokenizer (the checkpoint's config names no data.train)");
-    const data::Tokenizer tok = load_tokenizer(tokenizer_path);
-
-    model->to(rt.device());
-    model->eval();
-
-    const std::string text = p.count("raw") ? prompt : data::alpaca_prompt(prompt, p["input"].as<std::string>());
-    std::vector<int64_t> ids;
-    if (tok.adds_bos()) ids.push_back(tok.bos_id());
-    for (int32_t id : tok.ids(text)) ids.push_back(id);
-    const size_t prompt_tokens = ids.size();
-    models::SamplingOptions so;
-    so.max_new_tokens = max_new;
-    so.top_p = top_p;
-    so.temperature = temperature;
-    so.seed = p["seed"].as<uint64_t>();
-    so.eos_id = tok.eos_id();
-    std::vector<int32_t> generated;
-    for (int64_t id : models::generate(model, ids, so)) generated.push_back(int32_t(id));
-    std::printf("prompt (%zu tokens): %s\n", prompt_tokens, text.c_str());
-    std::printf("generated (%zu tokens, %s): %s\n", generated.size(),
-                top_p > 0 ? ("top-p " + std::to_string(top_p)).c_str() : "greedy",
-                tok.decode(generated.data(), int(generated.size())).c_str());
+    const auto generate = tasks::need(tasks::checkpoint_task(path), &tasks::TaskSpec::generate, "generate", path);
+    const auto r = generate(path, o, rt.device());
+    std::printf("prompt (%lld tokens): %s\n", (long long)r.prompt_tokens, r.prompt.c_str());
+    std::printf("generated (%lld tokens, %s): %s\n", (long long)r.tokens,
+                o.top_p > 0 ? ("top-p " + std::to_string(o.top_p)).c_str() : "greedy", r.text.c_str());
     return 0;
   };
   return c;

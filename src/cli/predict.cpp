@@ -1,15 +1,13 @@
-// `meridian predict`: runs a detect checkpoint on a directory of images; writes each image with its
-// boxes drawn and a YOLO-format label file (class cx cy w h confidence, normalised to the image).
-// Every rank takes every size-th image of the sorted list (tasks::predict_directory).
-#include "meridian/tasks/predict.h"
-
-#include <spdlog/spdlog.h>
+// `meridian predict`: runs a checkpoint of a task that predicts (TaskSpec::predict; detect) on a
+// directory of images; writes each image with its boxes drawn and a YOLO-format label file (class cx
+// cy w h confidence, normalised to the image). Every rank takes every size-th image of the sorted list.
 
 #include <cstdio>
 
 #include "commands.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
+#include "meridian/tasks/registry.h"
 
 namespace meridian::cli {
 
@@ -40,7 +38,8 @@ Command predict_command() {
     if (!(iou > 0 && iou <= 1)) throw UserError("predict: --iou must be within (0, 1]");
     if (max_det < 1) throw UserError("predict: --max-det must be at least 1");
     tasks::PredictOptions o{path, dir, out, conf, iou, max_det, p["size"].as<int64_t>()};
-    const auto done = tasks::predict_directory(rt, o);
+    const auto predict = tasks::need(tasks::checkpoint_task(path), &tasks::TaskSpec::predict, "predict", path);
+    const auto done = predict(rt, o);
     if (rt.rank() == 0)
       std::printf(
           "predict: %lld images, %lld detections (conf >= %.2f) -> %s (labels/ in YOLO format)%s\n",

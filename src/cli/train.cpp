@@ -23,7 +23,7 @@ void add_config_options(cxxopts::Options& o) {
       ("set", "Override a config value, key=value (repeatable), e.g. --set optim.lr=3e-4", cxxopts::value<std::vector<std::string>>())
       ("health-every", "Steps between health reports (health.jsonl; stragglers, memory growth, data stalls); 0: off; default train.health_every or 100", cxxopts::value<int64_t>())
       ("resume", "auto (the newest valid checkpoint in the run's checkpoint directory, else from scratch) or a checkpoint file", cxxopts::value<std::string>()->default_value(""))
-      ("print-config", "Print the resolved config (file, --data and --set applied, defaults filled in) and exit; docs/config.md lists every key");
+      ("print-config", "Print the resolved config and exit: every key, defaults filled in, each with where its value came from (the file and line, --set, --data, --init's config.json, the resume point, the task's policy when --data is given, or default); docs/config.md lists every key");
   // clang-format on
 }
 
@@ -46,9 +46,14 @@ Config resolved_config(const cxxopts::ParseResult& p, const std::string& command
   return config;
 }
 
-// --print-config: the resolved config with defaults, on rank 0. Returns the exit code.
-int print_config(const comm::Runtime& rt, const Config& config) {
-  if (rt.rank() == 0) std::printf("%s\n", tasks::with_defaults(config).dump().c_str());
+// --print-config, on rank 0: the config resolved as the run would (tasks::resolve_run: the resume
+// point and the task's policy, which reads the training data, when there is some), each value with
+// its source. Collective. Returns the exit code.
+int print_config(const comm::Runtime& rt, const cxxopts::ParseResult& p, Config config) {
+  if (!tasks::DataSettings::from_config(config).train.empty())
+    config =
+        tasks::resolve_run(rt, std::move(config), p["run-dir"].as<std::string>(), p["resume"].as<std::string>()).config;
+  if (rt.rank() == 0) std::printf("%s", tasks::annotated_config(config).c_str());
   return 0;
 }
 
@@ -121,7 +126,7 @@ Command train_command() {
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     const Config config = resolved_config(p, "train");
-    if (p.count("print-config")) return print_config(rt, config);
+    if (p.count("print-config")) return print_config(rt, p, config);
     std::string run_dir = p["run-dir"].as<std::string>();
     if (run_dir.empty()) run_dir = default_run_dir(rt);
     tasks::require_same_run(rt, config, run_dir, p["resume"].as<std::string>());
@@ -154,7 +159,7 @@ Command bench_train_command() {
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     Config config = resolved_config(p, "bench train");
-    if (p.count("print-config")) return print_config(rt, config);
+    if (p.count("print-config")) return print_config(rt, p, config);
     tasks::require_same_run(rt, config, p["run-dir"].as<std::string>(), "");
     config.set("data.eval", "''");  // speed only
     const double matmul = tasks::matmul_rate(rt);

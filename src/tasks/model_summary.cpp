@@ -3,10 +3,6 @@
 #include <fmt/format.h>
 #include <torch/nn/modules/container/modulelist.h>
 
-#include "meridian/core/error.h"
-#include "meridian/models/llama.h"
-#include "meridian/models/siglip.h"
-#include "meridian/models/yolo.h"
 #include "meridian/tasks/registry.h"
 
 namespace meridian::tasks {
@@ -56,7 +52,10 @@ void add_rows(const std::string& name, const torch::nn::Module& m, std::vector<M
   rows.push_back({name, type_name(m), count_parameters(m)});
 }
 
-ModelSummary summarize(const std::string& task, const torch::nn::Module& model, double flops, std::string sample) {
+}  // namespace
+
+ModelSummary summarize_module(const std::string& task, const torch::nn::Module& model, double flops,
+                              std::string sample) {
   ModelSummary s;
   s.task = task;
   for (const auto& child : model.named_children()) add_rows(child.key(), *child.value(), s.layers);
@@ -69,34 +68,8 @@ ModelSummary summarize(const std::string& task, const torch::nn::Module& model, 
   return s;
 }
 
-}  // namespace
-
 ModelSummary summarize_model(const Config& config, int64_t image_size) {
-  const std::string task = task_name(config);
-  if (image_size != 0 && task != "detect")
-    throw UserError("model: --image-size is detect's input size (" + task +
-                    (task == "siglip" ? ": the image size is model.image_size)" : ": no images)"));
-  if (image_size < 0 || image_size % 32 != 0)
-    throw UserError("model: --image-size must be a positive multiple of 32, got " + std::to_string(image_size));
-  if (task == "detect") {
-    const auto mc = models::YoloConfig::from_config(config);
-    int64_t size = image_size;
-    if (size == 0 && config.has("data.image_size")) size = config.get<int64_t>("data.image_size");
-    if (size == 0) size = 640;
-    models::Yolo model(mc);
-    return summarize(task, *model, model->flops(size), fmt::format("a {}x{} image", size, size));
-  }
-  if (task == "lm") {
-    const auto mc = models::LlamaConfig::from_config(config);
-    models::Llama model(mc, /*values=*/false);  // shapes only: a 7B summary holds no weights
-    return summarize(task, *model, mc.flops_per_token(mc.max_seq_len) * double(mc.max_seq_len),
-                     fmt::format("a sequence of {} tokens (model.max_seq_len)", mc.max_seq_len));
-  }
-  const auto mc = models::SiglipConfig::from_config(config);
-  models::Siglip model(mc);
-  return summarize(
-      task, *model, mc.flops_per_sample(),
-      fmt::format("an image of {}x{} and a caption of {} tokens", mc.image_size, mc.image_size, mc.context_length));
+  return task_spec(config).summarize(config, image_size);
 }
 
 std::string to_string(const ModelSummary& s) {

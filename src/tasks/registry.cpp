@@ -9,54 +9,19 @@
 #include "meridian/ckpt/checkpoint.h"
 #include "meridian/ckpt/file.h"
 #include "meridian/core/config_binding.h"
-#include "meridian/data/format.h"
 #include "meridian/models/hf_checkpoint.h"
-#include "meridian/models/llama_hf.h"
-#include "meridian/models/siglip.h"
-#include "meridian/tasks/detect_task.h"
-#include "meridian/tasks/lm_task.h"
-#include "meridian/tasks/siglip_task.h"
-#include "meridian/train/trainer.h"
+#include "meridian/train/settings.h"
+#include "specs.h"
 
 namespace meridian::tasks {
 
 namespace {
 
-constexpr const char* kDefaultTask = "siglip";
-
-// What each task provides, by name: its config keys, its train::Task, its checkpoint evaluation.
-struct TaskKind {
-  const char* name;
-  void (*declare)(ConfigSchema&);
-  std::unique_ptr<train::Task> (*make)(const comm::Runtime&, const Config&, const std::string&, train::DataPosition);
-  CheckpointEval (*evaluate)(const comm::Runtime&, const ckpt::Reader&, const Config&,
-                             const std::string&);  // null: none
-};
-
-template <typename T>
-std::unique_ptr<train::Task> make(const comm::Runtime& rt, const Config& c, const std::string& data,
-                                  train::DataPosition start) {
-  return std::make_unique<T>(rt, c, data, start);
-}
-
-const std::vector<TaskKind>& kinds() {
-  static const std::vector<TaskKind> k{
-      {"siglip", SiglipTask::declare, make<SiglipTask>, SiglipTask::evaluate_checkpoint},
-      {"lm", LmTask::declare, make<LmTask>, LmTask::evaluate_checkpoint},
-      {"detect", DetectTask::declare, make<DetectTask>, DetectTask::evaluate_checkpoint},
-  };
-  return k;
-}
-
 // The kind named by the config's task.name (ConfigError naming the known ones otherwise).
-const TaskKind& kind_of(const Config& config) {
-  const std::string name = config.text("task.name").empty() ? kDefaultTask : config.get<std::string>("task.name");
-  for (const auto& k : kinds())
-    if (name == k.name) return k;
-  std::string known;
-  for (size_t i = 0; i < kinds().size(); ++i)
-    known += std::string(i == 0 ? "" : i + 1 == kinds().size() ? " or " : ", ") + kinds()[i].name;
-  throw ConfigError(config.source("task.name"), "task.name", "expected one of " + known + ", got '" + name + "'");
+const TaskSpec* find_spec(const std::string& name) {
+  for (const TaskSpec* s : task_specs())
+    if (name == s->name) return s;
+  return nullptr;
 }
 
 const ConfigBinding<DataSettings>& data_bindings() {
@@ -72,8 +37,10 @@ const ConfigBinding<DataSettings>& data_bindings() {
 
 ConfigSchema common_schema() {
   ConfigSchema s;
-  s.choice("task.name", task_names(), kDefaultTask,
-           "the workload: siglip (image-text), lm (language-model SFT), detect");
+  std::string workloads;
+  for (const TaskSpec* t : task_specs())
+    workloads += std::string(workloads.empty() ? "" : ", ") + t->name + " (" + t->summary + ")";
+  s.choice("task.name", task_names(), task_specs().front()->name, "the workload: " + workloads);
   data_bindings().declare(s);
   train::TrainerSettings::declare(s);
   ckpt::CheckpointSettings::declare(s);
@@ -82,29 +49,62 @@ ConfigSchema common_schema() {
 
 ConfigSchema task_schema(const std::string& task) {
   ConfigSchema s;
-  const auto it = std::find_if(kinds().begin(), kinds().end(), [&](const TaskKind& k) { return task == k.name; });
-  MERIDIAN_CHECK(it != kinds().end(), "no config schema for task '" + task + "'");
-  it->declare(s);
+  const TaskSpec* spec = find_spec(task);
+  MERIDIAN_CHECK(spec != nullptr, "no config schema for task '" + task + "'");
+  spec->declare(s);
   return s;
 }
 
 }  // namespace
 
+const std::vector<const TaskSpec*>& task_specs() {
+  static const std::vector<const TaskSpec*> specs{&siglip_spec(), &lm_spec(), &detect_spec()};
+  return specs;
+}
+
+const TaskSpec& task_spec(const Config& config) {
+  const std::string name = task_name(config);
+  if (const TaskSpec* spec = find_spec(name)) return *spec;
+  std::string known;
+  for (size_t i = 0; i < task_specs().size(); ++i)
+    known += std::string(i == 0 ? "" : i + 1 == task_specs().size() ? " or " : ", ") + task_specs()[i]->name;
+  throw ConfigError(config.source("task.name"), "task.name", "expected one of " + known + ", got '" + name + "'");
+}
+
+const TaskSpec& checkpoint_task(const std::string& checkpoint) {
+  return task_spec(ckpt::saved_config(ckpt::Reader(checkpoint)));
+}
+
+const TaskSpec& published_task(const std::string& dir) {
+  if (!std::filesystem::is_directory(dir))
+    throw UserError(dir + " is not a directory (a Hugging Face model directory with config.json)");
+  const auto json = models::read_hf_config(dir);
+  const std::string type = json.value("model_type", std::string());
+  std::string known;
+  for (const TaskSpec* s : task_specs()) {
+    if (!s->hf_model_type) continue;
+    if (type == s->hf_model_type) return *s;
+    known += std::string(known.empty() ? "" : ", ") + s->hf_model_type + " (task " + s->name + ")";
+  }
+  throw DataError(dir + "/config.json", "model_type", "is '" + type + "'; meridian reads " + known);
+}
+
 std::vector<std::string> task_names() {
   std::vector<std::string> names;
-  for (const auto& k : kinds()) names.push_back(k.name);
+  for (const TaskSpec* s : task_specs()) names.push_back(s->name);
   return names;
 }
 
 DataSettings DataSettings::from_config(const Config& config) { return data_bindings().read(config); }
 
-std::string task_name(const Config& config) { return config.get<std::string>("task.name", kDefaultTask); }
+std::string task_name(const Config& config) {
+  const std::string name = config.text("task.name");
+  return name.empty() ? task_specs().front()->name : config.get<std::string>("task.name");
+}
 
 void require_task(const Config& config, const std::string& task, const std::string& checkpoint) {
   const std::string its = task_name(config);
-  if (its != task)
-    throw UserError(checkpoint + ": needs a checkpoint of " + (task == "lm" ? "an " : "a ") + task +
-                    " run (task.name is " + its + ")");
+  if (its != task) throw UserError(checkpoint + ": needs a checkpoint of task " + task + " (task.name is " + its + ")");
 }
 
 ConfigSchema config_schema(const std::string& task) {
@@ -113,7 +113,7 @@ ConfigSchema config_schema(const std::string& task) {
   return s;
 }
 
-Config with_defaults(const Config& config) { return config_schema(kind_of(config).name).with_defaults(config); }
+Config with_defaults(const Config& config) { return config_schema(task_spec(config).name).with_defaults(config); }
 
 void apply_init_config(Config& config) {
   const std::string init = config.get<std::string>("task.init", "");
@@ -121,14 +121,12 @@ void apply_init_config(Config& config) {
     throw ConfigError(config.source("task.init"), "task.init",
                       init + " does not exist (a Hugging Face model directory or a .safetensors file)");
   if (init.empty() || !std::filesystem::is_directory(init)) return;
-  const std::string task = task_name(config);
-  if (task != "siglip" && task != "lm")
+  const TaskSpec& spec = task_spec(config);
+  if (!spec.init_config_keys)
     throw ConfigError(config.source("task.init"), "task.init",
-                      init + " is a directory; task " + task + " starts from one .safetensors file");
+                      init + " is a directory; task " + spec.name + " starts from one .safetensors file");
   const std::string origin = init + "/config.json";
-  const auto json = models::read_hf_config(init);
-  const auto keys =
-      task == "siglip" ? models::siglip_config_keys(json, origin) : models::llama_config_keys(json, origin);
+  const auto keys = spec.init_config_keys(models::read_hf_config(init), origin);
   const auto value_of = [&](const std::string& key) {
     for (const auto& k : keys)
       if (k.key == key) return std::stod(k.yaml);
@@ -162,7 +160,7 @@ void apply_init_config(Config& config) {
 }
 
 void validate_config(Config& config) {
-  const std::string task = kind_of(config).name;
+  const std::string task = task_spec(config).name;
   config_schema(task).check(config, [&](const std::string& key) {
     std::vector<std::string> owners;
     for (const auto& other : task_names())
@@ -188,51 +186,18 @@ std::string config_reference() {
   return out;
 }
 
-std::unique_ptr<train::Task> make_task(const comm::Runtime& runtime, const Config& config,
-                                       const std::string& train_data, train::DataPosition start) {
-  return kind_of(config).make(runtime, config, train_data, start);
-}
-
-CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader, const Config& config,
-                                   const std::string& data_path) {
-  const TaskKind& kind = kind_of(config);
-  if (!kind.evaluate) {
-    std::string supported;
-    for (const auto& k : kinds())
-      if (k.evaluate) supported += std::string(supported.empty() ? "" : " and ") + k.name;
-    throw UserError(reader.path() + ": eval supports the " + supported + " tasks (this checkpoint is " + kind.name +
-                    ")");
-  }
-  return kind.evaluate(runtime, reader, config, data_path);
-}
-
 std::string describe_data(Config& config, const std::string& train_data, int world_size) {
-  const bool detect = task_name(config) == "detect";
-  const bool auto_optimizer = config.has("optim.name") ? config.get<std::string>("optim.name") == "auto" : detect;
-  if (!detect) {
-    if (auto_optimizer)
-      throw ConfigError(config.source("optim.name"), "optim.name",
-                        "auto is Ultralytics' rule, for task detect: give adamw or sgd");
-    return "";
+  const TaskSpec& spec = task_spec(config);
+  const bool auto_optimizer =
+      config.has("optim.name") ? config.get<std::string>("optim.name") == "auto" : spec.auto_optimizer;
+  if (auto_optimizer && !spec.auto_optimizer) {
+    std::string with;
+    for (const TaskSpec* s : task_specs())
+      if (s->auto_optimizer) with += std::string(with.empty() ? "" : " and ") + s->name;
+    throw ConfigError(config.source("optim.name"), "optim.name",
+                      "auto is Ultralytics' rule, for task " + with + ": give adamw or sgd");
   }
-  // A model YAML of the user's own goes into the run's config: checkpoints then carry it.
-  if (!config.has("model.yaml_text")) {
-    const auto model = models::YoloConfig::from_config(config);
-    if (model.spec.source.rfind("built-in ", 0) != 0)
-      config.set("model.yaml_text", nlohmann::json(model.spec.text).dump(), model.spec.source);
-  }
-  const bool sized = DetectSettings::from_config(config).eval.image_size > 0;
-  if (config.has("task.class_names") && config.has("model.num_classes") && sized && !auto_optimizer) return "";
-  const auto info = data::validate_dataset(train_data);
-  if (!config.has("task.class_names")) {
-    std::string names;
-    for (const auto& n : info.class_names) names += (names.empty() ? "" : ", ") + yaml_quoted(n);
-    config.set("task.class_names", "[" + names + "]");
-  }
-  if (!sized) config.set("data.image_size", std::to_string(info.height));
-  if (!config.has("model.num_classes"))
-    config.set("model.num_classes", std::to_string(std::max<size_t>(1, info.class_names.size())));
-  return auto_optimizer ? ultralytics_auto(config, info.count, world_size) : "";
+  return spec.resolve ? spec.resolve(config, train_data, world_size) : "";
 }
 
 }  // namespace meridian::tasks

@@ -1,6 +1,7 @@
 #include "meridian/tasks/run.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -21,51 +22,81 @@ void require_same_run(const comm::Runtime& rt, const Config& config, const std::
   comm::require_same_on_every_rank(rt, "the training config", settings);
 }
 
+ResolvedRun resolve_run(const comm::Runtime& rt, Config config, const std::string& run_dir, const std::string& resume) {
+  ResolvedRun r;
+  const auto checkpoint_dir = ckpt::CheckpointSettings::from_config(config, run_dir).dir;
+  r.resume = ckpt::choose_resume_point(rt, resume, checkpoint_dir);
+  std::optional<Config> saved;  // the checkpoint's config
+  if (r.resume) {
+    const ckpt::ResumePoint& point = *r.resume;
+    saved = Config::parse(point.config_yaml, point.path);
+    // A resumed run with optim.name auto decides for the checkpoint's global batch: its
+    // train.accumulate and train.batch first.
+    if (!config.has("train.accumulate") && saved->has("train.accumulate"))
+      config.set("train.accumulate", saved->text("train.accumulate"), point.path);
+    // The checkpoint's global batch, on any number of ranks (elastic): train.batch follows.
+    const Config full = with_defaults(config);
+    const int64_t batch = full.get<int64_t>("train.batch");
+    const int64_t per_rank = ckpt::resume_batch(point, rt.size(), full.get<int64_t>("train.accumulate"), batch);
+    if (per_rank != batch) {
+      config.set("train.batch", std::to_string(per_rank), "the resume point (" + point.path + ")");
+      r.notes.push_back(fmt::format("resume: {} ranks -> {}: train.batch {} per rank keeps the global batch {}",
+                                    point.world_size, rt.size(), per_rank, point.global_batch));
+    }
+    r.start = {point.epoch, point.position};
+  }
+  const std::string decided = describe_data(config, DataSettings::from_config(config).train, rt.size());
+  if (!decided.empty()) r.notes.push_back(decided);
+  if (saved)
+    for (const auto& d : ckpt::compare_configs(*saved, config, r.resume->path))
+      r.notes.push_back("resume: config differs from the checkpoint's: " + d);
+  r.trainer = train::TrainerSettings::from_config(config);
+  r.checkpoint = ckpt::CheckpointSettings::from_config(config, run_dir);
+  r.config = std::move(config);
+  return r;
+}
+
+std::string annotated_config(const Config& config) {
+  const Config full = with_defaults(config);  // a copy, which keeps no line numbers: sources come from `config`
+  std::string out;
+  std::vector<std::string> open;  // the maps the previous key was in
+  for (const auto& key : full.leaf_keys()) {
+    std::vector<std::string> parts;
+    for (size_t b = 0, e; b <= key.size(); b = e + 1) {
+      e = key.find('.', b);
+      if (e == std::string::npos) e = key.size();
+      parts.push_back(key.substr(b, e - b));
+    }
+    size_t common = 0;
+    while (common < open.size() && common + 1 < parts.size() && open[common] == parts[common]) ++common;
+    for (size_t d = common; d + 1 < parts.size(); ++d) out += std::string(2 * d, ' ') + parts[d] + ":\n";
+    open.assign(parts.begin(), parts.end() - 1);
+    const std::string from = config.has(key) ? config.source(key) : full.source(key);
+    out += std::string(2 * (parts.size() - 1), ' ') + parts.back() + ": " + full.text(key) + "  # " + from + "\n";
+  }
+  return out;
+}
+
 train::TrainSummary run_training(const comm::Runtime& rt, Config config, const std::string& run_dir,
                                  const std::string& resume, const train::InjectedStraggler& straggler,
                                  const std::string& trace_path) {
   train::install_stop_signals();  // from the start: a signal while the data opens still ends with a checkpoint
-  const auto ckpt_settings = ckpt::CheckpointSettings::from_config(config, run_dir);
-  const auto point = ckpt::choose_resume_point(rt, resume, ckpt_settings.dir);
-  train::DataPosition start;
-  std::optional<Config> saved;  // the checkpoint's config
-  if (point) {
-    // A resumed detect run with optim.name auto decides for the checkpoint's global batch: its
-    // train.accumulate and train.batch first.
-    saved = Config::parse(point->config_yaml, point->path);
-    if (!config.has("train.accumulate") && saved->has("train.accumulate"))
-      config.set("train.accumulate", saved->text("train.accumulate"), point->path);
-    // The checkpoint's global batch, on any number of ranks (elastic): train.batch follows.
-    const Config full = with_defaults(config);
-    const int64_t batch = full.get<int64_t>("train.batch");
-    const int64_t per_rank =
-        ckpt::resume_batch(*point, rt.size(), train::TrainerSettings::from_config(config).accumulate, batch);
-    if (per_rank != batch) {
-      config.set("train.batch", std::to_string(per_rank));
-      if (rt.rank() == 0)
-        spdlog::info("resume: {} ranks -> {}: train.batch {} per rank keeps the global batch {}", point->world_size,
-                     rt.size(), per_rank, point->global_batch);
-    }
-    start = {point->epoch, point->position};
-  }
-  const std::string decided = describe_data(config, DataSettings::from_config(config).train, rt.size());
-  if (rt.rank() == 0 && !decided.empty()) spdlog::info("{}", decided);
-  if (saved)
-    for (const auto& d : ckpt::compare_configs(*saved, config, point->path))
-      if (rt.rank() == 0) spdlog::info("resume: config differs from the checkpoint's: {}", d);
-  auto settings = train::TrainerSettings::from_config(config);
-  train::seed(settings.seed);
-  auto task = make_task(rt, config, DataSettings::from_config(config).train, start);
-  settings = train::resolve_length(settings, task->batches_per_epoch(), config);
+  const ResolvedRun run = resolve_run(rt, std::move(config), run_dir, resume);
+  if (rt.rank() == 0)
+    for (const auto& note : run.notes) spdlog::info("{}", note);
+  train::seed(run.trainer.seed);
+  auto task =
+      task_spec(run.config).make(rt, run.config, run.trainer, DataSettings::from_config(run.config).train, run.start);
+  const auto settings = train::resolve_length(run.trainer, task->batches_per_epoch(), run.config);
   if (rt.rank() == 0 && settings.epochs > 0)
     spdlog::info("train.epochs {} x {} global batches per epoch / train.accumulate {}: {} steps (train.steps not used)",
                  settings.epochs, task->batches_per_epoch(), settings.accumulate, settings.steps);
   if (rt.rank() == 0 && settings.warmup_ratio > 0)
     spdlog::info("optim.warmup_ratio {} of {} steps: {} steps of warmup (optim.warmup not used)", settings.warmup_ratio,
                  settings.steps, settings.warmup);
-  train::Trainer trainer(rt, *task, settings, {config, run_dir, straggler, trace_path});
-  if (point) ckpt::restore(rt, trainer, *point);
-  ckpt::Checkpointer checkpointer(rt, trainer, config, ckpt_settings);
+  train::Trainer trainer(rt, *task, settings, {run.config, run_dir, straggler, trace_path});
+  if (run.resume) ckpt::restore(rt, trainer, *run.resume);
+  ckpt::Checkpointer checkpointer(rt, trainer, run.config, run.checkpoint);
   return trainer.run();
 }
 

@@ -113,7 +113,7 @@ PY
   grep -q "lm summary: .* $(/usr/bin/python3 -c "print(f'{$lm_total:,}')") parameters" "$tmp/model_lm-tiny" ||
     { cat "$tmp/model_lm-tiny"; fail "model lm-tiny: not $lm_total parameters"; }
   "$meridian" model --config "$configs/lm-tiny.yaml" --image-size 640 >"$tmp/o" 2>&1; rc=$?
-  [[ $rc -eq 2 ]] && grep -q "image-size is detect's input size" "$tmp/o" || { cat "$tmp/o"; fail "model --image-size for lm: exit $rc"; }
+  [[ $rc -eq 2 ]] && grep -q -- "--image-size does not apply to task lm" "$tmp/o" || { cat "$tmp/o"; fail "model --image-size for lm: exit $rc"; }
 
   echo "not a dataset" >"$tmp/junk.h5"
   "$meridian" inspect "$tmp/junk.h5" >"$tmp/o" 2>&1; rc=$?

@@ -18,13 +18,18 @@ done
 for f in "$src"/jobs/configs/*.yaml; do
   "$meridian" train --config "$f" --print-config >"$tmp/o" 2>&1 || { cat "$tmp/o"; fail "$f does not pass the schema"; }
 done
-# --print-config: the resolved config, defaults included, --set applied.
+# --print-config: the resolved config, defaults included, --set applied, each value's source.
 "$meridian" train --config "$src/jobs/configs/demo.yaml" --set optim.clip=2 --print-config >"$tmp/o" 2>&1 || fail "--print-config exited $?"
 python3 - "$tmp/o" <<'PY' || fail "--print-config does not show the resolved config"
 import sys, yaml
 c = yaml.safe_load(open(sys.argv[1]))
 assert c["optim"]["clip"] == 2 and c["train"]["steps"] == 150, c       # --set, the file
 assert c["train"]["accumulate"] == 1 and c["checkpoint"]["keep_last"] == 3 and c["task"]["name"] == "siglip", c  # defaults
+# Each value says where it came from.
+import re
+text = open(sys.argv[1]).read()
+for line in (r"  clip: 2  # --set", r"  steps: 150  # .*demo\.yaml line \d+", r"  accumulate: 1  # default"):
+    assert re.search("^" + line + "$", text, re.M), (line, text)
 PY
 
 cat >"$tmp/typo.yaml" <<'YAML'

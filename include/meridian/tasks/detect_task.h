@@ -33,6 +33,8 @@
 #include "meridian/detect/loss.h"
 #include "meridian/models/yolo.h"
 #include "meridian/tasks/checkpoint_eval.h"
+#include "meridian/tasks/predict.h"
+#include "meridian/train/settings.h"
 #include "meridian/train/task.h"
 
 namespace meridian::comm {
@@ -122,14 +124,28 @@ std::vector<ImageDetection> detect_image(models::Yolo& model, const cv::Mat& rgb
 // them. Returns one line saying what it chose and why.
 std::string ultralytics_auto(Config& config, int64_t images, int world_size);
 
+// Not collective: the detect task's TaskSpec::resolve: records what a checkpoint must know about the
+// training data to be used without it (task.class_names for predict's labels, model.num_classes,
+// data.image_size; model.yaml_text for a model YAML of the user's own), unless the config already
+// says, and decides optim.name auto (its default when unset) by ultralytics_auto.
+std::string resolve_detect(Config& config, const std::string& train_data, int world_size);
+
+// Collective (a barrier, sums): `meridian predict` with a detect checkpoint (TaskSpec::predict):
+// every rank takes every size-th image of options.images' sorted list and writes <out>/<name>.jpg
+// with the boxes drawn and <out>/labels/<name>.txt (YOLO format: class cx cy w h confidence,
+// normalised to the image). UserError for another task's checkpoint, a bad size, no images, or two
+// images that would write the same output (naming both); an unreadable image is logged, skipped and
+// counted.
+PredictSummary predict_detect(const comm::Runtime& runtime, const PredictOptions& options);
+
 class DetectTask : public train::Task {
  public:
   // Collective: opens the data (every rank the same file), builds the model on the runtime's device.
-  DetectTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data,
-             train::DataPosition start = {});
+  DetectTask(const comm::Runtime& runtime, const Config& config, const train::TrainerSettings& trainer,
+             const std::string& train_data, train::DataPosition start = {});
   // Declares this task's keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
   static void declare(ConfigSchema& schema);
-  // Collective: tasks::evaluate_checkpoint for this task (the model from the checkpoint `reader`).
+  // Collective: TaskSpec::evaluate_checkpoint of this task (the model from the checkpoint `reader`).
   static CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader,
                                             const Config& config, const std::string& data_path);
   ~DetectTask() override;

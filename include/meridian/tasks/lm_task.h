@@ -18,6 +18,8 @@
 #include "meridian/data/text_loader.h"
 #include "meridian/models/llama.h"
 #include "meridian/tasks/checkpoint_eval.h"
+#include "meridian/tasks/spec.h"
+#include "meridian/train/settings.h"
 #include "meridian/train/task.h"
 #include "meridian/train/zero.h"
 
@@ -79,21 +81,29 @@ LmEval evaluate_lm(const comm::Runtime& runtime, comm::Communicator& comm, model
                    const std::string& path, int64_t seq_len);
 
 // Collective: `meridian eval --init DIR` for a Hugging Face LlamaForCausalLM directory (its config.json
-// as the model, its weights loaded as task.init is): evaluate_lm at `seq_len` (0: the model's
-// max_position_embeddings).
+// as the model, its weights loaded as task.init is): evaluate_lm at `overrides`' data.seq_len (unset
+// or 0: the model's max_position_embeddings).
 CheckpointEval evaluate_hf_llama(const comm::Runtime& runtime, const std::string& dir, const std::string& data_path,
-                                 int64_t seq_len);
+                                 const Config& overrides);
+
+// Not collective: `bench memory`'s table of lm_memory for `config`'s Llama (TaskSpec::memory_table).
+std::string lm_memory_table(const Config& config, const std::vector<int64_t>& ranks, int64_t lora_rank);
+
+// Not collective: `meridian generate` with an lm checkpoint on `device` (TaskSpec::generate): the
+// prompt in the Alpaca template unless options.raw, with the tokenizer of options.tokenizer or the
+// run's data.train. UserError for no tokenizer; DataError as ckpt::Reader and the tokenizer's.
+GenerateResult generate_lm(const std::string& checkpoint, const GenerateOptions& options, const c10::Device& device);
 
 class LmTask : public train::Task {
  public:
   // Collective: opens the data (every rank the same file), builds the model on the runtime's device
   // (model.vocab_size raised to the tokenizer's if smaller), loads task.init if given (checks it
   // and defers the reading with optim.zero 3: defers_weights()).
-  LmTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data,
-         train::DataPosition start = {});
+  LmTask(const comm::Runtime& runtime, const Config& config, const train::TrainerSettings& trainer,
+         const std::string& train_data, train::DataPosition start = {});
   // Declares this task's keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
   static void declare(ConfigSchema& schema);
-  // Collective: tasks::evaluate_checkpoint for this task (evaluate_lm of the checkpoint's model at its
+  // Collective: TaskSpec::evaluate_checkpoint of this task (evaluate_lm of the checkpoint's model at its
   // data.seq_len, LoRA merged as trained).
   static CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader,
                                             const Config& config, const std::string& data_path);

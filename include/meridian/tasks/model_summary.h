@@ -8,6 +8,10 @@
 
 #include "meridian/core/config.h"
 
+namespace torch::nn {
+class Module;
+}
+
 namespace meridian::tasks {
 
 struct ModelSummary {
@@ -23,11 +27,17 @@ struct ModelSummary {
   std::string sample;  // what one sample is: "a 640x640 image", "a sequence of 2048 tokens", ...
 };
 
-// The model of `config`'s task (validated: validate_config first), built on the CPU (a Llama
-// shape-only: no memory). image_size: detect's input size for the FLOPs (0: data.image_size, else
-// 640 as Ultralytics reports); UserError when given for another task (SigLIP's image size is
-// model.image_size, a Llama has none).
+// The model of `config`'s task (validated: validate_config first), built on the CPU (TaskSpec::summarize:
+// a Llama shape-only, no memory). image_size: the input size for the FLOPs where the task has one
+// (detect: 0 is data.image_size, else 640 as Ultralytics reports); UserError when given for a task
+// without one.
 ModelSummary summarize_model(const Config& config, int64_t image_size);
+
+// What a task's summarize returns: one row per top-level module of `model` (a module holding a
+// ModuleList listed by its children, the list by its items), its parameters, `flops` for one
+// `sample` (what one sample is, for the summary line).
+ModelSummary summarize_module(const std::string& task, const torch::nn::Module& model, double flops,
+                              std::string sample);
 
 // A table of the layers, then "<task> summary: M modules, P parameters, G GFLOPs (per <sample>)".
 std::string to_string(const ModelSummary& summary);

@@ -1,4 +1,6 @@
-// The tasks meridian trains, by the name in the config's `task.name` (default: siglip).
+// The tasks meridian trains, by the name in the config's `task.name` (default: the first of
+// task_specs(), siglip), and what every run's config shares: the schema, its checks, task.init's
+// config.json, the task's own resolution.
 #pragma once
 
 #include <memory>
@@ -6,7 +8,7 @@
 #include <vector>
 
 #include "meridian/core/config_schema.h"
-#include "meridian/tasks/checkpoint_eval.h"
+#include "meridian/tasks/spec.h"
 #include "meridian/train/task.h"
 
 namespace meridian::comm {
@@ -21,7 +23,7 @@ namespace meridian::tasks {
 
 std::vector<std::string> task_names();
 
-// Not collective: the config's task.name ("siglip" when unset).
+// Not collective: the config's task.name (the first task's when unset).
 std::string task_name(const Config& config);
 
 // Not collective: UserError "<checkpoint>: needs a checkpoint of a(n) <task> run (task.name is <its>)"
@@ -59,23 +61,11 @@ Config with_defaults(const Config& config);
 // docs/config.md: every key of every task, generated from the schema (`meridian config`).
 std::string config_reference();
 
-// Collective (tasks open their data collectively). `train_data` is the training dataset (the CLI's
-// --data or data.train). ConfigError naming task.name for an unknown task.
-// `start`: where the training data resumes (a checkpoint's epoch and position).
-std::unique_ptr<train::Task> make_task(const comm::Runtime& runtime, const Config& config,
-                                       const std::string& train_data, train::DataPosition start = {});
-
-// Collective. Evaluates the checkpoint `reader` (whose saved config, with any overrides, is `config`)
-// on `data_path` with its task's own evaluation (siglip: retrieval and zero-shot; detect: mAP).
-// UserError for a task without one (lm: see `meridian generate`).
-CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader, const Config& config,
-                                   const std::string& data_path);
-
-// Not collective: records what a checkpoint must know about the training data to be used without
-// it (detect: task.class_names for predict's labels, model.num_classes, data.image_size), unless
-// the config already says, and resolves optim.name auto (detect: ultralytics_auto, its default when
-// optim.name is unset; another task: ConfigError). `world_size`: the ranks of the run. Every rank
-// calls it with the same file, before the config is saved. Returns what it decided, for the log ("" none).
+// Not collective: the task's own resolution of a run's config (TaskSpec::resolve: what a checkpoint
+// must know about the training data to be used without it, e.g. detect's class names, and optim.name
+// auto, the default of a task with TaskSpec::auto_optimizer; ConfigError for auto in another task).
+// `world_size`: the ranks of the run. Every rank calls it with the same file, before the config is
+// saved. Returns what it decided, for the log ("" none).
 std::string describe_data(Config& config, const std::string& train_data, int world_size);
 
 }  // namespace meridian::tasks

@@ -2,9 +2,13 @@
 // config checked on every rank, the resume point, the task and the trainer, checkpoints.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "meridian/ckpt/checkpoint.h"
 #include "meridian/core/config.h"
+#include "meridian/train/settings.h"
 #include "meridian/train/trainer.h"
 
 namespace meridian::comm {
@@ -19,11 +23,40 @@ namespace meridian::tasks {
 void require_same_run(const comm::Runtime& runtime, const Config& config, const std::string& run_dir,
                       const std::string& resume);
 
+// A training run's config resolved in one pass, top down, and what the rest of the run reads:
+//   1. the caller's config: the file, --data, --set and task.init's config.json (apply_init_config),
+//      checked by validate_config;
+//   2. the resume point (`resume`: "", "auto" or a path; ckpt::choose_resume_point): the
+//      checkpoint's train.accumulate when the config leaves it unset, and train.batch for the
+//      checkpoint's global batch on this many ranks (ckpt::resume_batch, an elastic resume);
+//   3. the task's policy (describe_data, TaskSpec::resolve): what a checkpoint must know about the
+//      data, optim.name auto -- decided for the global batch of 2, which is why the resume comes first;
+//   4. the settings structs, each built once from the result.
+// Nothing changes `config` after this; every key's Config::source says where its value came from.
+struct ResolvedRun {
+  Config config;
+  train::TrainerSettings trainer;  // train.epochs and optim.warmup_ratio still to apply (resolve_length)
+  ckpt::CheckpointSettings checkpoint;
+  std::optional<ckpt::ResumePoint> resume;
+  train::DataPosition start;       // where the training data resumes
+  std::vector<std::string> notes;  // what the pass decided and why, for rank 0's log
+};
+
+// Collective (the resume point is chosen by rank 0 for every rank). ConfigError/UserError as the
+// steps above.
+ResolvedRun resolve_run(const comm::Runtime& runtime, Config config, const std::string& run_dir,
+                        const std::string& resume);
+
+// Not collective: `config` as --print-config shows it: every key with its value (defaults filled in)
+// and, as a comment, where the value came from (a file and line, --set, --data, --init's
+// config.json field, the task's policy, the resume point, or "default").
+std::string annotated_config(const Config& config);
+
 // Collective: trains `config` (checked by validate_config; data.train set) in `run_dir`. `resume`:
 // "" (from scratch), "auto" or a checkpoint path (ckpt::choose_resume_point); a checkpoint of another
-// world size keeps its global batch (ckpt::resume_batch). Records the dataset's description in the
-// config (describe_data), builds the task and the trainer, restores, checkpoints as configured
-// (checkpoint: keys) and runs. SIGTERM/SIGUSR1 from the start end with a checkpoint.
+// world size keeps its global batch (ckpt::resume_batch). Resolves the run (resolve_run), builds the
+// task and the trainer, restores, checkpoints as configured (checkpoint: keys) and runs. SIGTERM/SIGUSR1 from the start
+// end with a checkpoint.
 train::TrainSummary run_training(const comm::Runtime& runtime, Config config, const std::string& run_dir,
                                  const std::string& resume, const train::InjectedStraggler& straggler = {},
                                  const std::string& trace_path = "");

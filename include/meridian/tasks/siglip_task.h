@@ -17,6 +17,7 @@
 #include "meridian/core/config_schema.h"
 #include "meridian/models/siglip.h"
 #include "meridian/tasks/checkpoint_eval.h"
+#include "meridian/train/settings.h"
 #include "meridian/train/task.h"
 
 namespace meridian::comm {
@@ -66,11 +67,11 @@ class SiglipTask : public train::Task {
   // Collective: opens the training data (data::Loader checks every rank sees the same file), builds
   // the model on the runtime's device (model.vocab_size raised to the tokenizer's if smaller).
   // `start`: where the data resumes (from a checkpoint).
-  SiglipTask(const comm::Runtime& runtime, const Config& config, const std::string& train_data,
-             train::DataPosition start = {});
+  SiglipTask(const comm::Runtime& runtime, const Config& config, const train::TrainerSettings& trainer,
+             const std::string& train_data, train::DataPosition start = {});
   // Declares this task's keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
   static void declare(ConfigSchema& schema);
-  // Collective: tasks::evaluate_checkpoint for this task (the model from the checkpoint `reader`).
+  // Collective: TaskSpec::evaluate_checkpoint of this task (the model from the checkpoint `reader`).
   static CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader,
                                             const Config& config, const std::string& data_path);
   ~SiglipTask() override;

@@ -1,5 +1,3 @@
-#include "meridian/tasks/lm_task.h"
-
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
@@ -18,6 +16,7 @@
 #include "meridian/models/llama_hf.h"
 #include "meridian/models/safetensors.h"
 #include "meridian/tasks/lm_hf.h"
+#include "meridian/tasks/lm_task.h"
 #include "meridian/tasks/registry.h"
 #include "meridian/train/settings.h"
 #include "meridian/train/strategy.h"
@@ -56,38 +55,6 @@ std::pair<at::Tensor, int64_t> token_loss_sum(models::Llama& model, const at::Te
 void LmSettings::declare(ConfigSchema& schema) { lm_bindings().declare(schema); }
 LmSettings LmSettings::from_config(const Config& config) { return lm_bindings().read(config); }
 
-train::ZeroMemoryReport lm_memory(const models::LlamaConfig& model, int stage, int64_t world,
-                                  int64_t parameter_element_bytes, const models::LoraConfig* lora, bool offload) {
-  // The trained parameters as the Llama registers them (embedding, layers, final norm, head), each
-  // layer's as one entry: the plan needs sizes and places only.
-  std::vector<train::PlannedParam> params;
-  int64_t frozen = 0;
-  auto add = [&](int64_t numel, int block) { params.push_back({numel, block, 0, int64_t(params.size())}); };
-  if (lora && lora->enabled()) {
-    // Adapters only are trained (one unit per layer); the base is frozen and replicated.
-    const int64_t d = model.head_dim();
-    const std::map<std::string, std::pair<int64_t, int64_t>> shapes{
-        {"q_proj", {model.dim, model.heads * d}},    {"k_proj", {model.dim, model.kv_heads * d}},
-        {"v_proj", {model.dim, model.kv_heads * d}}, {"o_proj", {model.heads * d, model.dim}},
-        {"gate_proj", {model.dim, model.hidden}},    {"up_proj", {model.dim, model.hidden}},
-        {"down_proj", {model.hidden, model.dim}}};
-    int64_t per_layer = 0;
-    for (const auto& target : lora->targets) {
-      const auto it = shapes.find(target);
-      if (it != shapes.end()) per_layer += lora->rank * (it->second.first + it->second.second);
-    }
-    for (int64_t l = 0; l < model.layers; ++l) add(per_layer, int(l));
-    frozen = model.parameter_count();
-  } else {
-    add(model.vocab_size * model.dim, -1);
-    for (int64_t l = 0; l < model.layers; ++l) add(model.block_parameter_count(), int(l));
-    add(model.dim, -1);
-    if (!model.tie_embeddings) add(model.vocab_size * model.dim, -1);
-  }
-  const auto plan = train::plan_units(stage, params, world, size_t(model.layers));
-  return train::plan_memory(stage, plan, world, parameter_element_bytes, frozen, train::kBucketNumel, offload);
-}
-
 struct LmTask::Impl {
   const comm::Runtime& rt;
   models::LlamaConfig mc;
@@ -103,7 +70,8 @@ struct LmTask::Impl {
   bool shape_only = false;                   // built without values: the strategy's shards get them
   std::unique_ptr<HfLlamaWeights> deferred;  // task.init for assign_weights(); null once read, or resuming
 
-  Impl(const comm::Runtime& runtime, const Config& c, const std::string& train_data, train::DataPosition start)
+  Impl(const comm::Runtime& runtime, const Config& c, const train::TrainerSettings& trainer,
+       const std::string& train_data, train::DataPosition start)
       : rt(runtime),
         mc(models::LlamaConfig::from_config(c)),
         settings(LmSettings::from_config(c)),
@@ -118,7 +86,7 @@ struct LmTask::Impl {
     o.path = train_data;
     o.seq_len = seq_len;
     o.batch_size = settings.batch;
-    o.seed = uint64_t(train::TrainerSettings::from_config(c).seed);
+    o.seed = uint64_t(trainer.seed);
     o.mode = settings.mode;
     o.epoch = start.epoch;
     o.position = start.position;
@@ -141,7 +109,6 @@ struct LmTask::Impl {
     // each rank reads its shards unit by unit (of task.init in assign_weights, of the checkpoint in
     // the strategy's load), so no rank ever holds the whole model. LoRA's frozen base is replicated,
     // so it is built.
-    const auto trainer = train::TrainerSettings::from_config(c);
     if (trainer.zero == 3 && !lora.enabled() && (resuming || !settings.init.empty())) {
       model = models::Llama(mc, /*values=*/false);
       shape_only = true;
@@ -197,8 +164,9 @@ void LmTask::declare(ConfigSchema& schema) {
   models::LoraConfig::declare(schema);
 }
 
-LmTask::LmTask(const comm::Runtime& rt, const Config& config, const std::string& train_data, train::DataPosition start)
-    : impl_(std::make_unique<Impl>(rt, config, train_data, start)) {}
+LmTask::LmTask(const comm::Runtime& rt, const Config& config, const train::TrainerSettings& trainer,
+               const std::string& train_data, train::DataPosition start)
+    : impl_(std::make_unique<Impl>(rt, config, trainer, train_data, start)) {}
 LmTask::~LmTask() = default;
 
 std::shared_ptr<torch::nn::Module> LmTask::model() { return impl_->model.ptr(); }
@@ -313,7 +281,8 @@ CheckpointEval LmTask::evaluate_checkpoint(const comm::Runtime& rt, const ckpt::
 }
 
 CheckpointEval evaluate_hf_llama(const comm::Runtime& rt, const std::string& dir, const std::string& data_path,
-                                 int64_t seq_len) {
+                                 const Config& overrides) {
+  const int64_t seq_len = overrides.get<int64_t>("data.seq_len", 0);
   if (!std::filesystem::is_directory(dir))
     throw UserError("eval --init: " + dir + " is not a directory (a Hugging Face LlamaForCausalLM directory)");
   Config config = Config::parse("task: {name: lm}", "eval --init");

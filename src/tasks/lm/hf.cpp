@@ -1,5 +1,3 @@
-#include "meridian/tasks/lm_hf.h"
-
 #include <c10/util/accumulate.h>
 #include <spdlog/spdlog.h>
 
@@ -16,6 +14,7 @@
 #include "meridian/models/hf_checkpoint.h"
 #include "meridian/models/llama_hf.h"
 #include "meridian/models/lora.h"
+#include "meridian/tasks/lm_hf.h"
 #include "meridian/tasks/lm_task.h"
 #include "meridian/tasks/registry.h"
 

@@ -1,5 +1,3 @@
-#include "meridian/tasks/predict.h"
-
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -57,7 +55,7 @@ cv::Scalar class_colour(int64_t c) {  // BGR, well apart for neighbouring classe
 
 }  // namespace
 
-PredictSummary predict_directory(const comm::Runtime& rt, const PredictOptions& o) {
+PredictSummary predict_detect(const comm::Runtime& rt, const PredictOptions& o) {
   const std::string &dir = o.images, &out = o.out;
   const Config config = ckpt::saved_config(ckpt::Reader(o.checkpoint));
   require_task(config, "detect", o.checkpoint);

@@ -1,5 +1,3 @@
-#include "meridian/tasks/siglip_hf.h"
-
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -19,6 +17,7 @@
 #include "meridian/models/hf_checkpoint.h"
 #include "meridian/models/safetensors.h"
 #include "meridian/tasks/registry.h"
+#include "meridian/tasks/siglip_hf.h"
 #include "meridian/tasks/siglip_task.h"
 
 namespace meridian::tasks {

@@ -1,5 +1,3 @@
-#include "meridian/tasks/siglip_task.h"
-
 #include <spdlog/spdlog.h>
 #include <torch/nn/functional/normalization.h>
 #include <torch/nn/functional/upsampling.h>
@@ -18,6 +16,7 @@
 #include "meridian/data/tokenizer.h"
 #include "meridian/tasks/registry.h"
 #include "meridian/tasks/siglip_hf.h"
+#include "meridian/tasks/siglip_task.h"
 #include "meridian/train/settings.h"
 
 namespace meridian::tasks {
@@ -207,7 +206,8 @@ struct SiglipTask::Impl {
 
   train::DataPosition position;  // after the last batch handed out
 
-  Impl(const comm::Runtime& runtime, const Config& c, const std::string& train_data, train::DataPosition start)
+  Impl(const comm::Runtime& runtime, const Config& c, const train::TrainerSettings& trainer,
+       const std::string& train_data, train::DataPosition start)
       : rt(runtime),
         mc(models::SiglipConfig::from_config(c)),
         settings(SiglipSettings::from_config(c)),
@@ -218,7 +218,7 @@ struct SiglipTask::Impl {
     data::LoaderOptions lo;
     lo.path = train_data;
     lo.batch_size = settings.batch;
-    lo.seed = uint64_t(train::TrainerSettings::from_config(c).seed);
+    lo.seed = uint64_t(trainer.seed);
     lo.augment = settings.augment;
     lo.workers = data::loader_workers(settings.workers, rt.device().is_cuda());
     lo.epoch = start.epoch;
@@ -282,9 +282,9 @@ CheckpointEval SiglipTask::evaluate_checkpoint(const comm::Runtime& rt, const ck
           result.metrics()};
 }
 
-SiglipTask::SiglipTask(const comm::Runtime& rt, const Config& config, const std::string& train_data,
-                       train::DataPosition start)
-    : impl_(std::make_unique<Impl>(rt, config, train_data, start)) {}
+SiglipTask::SiglipTask(const comm::Runtime& rt, const Config& config, const train::TrainerSettings& trainer,
+                       const std::string& train_data, train::DataPosition start)
+    : impl_(std::make_unique<Impl>(rt, config, trainer, train_data, start)) {}
 SiglipTask::~SiglipTask() = default;
 
 std::string SiglipTask::name() const { return impl_->settings.softmax ? "clip" : "siglip"; }

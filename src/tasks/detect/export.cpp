@@ -1,5 +1,3 @@
-#include "meridian/tasks/detect_ultralytics.h"
-
 #include <yaml-cpp/yaml.h>
 
 #include <fstream>
@@ -11,6 +9,7 @@
 #include "meridian/core/files.h"
 #include "meridian/models/yolo.h"
 #include "meridian/tasks/detect_task.h"
+#include "meridian/tasks/detect_ultralytics.h"
 #include "meridian/tasks/registry.h"
 
 namespace meridian::tasks {

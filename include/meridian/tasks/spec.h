@@ -1,0 +1,143 @@
+// A task is one record: everything the rest of the program asks of a workload (torchtitan's
+// TrainSpec). Each task fills its own in src/tasks/<task>/spec.cpp; tasks::task_specs() lists them
+// (src/tasks/registry.cpp). Outside src/tasks/<task>, no code branches on a task's name: it asks the
+// task's spec, and a member left null means the task has no such thing (the command then says which
+// tasks have one).
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "meridian/core/config.h"
+#include "meridian/core/config_schema.h"
+#include "meridian/core/error.h"
+#include "meridian/models/hf_checkpoint.h"
+#include "meridian/tasks/checkpoint_eval.h"
+#include "meridian/tasks/model_summary.h"
+#include "meridian/tasks/predict.h"
+#include "meridian/train/settings.h"
+#include "meridian/train/task.h"
+
+namespace meridian::comm {
+class Runtime;
+}
+
+namespace meridian::ckpt {
+class Reader;
+}
+
+namespace meridian::tasks {
+
+// `meridian export`'s choices, for any task.
+struct ExportOptions {
+  std::string out;              // the directory to write (lm: a name ending in .safetensors, the weights alone)
+  std::string dtype = "f32";    // f32 | bf16
+  int64_t max_shard_bytes = 0;  // weight files of at most this size (tasks that shard)
+  std::string tokenizer;        // where the tokenizer comes from; "": the task's default
+};
+
+// `meridian generate`'s choices, for a task that generates.
+struct GenerateOptions {
+  std::string prompt, input;  // the instruction and its optional input
+  bool raw = false;           // the prompt is the text itself (no template)
+  std::string tokenizer;      // a dataset .h5 or a SentencePiece .model; "": the run's training data
+  int max_new_tokens = 64;
+  double top_p = 0, temperature = 1;  // top_p 0: greedy
+  uint64_t seed = 0;
+};
+
+struct GenerateResult {
+  std::string prompt;  // the text the model read
+  int64_t prompt_tokens = 0;
+  std::string text;  // what it generated
+  int64_t tokens = 0;
+};
+
+struct TaskSpec {
+  const char* name = "";     // task.name
+  const char* summary = "";  // what the workload is, for task.name's documentation
+
+  // ---- the config
+  // The task's own keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
+  void (*declare)(ConfigSchema& schema) = nullptr;
+  // Hugging Face config.json's model_type that the task starts from (task.init DIR, eval --init);
+  // null: the task starts only from a file.
+  const char* hf_model_type = nullptr;
+  // The model: keys such a config.json gives (`origin` names the file in messages); null with
+  // hf_model_type.
+  std::vector<models::HfConfigKey> (*init_config_keys)(const nlohmann::json& config_json,
+                                                       const std::string& origin) = nullptr;
+  // optim.name auto is this task's rule and its default (resolve decides it).
+  bool auto_optimizer = false;
+  // Not collective; every rank calls it with the same file before the config is saved: records in
+  // `config` what a checkpoint must know about the training data, and decides what the task's
+  // policy leaves to it (optim.name auto). Returns what it decided, for the log ("": nothing).
+  // Null: the task records nothing.
+  std::string (*resolve)(Config& config, const std::string& train_data, int world_size) = nullptr;
+
+  // ---- the model and training
+  // Collective (opens the data): the train::Task of a resolved run's `config` and `trainer` settings
+  // (tasks::resolve_run), its data resuming at `start`.
+  std::unique_ptr<train::Task> (*make)(const comm::Runtime& runtime, const Config& config,
+                                       const train::TrainerSettings& trainer, const std::string& train_data,
+                                       train::DataPosition start) = nullptr;
+  // Not collective: the model's layers, parameters and FLOPs from the config alone (meridian model);
+  // image_size: the input size for the FLOPs where the task has one (0: its default), UserError
+  // where it has none.
+  ModelSummary (*summarize)(const Config& config, int64_t image_size) = nullptr;
+  // The names of what the task's evaluation reports (Task::evaluate and the checkpoint's).
+  std::vector<std::string> metrics;
+
+  // ---- commands (null: the task has none)
+  // Collective: `meridian eval` of a checkpoint (`reader`, its saved config with overrides `config`).
+  CheckpointEval (*evaluate_checkpoint)(const comm::Runtime& runtime, const ckpt::Reader& reader, const Config& config,
+                                        const std::string& data_path) = nullptr;
+  // Collective: `meridian eval --init DIR` of a published model as it is; `overrides`: the keys
+  // eval's options set (e.g. data.seq_len).
+  CheckpointEval (*evaluate_published)(const comm::Runtime& runtime, const std::string& dir,
+                                       const std::string& data_path, const Config& overrides) = nullptr;
+  // Not collective, one process: `meridian export` of a checkpoint; returns the line to log.
+  std::string (*export_checkpoint)(const std::string& checkpoint, const ExportOptions& options) = nullptr;
+  // Collective: `meridian predict` (options.checkpoint: a checkpoint of this task).
+  PredictSummary (*predict)(const comm::Runtime& runtime, const PredictOptions& options) = nullptr;
+  // Not collective, one process: `meridian generate` with a checkpoint of this task on `device`.
+  GenerateResult (*generate)(const std::string& checkpoint, const GenerateOptions& options,
+                             const c10::Device& device) = nullptr;
+  // Not collective: `meridian bench memory`: the closed-form memory per rank of `config`'s model for
+  // every ZeRO stage on each world size of `ranks` (a Markdown table); lora_rank > 0 adds LoRA rows.
+  std::string (*memory_table)(const Config& config, const std::vector<int64_t>& ranks, int64_t lora_rank) = nullptr;
+};
+
+// Every task, in the order docs list them (the first is task.name's default).
+const std::vector<const TaskSpec*>& task_specs();
+
+// Not collective: the spec of `config`'s task.name (the default when unset); ConfigError naming
+// task.name and the known tasks for another name.
+const TaskSpec& task_spec(const Config& config);
+
+// Not collective: the spec of the task that wrote `checkpoint` (its saved config's task.name);
+// DataError as ckpt::Reader for a file that is not a checkpoint.
+const TaskSpec& checkpoint_task(const std::string& checkpoint);
+
+// Not collective: the spec of the task whose hf_model_type is the Hugging Face directory `dir`'s
+// config.json model_type. UserError when `dir` is not a directory; DataError naming config.json's
+// model_type when no task reads it.
+const TaskSpec& published_task(const std::string& dir);
+
+// The spec's `member`; UserError "<command>: <what> is of task T; <command> supports task a and b"
+// when the task has none.
+template <typename F>
+F need(const TaskSpec& spec, F TaskSpec::*member, const std::string& command, const std::string& what) {
+  if (spec.*member) return spec.*member;
+  std::string with;
+  for (const TaskSpec* s : task_specs())
+    if (s->*member) with += std::string(with.empty() ? "" : " and ") + s->name;
+  throw UserError(command + ": " + what + " is of task " + spec.name + "; " + command + " supports task " +
+                  (with.empty() ? "none" : with));
+}
+
+}  // namespace meridian::tasks

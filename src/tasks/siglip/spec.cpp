@@ -1,0 +1,59 @@
+// The siglip task's spec: SigLIP / CLIP image-text training, Hugging Face SiglipModel in and out.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "../specs.h"
+#include "meridian/core/error.h"
+#include "meridian/models/siglip.h"
+#include "meridian/tasks/siglip_hf.h"
+#include "meridian/tasks/siglip_task.h"
+
+namespace meridian::tasks {
+
+namespace {
+
+ModelSummary summarize_siglip(const Config& config, int64_t image_size) {
+  if (image_size != 0)
+    throw UserError("model: --image-size does not apply to task siglip (its size is model.image_size)");
+  const auto mc = models::SiglipConfig::from_config(config);
+  models::Siglip model(mc);
+  return summarize_module(
+      "siglip", *model, mc.flops_per_sample(),
+      fmt::format("an image of {}x{} and a caption of {} tokens", mc.image_size, mc.image_size, mc.context_length));
+}
+
+std::string export_siglip_checkpoint(const std::string& checkpoint, const ExportOptions& o) {
+  const auto s = export_siglip(checkpoint, o.out, o.dtype, o.max_shard_bytes, o.tokenizer);
+  return fmt::format(
+      "export: {} tensors, {:.1f} MiB {} in {} weight file(s), tokenizer from {}: {} (transformers: "
+      "SiglipModel.from_pretrained(\"{}\"))",
+      s.tensors, double(s.bytes) / (1 << 20), o.dtype, s.files, s.tokenizer, o.out, o.out);
+}
+
+std::unique_ptr<train::Task> make_siglip(const comm::Runtime& rt, const Config& config,
+                                         const train::TrainerSettings& trainer, const std::string& data,
+                                         train::DataPosition start) {
+  return std::make_unique<SiglipTask>(rt, config, trainer, data, start);
+}
+
+}  // namespace
+
+const TaskSpec& siglip_spec() {
+  static const TaskSpec spec = [] {
+    TaskSpec s;
+    s.name = "siglip";
+    s.summary = "image-text";
+    s.declare = SiglipTask::declare;
+    s.hf_model_type = "siglip";
+    s.init_config_keys = models::siglip_config_keys;
+    s.make = make_siglip;
+    s.summarize = summarize_siglip;
+    s.metrics = {"i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "zero_shot", "mR"};
+    s.evaluate_checkpoint = SiglipTask::evaluate_checkpoint;
+    s.export_checkpoint = export_siglip_checkpoint;
+    return s;
+  }();
+  return spec;
+}
+
+}  // namespace meridian::tasks
