@@ -179,7 +179,7 @@ std::string config_reference() {
       "reads its keys); a test fails when this file is out of date. A config is YAML with the sections below;\n"
       "`--set key=value` overrides one key. An unknown key, a key given twice in one map, a wrong type or\n"
       "a value out of range is an error (exit 2) that names the key and where it came from.\n"
-      "`meridian train --print-config` prints the resolved config, defaults included.\n\n"
+      "`meridian train --print-config` prints the resolved config, defaults included, each value with its source.\n\n"
       "## Every task\n\n" +
       common_schema().markdown_table();
   for (const auto& task : task_names()) out += "\n## task.name: " + task + "\n\n" + task_schema(task).markdown_table();

@@ -1,3 +1,5 @@
+// The detect task's evaluation: COCO-style mAP with pycocotools' semantics in the original images'
+// pixels, over every rank's share of a detection dataset, and one image's detections (predict).
 #include <spdlog/spdlog.h>
 #include <torch/nn/functional.h>
 
@@ -11,18 +13,13 @@
 #include "meridian/ckpt/file.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
-#include "meridian/core/config_binding.h"
 #include "meridian/core/error.h"
 #include "meridian/core/files.h"
 #include "meridian/data/dataset_reader.h"
-#include "meridian/data/detection_loader.h"
 #include "meridian/data/format.h"
 #include "meridian/data/image_input.h"
-#include "meridian/data/loader.h"
 #include "meridian/detect/loss.h"
 #include "meridian/tasks/detect_task.h"
-#include "meridian/tasks/registry.h"
-#include "meridian/train/settings.h"
 
 namespace meridian::tasks {
 

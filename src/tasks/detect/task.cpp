@@ -1,27 +1,20 @@
+// The detect task: its settings (DetectSettings' keys) and the train::Task that trains a Yolo on
+// DetectionLoader batches with the detection loss at Ultralytics' scale.
 #include <spdlog/spdlog.h>
 #include <torch/nn/functional.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
-#include "meridian/ckpt/checkpoint.h"
-#include "meridian/ckpt/file.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/config_binding.h"
 #include "meridian/core/error.h"
-#include "meridian/core/files.h"
-#include "meridian/data/dataset_reader.h"
 #include "meridian/data/detection_loader.h"
 #include "meridian/data/format.h"
-#include "meridian/data/image_input.h"
-#include "meridian/data/loader.h"
 #include "meridian/detect/loss.h"
 #include "meridian/tasks/detect_task.h"
-#include "meridian/tasks/registry.h"
 #include "meridian/train/settings.h"
 
 namespace meridian::tasks {
