@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "internal.h"
+#include "meridian/comm/agree.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
@@ -82,24 +83,14 @@ class SharedReader : public train::StateReader {
 
  private:
   // Runs `read` on every rank; a failure on any rank is a UserError on every rank, with that rank's
-  // message, before any rank goes on to a collective the failed one would never join.
+  // message, before any rank goes on to a collective the failed one would never join (one rank:
+  // its own exception).
   template <class F>
   void agree(F&& read) {
-    std::string error;
-    std::exception_ptr failure;
-    try {
-      read();
-    } catch (const std::exception& e) {
-      error = e.what();
-      failure = std::current_exception();
-    }
-    if (rt_.size() == 1) {
-      if (failure) std::rethrow_exception(failure);
-      return;
-    }
-    const auto errors = rt_.allgather(error);
-    for (size_t r = 0; r < errors.size(); ++r)
-      if (!errors[r].empty()) throw UserError("rank " + std::to_string(r) + ": " + errors[r]);
+    comm::agree(rt_, read, [&](const comm::Failure& f) {
+      if (rt_.size() == 1) std::rethrow_exception(f.mine);
+      throw UserError("rank " + std::to_string(f.rank) + ": " + f.message);
+    });
   }
   const comm::Runtime& rt_;
   const Reader& r_;

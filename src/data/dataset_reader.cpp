@@ -8,7 +8,6 @@
 #include "h5.h"
 #include "jpeg.h"
 #include "meridian/comm/mpi_interop.h"
-#include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/hash.h"
 #include "meridian/data/tokenizer.h"
@@ -353,34 +352,6 @@ std::string DatasetReader::name(int64_t row) {
   check_rows({row});
   const Handles& h = part_of(row);
   return h5::read_strings(h.names, row - h.first_row, 1).at(0);
-}
-
-std::unique_ptr<DatasetReader> open_on_every_rank(const comm::Runtime& rt, const std::string& path, IoDriver driver,
-                                                  const std::string& kind, const std::string& reader_name) {
-  // Open on every rank; agree on success before comparing, so one rank's error is everyone's.
-  std::unique_ptr<DatasetReader> reader;
-  std::string error, fingerprint;
-  try {
-    const DatasetInfo info = validate_dataset(path);
-    if (info.kind != kind)
-      throw DataError(path, "attribute 'kind'", reader_name + " reads '" + kind + "' files, not '" + info.kind + "'");
-    reader = std::make_unique<DatasetReader>(info, driver);
-    fingerprint = reader->fingerprint();
-  } catch (const UserError& e) {
-    error = e.what();
-  }
-  const auto errors = rt.allgather(error);
-  for (int r = 0; r < rt.size(); ++r)
-    if (!errors[r].empty())
-      throw UserError(r == rt.rank() ? errors[r] : "rank " + std::to_string(r) + ": " + errors[r]);
-  const auto prints = rt.allgather(fingerprint + " " + rt.host());
-  for (int r = 1; r < rt.size(); ++r) {
-    if (prints[r].substr(0, 16) != prints[0].substr(0, 16))
-      throw UserError(path + ": rank " + std::to_string(r) + " on " + prints[r].substr(17) +
-                      " sees a different dataset than rank 0 on " + prints[0].substr(17) +
-                      " (size, attributes or content differ): is the data path the same file on every node?");
-  }
-  return reader;
 }
 
 namespace {
