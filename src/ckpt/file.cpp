@@ -1,16 +1,13 @@
 #include "meridian/ckpt/file.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <map>
 #include <sstream>
 
 #include "h5.h"  // src/h5/h5.h: the HDF5 RAII layer and its process-wide lock
 #include "meridian/ckpt/files.h"
+#include "meridian/comm/agree.h"
 #include "meridian/comm/mpi_interop.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/comm/watchdog.h"
@@ -127,8 +124,8 @@ struct Writer::Impl {
   std::string path;
   // Every step below is collective file I/O: one stuck rank would hang every rank.
   comm::Watchdog watchdog;
-  MPI_Comm comm = MPI_COMM_NULL;
-  bool owns_comm = true;  // a duplicate of the world made for this file (else the caller's OwnComm)
+  std::unique_ptr<comm::OwnComm> owned;  // a duplicate of the world made for this file, when the caller gave none
+  const comm::OwnComm* comm = nullptr;   // where every collective runs: the caller's or `owned`
   h5::Id file, xfer, lcpl;
   // Per dataset, in creation order (the same on every rank): this rank's block checksums.
   struct Pending {
@@ -142,24 +139,25 @@ struct Writer::Impl {
   bool closed = false;
 
   void create();  // collective: the file and the property lists
+  // Closing a parallel file is collective: a writer that was not closed drops its handles instead.
+  void drop_handles() {
+    const auto locked = h5::lock();
+    xfer.reset();
+    lcpl.reset();
+    file.release();
+  }
 
   // Runs `body` on every rank; if it throws on any rank, every rank throws SystemError (so no rank
   // waits in a collective the others have left).
   template <typename F>
   void agreed(const std::string& what, F&& body) {
     const uint64_t op = watchdog.begin("checkpoint " + path + ": " + what);
-    std::string error;
-    try {
-      body();
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    const auto errors = comm::allgather_strings(rt, comm, error);
+    comm::agree(rt, comm, body, [&](const comm::Failure& f) {
+      watchdog.end(op);
+      throw SystemError(path + ": checkpoint write failed (" + what + ") on rank " + std::to_string(f.rank) +
+                        " (disk full, quota, or directory not writable?): " + f.message);
+    });
     watchdog.end(op);
-    for (size_t r = 0; r < errors.size(); ++r)
-      if (!errors[r].empty())
-        throw SystemError(path + ": checkpoint write failed (" + what + ") on rank " + std::to_string(r) +
-                          " (disk full, quota, or directory not writable?): " + errors[r]);
   }
 
   void create_and_write(const std::string& name, const std::vector<hsize_t>& dims, const TypeInfo& type,
@@ -189,13 +187,13 @@ struct Writer::Impl {
 Writer::Writer(const comm::Runtime& runtime, const std::string& path, const comm::OwnComm* own)
     : impl_(std::make_unique<Impl>(runtime, path)) {
   auto& m = *impl_;
-  m.owns_comm = own == nullptr;
-  m.comm = own ? own->get() : comm::duplicate_world(runtime);
+  if (!own) m.owned = std::make_unique<comm::OwnComm>(runtime);
+  m.comm = own ? own : m.owned.get();
   try {
     m.create();
   } catch (...) {
-    if (m.owns_comm) comm::free_comm(m.comm);
-    throw;
+    m.drop_handles();  // the failure is agreed, yet closing a parallel file is collective: not while unwinding
+    throw;             // impl_ goes, and with it `owned`
   }
 }
 
@@ -205,12 +203,13 @@ void Writer::Impl::create() {
     const auto locked = h5::lock();
     h5::QuietErrors quiet;
     h5::Id fapl = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
-    MERIDIAN_H5_CHECK(H5Pset_fapl_mpio(fapl, m.comm, MPI_INFO_NULL));
+    MERIDIAN_H5_CHECK(H5Pset_fapl_mpio(fapl, m.comm->get(), MPI_INFO_NULL));
     // HDF5 1.8+ object format: attributes over 64 KiB (a long config) are stored densely.
     MERIDIAN_H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST));
     const hid_t f = H5Fcreate(m.path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     if (f < 0) throw SystemError("cannot create the file (directory missing or not writable?)");
     m.file = h5::file_id(f);
+    files().on_create(m.path);
     m.xfer = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_DATASET_XFER)));
     MERIDIAN_H5_CHECK(H5Pset_dxpl_mpio(m.xfer, H5FD_MPIO_COLLECTIVE));
     m.lcpl = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_LINK_CREATE)));
@@ -221,14 +220,10 @@ void Writer::Impl::create() {
 Writer::~Writer() {
   auto& m = *impl_;
   const auto locked = h5::lock();
-  if (!m.closed) {
-    // Not closed: an error is unwinding (on every rank, since failures are agreed) or the caller
-    // forgot close(). Closing a parallel file is collective; drop the handles instead.
-    m.xfer.reset();
-    m.lcpl.reset();
-    m.file.release();
-  }
-  if (m.owns_comm) comm::free_comm(m.comm);
+  // Not closed: an error is unwinding (on every rank, since failures are agreed) or the caller
+  // forgot close().
+  if (!m.closed) m.drop_handles();
+  m.owned.reset();
 }
 
 std::pair<int64_t, int64_t> Writer::share(const at::Tensor& tensor, int rank, int world) {
@@ -301,7 +296,7 @@ void Writer::per_rank(const std::string& name, const at::Tensor& mine) {
   // Every rank creates every rank's dataset (creation is collective), then writes only its own.
   std::string shape = type_info(t.scalar_type()).name;
   for (auto s : t.sizes()) shape += " " + std::to_string(s);
-  const auto shapes = comm::allgather_strings(m.rt, m.comm, shape);
+  const auto shapes = comm::allgather_strings(m.rt, m.comm->get(), shape);
   for (int r = 0; r < m.rt.size(); ++r) {
     std::stringstream ss(shapes[size_t(r)]);
     std::string dtype;
@@ -331,7 +326,7 @@ void Writer::close() {
     mine.append(reinterpret_cast<const char*>(&n), 4);
     mine.append(reinterpret_cast<const char*>(p.crcs.data()), p.crcs.size() * 4);
   }
-  const auto all = comm::allgather_strings(m.rt, m.comm, mine);
+  const auto all = comm::allgather_strings(m.rt, m.comm->get(), mine);
   std::vector<std::vector<uint32_t>> crcs(m.pending.size());
   for (const auto& from : all) {
     size_t at = 0;
@@ -349,7 +344,7 @@ void Writer::close() {
   std::string attrs;
   for (const auto& [k, v] : m.int_attrs) attrs += "i" + k + '\0' + std::to_string(v) + '\0';
   for (const auto& [k, v] : m.string_attrs) attrs += "s" + k + '\0' + v + '\0';
-  const std::string root_attrs = comm::allgather_strings(m.rt, m.comm, attrs)[0];
+  const std::string root_attrs = comm::allgather_strings(m.rt, m.comm->get(), attrs)[0];
   m.agreed("attributes", [&] {
     const auto locked = h5::lock();
     h5::QuietErrors quiet;
@@ -386,15 +381,7 @@ void Writer::close() {
   });
   // Durable before the caller renames it into place: every rank flushes what its node's page cache
   // holds of the file (on NFS each client's own writes).
-  m.agreed("fsync", [&] {
-    const int fd = ::open(m.path.c_str(), O_RDONLY);
-    if (fd < 0 || ::fsync(fd) != 0) {
-      const int err = errno;
-      if (fd >= 0) ::close(fd);
-      throw SystemError(std::string("fsync failed: ") + std::strerror(err));
-    }
-    ::close(fd);
-  });
+  m.agreed("fsync", [&] { files().sync_file(m.path); });
 }
 
 // ---------------------------------------------------------------------------------------------
