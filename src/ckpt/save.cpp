@@ -1,8 +1,8 @@
-// Saving a checkpoint: its contents, the atomic file (.tmp, rename, `latest`) and retention.
+// Saving a checkpoint: its contents, the atomic file (.tmp, fsync, rename, the directory's fsync,
+// `latest`) and retention.
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <ctime>
 
 #include "internal.h"
 #include "meridian/ckpt/files.h"
@@ -10,19 +10,11 @@
 #include "meridian/comm/mpi_interop.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
-#include "meridian/core/version.h"
 #include "meridian/train/trainer.h"
 
 namespace meridian::ckpt {
 
 namespace {
-
-std::string now_text() {
-  const std::time_t t = std::time(nullptr);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 // The fail of comm::agree for a step rank 0 alone takes: its message, as a SystemError on every rank.
 void rank0_failed(const comm::Failure& f) { throw SystemError(f.message); }
@@ -30,31 +22,9 @@ void rank0_failed(const comm::Failure& f) { throw SystemError(f.message); }
 }  // namespace
 
 void write_contents(train::StateWriter& w, train::Trainer& trainer, const Config& config) {
-  const train::TrainerState state = trainer.state();
-  auto& model = *trainer.task().model();
   trainer.strategy().save(w);  // the trained parameters and the optimizer state, in the strategy's layout
-  for (const auto& item : model.named_parameters())  // the frozen ones (LoRA's base)
-    if (!item.value().requires_grad()) w.replicated("model/" + item.key(), item.value());
-  for (const auto& item : model.named_buffers()) w.replicated("model/" + item.key(), item.value());
-  if (auto* ema = trainer.ema()) {
-    for (size_t i = 0; i < ema->names().size(); ++i) w.replicated("ema/" + ema->names()[i], ema->tensors()[i]);
-    w.attribute("ema_updates", ema->updates());
-  }
-  w.per_rank("torch_rng", cpu_generator().get_state());
-  const auto position = trainer.task().data_position();
-  w.attribute("step", state.step);
-  w.attribute("epoch", position.epoch);
-  w.attribute("position", position.position);
-  w.attribute("samples_seen", state.samples_seen);
-  w.attribute("bad_steps", state.bad_steps);
-  w.attribute("bad_in_a_row", state.bad_in_a_row);
-  w.attribute("global_batch", trainer.global_batch());
-  w.attribute("config", config.dump());
-  w.attribute("created_by", created_by());
-  w.attribute("time", now_text());
+  save_trainer_state(w, trainer, config);
 }
-
-// A checkpoint's contents as host copies of what this rank writes (its share of the rows of every
 
 std::string write_checkpoint(const comm::Runtime& rt, const comm::OwnComm* own, const CheckpointSettings& s,
                              int64_t step, const std::function<void(Writer&)>& fill) {
