@@ -87,7 +87,11 @@ struct Writer::Impl {
       h5::Id mem_space =
           h5::space_id(MERIDIAN_H5_CHECK(H5Screate_simple(int(mem_dims.size()), mem_dims.data(), nullptr)));
       if (row_count <= 0) MERIDIAN_H5_CHECK(H5Sselect_none(mem_space));
-      MERIDIAN_H5_CHECK(H5Dwrite(dset, type.memory, mem_space, file_space, xfer, data));
+      // A tensor without elements has no storage for MPI-IO to write to (HDF5 fails on its undefined
+      // address): every rank skips the write alike, since every rank knows the shape.
+      hsize_t elements = 1;
+      for (const hsize_t d : dims) elements *= d;
+      if (elements > 0) MERIDIAN_H5_CHECK(H5Dwrite(dset, type.memory, mem_space, file_space, xfer, data));
       files().on_write(path, name);  // after the collective calls, as a failed write returns
     });
   }
