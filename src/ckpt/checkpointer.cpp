@@ -50,6 +50,7 @@ void CheckpointSettings::declare(ConfigSchema& schema) { bindings().declare(sche
 
 namespace {
 
+// A checkpoint's contents as host copies of what this rank writes (its share of the rows of every
 // replicated tensor, its shards, its own tensors), taken at the step boundary; replayed into a
 // Writer by the background thread.
 class Recorder : public train::StateWriter {

@@ -1,16 +1,77 @@
 #include "meridian/ckpt/files.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "meridian/core/error.h"
+#include "meridian/core/files.h"
 
 namespace meridian::ckpt {
 
+namespace fs = std::filesystem;
+
+void Files::create_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw SystemError("cannot create the checkpoint directory '" + dir + "': " + ec.message());
+}
+
 void Files::rename(const std::string& from, const std::string& to) {
   std::error_code ec;
-  std::filesystem::rename(from, to, ec);
+  fs::rename(from, to, ec);
   if (ec) throw SystemError("cannot rename " + from + " to " + to + ": " + ec.message());
+}
+
+void Files::remove(const std::string& path) {
+  std::error_code ec;
+  fs::remove(path, ec);
+  if (ec) throw SystemError("cannot remove " + path + ": " + ec.message());
+}
+
+void Files::sync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    throw SystemError(std::string("fsync failed: ") + std::strerror(err));
+  }
+  ::close(fd);
+}
+
+void Files::sync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  int err = 0;
+  if (fd < 0 || ::fsync(fd) != 0) err = errno;
+  if (fd >= 0) ::close(fd);
+  // Some file systems cannot sync a directory (EINVAL): their renames are as durable as they get.
+  if (err != 0 && err != EINVAL) throw SystemError("cannot fsync the directory '" + dir + "': " + std::strerror(err));
+}
+
+void Files::write_small(const std::string& path, const std::string& contents) { write_file_atomically(path, contents); }
+
+std::optional<std::string> Files::read_small(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> Files::list(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) return names;
+  fs::directory_iterator it(dir, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) names.push_back(it->path().filename().string());
+  if (ec) throw SystemError("cannot list " + dir + ": " + ec.message());
+  return names;
 }
 
 namespace {

@@ -23,6 +23,15 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 
 inline at::Generator cpu_generator() { return at::detail::getDefaultCPUGenerator(); }
 
+// Collective: the trainer's part of a checkpoint besides its strategy's (trainer_state.cpp): the
+// frozen parameters and buffers, the EMA, every rank's RNG and the counters.
+void save_trainer_state(train::StateWriter& w, train::Trainer& trainer, const Config& config);
+// Collective (r.load): loads what save_trainer_state wrote into a trainer built from the same config
+// and sets its counters from `point`'s file. `rank` takes ranks/<rank mod point.world_size>/torch_rng.
+// DataError naming the dataset when a tensor is missing or has another shape (also the EMA's when
+// the trainer has one and the checkpoint none).
+void load_trainer_state(train::StateReader& r, int rank, train::Trainer& trainer, const ResumePoint& point);
+
 // Collective: everything a checkpoint holds, through a Writer (a save now) or a Recorder (a host
 // copy for a background save): the strategy's trained parameters and optimizer state, the frozen
 // parameters and buffers, the EMA, every rank's RNG and the counters.

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "internal.h"
+#include "meridian/comm/agree.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
@@ -82,24 +83,14 @@ class SharedReader : public train::StateReader {
 
  private:
   // Runs `read` on every rank; a failure on any rank is a UserError on every rank, with that rank's
-  // message, before any rank goes on to a collective the failed one would never join.
+  // message, before any rank goes on to a collective the failed one would never join (one rank:
+  // its own exception).
   template <class F>
   void agree(F&& read) {
-    std::string error;
-    std::exception_ptr failure;
-    try {
-      read();
-    } catch (const std::exception& e) {
-      error = e.what();
-      failure = std::current_exception();
-    }
-    if (rt_.size() == 1) {
-      if (failure) std::rethrow_exception(failure);
-      return;
-    }
-    const auto errors = rt_.allgather(error);
-    for (size_t r = 0; r < errors.size(); ++r)
-      if (!errors[r].empty()) throw UserError("rank " + std::to_string(r) + ": " + errors[r]);
+    comm::agree(rt_, read, [&](const comm::Failure& f) {
+      if (rt_.size() == 1) std::rethrow_exception(f.mine);
+      throw UserError("rank " + std::to_string(f.rank) + ": " + f.message);
+    });
   }
   const comm::Runtime& rt_;
   const Reader& r_;
@@ -127,36 +118,8 @@ void restore(const comm::Runtime& rt, train::Trainer& trainer, const ResumePoint
   Reader r(point.path);
   at::NoGradGuard no_grad;
   SharedReader shared(rt, r);
-  auto& load = shared;
   trainer.strategy().load(shared);  // the trained parameters and the optimizer state
-  auto& model = *trainer.task().model();
-  for (const auto& item : model.named_parameters())  // the frozen ones (LoRA's base)
-    if (!item.value().requires_grad()) load.load("model/" + item.key(), item.value());
-  for (const auto& item : model.named_buffers()) load.load("model/" + item.key(), item.value());
-  if (auto* ema = trainer.ema()) {
-    const auto updates = r.int_attribute("ema_updates");
-    if (!updates)
-      throw DataError(
-          point.path, "attribute 'ema_updates'",
-          "missing: the checkpoint has no EMA weights (trained without train.ema), this run has train.ema " +
-              std::to_string(ema->decay()));
-    for (size_t i = 0; i < ema->names().size(); ++i) {
-      const std::string name = "ema/" + ema->names()[i];
-      if (!r.has(name))
-        throw DataError(point.path, "dataset '" + name + "'",
-                        "missing (the EMA of this model's " + ema->names()[i] + ")");
-      load.load(name, ema->tensors()[i]);
-    }
-    ema->set_updates(*updates);
-  }
-  const std::string rng = "ranks/" + std::to_string(rt.rank() % std::max<int64_t>(1, point.world_size)) + "/torch_rng";
-  if (r.has(rng)) cpu_generator().set_state(r.read(rng));
-  train::TrainerState state;
-  state.step = point.step;
-  state.samples_seen = r.int_attribute("samples_seen").value_or(point.step * point.global_batch);
-  state.bad_steps = r.int_attribute("bad_steps").value_or(0);
-  state.bad_in_a_row = r.int_attribute("bad_in_a_row").value_or(0);
-  trainer.set_state(state);
+  load_trainer_state(shared, rt.rank(), trainer, point);
   rt.barrier();
   if (rt.rank() == 0)
     spdlog::info("resumed from {}: step {}, epoch {}, global position {} (written by {} ranks, global batch {})",

@@ -4,17 +4,16 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "internal.h"
+#include "meridian/ckpt/files.h"
+#include "meridian/comm/agree.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 
 namespace meridian::ckpt {
-
-namespace fs = std::filesystem;
 
 std::string step_name(int64_t step) {
   char name[32];
@@ -24,13 +23,10 @@ std::string step_name(int64_t step) {
 
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> out;
-  std::error_code ec;
-  if (dir.empty() || !fs::is_directory(dir, ec)) return out;
   static const std::regex pattern(R"(step_(\d{8,})\.h5)");
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
+  for (const auto& name : files().list(dir)) {
     std::smatch m;
-    const std::string name = e.path().filename().string();
-    if (std::regex_match(name, m, pattern)) out.emplace_back(std::stoll(m[1].str()), e.path().string());
+    if (std::regex_match(name, m, pattern)) out.emplace_back(std::stoll(m[1].str()), dir + "/" + name);
   }
   std::sort(out.rbegin(), out.rend());
   return out;
@@ -58,7 +54,7 @@ ResumePoint read_resume_point(const std::string& path, bool verify) {
 std::optional<ResumePoint> find_resumable(const std::string& dir, std::vector<std::string>* rejected) {
   // The one `latest` names first (the newest this run wrote), then every other by step, newest first.
   auto candidates = list_checkpoints(dir);
-  std::ifstream latest_file(dir + "/latest");
+  std::istringstream latest_file(files().read_small(dir + "/latest").value_or(""));
   std::string latest;
   if (latest_file >> latest) {
     const std::string path = dir + "/" + latest;
@@ -78,37 +74,33 @@ std::optional<ResumePoint> find_resumable(const std::string& dir, std::vector<st
 std::optional<ResumePoint> choose_resume_point(const comm::Runtime& rt, const std::string& resume,
                                                const std::string& dir) {
   if (resume.empty()) return std::nullopt;
-  std::string chosen, error;
-  if (rt.rank() == 0) {
-    try {
-      if (resume == "auto") {
-        std::vector<std::string> rejected;
-        const auto point = find_resumable(dir, &rejected);
-        for (const auto& r : rejected) spdlog::warn("resume: skipping {}", r);
-        if (point)
-          chosen = point->path;
-        else
-          spdlog::info("resume auto: no checkpoint in '{}'; starting from scratch", dir);
-      } else {
-        chosen = read_resume_point(resume, /*verify=*/true).path;
-      }
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-  }
-  // Checkpoints of this run newer than the one resumed from belong to an abandoned branch (or are
-  // corrupt): moved aside, so that neither retention nor a later --resume auto picks them.
-  if (rt.rank() == 0 && !chosen.empty() && error.empty()) {
-    const int64_t from = read_resume_point(chosen, /*verify=*/false).step;
-    for (const auto& [step, path] : list_checkpoints(dir))
-      if (step > from) {
-        std::error_code ec;
-        fs::rename(path, path + ".abandoned", ec);
-        spdlog::warn("resume: {} is newer than the checkpoint resumed from: renamed to {}.abandoned", path, path);
-      }
-  }
-  const auto errors = rt.allgather(error);
-  if (!errors[0].empty()) throw UserError("--resume " + resume + ": " + errors[0]);
+  std::string chosen;
+  comm::agree(
+      rt,
+      [&] {
+        if (rt.rank() != 0) return;
+        if (resume == "auto") {
+          std::vector<std::string> rejected;
+          const auto point = find_resumable(dir, &rejected);
+          for (const auto& r : rejected) spdlog::warn("resume: skipping {}", r);
+          if (point)
+            chosen = point->path;
+          else
+            spdlog::info("resume auto: no checkpoint in '{}'; starting from scratch", dir);
+        } else {
+          chosen = read_resume_point(resume, /*verify=*/true).path;
+        }
+        if (chosen.empty()) return;
+        // Checkpoints of this run newer than the one resumed from belong to an abandoned branch (or
+        // are corrupt): moved aside, so that neither retention nor a later --resume auto picks them.
+        const int64_t from = read_resume_point(chosen, /*verify=*/false).step;
+        for (const auto& [step, path] : list_checkpoints(dir))
+          if (step > from) {
+            files().rename(path, path + ".abandoned");
+            spdlog::warn("resume: {} is newer than the checkpoint resumed from: renamed to {}.abandoned", path, path);
+          }
+      },
+      [&](const comm::Failure& f) { throw UserError("--resume " + resume + ": " + f.message); });
   chosen = rt.allgather(chosen)[0];
   if (chosen.empty()) return std::nullopt;
   return read_resume_point(chosen, /*verify=*/false);  // every rank reads the header (rank 0 verified)

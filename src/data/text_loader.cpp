@@ -4,7 +4,9 @@
 #include <optional>
 #include <tuple>
 
+#include "collective_open.h"
 #include "h5.h"
+#include "meridian/comm/agree.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/hash.h"
@@ -127,25 +129,20 @@ TextLoader::TextLoader(const comm::Runtime& rt, const TextLoaderOptions& options
   if (options.epoch < 0 || options.position < 0)
     throw UserError("text loader: epoch and position must be >= 0 (got " + std::to_string(options.epoch) + ", " +
                     std::to_string(options.position) + ")");
-  // Open on every rank; agree on success before comparing, so one rank's error is everyone's.
-  std::string error, fingerprint;
-  try {
-    impl_->open();
-    fingerprint = impl_->fingerprint();
-  } catch (const UserError& e) {
-    error = e.what();
-  }
-  const auto errors = rt.allgather(error);
-  if (!error.empty()) throw UserError(error);  // this rank's own problem first
-  for (int r = 0; r < rt.size(); ++r)
-    if (!errors[size_t(r)].empty())
-      throw UserError(r == rt.rank() ? errors[size_t(r)] : "rank " + std::to_string(r) + ": " + errors[size_t(r)]);
-  const auto prints = rt.allgather(fingerprint + " " + rt.host());
-  for (int r = 1; r < rt.size(); ++r)
-    if (prints[size_t(r)].substr(0, 16) != prints[0].substr(0, 16))
-      throw UserError(options.path + ": rank " + std::to_string(r) + " on " + prints[size_t(r)].substr(17) +
-                      " sees a different dataset than rank 0 on " + prints[0].substr(17) +
-                      " (size, attributes or content differ): is the data path the same file on every node?");
+  // Open on every rank; agree on success before comparing, so one rank's error is everyone's (this
+  // rank's own problem first).
+  std::string fingerprint;
+  comm::agree<UserError>(
+      rt,
+      [&] {
+        impl_->open();
+        fingerprint = impl_->fingerprint();
+      },
+      [&](const comm::Failure& f) {
+        if (f.mine) std::rethrow_exception(f.mine);
+        throw UserError("rank " + std::to_string(f.rank) + ": " + f.message);
+      });
+  require_same_dataset(rt, options.path, fingerprint);
   const auto& info = impl_->info;
   const int64_t L = options.seq_len;
   impl_->samples = options.mode == TextLoaderOptions::Pack ? (info.token_count - 1) / L : info.count;

@@ -1,31 +1,24 @@
-// Every train::Strategy through a checkpoint, and ZeRO's memory plan against the units it builds.
+// Every train::Strategy through a checkpoint, and ZeRO's memory plan against the units it builds
+// (faults under the file layer: files_mpi_test.cpp).
 //  - Round trips (1 and 2 ranks): DDP + AdamW, DDP + SGD, ZeRO-1, -2 and -3 train a small Llama (its
 //    layers are blocks: ZeRO-2/3 units) 3 steps, save, and a fresh trainer restores and trains 2
 //    more; its final state (the strategy's own save: parameters and optimizer state, shards
 //    included) equals a straight 5-step run's bit for bit. A checkpoint of another optimizer kind is
 //    refused on every rank, naming both.
-//  - Faults under the file layer (ckpt::Files, a test implementation here): a full disk or an I/O
-//    error while one rank writes, and a failed rename, are a SystemError on every rank; `latest`
-//    still names the previous checkpoint and neither the new file nor its .tmp is left. A short read
-//    on one rank and an I/O error on every rank while resuming are errors on every rank naming the
-//    file and the tensor.
 //  - The plan: tasks::lm_memory's closed form from a Llama config (no model built) equals
 //    ShardedAdamW::memory_report() of the real model's units for stages 1-3; for SigLIP and the
 //    detector, the units equal what the model's blocks hold, counted from the modules.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "meridian/ckpt/checkpoint.h"
-#include "meridian/ckpt/files.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/config.h"
@@ -36,6 +29,7 @@
 #include "meridian/tasks/lm_task.h"
 #include "meridian/train/trainer.h"
 #include "mpi_test_main.h"
+#include "tiny_run.h"
 
 using meridian::test::runtime;
 namespace ckpt = meridian::ckpt;
@@ -47,37 +41,10 @@ using meridian::Config;
 
 namespace {
 
-models::LlamaConfig tiny_llama() {
-  models::LlamaConfig c;
-  c.vocab_size = 97, c.dim = 32, c.layers = 3, c.heads = 4, c.kv_heads = 2, c.hidden = 48, c.max_seq_len = 16;
-  return c;
-}
-
-// Next-token loss of a small Llama on random tokens, drawn from (rank, batch number): a resumed run
-// sees the batches a straight one does once `batches` is set to the steps done.
-class TinyLm : public train::Task {
- public:
-  TinyLm() : model_(tiny_llama()) {}
-  std::string name() const override { return "tiny-lm"; }
-  std::shared_ptr<torch::nn::Module> model() override { return model_.ptr(); }
-  int64_t batch_size() const override { return 2; }
-  double flops_per_sample() const override { return 1; }
-  void next_batch() override {
-    auto gen = at::detail::createCPUGenerator(uint64_t(1000 * runtime().rank() + batches_++));
-    tokens_ = at::randint(97, {2, 9}, gen, at::kLong);
-  }
-  at::Tensor forward() override {
-    const auto logits = model_->forward(tokens_.narrow(1, 0, 8));
-    return at::cross_entropy_loss(logits.reshape({-1, 97}), tokens_.narrow(1, 1, 8).reshape({-1}));
-  }
-  nn::BlockRunner* blocks() override { return &model_->blocks(); }
-  train::DataPosition data_position() const override { return {0, batches_}; }
-  int64_t batches_ = 0;
-
- private:
-  models::Llama model_;
-  at::Tensor tokens_;
-};
+using meridian::test::make_run;
+using meridian::test::temp_dir;
+using meridian::test::tiny_llama;
+using meridian::test::train_and_save;
 
 // A strategy's save() kept in memory: tensors by name (shards by name and first element), attributes.
 class MemoryWriter : public train::StateWriter {
@@ -108,34 +75,6 @@ void expect_same(const MemoryWriter& a, const MemoryWriter& b, const std::string
         << what << ": " << name << " differs";
   }
   EXPECT_EQ(a.text, b.text) << what;
-}
-
-std::string temp_dir() {
-  // Rank 0 names it, every rank uses it (one host under mpirun in these tests).
-  std::string dir;
-  if (runtime().rank() == 0) {
-    char pattern[] = "/tmp/meridian-strategy-XXXXXX";
-    dir = mkdtemp(pattern);
-  }
-  return runtime().allgather(dir)[0];
-}
-
-struct Run {
-  std::unique_ptr<TinyLm> task;
-  std::unique_ptr<train::Trainer> trainer;
-};
-
-Run make_run(const std::string& optim, int64_t steps, int64_t stop_at, uint64_t seed) {
-  const Config config =
-      Config::parse("train: {steps: " + std::to_string(steps) + ", stop_at: " + std::to_string(stop_at) +
-                        ", log_every: 100, health_every: 0}\noptim: {" + optim + ", lr: 0.01, warmup: 2, clip: 0.5}\n",
-                    "strategy.yaml");
-  train::seed(seed);
-  Run r;
-  r.task = std::make_unique<TinyLm>();
-  r.trainer = std::make_unique<train::Trainer>(runtime(), *r.task, train::TrainerSettings::from_config(config),
-                                               train::TrainerOptions{config, "", {}, ""});
-  return r;
 }
 
 class StrategyCheckpoint : public ::testing::TestWithParam<std::string> {};
@@ -176,14 +115,7 @@ INSTANTIATE_TEST_SUITE_P(EveryStrategy, StrategyCheckpoint,
 
 TEST(StrategyCheckpointKinds, AnotherOptimizersStateIsRefusedOnEveryRank) {
   const std::string dir = temp_dir();
-  std::string path;
-  {
-    auto a = make_run("name: sgd, momentum: 0.9", 2, 0, 1);
-    a.trainer->run();
-    ckpt::CheckpointSettings cs;
-    cs.dir = dir;
-    path = ckpt::save(runtime(), *a.trainer, Config::parse("{}", "saved.yaml"), cs);
-  }
+  const std::string path = train_and_save("name: sgd, momentum: 0.9", 2, 1, dir);
   auto b = make_run("zero: 2", 2, 0, 1);
   try {
     ckpt::restore(runtime(), *b.trainer, ckpt::read_resume_point(path, false));
@@ -194,136 +126,6 @@ TEST(StrategyCheckpointKinds, AnotherOptimizersStateIsRefusedOnEveryRank) {
   }
   runtime().barrier();
   if (runtime().rank() == 0) std::filesystem::remove_all(dir);
-}
-
-// --- Faults under the file layer ---
-
-// Fails one kind of operation, on one rank (-1: every rank), for one dataset ("": any).
-class FaultyFiles : public ckpt::Files {
- public:
-  enum Fault { FullDisk, WriteError, ShortRead, ReadError, Rename };
-  FaultyFiles(Fault fault, int rank, std::string dataset) : fault_(fault), rank_(rank), dataset_(std::move(dataset)) {}
-  void on_write(const std::string&, const std::string& dataset) override {
-    if ((fault_ == FullDisk || fault_ == WriteError) && here(dataset))
-      throw meridian::SystemError(std::strerror(fault_ == FullDisk ? ENOSPC : EIO));
-  }
-  void on_read(const std::string&, const std::string& dataset, at::Tensor& data) override {
-    if (fault_ == ReadError && here(dataset)) throw meridian::SystemError(std::strerror(EIO));
-    if (fault_ == ShortRead && here(dataset)) {  // the second half never arrived: the buffer holds other bytes
-      auto bytes = data.view(at::kByte).reshape({-1});
-      bytes.narrow(0, bytes.numel() / 2, bytes.numel() - bytes.numel() / 2).fill_(0xA5);
-    }
-  }
-  void rename(const std::string& from, const std::string& to) override {
-    if (fault_ == Rename && here(""))
-      throw meridian::SystemError("cannot rename " + from + " to " + to + ": " + std::strerror(EIO));
-    Files::rename(from, to);
-  }
-
- private:
-  bool here(const std::string& dataset) const {
-    return (rank_ < 0 || rank_ == runtime().rank()) && (dataset_.empty() || dataset == dataset_);
-  }
-  Fault fault_;
-  int rank_;
-  std::string dataset_;
-};
-
-// Installs a file layer for a scope.
-struct Installed {
-  explicit Installed(ckpt::Files* f) { ckpt::set_files(f); }
-  ~Installed() { ckpt::set_files(nullptr); }
-};
-
-std::string latest(const std::string& dir) {
-  std::ifstream in(dir + "/latest");
-  std::string name;
-  in >> name;
-  return name;
-}
-
-// A good checkpoint at step 2, then a save at step 3 under `fault`: an error on every rank, and the
-// directory as it was.
-void expect_failed_save(FaultyFiles::Fault fault, int rank, const std::string& dataset, const std::string& reason) {
-  const std::string dir = temp_dir();
-  auto a = make_run("zero: 2", 2, 0, 3);
-  a.trainer->run();
-  ckpt::CheckpointSettings cs;
-  cs.dir = dir;
-  const Config saved = Config::parse("{}", "saved.yaml");
-  ckpt::save(runtime(), *a.trainer, saved, cs);
-  auto state = a.trainer->state();
-  state.step = 3;
-  a.trainer->set_state(state);
-  {
-    FaultyFiles faulty(fault, rank, dataset);
-    Installed installed(&faulty);
-    try {
-      ckpt::save(runtime(), *a.trainer, saved, cs);
-      ADD_FAILURE() << "the save under " << reason << " succeeded";
-    } catch (const meridian::SystemError& e) {
-      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << e.what();
-    }
-  }
-  runtime().barrier();  // rank 0 has removed the .tmp before it rethrew
-  EXPECT_EQ(latest(dir), "step_00000002.h5") << reason;
-  EXPECT_FALSE(std::filesystem::exists(dir + "/step_00000003.h5")) << reason;
-  EXPECT_FALSE(std::filesystem::exists(dir + "/step_00000003.h5.tmp")) << reason;
-  const auto point = ckpt::find_resumable(dir, nullptr);
-  ASSERT_TRUE(point.has_value());
-  EXPECT_EQ(point->step, 2);
-  runtime().barrier();
-  if (runtime().rank() == 0) std::filesystem::remove_all(dir);
-}
-
-TEST(CheckpointFaults, FullDiskOnOneRankFailsTheSaveEverywhere) {
-  expect_failed_save(FaultyFiles::FullDisk, runtime().size() - 1, "", std::strerror(ENOSPC));
-}
-
-TEST(CheckpointFaults, WriteErrorOnOneTensorFailsTheSaveEverywhere) {
-  expect_failed_save(FaultyFiles::WriteError, 0, "model/model.norm.weight", std::strerror(EIO));
-}
-
-TEST(CheckpointFaults, FailedRenameLeavesLatestAndNoFile) {
-  expect_failed_save(FaultyFiles::Rename, 0, "", "cannot rename");
-}
-
-// A good checkpoint, resumed under `fault`: an error on every rank naming the file and the tensor.
-void expect_failed_restore(FaultyFiles::Fault fault, int rank, const std::string& dataset, const std::string& reason) {
-  const std::string dir = temp_dir();
-  std::string path;
-  {
-    auto a = make_run("name: adamw", 2, 0, 3);
-    a.trainer->run();
-    ckpt::CheckpointSettings cs;
-    cs.dir = dir;
-    path = ckpt::save(runtime(), *a.trainer, Config::parse("{}", "saved.yaml"), cs);
-  }
-  auto b = make_run("name: adamw", 4, 0, 4);
-  {
-    FaultyFiles faulty(fault, rank, dataset);
-    Installed installed(&faulty);
-    try {
-      ckpt::restore(runtime(), *b.trainer, ckpt::read_resume_point(path, /*verify=*/false));
-      ADD_FAILURE() << "the restore under " << reason << " succeeded";
-    } catch (const meridian::UserError& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find(reason), std::string::npos) << what;
-      EXPECT_NE(what.find(path), std::string::npos) << what;
-      EXPECT_NE(what.find(dataset), std::string::npos) << what;
-    }
-  }
-  runtime().barrier();
-  if (runtime().rank() == 0) std::filesystem::remove_all(dir);
-}
-
-TEST(CheckpointFaults, ShortReadOnOneRankIsCaughtEverywhere) {
-  expect_failed_restore(FaultyFiles::ShortRead, runtime().size() - 1, "model/model.embed_tokens.weight",
-                        "checksum mismatch");
-}
-
-TEST(CheckpointFaults, ReadErrorOnEveryRankIsCaught) {
-  expect_failed_restore(FaultyFiles::ReadError, -1, "optim/model.norm.weight/step", std::strerror(EIO));
 }
 
 // --- The memory plan ---

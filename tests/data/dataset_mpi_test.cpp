@@ -344,7 +344,7 @@ TEST(Detection, SyntheticBoxesArriveExactlyPerRow) {
   EXPECT_EQ(info.class_names, data::synthetic_object_classes());
   for (int64_t row = runtime().rank(); row < o.count; row += runtime().size()) {
     const auto scene = data::make_synthetic_scene(3, row, 64, 1);
-    const auto got = data::read_boxes(info, row);
+    const auto got = meridian::test::row_boxes(info, row);
     EXPECT_EQ(got.boxes, scene.boxes) << "row " << row;
     EXPECT_EQ(got.classes, std::vector<int32_t>(scene.box_classes.begin(), scene.box_classes.end())) << "row " << row;
   }
@@ -395,7 +395,7 @@ TEST(Prep, AProgramsOwnRowsAreWrittenAndAFailingRowIsSkippedAndNamed) {
   for (int64_t row = 0; row < 8; ++row) {
     const int64_t i = row < 4 ? row : row + 1;
     EXPECT_EQ(reader.name(row), "ramp/" + std::to_string(i));
-    const auto got = data::read_boxes(info, row);
+    const auto got = meridian::test::row_boxes(info, row);
     EXPECT_EQ(got.boxes, (std::vector<std::array<float, 4>>{{float(i), float(i), float(i + 8), float(i + 8)}}));
     EXPECT_EQ(got.classes, std::vector<int32_t>{int32_t(i % 2)});
   }
@@ -461,10 +461,10 @@ TEST(Detection, YoloAndCocoGiveTheSameLetterboxedBoxes) {
     EXPECT_NE(yolo.skipped[0].find("c.txt: line 1: expected 'class cx cy w h'"), std::string::npos) << yolo.skipped[0];
   }
   const auto yolo_info = data::validate_dataset(o.out);
-  const auto a = data::read_boxes(yolo_info, 0);
+  const auto a = meridian::test::row_boxes(yolo_info, 0);
   EXPECT_EQ(a.boxes, (std::vector<std::array<float, 4>>{{12, 12, 20, 20}}));
   EXPECT_EQ(a.classes, (std::vector<int32_t>{0}));
-  EXPECT_TRUE(data::read_boxes(yolo_info, 1).boxes.empty());
+  EXPECT_TRUE(meridian::test::row_boxes(yolo_info, 1).boxes.empty());
   EXPECT_EQ(yolo_info.class_names, (std::vector<std::string>{"car", "boat"}));
 
   o.labels_dir.clear();
@@ -476,10 +476,10 @@ TEST(Detection, YoloAndCocoGiveTheSameLetterboxedBoxes) {
   EXPECT_EQ(coco.boxes, 2);  // the crowd region is not an instance
   const auto coco_info = data::validate_dataset(o.out);
   EXPECT_EQ(coco_info.class_names, (std::vector<std::string>{"car", "boat"}));  // sorted by id
-  EXPECT_EQ(data::read_boxes(coco_info, 0).boxes, a.boxes);
-  EXPECT_EQ(data::read_boxes(coco_info, 0).classes, (std::vector<int32_t>{0}));
-  EXPECT_EQ(data::read_boxes(coco_info, 1).boxes, (std::vector<std::array<float, 4>>{{0, 0, 32, 32}}));
-  EXPECT_EQ(data::read_boxes(coco_info, 1).classes, (std::vector<int32_t>{1}));
+  EXPECT_EQ(meridian::test::row_boxes(coco_info, 0).boxes, a.boxes);
+  EXPECT_EQ(meridian::test::row_boxes(coco_info, 0).classes, (std::vector<int32_t>{0}));
+  EXPECT_EQ(meridian::test::row_boxes(coco_info, 1).boxes, (std::vector<std::array<float, 4>>{{0, 0, 32, 32}}));
+  EXPECT_EQ(meridian::test::row_boxes(coco_info, 1).classes, (std::vector<int32_t>{1}));
   EXPECT_EQ(message_of([&] {
               data::PrepDetectionOptions both = o;
               both.labels_dir = dir + "/labels";

@@ -1,8 +1,8 @@
 // The detection loader on 1, 2 and 4 ranks, against the file read another way (images straight
-// through HDF5, boxes through data::read_boxes) and against augment_detection computed here from
+// through HDF5, boxes through test::row_boxes) and against augment_detection computed here from
 // (seed, epoch, row) alone, which shows that a batch does not depend on the number of ranks. Also
 // the DatasetReader the loader reads through, on a detection file: images and the boxes of sorted
-// row sets (runs and gaps) against plain HDF5 and data::read_boxes (which opens the file per row).
+// row sets (runs and gaps) against plain HDF5 and test::row_boxes (which opens the file per row).
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
@@ -89,7 +89,7 @@ const std::string& det_file() { return fixture().path; }
 const cv::Mat& stored_image(int64_t row) { return fixture().images.at(size_t(row)); }
 
 data::Labeled stored(const data::DatasetInfo& info, int64_t row) {
-  const auto b = data::read_boxes(info, row);
+  const auto b = meridian::test::row_boxes(info, row);
   return {stored_image(row), b.boxes, b.classes};
 }
 
@@ -157,7 +157,7 @@ TEST(DetectionLoader, DatasetReaderReadsImagesAndBoxesOfSortedRows) {
   ASSERT_EQ(got.size(), rows.size());
   size_t boxes = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
-    const auto want = data::read_boxes(info, rows[i]);
+    const auto want = meridian::test::row_boxes(info, rows[i]);
     EXPECT_EQ(got[i].boxes, want.boxes) << "row " << rows[i];
     EXPECT_EQ(got[i].classes, want.classes) << "row " << rows[i];
     boxes += want.boxes.size();
@@ -176,7 +176,7 @@ TEST(DetectionLoader, DatasetReaderReadsImagesAndBoxesOfSortedRows) {
   size_t total = 0;
   for (int64_t r = 0; r < kDetCount; ++r) {
     total += every[size_t(r)].boxes.size();
-    EXPECT_EQ(every[size_t(r)].classes, data::read_boxes(info, r).classes) << "row " << r;
+    EXPECT_EQ(every[size_t(r)].classes, meridian::test::row_boxes(info, r).classes) << "row " << r;
   }
   EXPECT_EQ(int64_t(total), info.box_count);
   EXPECT_TRUE(reader.read_boxes({}).empty());
@@ -209,7 +209,7 @@ TEST(DetectionLoader, WithoutAugmentationBatchesAreTheStoredRowsAndTheirBoxes) {
     for (int64_t i = 0; i < 3; ++i) {
       const int64_t row = b.rows[i].item<int64_t>();
       if (i > 0) EXPECT_LT(b.rows[i - 1].item<int64_t>(), row) << "ascending row order";
-      const auto want = data::read_boxes(info, row);
+      const auto want = meridian::test::row_boxes(info, row);
       const auto got = boxes_of(b, i);
       EXPECT_EQ(got.boxes, want.boxes) << "row " << row;
       EXPECT_EQ(got.classes, want.classes) << "row " << row;

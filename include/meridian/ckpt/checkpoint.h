@@ -4,10 +4,11 @@
 //   <run>/checkpoints/step_<8 digits>.h5   one per save (ckpt::Writer: collective MPI-IO)
 //   <run>/checkpoints/latest               the newest complete checkpoint's file name
 //
-// A save writes step_N.h5.tmp, closes it (collective), then rank 0 renames it to step_N.h5 and
-// replaces `latest` (written to latest.tmp and renamed): a crash at any moment leaves the previous
-// checkpoint usable. A failed write (full disk, unwritable directory) is a SystemError on every
-// rank; the .tmp file is removed and the previous checkpoint kept.
+// A save writes step_N.h5.tmp, closes and fsyncs it (collective), then rank 0 renames it to
+// step_N.h5, fsyncs the directory and replaces `latest` (written to latest.tmp and renamed): a crash
+// at any moment leaves the previous checkpoint usable. A failed write (full disk, unwritable
+// directory) is a SystemError on every rank; the .tmp file is removed and the previous checkpoint
+// kept. Every file operation goes through ckpt::Files (files.h).
 //
 // Contents: model/<parameter or buffer name>, optim/<parameter name>/step, the AdamW moments as
 // optim/<parameter name>/{exp_avg, exp_avg_sq} or, with optim.zero, as the flat vectors
@@ -64,7 +65,8 @@ struct ResumePoint {
 };
 
 // Not collective. The newest checkpoint in `dir` that opens and whose checksums verify; each
-// rejected newer one is described in `rejected`. nullopt when there is none.
+// rejected newer one is described in `rejected`. nullopt when there is none. SystemError when the
+// directory cannot be listed (ckpt::Files).
 std::optional<ResumePoint> find_resumable(const std::string& dir, std::vector<std::string>* rejected);
 // Not collective: the config a checkpoint's run was trained with (its `config` attribute), with
 // origin "<path> (config)" for error messages.
@@ -75,7 +77,9 @@ ResumePoint read_resume_point(const std::string& path, bool verify);
 
 // Collective: `resume` is "" (fresh start), "auto" (newest valid checkpoint in settings.dir, or a
 // fresh start when there is none) or a path. Rank 0 chooses and verifies, every rank gets the same
-// answer. Logs what was rejected and why.
+// answer. Logs what was rejected and why. Checkpoints newer than the chosen one are renamed to
+// <name>.abandoned. UserError "--resume <resume>: ..." on every rank when rank 0 cannot choose (no
+// valid file at the path given, the directory or `latest` unreadable, a rename that fails).
 std::optional<ResumePoint> choose_resume_point(const comm::Runtime& runtime, const std::string& resume,
                                                const std::string& dir);
 
@@ -90,7 +94,9 @@ int64_t resume_batch(const ResumePoint& point, int world_size, int64_t accumulat
 std::vector<std::string> compare_configs(const Config& saved, const Config& current, const std::string& path);
 
 // Collective: writes the trainer's state as checkpoint step_<step>.h5 in settings.dir, atomically,
-// then applies retention. Returns the final path.
+// then applies retention. Returns the final path. SystemError on every rank when any rank's part
+// fails (`latest` then names the previous checkpoint; the new file is either gone or complete), or
+// when retention cannot remove or list (`latest` then names the new checkpoint).
 std::string save(const comm::Runtime& runtime, train::Trainer& trainer, const Config& config,
                  const CheckpointSettings& settings);
 

@@ -112,13 +112,8 @@ class DatasetReader {
 std::unique_ptr<DatasetReader> open_on_every_rank(const comm::Runtime& runtime, const std::string& path,
                                                   IoDriver driver, const std::string& kind, const std::string& reader);
 
-// The boxes of one row of a `detection` file (serial; opens the file per call: for a few rows, such
-// as evaluation's; a loader reads through DatasetReader::read_boxes). `info` from validate_dataset
-// (validated once, not per row).
-RowBoxes read_boxes(const DatasetInfo& info, int64_t row);
-
-// For `inspect`: class histogram and a few decoded captions (serial), for any kind; `info` from
-// validate_dataset.
+// For `inspect` (dataset_summary.cpp): class histogram and a few decoded captions (serial), for any
+// kind; `info` from validate_dataset.
 struct DatasetSummary {
   std::vector<int64_t> class_counts;  // per class_names entry: images (image_text) or boxes (detection)
   int64_t unlabelled = 0;             // image_text: images without a class; detection: images without boxes

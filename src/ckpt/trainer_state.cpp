@@ -1,0 +1,79 @@
+// The trainer's part of a checkpoint besides its strategy's: the frozen parameters, the buffers,
+// the EMA, every rank's RNG and the counters. Saved and loaded here, side by side, so that the two
+// layouts cannot drift apart.
+#include <algorithm>
+#include <ctime>
+
+#include "internal.h"
+#include "meridian/core/error.h"
+#include "meridian/core/version.h"
+#include "meridian/train/trainer.h"
+
+namespace meridian::ckpt {
+
+namespace {
+std::string utc_now_text() {
+  const std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+}  // namespace
+
+void save_trainer_state(train::StateWriter& w, train::Trainer& trainer, const Config& config) {
+  const train::TrainerState state = trainer.state();
+  auto& model = *trainer.task().model();
+  for (const auto& item : model.named_parameters())  // the frozen ones (LoRA's base)
+    if (!item.value().requires_grad()) w.replicated("model/" + item.key(), item.value());
+  for (const auto& item : model.named_buffers()) w.replicated("model/" + item.key(), item.value());
+  if (auto* ema = trainer.ema()) {
+    for (size_t i = 0; i < ema->names().size(); ++i) w.replicated("ema/" + ema->names()[i], ema->tensors()[i]);
+    w.attribute("ema_updates", ema->updates());
+  }
+  w.per_rank("torch_rng", cpu_generator().get_state());
+  const auto position = trainer.task().data_position();
+  w.attribute("step", state.step);
+  w.attribute("epoch", position.epoch);
+  w.attribute("position", position.position);
+  w.attribute("samples_seen", state.samples_seen);
+  w.attribute("bad_steps", state.bad_steps);
+  w.attribute("bad_in_a_row", state.bad_in_a_row);
+  w.attribute("global_batch", trainer.global_batch());
+  w.attribute("config", config.dump());
+  w.attribute("created_by", created_by());
+  w.attribute("time", utc_now_text());
+}
+
+void load_trainer_state(train::StateReader& r, int rank, train::Trainer& trainer, const ResumePoint& point) {
+  auto& model = *trainer.task().model();
+  for (const auto& item : model.named_parameters())  // the frozen ones (LoRA's base)
+    if (!item.value().requires_grad()) r.load("model/" + item.key(), item.value());
+  for (const auto& item : model.named_buffers()) r.load("model/" + item.key(), item.value());
+  if (auto* ema = trainer.ema()) {
+    const auto updates = r.int_attribute("ema_updates");
+    if (!updates)
+      throw DataError(
+          point.path, "attribute 'ema_updates'",
+          "missing: the checkpoint has no EMA weights (trained without train.ema), this run has train.ema " +
+              std::to_string(ema->decay()));
+    for (size_t i = 0; i < ema->names().size(); ++i) {
+      const std::string name = "ema/" + ema->names()[i];
+      if (!r.has(name))
+        throw DataError(point.path, "dataset '" + name + "'",
+                        "missing (the EMA of this model's " + ema->names()[i] + ")");
+      r.load(name, ema->tensors()[i]);
+    }
+    ema->set_updates(*updates);
+  }
+  // The same world size: this rank's own stream; another: rank r takes rank (r mod W)'s.
+  const std::string rng = "ranks/" + std::to_string(rank % std::max<int64_t>(1, point.world_size)) + "/torch_rng";
+  if (r.has(rng)) cpu_generator().set_state(r.read(rng));
+  train::TrainerState state;
+  state.step = point.step;
+  state.samples_seen = r.int_attribute("samples_seen").value_or(point.step * point.global_batch);
+  state.bad_steps = r.int_attribute("bad_steps").value_or(0);
+  state.bad_in_a_row = r.int_attribute("bad_in_a_row").value_or(0);
+  trainer.set_state(state);
+}
+
+}  // namespace meridian::ckpt
