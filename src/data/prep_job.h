@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dataset_index.h"
 #include "meridian/data/prep.h"
 #include "text_records_reader.h"
 
@@ -55,6 +56,16 @@ struct TextJob {
   std::string split;
   std::string inputs;  // where the records come from, for messages: "<file>[ with split 's' (...)]"
 };
+
+// Not collective (every rank decides the same from the index on the shared output directory): for
+// an output that is a dataset of many files, the index to continue and the first input to write (a
+// new index, one to --resume, or one to --append to). UserError for an index that does not fit the
+// request (image_job_index.cpp).
+struct IndexPlan {
+  DatasetIndex index;
+  int64_t next_input = 0;
+};
+IndexPlan plan_index(const PrepCommon& o, const ImageJob& job);
 
 // Writes o.out (through o.out + ".tmp", removed on failure). Throws UserError on every rank.
 PrepReport run_image_job(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& job);

@@ -13,6 +13,7 @@
 #include "meridian/core/error.h"
 #include "meridian/data/detection_loader.h"
 #include "meridian/data/format.h"
+#include "meridian/data/loader.h"
 #include "meridian/detect/loss.h"
 #include "meridian/tasks/detect_task.h"
 #include "meridian/train/settings.h"
