@@ -12,7 +12,8 @@ Usage (python3-torch and python3-yaml; no Ultralytics needed):
       a random model with random BatchNorm statistics: DIR/model.safetensors (an Ultralytics
       state_dict, float32, with num_batches_tracked), and DIR/io.safetensors: "input" [B, 3, PX, PX]
       and "out.<l>" the raw head outputs of each level in eval mode ([B, 64 + nc, PX/s, PX/s],
-      Detect's cat(cv2, cv3) before decoding)
+      Detect's cat(cv2, cv3) before decoding); "out64.<l>" the same computed in float64 (a float32
+      forward of a deep model differs from another float32 forward by its summation order alone)
   ultralytics_yolo.py same EXPORT CHECKPOINT
       meridian's export directory as Ultralytics would take it: builds the model from the exported
       YAML alone (its nc, its one scale), loads model.safetensors into it strictly (every name and
@@ -377,7 +378,9 @@ def main(argv):
     x = torch.rand(a.batch, 3, a.size, a.size, generator=torch.Generator().manual_seed(a.seed + 1))
     with torch.no_grad():
         levels = model(x)
-    write_safetensors(f"{out}/io.safetensors", [("input", x)] + [(f"out.{i}", l.contiguous()) for i, l in enumerate(levels)])
+        levels64 = model.double()(x.double())
+    write_safetensors(f"{out}/io.safetensors", [("input", x)] + [(f"out.{i}", l.contiguous()) for i, l in enumerate(levels)]
+                      + [(f"out64.{i}", l.contiguous()) for i, l in enumerate(levels64)])
     return 0
 
 

@@ -200,15 +200,24 @@ TEST(Yolo, HeadOutputsEqualTheUltralyticsReference) {
     model->eval();
     const auto io = read_all(dir.path / "io.safetensors");
     at::NoGradGuard no_grad;
+    // float32, as trained: within a float32 forward's summation-order differences over a deep model
+    // (relative to the outputs); float64: the same semantics to rounding.
     const auto levels = model->forward(io.at("input"));
+    model->to(torch::kDouble);
+    const auto levels64 = model->forward(io.at("input").to(torch::kDouble));
     ASSERT_EQ(levels.size(), 3u);
+    ASSERT_EQ(levels64.size(), 3u);
     for (size_t l = 0; l < 3; ++l) {
       const auto& want = io.at("out." + std::to_string(l));
+      const auto& want64 = io.at("out64." + std::to_string(l));
       ASSERT_EQ(levels[l].sizes(), want.sizes()) << "level " << l;
+      const double scale = std::max(1.0, want64.abs().max().item<double>());
       const double diff = (levels[l] - want).abs().max().item<double>();
+      const double diff64 = (levels64[l] - want64).abs().max().item<double>();
       std::cout << "[ " << k.family << k.scale << " ] level " << l << ": max |meridian - reference| " << diff
-                << " (outputs up to " << want.abs().max().item<double>() << ")\n";
-      EXPECT_LE(diff, 1e-4) << "level " << l;
+                << " in float32, " << diff64 << " in float64 (outputs up to " << scale << ")\n";
+      EXPECT_LE(diff, 1e-3 * scale) << "level " << l;
+      EXPECT_LE(diff64, 1e-10 * scale) << "level " << l;
     }
   }
 }
