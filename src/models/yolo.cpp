@@ -19,6 +19,10 @@ namespace {
 
 enum Kind { kPlain = 0, kConcat = 1, kDetect = 2 };
 
+// The largest stride a row may reach: an input is a multiple of it (no image is 65,536 px a side),
+// and beyond, enough strided rows overflow the stride to 0 (then forward and flops divided by it).
+constexpr int64_t kMaxStride = int64_t{1} << 16;
+
 // A row's arguments after parse_model's rewriting, read by position with Ultralytics' defaults.
 struct Args {
   const YoloSpec& spec;
@@ -122,7 +126,13 @@ YoloImpl::YoloImpl(const YoloConfig& config, comm::Communicator* sync_comm)
       const bool act = a.flag(6, true);
       if (k < 1 || s < 1 || g < 1 || d < 1 || c1 % g != 0 || c2 % g != 0)
         fail("bad kernel, stride, groups or dilation");
-      for (int64_t k = 0; k < n; ++k) out_stride *= s;  // each repeat strides again
+      for (int64_t k = 0; k < n; ++k) {  // each repeat strides again
+        if (out_stride > kMaxStride / s)
+          fail("strides by " + std::to_string(s) + (n > 1 ? " in each of " + std::to_string(n) + " repeats" : "") +
+               " after stride " + std::to_string(stride_of(from[0])) + ": past stride " + std::to_string(kMaxStride) +
+               " the input shrinks to nothing (no image is that large)");
+        out_stride *= s;
+      }
       chain([&](int64_t in) { return ultralytics::Conv(in, c2, k, s, p, g, d, act, sync); });
     } else if (m == "C2f" || m == "C3k2") {
       bool shortcut = false, c3k = false;
