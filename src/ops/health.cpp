@@ -135,7 +135,7 @@ HealthMonitor::HealthMonitor(const comm::Runtime& runtime, comm::Communicator& c
 
 HealthMonitor::~HealthMonitor() = default;
 
-void HealthMonitor::record(const StepSeconds& t) {
+void StepInterval::record(const StepSeconds& t) {
   step_ += t.step;
   data_ += t.data;
   comm_ += t.comm;
@@ -143,8 +143,22 @@ void HealthMonitor::record(const StepSeconds& t) {
   ++steps_;
 }
 
-std::vector<std::string> HealthMonitor::report(int64_t step) {
+StepSeconds StepInterval::mean() const {
   const double n = double(std::max<int64_t>(steps_, 1));
+  return {step_ / n, data_ / n, comm_ / n};
+}
+
+double StepInterval::compute() const { return compute_.empty() ? 0.0 : median(compute_); }
+
+void StepInterval::clear() {
+  step_ = data_ = comm_ = 0;
+  steps_ = 0;
+  compute_.clear();
+}
+
+void HealthMonitor::record(const StepSeconds& t) { interval_.record(t); }
+
+std::vector<std::string> HealthMonitor::report(int64_t step) {
   // Across nodes, the links between them (one rank per node): a slow link slows every rank's
   // communication alike, so step times cannot name it; these probes can.
   std::vector<LinkFacts> links;
@@ -168,18 +182,17 @@ std::vector<std::string> HealthMonitor::report(int64_t step) {
     control_.allreduce(one);
     probe = std::min(probe, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  const StepSeconds mean = interval_.mean();
   nlohmann::json mine{{"rank", rt_.rank()},
                       {"host", rt_.host()},
-                      {"step_s", step_ / n},
-                      {"data_s", data_ / n},
-                      {"comm_s", comm_ / n},
-                      {"compute_s", compute_.empty() ? 0.0 : median(compute_)},
+                      {"step_s", mean.step},
+                      {"data_s", mean.data},
+                      {"comm_s", mean.comm},
+                      {"compute_s", interval_.compute()},
                       {"rss_mb", resident_mb()},
                       {"probe_us", 1e6 * probe},
                       {"gpu", rt_.device().is_cuda() ? nvml().stats(rt_.device().index()) : nlohmann::json(nullptr)}};
-  step_ = data_ = comm_ = 0;
-  steps_ = 0;
-  compute_.clear();
+  interval_.clear();
   const auto all = rt_.gather_to_root(mine.dump());
   if (rt_.rank() != 0) return {};
 

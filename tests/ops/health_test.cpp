@@ -1,4 +1,5 @@
-// The health monitor's rules (ops::HealthRules) on made-up report intervals: no MPI, no timing.
+// The health monitor's interval summary (ops::StepInterval) and rules (ops::HealthRules) on made-up
+// step times and report intervals: no MPI, no timing.
 #include "meridian/ops/health.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +21,28 @@ std::vector<RankInterval> steady(int n) {
 std::vector<RankInterval> with_compute(std::vector<RankInterval> ranks, int rank, double compute_s) {
   ranks[size_t(rank)].compute_s = compute_s;
   return ranks;
+}
+
+TEST(StepInterval, MeansAndTheMedianStepsCompute) {
+  StepInterval interval;
+  EXPECT_EQ(interval.mean().step, 0);  // nothing recorded
+  EXPECT_EQ(interval.compute(), 0);
+  // Steps of 100 ms (20 data, 30 communication: 50 compute), one hiccup of 400 ms, and one whose waits
+  // exceed the step as timed (compute clamped at 0).
+  for (int i = 0; i < 3; ++i) interval.record({0.100, 0.020, 0.030});
+  interval.record({0.400, 0.020, 0.030});
+  interval.record({0.100, 0.080, 0.040});
+  const StepSeconds mean = interval.mean();
+  EXPECT_DOUBLE_EQ(mean.step, 0.8 / 5);
+  EXPECT_DOUBLE_EQ(mean.data, 0.16 / 5);
+  EXPECT_DOUBLE_EQ(mean.comm, 0.16 / 5);
+  EXPECT_DOUBLE_EQ(interval.compute(), 0.050);  // of {0.05, 0.05, 0.05, 0.35, 0}: not moved by the hiccup
+  interval.clear();
+  EXPECT_EQ(interval.mean().step, 0);
+  EXPECT_EQ(interval.compute(), 0);
+  interval.record({0.010, 0.0, 0.0});
+  interval.record({0.030, 0.0, 0.0});
+  EXPECT_DOUBLE_EQ(interval.compute(), 0.020);  // an even count: the mean of the middle two
 }
 
 TEST(HealthRules, SteadyRanksGiveNoWarnings) {

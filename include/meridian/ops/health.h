@@ -41,6 +41,24 @@ struct StepSeconds {
   double comm = 0;  // waiting for other ranks in communication (not hidden behind compute)
 };
 
+// One rank's step times over a report interval: record() each step, read the summary at the report,
+// clear() for the next. Not thread-safe.
+class StepInterval {
+ public:
+  void record(const StepSeconds& t);
+  // The mean step, data wait and communication over the steps recorded; zeros when none.
+  StepSeconds mean() const;
+  // The median step's compute (step minus data wait minus communication, at least 0): one hiccup of
+  // a shared core does not move it. 0 when no step was recorded.
+  double compute() const;
+  void clear();
+
+ private:
+  double step_ = 0, data_ = 0, comm_ = 0;
+  int64_t steps_ = 0;
+  std::vector<double> compute_;  // per step
+};
+
 // One rank's report interval as rank 0 judges it (what report() gathers from every rank).
 struct RankInterval {
   int rank = 0;
@@ -84,10 +102,7 @@ class HealthMonitor {
   comm::Communicator& control_;
   std::ofstream file_;
   std::string path_;
-  double step_ = 0, data_ = 0, comm_ = 0;
-  int64_t steps_ = 0;
-  // Per step of the interval; its median is the rank's compute (one hiccup of a shared core is not a straggler).
-  std::vector<double> compute_;
+  StepInterval interval_;         // this rank's, since the last report
   HealthRules rules_;             // rank 0's
   std::vector<RankFacts> ranks_;  // rank, host, local rank of every rank (for the link probe)
   static constexpr uint64_t kLinkProbeBytes = 1 << 20;
