@@ -28,17 +28,25 @@
 
 namespace meridian::ops {
 
-bool cpu_has_native_bf16() {
-  std::ifstream in("/proc/cpuinfo");
+bool cpuinfo_has_native_bf16(std::istream& in) {
   for (std::string line; std::getline(in, line);)
     if (line.rfind("flags", 0) == 0)
       return line.find(" avx512_bf16") != std::string::npos || line.find(" amx_bf16") != std::string::npos;
   return false;
 }
 
+bool cpu_has_native_bf16() {
+  std::ifstream in("/proc/cpuinfo");
+  return cpuinfo_has_native_bf16(in);
+}
+
 MemoryFacts memory_facts() {
-  MemoryFacts m;
   std::ifstream in("/proc/meminfo");
+  return parse_meminfo(in);
+}
+
+MemoryFacts parse_meminfo(std::istream& in) {
+  MemoryFacts m;
   std::string key, unit;
   double kb = 0;
   while (in >> key >> kb) {
@@ -47,6 +55,30 @@ MemoryFacts memory_facts() {
     if (key == "MemAvailable:") m.available = kb * 1024;
   }
   return m;
+}
+
+std::string nvidia_release(const std::string& line) {
+  const auto at = line.find("Module");
+  if (at == std::string::npos) return "";
+  std::istringstream words(line.substr(at + 6));
+  std::string release;
+  words >> release;
+  return release;
+}
+
+bool relevant_env(const std::string& name) {
+  for (const char* exact : {"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"})
+    if (name == exact) return true;
+  for (const char* prefix : {"NCCL_", "UCX_", "MERIDIAN_"})
+    if (name.rfind(prefix, 0) == 0) return true;
+  if (name.rfind("OMPI_MCA_", 0) != 0) return false;  // OMPI_COMM_WORLD_RANK etc.: the launcher's
+  for (const char* launcher :
+       {"OMPI_MCA_orte_", "OMPI_MCA_prte_", "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir",
+        "OMPI_MCA_shmem_RUNTIME_QUERY_hint", "OMPI_MCA_mpi_oversubscribe",
+        // set by mpirun on the other nodes' daemons, not by the user
+        "OMPI_MCA_plm", "OMPI_MCA_routed"})
+    if (name.rfind(launcher, 0) == 0) return false;
+  return true;
 }
 
 namespace {
@@ -95,13 +127,8 @@ ShmFacts shm_facts() {
 std::string nvidia_driver_release() {
   std::ifstream in("/proc/driver/nvidia/version");
   std::string line;
-  std::getline(in, line);  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 ..."
-  const auto at = line.find("Module");
-  if (at == std::string::npos) return "";
-  std::istringstream words(line.substr(at + 6));
-  std::string release;
-  words >> release;
-  return release;
+  std::getline(in, line);
+  return nvidia_release(line);
 }
 
 std::string cuda_build_text() {
@@ -123,22 +150,6 @@ VersionFacts version_facts() {
   v.nccl = comm::nccl_version();
   v.cuda_build = cuda_build_text();
   return v;
-}
-
-// Variables that change how MPI, UCX, NCCL or meridian behave, minus what the launcher sets for its own use.
-bool relevant_env(const std::string& name) {
-  for (const char* exact : {"CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"})
-    if (name == exact) return true;
-  for (const char* prefix : {"NCCL_", "UCX_", "MERIDIAN_"})
-    if (name.rfind(prefix, 0) == 0) return true;
-  if (name.rfind("OMPI_MCA_", 0) != 0) return false;  // OMPI_COMM_WORLD_RANK etc.: the launcher's
-  for (const char* launcher :
-       {"OMPI_MCA_orte_", "OMPI_MCA_prte_", "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir",
-        "OMPI_MCA_shmem_RUNTIME_QUERY_hint", "OMPI_MCA_mpi_oversubscribe",
-        // set by mpirun on the other nodes' daemons, not by the user
-        "OMPI_MCA_plm", "OMPI_MCA_routed"})
-    if (name.rfind(launcher, 0) == 0) return false;
-  return true;
 }
 
 std::map<std::string, std::string> env_facts() {

@@ -85,6 +85,44 @@ const Nvml& nvml() {
 
 }  // namespace
 
+std::vector<std::string> HealthRules::judge(const std::vector<RankInterval>& ranks) {
+  std::vector<std::string> warnings;
+  std::vector<double> compute;
+  for (const auto& r : ranks) compute.push_back(r.compute_s);
+  constexpr double kStragglerMinExcessS = 0.005;
+  const double typical = median(compute);
+  for (const auto& r : ranks) {
+    const int rank = r.rank;
+    const std::string who = "rank " + std::to_string(rank) + " on " + r.host;
+    const double c = r.compute_s, s = r.step_s, d = r.data_s;
+    // Both relative and absolute: a few milliseconds of scheduling noise on a millisecond step is not a
+    // straggler. And in two reports in a row: one interval on a shared core (3 ranks on 2 cores named a
+    // random rank 1.3-2.6x in one report of six) is not either.
+    const bool slow = ranks.size() > 1 && typical > 0 && c > 1.3 * typical && c - typical > kStragglerMinExcessS;
+    const bool slow_before = std::exchange(slow_before_[rank], slow);
+    if (slow && slow_before)
+      warnings.push_back(
+          fmt::format("straggler: {} computes {:.0f} ms per step, {:.1f}x the median rank's {:.0f} ms "
+                      "(every other rank waits for it)",
+                      who, 1e3 * c, c / typical, 1e3 * typical));
+    if (s > 0 && d > 0.2 * s)
+      warnings.push_back(
+          fmt::format("data wait: {} waits {:.0f} ms of its {:.0f} ms step for data ({:.0f} %): the loader "
+                      "cannot keep up (storage, decoding, augmentation)",
+                      who, 1e3 * d, 1e3 * s, 100 * d / s));
+    auto& history = rss_history_[rank];
+    history.push_back(r.rss_mb);
+    if (history.size() > 6) history.erase(history.begin());
+    bool growing = history.size() == 6;
+    for (size_t i = 1; growing && i < history.size(); ++i) growing = history[i] > history[i - 1];
+    if (growing && history.back() > 1.1 * history.front())
+      warnings.push_back(
+          fmt::format("memory: {} resident memory grew in each of the last 5 reports, {:.0f} -> {:.0f} MB", who,
+                      history.front(), history.back()));
+  }
+  return warnings;
+}
+
 HealthMonitor::HealthMonitor(const comm::Runtime& runtime, comm::Communicator& control, const std::string& run_dir)
     : rt_(runtime), control_(control) {
   if (rt_.rank() == 0 && !run_dir.empty()) {
@@ -97,7 +135,7 @@ HealthMonitor::HealthMonitor(const comm::Runtime& runtime, comm::Communicator& c
 
 HealthMonitor::~HealthMonitor() = default;
 
-void HealthMonitor::record(const StepSeconds& t) {
+void StepInterval::record(const StepSeconds& t) {
   step_ += t.step;
   data_ += t.data;
   comm_ += t.comm;
@@ -105,8 +143,22 @@ void HealthMonitor::record(const StepSeconds& t) {
   ++steps_;
 }
 
-std::vector<std::string> HealthMonitor::report(int64_t step) {
+StepSeconds StepInterval::mean() const {
   const double n = double(std::max<int64_t>(steps_, 1));
+  return {step_ / n, data_ / n, comm_ / n};
+}
+
+double StepInterval::compute() const { return compute_.empty() ? 0.0 : median(compute_); }
+
+void StepInterval::clear() {
+  step_ = data_ = comm_ = 0;
+  steps_ = 0;
+  compute_.clear();
+}
+
+void HealthMonitor::record(const StepSeconds& t) { interval_.record(t); }
+
+std::vector<std::string> HealthMonitor::report(int64_t step) {
   // Across nodes, the links between them (one rank per node): a slow link slows every rank's
   // communication alike, so step times cannot name it; these probes can.
   std::vector<LinkFacts> links;
@@ -130,59 +182,29 @@ std::vector<std::string> HealthMonitor::report(int64_t step) {
     control_.allreduce(one);
     probe = std::min(probe, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  const StepSeconds mean = interval_.mean();
   nlohmann::json mine{{"rank", rt_.rank()},
                       {"host", rt_.host()},
-                      {"step_s", step_ / n},
-                      {"data_s", data_ / n},
-                      {"comm_s", comm_ / n},
-                      {"compute_s", compute_.empty() ? 0.0 : median(compute_)},
+                      {"step_s", mean.step},
+                      {"data_s", mean.data},
+                      {"comm_s", mean.comm},
+                      {"compute_s", interval_.compute()},
                       {"rss_mb", resident_mb()},
                       {"probe_us", 1e6 * probe},
                       {"gpu", rt_.device().is_cuda() ? nvml().stats(rt_.device().index()) : nlohmann::json(nullptr)}};
-  step_ = data_ = comm_ = 0;
-  steps_ = 0;
-  compute_.clear();
+  interval_.clear();
   const auto all = rt_.gather_to_root(mine.dump());
-  std::vector<std::string> warnings;
-  if (rt_.rank() != 0) return warnings;
+  if (rt_.rank() != 0) return {};
 
   std::vector<nlohmann::json> ranks;
-  std::vector<double> compute;
+  std::vector<RankInterval> intervals;
   for (const auto& text : all) {
     ranks.push_back(nlohmann::json::parse(text));
-    compute.push_back(ranks.back()["compute_s"].get<double>());
+    const auto& r = ranks.back();
+    intervals.push_back({r["rank"].get<int>(), r["host"].get<std::string>(), r["step_s"].get<double>(),
+                         r["data_s"].get<double>(), r["compute_s"].get<double>(), r["rss_mb"].get<double>()});
   }
-  constexpr double kStragglerMinExcessS = 0.005;
-  const double typical = median(compute);
-  for (const auto& r : ranks) {
-    const int rank = r["rank"].get<int>();
-    const std::string who = "rank " + std::to_string(rank) + " on " + r["host"].get<std::string>();
-    const double c = r["compute_s"].get<double>(), s = r["step_s"].get<double>(), d = r["data_s"].get<double>();
-    // Both relative and absolute: a few milliseconds of scheduling noise on a millisecond step is not a
-    // straggler. And in two reports in a row: one interval on a shared core (3 ranks on 2 cores named a
-    // random rank 1.3-2.6x in one report of six) is not either.
-    const bool slow = ranks.size() > 1 && typical > 0 && c > 1.3 * typical && c - typical > kStragglerMinExcessS;
-    const bool slow_before = std::exchange(slow_before_[rank], slow);
-    if (slow && slow_before)
-      warnings.push_back(
-          fmt::format("straggler: {} computes {:.0f} ms per step, {:.1f}x the median rank's {:.0f} ms "
-                      "(every other rank waits for it)",
-                      who, 1e3 * c, c / typical, 1e3 * typical));
-    if (s > 0 && d > 0.2 * s)
-      warnings.push_back(
-          fmt::format("data wait: {} waits {:.0f} ms of its {:.0f} ms step for data ({:.0f} %): the loader "
-                      "cannot keep up (storage, decoding, augmentation)",
-                      who, 1e3 * d, 1e3 * s, 100 * d / s));
-    auto& history = rss_history_[rank];
-    history.push_back(r["rss_mb"].get<double>());
-    if (history.size() > 6) history.erase(history.begin());
-    bool growing = history.size() == 6;
-    for (size_t i = 1; growing && i < history.size(); ++i) growing = history[i] > history[i - 1];
-    if (growing && history.back() > 1.1 * history.front())
-      warnings.push_back(
-          fmt::format("memory: {} resident memory grew in each of the last 5 reports, {:.0f} -> {:.0f} MB", who,
-                      history.front(), history.back()));
-  }
+  std::vector<std::string> warnings = rules_.judge(intervals);
   nlohmann::json link_lines = nlohmann::json::array();
   for (const auto& l : links)
     link_lines.push_back({{"a", l.bandwidth.a},

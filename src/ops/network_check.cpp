@@ -61,11 +61,15 @@ comm::Watchdog::Handler abort_on_expiry(const comm::Runtime& rt) {
 
 }  // namespace
 
+std::vector<std::pair<int, int>> link_pairs(const std::vector<RankFacts>& facts, int node_count) {
+  return choose_pairs(representatives(facts, node_count));
+}
+
 std::vector<LinkFacts> measure_links(const comm::Runtime& rt, const std::vector<RankFacts>& facts, uint64_t bytes,
                                      int iters, double delay_us) {
   comm::Watchdog watchdog(rt.comm_timeout_s(), abort_on_expiry(rt));
   std::vector<LinkFacts> links;
-  for (const auto& [a, b] : choose_pairs(representatives(facts, rt.node_count()))) {
+  for (const auto& [a, b] : link_pairs(facts, rt.node_count())) {
     const uint64_t id = watchdog.begin(fmt::format("ping-pong between {} and {}", who(facts, {a}), who(facts, {b})));
     LinkFacts link;
     link.latency = comm::ping_pong(rt, a, b, kLatencyBytes, kLatencyIters, delay_us);

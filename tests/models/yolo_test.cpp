@@ -350,6 +350,15 @@ TEST(Yolo, ModelYamlAndScaleResolution) {
   EXPECT_EQ(build_error("arg.yaml", "  - [-1, 1, Conv, [16, three]]\n  - [[1], 1, Detect, [nc]]\n"), "head[0]");
   EXPECT_EQ(build_error("a2.yaml", "  - [-1, 1, A2C2f, [16, True, 1]]\n  - [[1], 1, Detect, [nc]]\n"), "head[0]");
   EXPECT_EQ(build_error("nodetect.yaml", "  - [-1, 1, Conv, [16, 3, 1]]\n"), "head");
+  // Strided rows that take the stride past 65536 (before, they overflowed it to 0: SIGFPE in flops
+  // and forward): the row that goes over, whether by repeats or by rows.
+  EXPECT_EQ(build_error("repeats.yaml", "  - [-1, 100000, Conv, [16, 3, 2]]\n  - [[1], 1, Detect, [nc]]\n"), "head[0]");
+  std::string strided;  // backbone[0] strides by 2, then head[0..14] to 65536, head[15] beyond
+  for (int i = 0; i < 64; ++i) strided += "  - [-1, 1, Conv, [16, 3, 2]]\n";
+  EXPECT_EQ(build_error("rows.yaml", strided + "  - [[64], 1, Detect, [nc]]\n"), "head[15]");
+  const std::string at_most = "  - [-1, 15, Conv, [16, 3, 2]]\n  - [[1], 1, Detect, [nc]]\n";  // 2 x 2^15
+  EXPECT_EQ(models::Yolo(parse("model: {yaml: " + write("max.yaml", rows + at_most) + "}\n"))->strides(),
+            std::vector<int64_t>{65536});
 }
 
 // FLOPs: the convolutions (Ultralytics' thop count, which its summaries report) within 3% of the

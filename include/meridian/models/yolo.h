@@ -96,7 +96,8 @@ class YoloImpl : public torch::nn::Module {
   // Builds the YAML's graph: the modules are children of "model" (a ModuleList), named by row.
   // ConfigError(spec.source, "head[3]", ...) for a row meridian cannot build: an unknown module, a
   // bad argument, `from` out of range, concatenated maps of different strides, a Detect that is not
-  // the last row, an A2C2f width that is not a multiple of 32, C2PSA with c1 != c2.
+  // the last row, an A2C2f width that is not a multiple of 32, C2PSA with c1 != c2, strided rows that
+  // take the stride over 65536 (they shrink any input to nothing).
   // `sync_comm` (not owned; outlives the model) is used only when config.sync_bn: then every
   // BatchNorm2d is a parallel::SyncBatchNorm2d on it (same names), so forward in training mode and
   // backward are collective over it. Give it a communicator of its own (sync_bn.h says why).

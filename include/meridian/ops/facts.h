@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <istream>
 #include <map>
 #include <optional>
 #include <string>
@@ -23,12 +24,26 @@ namespace meridian::ops {
 struct MemoryFacts {
   double total = -1, available = -1;  // bytes, from /proc/meminfo; -1 when unreadable
 };
-// Not collective: this host's memory now.
+// Not collective: this host's memory now (parse_meminfo of /proc/meminfo).
 MemoryFacts memory_facts();
+// MemTotal and MemAvailable of a /proc/meminfo text ("MemTotal:  16384 kB" lines) in bytes; -1 for
+// each one missing.
+MemoryFacts parse_meminfo(std::istream& meminfo);
 
 // Not collective: whether this CPU computes bfloat16 natively (avx512_bf16 or amx_bf16 in
 // /proc/cpuinfo); without, autocast to bfloat16 still works, only slowly.
 bool cpu_has_native_bf16();
+// Whether the first "flags" line of a /proc/cpuinfo text lists avx512_bf16 or amx_bf16.
+bool cpuinfo_has_native_bf16(std::istream& cpuinfo);
+
+// The NVIDIA kernel module's release in the first line of /proc/driver/nvidia/version ("NVRM version:
+// NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar ..." -> "550.54.15"); "" when it names none.
+std::string nvidia_release(const std::string& version_line);
+
+// Whether an environment variable changes how MPI, UCX, NCCL or meridian behave, so that doctor
+// compares it across ranks: NCCL_*, UCX_*, MERIDIAN_*, CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS and the
+// user's OMPI_MCA_* (not those the launcher sets for its own use: OMPI_MCA_orte_*, ..._plm, ...).
+bool relevant_env(const std::string& name);
 
 // The run directory (--run-dir): where checkpoints and logs go.
 struct RunDirFacts {

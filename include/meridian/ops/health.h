@@ -41,6 +41,48 @@ struct StepSeconds {
   double comm = 0;  // waiting for other ranks in communication (not hidden behind compute)
 };
 
+// One rank's step times over a report interval: record() each step, read the summary at the report,
+// clear() for the next. Not thread-safe.
+class StepInterval {
+ public:
+  void record(const StepSeconds& t);
+  // The mean step, data wait and communication over the steps recorded; zeros when none.
+  StepSeconds mean() const;
+  // The median step's compute (step minus data wait minus communication, at least 0): one hiccup of
+  // a shared core does not move it. 0 when no step was recorded.
+  double compute() const;
+  void clear();
+
+ private:
+  double step_ = 0, data_ = 0, comm_ = 0;
+  int64_t steps_ = 0;
+  std::vector<double> compute_;  // per step
+};
+
+// One rank's report interval as rank 0 judges it (what report() gathers from every rank).
+struct RankInterval {
+  int rank = 0;
+  std::string host;
+  double step_s = 0, data_s = 0;  // mean step and data wait over the interval
+  double compute_s = 0;           // the median step's compute (step minus data wait minus communication)
+  double rss_mb = 0;              // resident memory at the report
+};
+
+// Rank 0's rules over successive reports (the straggler, data wait and memory rules above), apart
+// from the gathering so that they can be fed made-up intervals. No MPI, not thread-safe. Remembers,
+// per rank, whether it was over the straggler threshold in the last report and its resident memory
+// in the last 6 reports.
+class HealthRules {
+ public:
+  // This report's warnings, rank by rank in the order given (for each: straggler, data wait, memory).
+  // A straggler needs more than one rank and to be slow in this report and the one before.
+  std::vector<std::string> judge(const std::vector<RankInterval>& ranks);
+
+ private:
+  std::map<int, std::vector<double>> rss_history_;  // resident MB per report, per rank
+  std::map<int, bool> slow_before_;                 // above the straggler threshold in the last report
+};
+
 class HealthMonitor {
  public:
   // Not collective. `control`: a CPU communicator every rank shares, for the probe; it and `runtime`
@@ -60,13 +102,9 @@ class HealthMonitor {
   comm::Communicator& control_;
   std::ofstream file_;
   std::string path_;
-  double step_ = 0, data_ = 0, comm_ = 0;
-  int64_t steps_ = 0;
-  // Per step of the interval; its median is the rank's compute (one hiccup of a shared core is not a straggler).
-  std::vector<double> compute_;
-  std::map<int, std::vector<double>> rss_history_;  // rank 0: resident MB per report, per rank
-  std::map<int, bool> slow_before_;                 // rank 0: above the straggler threshold in the last report
-  std::vector<RankFacts> ranks_;                    // rank, host, local rank of every rank (for the link probe)
+  StepInterval interval_;         // this rank's, since the last report
+  HealthRules rules_;             // rank 0's
+  std::vector<RankFacts> ranks_;  // rank, host, local rank of every rank (for the link probe)
   static constexpr uint64_t kLinkProbeBytes = 1 << 20;
   static constexpr int kLinkProbeIters = 2;
 };

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "meridian/ops/facts.h"
@@ -24,6 +25,12 @@ namespace meridian::ops {
 // normally. Returns the same measurements on every rank; empty when there is no pair (one rank).
 std::vector<LinkFacts> measure_links(const comm::Runtime& runtime, const std::vector<RankFacts>& facts, uint64_t bytes,
                                      int iters, double delay_us);
+
+// Not collective, no MPI: the pairs measure_links measures, in its order, each as (lower rank, higher
+// rank). The representatives are local rank 0 of each node when node_count > 1, else every rank (in
+// the order of `facts`); every pair of them while that is at most 32 pairs, else each to the next
+// round a ring and each to the one half-way round, every pair once. Empty for one representative.
+std::vector<std::pair<int, int>> link_pairs(const std::vector<RankFacts>& facts, int node_count);
 
 // A float32 allreduce of `bytes` on the default backend (2 warm-up, `iters` timed), its result checked
 // against the closed form. Returns the same result on every rank; on a single rank nothing is measured
