@@ -8,9 +8,10 @@ namespace meridian::models::ultralytics {
 
 namespace {
 
-// softmax(q^T k * scale) in float (as autocast does), back to v's dtype.
+// softmax(q^T k * scale) in float (as autocast does; double stays double), back to v's dtype.
 at::Tensor attention_weights(const at::Tensor& q, const at::Tensor& k, double scale, at::ScalarType dtype) {
-  return at::softmax(at::matmul(q.transpose(-2, -1), k) * scale, -1, at::kFloat).to(dtype);
+  const auto logits = at::matmul(q.transpose(-2, -1), k) * scale;
+  return at::softmax(logits, -1, logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat).to(dtype);
 }
 
 AttnBlock psa_block(int64_t c, int64_t heads, comm::Communicator* sync) {
