@@ -115,6 +115,13 @@ PY
   "$meridian" model --config "$configs/lm-tiny.yaml" --image-size 640 >"$tmp/o" 2>&1; rc=$?
   [[ $rc -eq 2 ]] && grep -q -- "--image-size does not apply to task lm" "$tmp/o" || { cat "$tmp/o"; fail "model --image-size for lm: exit $rc"; }
 
+  # A model YAML whose largest stride (2^13) does not divide the image size: exit 2 naming it.
+  { echo "backbone:"; echo "  - [-1, 13, Conv, [16, 3, 2]]"; echo "head:"; echo "  - [[0], 1, Detect, [nc]]"; } >"$tmp/deep.yaml"
+  printf 'task: {name: detect}\nmodel: {yaml: %s}\n' "$tmp/deep.yaml" >"$tmp/deep_run.yaml"
+  "$meridian" model --config "$tmp/deep_run.yaml" >"$tmp/o" 2>&1; rc=$?
+  [[ $rc -eq 2 ]] && grep -q "image size 640 is not a multiple of the model's largest stride 8192" "$tmp/o" ||
+    { cat "$tmp/o"; fail "model with a stride above the image size: exit $rc"; }
+
   echo "not a dataset" >"$tmp/junk.h5"
   "$meridian" inspect "$tmp/junk.h5" >"$tmp/o" 2>&1; rc=$?
   [[ $rc -eq 2 ]] && grep -q "junk.h5: file: not an HDF5 file" "$tmp/o" || { cat "$tmp/o"; fail "inspect of junk: exit $rc"; }

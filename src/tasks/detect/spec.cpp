@@ -2,6 +2,8 @@
 // and export as an Ultralytics state_dict.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "../specs.h"
 #include "meridian/core/error.h"
 #include "meridian/models/yolo.h"
@@ -14,12 +16,16 @@ namespace {
 
 ModelSummary summarize_detect(const Config& config, int64_t image_size) {
   if (image_size < 0 || image_size % 32 != 0)
-    throw UserError("model: --image-size must be a positive multiple of 32, got " + std::to_string(image_size));
+    throw UserError("--image-size must be a positive multiple of 32, got " + std::to_string(image_size));
   const auto mc = models::YoloConfig::from_config(config);
   int64_t size = image_size;
   if (size == 0 && config.has("data.image_size")) size = config.get<int64_t>("data.image_size");
   if (size == 0) size = 640;
   models::Yolo model(mc);
+  const int64_t stride = *std::max_element(model->strides().begin(), model->strides().end());
+  if (size % stride != 0)
+    throw UserError("image size " + std::to_string(size) + " is not a multiple of the model's largest stride " +
+                    std::to_string(stride) + " (" + mc.spec.source + "): give --image-size a multiple of it");
   return summarize_module("detect", *model, model->flops(size), fmt::format("a {}x{} image", size, size));
 }
 

@@ -155,6 +155,11 @@ struct DetectTask::Impl {
 
     if (mc.sync_bn) bn_comm = comm::make_communicator(rt, comm::default_backend(rt));
     model = models::Yolo(mc, bn_comm.get());
+    const int64_t stride = *std::max_element(model->strides().begin(), model->strides().end());
+    if (image_size % stride != 0)
+      throw ConfigError(c.source("data.image_size"), "data.image_size",
+                        std::to_string(image_size) + " is not a multiple of the model's largest stride " +
+                            std::to_string(stride) + " (" + mc.spec.source + ")");
     if (!settings.init.empty() && start.epoch == 0 && start.position == 0) {  // a resume takes the checkpoint's
       const auto kept = models::load_ultralytics_weights(*model, settings.init);
       if (rt.rank() == 0 && !kept.empty())

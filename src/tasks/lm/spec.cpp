@@ -14,7 +14,7 @@ namespace meridian::tasks {
 namespace {
 
 ModelSummary summarize_lm(const Config& config, int64_t image_size) {
-  if (image_size != 0) throw UserError("model: --image-size does not apply to task lm (it has no images)");
+  if (image_size != 0) throw UserError("--image-size does not apply to task lm (it has no images)");
   const auto mc = models::LlamaConfig::from_config(config);
   models::Llama model(mc, /*values=*/false);  // shapes only: a 7B summary holds no weights
   return summarize_module("lm", *model, mc.flops_per_token(mc.max_seq_len) * double(mc.max_seq_len),

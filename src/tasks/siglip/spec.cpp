@@ -13,8 +13,7 @@ namespace meridian::tasks {
 namespace {
 
 ModelSummary summarize_siglip(const Config& config, int64_t image_size) {
-  if (image_size != 0)
-    throw UserError("model: --image-size does not apply to task siglip (its size is model.image_size)");
+  if (image_size != 0) throw UserError("--image-size does not apply to task siglip (its size is model.image_size)");
   const auto mc = models::SiglipConfig::from_config(config);
   models::Siglip model(mc);
   return summarize_module(
