@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Usage: jobs/bench/checkpoint-hashes.sh MERIDIAN OUTDIR — short runs of the three tasks under every
 # strategy (lm-tiny: DDP, ZeRO-1, ZeRO-3; SigLIP tiny: DDP, ZeRO-2, ZeRO-1 bf16; the detector: AdamW
-# + EMA, SGD), 6 steps on 2 ranks with a checkpoint at the end; prints one SHA-256 per checkpoint
+# + EMA, SGD), 6 steps on 2 ranks with a checkpoint at the end, and SigLIP's DDP run stopped at step 3
+# and resumed (its step-6 line equals siglip_ddp's: an exact resume); prints one SHA-256 per checkpoint
 # group (/model, /optim, /ema) over every dataset's name and bytes. Run it with two binaries and diff
 # the outputs: a refactoring that changes no numerics prints the same lines (docs/performance.md).
 # Needs mpirun and python3-h5py.
@@ -20,7 +21,7 @@ mpirun --oversubscribe -np 2 "$meridian" prep synthetic --kind text --count 200 
 run() {
   local name=$1 config=$2 data=$3
   shift 3
-  rm -rf "${out:?}/$name"
+  [[ " $* " == *" --resume "* ]] || rm -rf "${out:?}/$name"
   mpirun --oversubscribe -np 2 "$meridian" train --config "$src/jobs/configs/$config" --data "$d/$data" \
     --set train.batch=4 --set train.steps=6 --set train.health_every=0 --set train.log_every=100 \
     --run-dir "$out/$name" --log-level warn "$@" >"$out/$name.log" 2>&1 || { tail "$out/$name.log"; exit 1; }
@@ -31,12 +32,14 @@ run lm_z3 lm-tiny.yaml text.h5 --set data.seq_len=64 --set optim.zero=3
 run siglip_ddp siglip-tiny.yaml it.h5 --set model.image_size=64
 run siglip_z2 siglip-tiny.yaml it.h5 --set model.image_size=64 --set optim.zero=2
 run siglip_bf16z1 siglip-tiny.yaml it.h5 --set model.image_size=64 --set optim.zero=1 --set train.precision=bf16
+run siglip_resumed siglip-tiny.yaml it.h5 --set model.image_size=64 --set train.stop_at=3
+run siglip_resumed siglip-tiny.yaml it.h5 --set model.image_size=64 --resume auto
 run detect detect-synthetic.yaml det.h5
 run detect_sgd detect-synthetic.yaml det.h5 --set optim.name=sgd
 /usr/bin/python3 - "$out" <<'PY'
 import glob, hashlib, os, sys
 import h5py
-for f in sorted(glob.glob(sys.argv[1] + "/*/checkpoints/step_*.h5")):
+for f in sorted(glob.glob(sys.argv[1] + "/*/checkpoints/step_00000006.h5")):
     h = h5py.File(f, "r")
     parts = []
     for g in ("model", "optim", "ema"):

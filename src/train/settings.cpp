@@ -7,6 +7,7 @@
 #include "meridian/core/config.h"
 #include "meridian/core/config_binding.h"
 #include "meridian/core/error.h"
+#include "meridian/train/strategy_plan.h"
 
 namespace meridian::train {
 
@@ -114,27 +115,12 @@ void TrainerSettings::declare(ConfigSchema& schema) { bindings().declare(schema)
 TrainerSettings TrainerSettings::from_config(const Config& c) {
   TrainerSettings s = bindings().read(c);
   if (!c.has("optim.min_lr")) s.min_lr = std::min(s.min_lr, s.lr);
-  if (s.bf16_gradients && s.zero)
-    throw ConfigError(c.source("comm.grad_dtype"), "comm.grad_dtype",
-                      "bf16 gradient reduction is DistributedDataParallel's: not with optim.zero (use "
-                      "train.precision bf16: bfloat16 parameters, gradients reduced in bfloat16, float32 masters)");
-  if (s.zero == 3 && s.ema > 0)
-    throw ConfigError(c.source("train.ema"), "train.ema",
-                      "not with optim.zero 3 (the EMA keeps a full copy of the weights, which ZeRO-3 shards)");
-  if (s.zero > 0 && s.precision == Precision::BFloat16 && s.ema > 0)
-    throw ConfigError(c.source("train.ema"), "train.ema",
-                      "not with train.precision bf16 and optim.zero (the parameters are bfloat16 then; the float32 "
-                      "masters are sharded)");
-  if (s.offload && s.zero != 3)
-    throw ConfigError(c.source("optim.offload"), "optim.offload",
-                      "offloads ZeRO-3's state: needs optim.zero 3, got " + std::to_string(s.zero));
+  check_strategy_settings(s, c);  // the strategy's own (strategy_plan.h)
   if (!(s.min_lr <= s.lr)) throw ConfigError(c.source("optim.min_lr"), "optim.min_lr", "must be within [0, optim.lr]");
   if (s.warmup_bias_lr > 0 && s.optimizer == Optimizer::AdamW)
     throw ConfigError(c.source("optim.warmup_bias_lr"), "optim.warmup_bias_lr",
                       "is SGD's (Ultralytics sets it to 0 for AdamW): not with optim.name adamw");
   if (s.optimizer == Optimizer::SGD) {
-    if (s.zero)
-      throw ConfigError(c.source("optim.zero"), "optim.zero", "ZeRO shards AdamW only: not with optim.name sgd");
     if (s.nesterov && s.momentum == 0)
       throw ConfigError(c.source("optim.momentum"), "optim.momentum",
                         "must be > 0 with optim.nesterov true (or set optim.nesterov: false)");

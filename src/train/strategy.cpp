@@ -10,6 +10,7 @@
 #include "adamw_state.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/parallel/ddp.h"
+#include "strategies.h"
 
 namespace meridian::train {
 
@@ -25,10 +26,6 @@ void Strategy::assign(const Fill&) {
   throw std::logic_error("Strategy::assign: only ZeRO-3 takes the values of a model built without them");
 }
 
-at::ScalarType parameter_dtype(const TrainerSettings& s) {
-  return s.zero > 0 && s.precision == Precision::BFloat16 ? at::kBFloat16 : at::kFloat;
-}
-
 std::vector<ParamGroup> parameter_groups(Task& task, double weight_decay) {
   ParamGroup decaying{{}, weight_decay, {}}, constant{{}, 0.0, {}};
   for (const auto& item : task.model()->named_parameters()) {
@@ -42,13 +39,13 @@ std::vector<ParamGroup> parameter_groups(Task& task, double weight_decay) {
 
 std::unique_ptr<Strategy> make_strategy(const comm::Runtime& rt, comm::Communicator& comm, Task& task,
                                         std::vector<ParamGroup> groups, const TrainerSettings& s) {
-  if (task.defers_weights() && s.zero != 3)
-    throw UserError("task " + task.name() +
-                    " built its model without values (for ZeRO-3's shards), but optim.zero is " +
-                    std::to_string(s.zero));
-  if (s.optimizer == Optimizer::Auto)  // tasks::describe_data turns it into adamw or sgd before training
+  const StrategyPlan plan = plan_strategy(s);
+  if (task.defers_weights() && !plan.takes_shape_only_model)
+    throw UserError("task " + task.name() + " built its model without values (for ZeRO-3's shards), but the plan is " +
+                    plan.name());
+  if (plan.optimizer == Optimizer::Auto)  // tasks::resolve_run turns it into adamw or sgd before training
     throw std::logic_error("make_strategy: optim.name auto was not resolved");
-  if (s.optimizer == Optimizer::SGD) return std::make_unique<DdpSgd>(rt, comm, task, std::move(groups), s);
+  if (plan.optimizer == Optimizer::SGD) return std::make_unique<DdpSgd>(rt, comm, task, std::move(groups), s);
   // The closed form of each stage, from the units ZeRO would build (before ZeRO-3 frees the parameters).
   const auto model = task.model();
   const auto planned = planned_params(groups, task.blocks(), model->parameters());
@@ -57,16 +54,16 @@ std::unique_ptr<Strategy> make_strategy(const comm::Runtime& rt, comm::Communica
     if (!p.requires_grad()) frozen += p.numel();
   const size_t blocks = task.blocks() ? task.blocks()->blocks().size() : 0;
   const auto memory_of = [&](int stage) {
-    const int64_t bytes = stage > 0 && s.precision == Precision::BFloat16 ? 2 : 4;
+    const int64_t bytes = stage > 0 && s.precision == Precision::BFloat16 ? 2 : 4;  // plan_strategy's dtype
     return plan_memory(stage, plan_units(stage, planned, rt.size(), blocks), rt.size(), bytes, frozen, kBucketNumel,
-                       stage == 3 && s.offload);
+                       stage == 3 && plan.offload);
   };
-  const auto memory = memory_of(s.zero);
+  const auto memory = memory_of(plan.zero);
   int64_t allocated = 0;  // what the model holds now (nothing when built shape-only)
   if (!task.defers_weights())
     for (const auto& p : model->parameters()) allocated += int64_t(p.numel()) * int64_t(p.element_size());
   check_memory_fits(rt, memory, memory_of, allocated);
-  if (s.zero > 0) return std::make_unique<ZeroAdamW>(rt, comm, task, std::move(groups), s, memory);
+  if (plan.zero > 0) return std::make_unique<ZeroAdamW>(rt, comm, task, std::move(groups), s, memory);
   return std::make_unique<DdpAdamW>(rt, comm, task, std::move(groups), s, memory);
 }
 

@@ -64,7 +64,7 @@ struct Trainer::Impl {
   std::unique_ptr<Reporter> reporter;
   std::vector<StepHook> hooks;
   int64_t step = 0, bad_in_a_row = 0, bad_total = 0, samples_seen = 0;
-  int64_t parameter_count = 0;               // counted before ZeRO-3 frees the parameters
+  int64_t parameter_count = 0;               // counted before the strategy takes the parameters (it may shard them)
   bool stopping = false, signalled = false;  // agreed this step: the run ends here (stop_at, or a signal on some rank)
 
   Impl(const comm::Runtime& runtime, Task& t, const TrainerSettings& settings, const TrainerOptions& options)
@@ -81,7 +81,7 @@ struct Trainer::Impl {
       task.blocks()->set_checkpointing(true);
     }
     auto groups = parameter_groups(task, s.weight_decay);
-    int64_t decayed = 0, plain = 0;  // before ZeRO-3 frees the parameters
+    int64_t decayed = 0, plain = 0;  // before the strategy takes them
     for (const auto& p : groups[0].params) decayed += p.numel();
     for (const auto& p : groups[1].params) plain += p.numel();
     parameter_count = decayed + plain;
@@ -127,7 +127,7 @@ struct Trainer::Impl {
     spdlog::info(
         "memory after {} step(s): peak resident {:.2f} GiB per rank (max over ranks; min {:.2f}); closed form "
         "of optim.zero {}: {:.2f} GiB before activations",
-        steps, peaks[0].item<double>() / gib, -peaks[1].item<double>() / gib, s.zero,
+        steps, peaks[0].item<double>() / gib, -peaks[1].item<double>() / gib, closed_form->stage,
         double(closed_form->total()) / gib);
   }
 

@@ -8,6 +8,8 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/parallel/ddp.h"
 #include "meridian/train/strategy.h"
+#include "meridian/train/strategy_plan.h"
+#include "strategies.h"
 
 namespace meridian::train {
 
@@ -21,7 +23,7 @@ ZeroAdamW::ZeroAdamW(const comm::Runtime& rt, comm::Communicator& comm, Task& ta
   // on its own communicator.
   if (s.zero == 3) gather_comm_ = comm::make_communicator(rt, comm::default_backend(rt));
   // bfloat16 parameters (with float32 master shards) with precision bf16.
-  const at::ScalarType dtype = parameter_dtype(s);
+  const at::ScalarType dtype = plan_strategy(s).parameter_dtype;
   optimizer_ = std::make_unique<ShardedAdamW>(groups_, AdamWOptions{s.lr, s.beta1, s.beta2, s.eps}, comm,
                                               ZeroOptions{s.zero, kBucketNumel, task.blocks(), model->parameters(),
                                                           gather_comm_.get(), dtype, s.offload, deferred, rt.device()});

@@ -53,7 +53,7 @@ h5diff "$tmp/s/checkpoints/step_00000012.h5" "$tmp/s/checkpoints/step_00000006.h
 for f in s t; do h5dump -a /ema_updates "$tmp/$f/checkpoints/step_00000012.h5" | grep -q "(0): 12$" || fail "$f: ema_updates is not 12"; done
 train 2 --run-dir "$tmp/t" --resume auto --set train.ema=0.99 --set optim.lr=0.01 --set train.steps=14 >"$tmp/t3.out" 2>&1 \
   && fail "an SGD checkpoint resumed with AdamW"
-grep -q "trained with optim.name sgd, this run uses optim.name adamw" "$tmp/t3.out" || { cat "$tmp/t3.out"; fail "SGD -> AdamW: no clear message"; }
+grep -q "holds sgd optimizer state (optim.name sgd), this run uses optim.name adamw" "$tmp/t3.out" || { cat "$tmp/t3.out"; fail "SGD -> AdamW: no clear message"; }
 "$mpirun" --oversubscribe -np 2 "$meridian" eval --checkpoint "$tmp/s/checkpoints/step_00000012.h5" --data "$tmp/data.h5" \
   >"$tmp/sv" 2>&1 || { cat "$tmp/sv"; fail "eval of the EMA checkpoint exited $?"; }
 grep -q "loaded the EMA weights (ema/\*, 12 updates)" "$tmp/sv" || { cat "$tmp/sv"; fail "eval did not load the EMA weights"; }

@@ -20,6 +20,7 @@
 #include "meridian/train/tensorboard.h"
 #include "meridian/train/trainer.h"
 #include "mpi_test_main.h"
+#include "strategies.h"
 
 using meridian::test::runtime;
 namespace train = meridian::train;

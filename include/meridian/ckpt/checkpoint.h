@@ -89,8 +89,8 @@ std::optional<ResumePoint> choose_resume_point(const comm::Runtime& runtime, con
 int64_t resume_batch(const ResumePoint& point, int world_size, int64_t accumulate, int64_t batch);
 
 // Compares a checkpoint's config with the current one: a difference under model: (or task.name /
-// task.loss / train.seed / optim.name, unset meaning adamw) is a UserError listing them (optim.name
-// naming both optimizers); other differences are returned, for the log.
+// task.loss / train.seed) is a UserError listing them; other differences are returned, for the log
+// (whether the optimizer state loads is the strategy's to say: Strategy::load names both kinds).
 std::vector<std::string> compare_configs(const Config& saved, const Config& current, const std::string& path);
 
 // Collective: writes the trainer's state as checkpoint step_<step>.h5 in settings.dir, atomically,

@@ -14,17 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "meridian/train/param_group.h"
+
 namespace meridian::train {
 
 struct AdamWOptions {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-};
-
-// Parameters sharing a weight decay.
-struct ParamGroup {
-  std::vector<at::Tensor> params;
-  double weight_decay = 0;
-  std::vector<std::string> names;  // optional, parallel to params (checkpoints store state by name)
 };
 
 class AdamW {

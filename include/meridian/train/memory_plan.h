@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "meridian/train/adamw.h"
+#include "meridian/train/param_group.h"
 
 namespace meridian::comm {
 class Runtime;

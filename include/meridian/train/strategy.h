@@ -1,6 +1,7 @@
 // How the gradients of a data-parallel step are synchronised and the parameters updated: one
-// interface, three implementations (the only place that knows which optimizer and which reduction a
-// run uses):
+// interface, three implementations (src/train/strategies.h, private; the only place that knows which
+// optimizer and which reduction a run uses; what the rest of the program needs to know of that
+// before the task is built is train::StrategyPlan, strategy_plan.h):
 //   DdpAdamW   parallel::DistributedDataParallel (buckets reduced during backward) + train::AdamW
 //   DdpSgd     the same reduction + train::SGD (momentum ramped over the warmup)
 //   ZeroAdamW  train::ShardedAdamW, ZeRO stages 1-3 (reduces the gradients itself)
@@ -27,23 +28,19 @@
 #include <string>
 #include <vector>
 
-#include "meridian/train/adamw.h"
+#include "meridian/train/memory_plan.h"
+#include "meridian/train/param_group.h"
 #include "meridian/train/settings.h"
-#include "meridian/train/sgd.h"
 #include "meridian/train/state_io.h"
 #include "meridian/train/task.h"
-#include "meridian/train/zero.h"
 
 namespace meridian::comm {
 class Runtime;
-}
+class Communicator;
+}  // namespace meridian::comm
 namespace meridian::core {
 class Trace;
 }
-namespace meridian::parallel {
-class DistributedDataParallel;
-}
-
 namespace meridian::train {
 
 class Strategy {
@@ -111,109 +108,13 @@ class Strategy {
 // `weight_decay` and not (Task::decays), with their names.
 std::vector<ParamGroup> parameter_groups(Task& task, double weight_decay);
 
-// The dtype ZeRO keeps parameters in: bfloat16 with train.precision bf16 and optim.zero > 0 (the
-// float32 masters sharded), float32 otherwise; frozen parameters (LoRA's base) are kept in it too.
-at::ScalarType parameter_dtype(const TrainerSettings& settings);
-
-// Collective: the strategy `settings` asks for (optim.name, optim.zero, comm.*) over task.model(),
-// training `groups` (parameter_groups()); the parameters are then identical on every rank (rank
-// 0's broadcast). `grad_comm` carries the
-// gradient reductions and must outlive the strategy. AdamW strategies first check that their
-// closed-form memory fits on each node (UserError on every rank otherwise, naming the stages that
-// fit).
+// Collective: the strategy of plan_strategy(settings) (optim.name, optim.zero, comm.*) over
+// task.model(), training `groups` (parameter_groups()); the parameters are then identical on every
+// rank (rank 0's broadcast). `grad_comm` carries the gradient reductions and must outlive the
+// strategy. UserError for a model built shape-only (Task::defers_weights) when the plan takes none. AdamW strategies
+// first check that their closed-form memory fits on each node (UserError on every rank otherwise, naming the stages
+// that fit).
 std::unique_ptr<Strategy> make_strategy(const comm::Runtime& runtime, comm::Communicator& grad_comm, Task& task,
                                         std::vector<ParamGroup> groups, const TrainerSettings& settings);
-
-// --- The implementations (tests look inside them through dynamic_cast) ---
-
-// Gradients reduced by DistributedDataParallel during the last micro-step's backward, clipped in
-// place; the update is the subclass's.
-class DdpStrategy : public Strategy {
- public:
-  void begin_micro_step(bool last) override;
-  void reduce_gradients() override;
-  double clip(double max_norm) override;
-  void set_trace(core::Trace* trace) override;
-  ~DdpStrategy() override;
-
- protected:
-  DdpStrategy(const comm::Runtime& runtime, comm::Communicator& comm, Task& task, std::vector<ParamGroup> groups,
-              const TrainerSettings& settings);
-  std::string describe_reduction() const;
-  // The trained parameters (model/<name>) and the root attribute optimizer; load refuses another
-  // optimizer kind before reading anything.
-  void save_parameters(StateWriter& w) const;
-  void load_parameters(StateReader& r) const;
-  const TrainerSettings s_;
-  std::unique_ptr<parallel::DistributedDataParallel> ddp_;
-  double bucket_mb_ = 0;
-
- private:
-  std::vector<at::Tensor> parameters_;  // the model's, all of them (as clip_grad_norm always took them)
-};
-
-class DdpAdamW : public DdpStrategy {
- public:
-  DdpAdamW(const comm::Runtime& runtime, comm::Communicator& comm, Task& task, std::vector<ParamGroup> groups,
-           const TrainerSettings& settings, const ZeroMemoryReport& memory);
-  std::string optimizer_kind() const override { return "adamw"; }
-  std::string describe() const override;
-  std::optional<ZeroMemoryReport> memory() const override { return memory_; }
-  void update(int64_t step) override;
-  void save(StateWriter& w) override;
-  void load(StateReader& r) override;
-  AdamW& optimizer() { return optimizer_; }
-
- private:
-  ZeroMemoryReport memory_;
-  AdamW optimizer_;
-};
-
-class DdpSgd : public DdpStrategy {
- public:
-  DdpSgd(const comm::Runtime& runtime, comm::Communicator& comm, Task& task, std::vector<ParamGroup> groups,
-         const TrainerSettings& settings);
-  std::string optimizer_kind() const override { return "sgd"; }
-  std::string describe() const override;
-  void update(int64_t step) override;
-  Metrics step_metrics(int64_t step) const override;
-  void save(StateWriter& w) override;
-  void load(StateReader& r) override;
-  SGD& optimizer() { return optimizer_; }
-
- private:
-  SGD optimizer_;
-};
-
-class ZeroAdamW : public Strategy {
- public:
-  // Collective: broadcasts rank 0's model, then builds ShardedAdamW (stage 3 frees the parameters).
-  // A task that defers_weights() (stage 3 only, else UserError): nothing is broadcast, the shards
-  // start at zero and wait for assign().
-  ZeroAdamW(const comm::Runtime& runtime, comm::Communicator& comm, Task& task, std::vector<ParamGroup> groups,
-            const TrainerSettings& settings, const ZeroMemoryReport& memory);
-  ~ZeroAdamW() override;
-  std::string optimizer_kind() const override { return "adamw"; }
-  std::string describe() const override;
-  std::optional<ZeroMemoryReport> memory() const override { return memory_; }
-  void begin_forward() override;
-  void end_backward() override;
-  void reduce_gradients() override;
-  double clip(double max_norm) override;
-  void update(int64_t step) override;
-  void begin_eval() override;
-  void end_eval() override;
-  void save(StateWriter& w) override;
-  void load(StateReader& r) override;
-  void assign(const Fill& fill) override;
-  ShardedAdamW& optimizer() { return *optimizer_; }
-
- private:
-  const TrainerSettings s_;
-  ZeroMemoryReport memory_;
-  std::unique_ptr<comm::Communicator> gather_comm_;  // stage 3's parameter gathers (forward's order)
-  std::unique_ptr<ShardedAdamW> optimizer_;
-  double norm_ = 0, scale_ = 1;  // of the last reduce_gradients() / clip()
-};
 
 }  // namespace meridian::train

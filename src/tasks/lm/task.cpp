@@ -20,6 +20,7 @@
 #include "meridian/tasks/registry.h"
 #include "meridian/train/settings.h"
 #include "meridian/train/strategy.h"
+#include "meridian/train/strategy_plan.h"
 
 namespace meridian::tasks {
 
@@ -109,7 +110,8 @@ struct LmTask::Impl {
     // each rank reads its shards unit by unit (of task.init in assign_weights, of the checkpoint in
     // the strategy's load), so no rank ever holds the whole model. LoRA's frozen base is replicated,
     // so it is built.
-    if (trainer.zero == 3 && !lora.enabled() && (resuming || !settings.init.empty())) {
+    const train::StrategyPlan plan = train::plan_strategy(trainer);
+    if (plan.takes_shape_only_model && !lora.enabled() && (resuming || !settings.init.empty())) {
       model = models::Llama(mc, /*values=*/false);
       shape_only = true;
       if (!resuming) deferred = std::make_unique<HfLlamaWeights>(*model, settings.init);  // checked now, read later
@@ -117,8 +119,8 @@ struct LmTask::Impl {
     }
     if (!settings.init.empty() && !resuming) {
       // Built shape-only, each tensor read in the dtype it trains in: LoRA's frozen base in bfloat16
-      // with ZeRO and train.precision bf16 (train::parameter_dtype), else float32.
-      const auto frozen = lora.enabled() ? train::parameter_dtype(trainer) : at::kFloat;
+      // with ZeRO and train.precision bf16 (the strategy plan's parameter_dtype), else float32.
+      const auto frozen = lora.enabled() ? plan.parameter_dtype : at::kFloat;
       model = models::Llama(mc, /*values=*/false);
       load_hf_llama(*model, settings.init, frozen, rt.device(), rt.rank() == 0);
     } else {
