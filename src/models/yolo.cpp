@@ -222,7 +222,7 @@ YoloImpl::YoloImpl(const YoloConfig& config, comm::Communicator* sync_comm)
 }
 
 std::vector<at::Tensor> YoloImpl::forward(const at::Tensor& images) {
-  const int64_t max_stride = *std::max_element(strides_.begin(), strides_.end());
+  const int64_t max_stride = this->max_stride();
   if (images.dim() != 4 || images.size(1) != 3)
     throw std::invalid_argument("yolo: expected images [B, 3, H, W], got " + std::to_string(images.dim()) +
                                 " dimensions");
@@ -246,7 +246,7 @@ std::vector<at::Tensor> YoloImpl::forward(const at::Tensor& images) {
 }
 
 double YoloImpl::flops(int64_t image_size) const {
-  const int64_t max_stride = *std::max_element(strides_.begin(), strides_.end());
+  const int64_t max_stride = this->max_stride();
   if (image_size <= 0 || image_size % max_stride != 0)
     throw std::invalid_argument("yolo: image size " + std::to_string(image_size) + " is not a positive multiple of " +
                                 std::to_string(max_stride));

@@ -1,5 +1,7 @@
 #include "meridian/tasks/hf_export.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 
 #include "meridian/core/error.h"
@@ -7,6 +9,13 @@
 #include "meridian/models/hf_checkpoint.h"
 
 namespace meridian::tasks {
+
+std::string HfExport::summary(const std::string& dtype, const std::string& out, const std::string& auto_class) const {
+  return fmt::format(
+      "export: {} tensors, {:.1f} MiB {} in {} weight file(s), tokenizer from {}: {} (transformers: "
+      "{}.from_pretrained(\"{}\"))",
+      tensors, double(bytes) / (1 << 20), dtype, files, tokenizer, out, auto_class, out);
+}
 
 namespace fs = std::filesystem;
 

@@ -190,14 +190,11 @@ std::string describe_data(Config& config, const std::string& train_data, int wor
   const TaskSpec& spec = task_spec(config);
   const bool auto_optimizer =
       config.has("optim.name") ? config.get<std::string>("optim.name") == "auto" : spec.auto_optimizer;
-  if (auto_optimizer && !spec.auto_optimizer) {
-    std::string with;
-    for (const TaskSpec* s : task_specs())
-      if (s->auto_optimizer) with += std::string(with.empty() ? "" : " and ") + s->name;
-    throw ConfigError(config.source("optim.name"), "optim.name",
-                      "auto is Ultralytics' rule, for task " + with + ": give adamw or sgd");
-  }
-  return spec.resolve ? spec.resolve(config, train_data, world_size) : "";
+  if (auto_optimizer && !spec.auto_optimizer)
+    throw ConfigError(
+        config.source("optim.name"), "optim.name",
+        "auto is Ultralytics' rule, for task " + tasks_with(&TaskSpec::auto_optimizer) + ": give adamw or sgd");
+  return spec.resolve ? spec.resolve(config, train_data, world_size, auto_optimizer) : "";
 }
 
 }  // namespace meridian::tasks

@@ -24,8 +24,9 @@ void require_same_run(const comm::Runtime& rt, const Config& config, const std::
 
 ResolvedRun resolve_run(const comm::Runtime& rt, Config config, const std::string& run_dir, const std::string& resume) {
   ResolvedRun r;
-  const auto checkpoint_dir = ckpt::CheckpointSettings::from_config(config, run_dir).dir;
-  r.resume = ckpt::choose_resume_point(rt, resume, checkpoint_dir);
+  // The checkpoint: keys first (the pass below changes none of them): where to look for the resume point.
+  r.checkpoint = ckpt::CheckpointSettings::from_config(config, run_dir);
+  r.resume = ckpt::choose_resume_point(rt, resume, r.checkpoint.dir);
   std::optional<Config> saved;  // the checkpoint's config
   if (r.resume) {
     const ckpt::ResumePoint& point = *r.resume;
@@ -51,7 +52,6 @@ ResolvedRun resolve_run(const comm::Runtime& rt, Config config, const std::strin
     for (const auto& d : ckpt::compare_configs(*saved, config, r.resume->path))
       r.notes.push_back("resume: config differs from the checkpoint's: " + d);
   r.trainer = train::TrainerSettings::from_config(config);
-  r.checkpoint = ckpt::CheckpointSettings::from_config(config, run_dir);
   r.config = std::move(config);
   return r;
 }

@@ -20,6 +20,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -107,6 +108,8 @@ class YoloImpl : public torch::nn::Module {
   // cat(cv2, cv3) (DFL logits side-major l, t, r, b with reg_max bins each, then class logits).
   std::vector<at::Tensor> forward(const at::Tensor& images);
   const std::vector<int64_t>& strides() const { return strides_; }  // of the outputs: 8, 16, 32
+  // The largest of strides(): an input's height and width must be multiples of it.
+  int64_t max_stride() const { return *std::max_element(strides_.begin(), strides_.end()); }
   // Forward FLOPs of one image_size^2 image: 2 * multiply-adds of every convolution, plus the
   // attention matmuls (Ultralytics' thop figure counts the convolutions only). std::invalid_argument
   // unless image_size is a positive multiple of the largest stride.

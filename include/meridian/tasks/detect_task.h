@@ -127,8 +127,8 @@ std::string ultralytics_auto(Config& config, int64_t images, int world_size);
 // Not collective: the detect task's TaskSpec::resolve: records what a checkpoint must know about the
 // training data to be used without it (task.class_names for predict's labels, model.num_classes,
 // data.image_size; model.yaml_text for a model YAML of the user's own), unless the config already
-// says, and decides optim.name auto (its default when unset) by ultralytics_auto.
-std::string resolve_detect(Config& config, const std::string& train_data, int world_size);
+// says, and with `auto_optimizer` (optim.name auto, its default when unset) decides it by ultralytics_auto.
+std::string resolve_detect(Config& config, const std::string& train_data, int world_size, bool auto_optimizer);
 
 // Collective (a barrier, sums): `meridian predict` with a detect checkpoint (TaskSpec::predict):
 // every rank takes every size-th image of options.images' sorted list and writes <out>/<name>.jpg

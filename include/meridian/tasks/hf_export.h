@@ -17,6 +17,9 @@ struct HfExport {
   int64_t tensors = 0, bytes = 0;
   int files = 0;          // weight files (1: model.safetensors; more: shards and the index)
   std::string tokenizer;  // where the tokenizer came from (a directory or a dataset)
+  // The line `meridian export` logs: what was written to `out` in `dtype`, and how transformers
+  // loads it (`auto_class`.from_pretrained(out)).
+  std::string summary(const std::string& dtype, const std::string& out, const std::string& auto_class) const;
 };
 
 // Files go into <out>.partial (created empty), renamed to <out> by commit(); destroyed uncommitted

@@ -31,7 +31,8 @@ void require_same_run(const comm::Runtime& runtime, const Config& config, const 
 //      checkpoint's global batch on this many ranks (ckpt::resume_batch, an elastic resume);
 //   3. the task's policy (describe_data, TaskSpec::resolve): what a checkpoint must know about the
 //      data, optim.name auto -- decided for the global batch of 2, which is why the resume comes first;
-//   4. the settings structs, each built once from the result.
+//   4. the settings structs, each built once from the result (the checkpoint: keys, which none of
+//      this changes, at the start: they say where the resume point is).
 // Nothing changes `config` after this; every key's Config::source says where its value came from.
 struct ResolvedRun {
   Config config;

@@ -74,10 +74,10 @@ struct TaskSpec {
   // optim.name auto is this task's rule and its default (resolve decides it).
   bool auto_optimizer = false;
   // Not collective; every rank calls it with the same file before the config is saved: records in
-  // `config` what a checkpoint must know about the training data, and decides what the task's
-  // policy leaves to it (optim.name auto). Returns what it decided, for the log ("": nothing).
-  // Null: the task records nothing.
-  std::string (*resolve)(Config& config, const std::string& train_data, int world_size) = nullptr;
+  // `config` what a checkpoint must know about the training data, and, when `auto_optimizer` (the
+  // run's optim.name is auto, given or by default: describe_data decides), the optimizer by the
+  // task's rule. Returns what it decided, for the log ("": nothing). Null: the task records nothing.
+  std::string (*resolve)(Config& config, const std::string& train_data, int world_size, bool auto_optimizer) = nullptr;
 
   // ---- the model and training
   // Collective (opens the data): the train::Task of a resolved run's `config` and `trainer` settings
@@ -131,13 +131,22 @@ const TaskSpec& published_task(const std::string& dir);
 // The spec's `member`; UserError "<command>: <what> is of task T; <command> supports task a and b"
 // when the task has none.
 template <typename F>
-F need(const TaskSpec& spec, F TaskSpec::*member, const std::string& command, const std::string& what) {
-  if (spec.*member) return spec.*member;
+F need(const TaskSpec& spec, F TaskSpec::*member, const std::string& command, const std::string& what);
+
+// "siglip and detect": the tasks whose `member` is set (non-null, true), "none" when no task's is.
+template <typename F>
+std::string tasks_with(F TaskSpec::*member) {
   std::string with;
   for (const TaskSpec* s : task_specs())
     if (s->*member) with += std::string(with.empty() ? "" : " and ") + s->name;
+  return with.empty() ? "none" : with;
+}
+
+template <typename F>
+F need(const TaskSpec& spec, F TaskSpec::*member, const std::string& command, const std::string& what) {
+  if (spec.*member) return spec.*member;
   throw UserError(command + ": " + what + " is of task " + spec.name + "; " + command + " supports task " +
-                  (with.empty() ? "none" : with));
+                  tasks_with(member));
 }
 
 }  // namespace meridian::tasks

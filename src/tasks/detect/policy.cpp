@@ -60,8 +60,7 @@ std::string ultralytics_auto(Config& c, int64_t images, int world_size) {
       chosen, kept.empty() ? "" : "; given by the config: ", kept);
 }
 
-std::string resolve_detect(Config& config, const std::string& train_data, int world_size) {
-  const bool auto_optimizer = !config.has("optim.name") || config.get<std::string>("optim.name") == "auto";
+std::string resolve_detect(Config& config, const std::string& train_data, int world_size, bool auto_optimizer) {
   // A model YAML of the user's own goes into the run's config: checkpoints then carry it.
   if (!config.has("model.yaml_text")) {
     const auto model = models::YoloConfig::from_config(config);

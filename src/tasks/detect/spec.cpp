@@ -22,7 +22,7 @@ ModelSummary summarize_detect(const Config& config, int64_t image_size) {
   if (size == 0 && config.has("data.image_size")) size = config.get<int64_t>("data.image_size");
   if (size == 0) size = 640;
   models::Yolo model(mc);
-  const int64_t stride = *std::max_element(model->strides().begin(), model->strides().end());
+  const int64_t stride = model->max_stride();
   if (size % stride != 0)
     throw UserError("image size " + std::to_string(size) + " is not a multiple of the model's largest stride " +
                     std::to_string(stride) + " (" + mc.spec.source + "): give --image-size a multiple of it");
@@ -36,12 +36,6 @@ std::string export_detect_checkpoint(const std::string& checkpoint, const Export
       s.tensors, double(s.bytes) / (1 << 20), o.dtype, o.out);
 }
 
-std::unique_ptr<train::Task> make_detect(const comm::Runtime& rt, const Config& config,
-                                         const train::TrainerSettings& trainer, const std::string& data,
-                                         train::DataPosition start) {
-  return std::make_unique<DetectTask>(rt, config, trainer, data, start);
-}
-
 }  // namespace
 
 const TaskSpec& detect_spec() {
@@ -52,7 +46,7 @@ const TaskSpec& detect_spec() {
     s.declare = DetectTask::declare;
     s.auto_optimizer = true;
     s.resolve = resolve_detect;
-    s.make = make_detect;
+    s.make = make_task<DetectTask>;
     s.summarize = summarize_detect;
     s.metrics = {"map50", "map50_95"};
     s.evaluate_checkpoint = DetectTask::evaluate_checkpoint;

@@ -155,7 +155,7 @@ struct DetectTask::Impl {
 
     if (mc.sync_bn) bn_comm = comm::make_communicator(rt, comm::default_backend(rt));
     model = models::Yolo(mc, bn_comm.get());
-    const int64_t stride = *std::max_element(model->strides().begin(), model->strides().end());
+    const int64_t stride = model->max_stride();
     if (image_size % stride != 0)
       throw ConfigError(c.source("data.image_size"), "data.image_size",
                         std::to_string(image_size) + " is not a multiple of the model's largest stride " +

@@ -27,17 +27,8 @@ std::string export_lm_checkpoint(const std::string& checkpoint, const ExportOpti
     const int64_t n = export_merged(checkpoint, out);
     return fmt::format("export: wrote {} tensors to {} (adapters merged, Hugging Face names)", n, out);
   }
-  const auto s = export_hf_llama(checkpoint, out, o.dtype, o.max_shard_bytes, o.tokenizer);
-  return fmt::format(
-      "export: {} tensors, {:.1f} MiB {} in {} weight file(s), tokenizer from {}: {} "
-      "(transformers: AutoModelForCausalLM.from_pretrained(\"{}\"))",
-      s.tensors, double(s.bytes) / (1 << 20), o.dtype, s.files, s.tokenizer, out, out);
-}
-
-std::unique_ptr<train::Task> make_lm(const comm::Runtime& rt, const Config& config,
-                                     const train::TrainerSettings& trainer, const std::string& data,
-                                     train::DataPosition start) {
-  return std::make_unique<LmTask>(rt, config, trainer, data, start);
+  return export_hf_llama(checkpoint, out, o.dtype, o.max_shard_bytes, o.tokenizer)
+      .summary(o.dtype, out, "AutoModelForCausalLM");
 }
 
 }  // namespace
@@ -50,7 +41,7 @@ const TaskSpec& lm_spec() {
     s.declare = LmTask::declare;
     s.hf_model_type = "llama";
     s.init_config_keys = models::llama_config_keys;
-    s.make = make_lm;
+    s.make = make_task<LmTask>;
     s.summarize = summarize_lm;
     s.metrics = {"eval_loss", "eval_perplexity"};
     s.evaluate_checkpoint = LmTask::evaluate_checkpoint;

@@ -22,17 +22,8 @@ ModelSummary summarize_siglip(const Config& config, int64_t image_size) {
 }
 
 std::string export_siglip_checkpoint(const std::string& checkpoint, const ExportOptions& o) {
-  const auto s = export_siglip(checkpoint, o.out, o.dtype, o.max_shard_bytes, o.tokenizer);
-  return fmt::format(
-      "export: {} tensors, {:.1f} MiB {} in {} weight file(s), tokenizer from {}: {} (transformers: "
-      "SiglipModel.from_pretrained(\"{}\"))",
-      s.tensors, double(s.bytes) / (1 << 20), o.dtype, s.files, s.tokenizer, o.out, o.out);
-}
-
-std::unique_ptr<train::Task> make_siglip(const comm::Runtime& rt, const Config& config,
-                                         const train::TrainerSettings& trainer, const std::string& data,
-                                         train::DataPosition start) {
-  return std::make_unique<SiglipTask>(rt, config, trainer, data, start);
+  return export_siglip(checkpoint, o.out, o.dtype, o.max_shard_bytes, o.tokenizer)
+      .summary(o.dtype, o.out, "SiglipModel");
 }
 
 }  // namespace
@@ -45,7 +36,7 @@ const TaskSpec& siglip_spec() {
     s.declare = SiglipTask::declare;
     s.hf_model_type = "siglip";
     s.init_config_keys = models::siglip_config_keys;
-    s.make = make_siglip;
+    s.make = make_task<SiglipTask>;
     s.summarize = summarize_siglip;
     s.metrics = {"i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "zero_shot", "mR"};
     s.evaluate_checkpoint = SiglipTask::evaluate_checkpoint;
