@@ -17,7 +17,7 @@ namespace meridian::tasks {
 
 namespace {
 
-// The kind named by the config's task.name (ConfigError naming the known ones otherwise).
+// The spec named `name`; null for none.
 const TaskSpec* find_spec(const std::string& name) {
   for (const TaskSpec* s : task_specs())
     if (name == s->name) return s;
