@@ -11,7 +11,7 @@ namespace meridian::cli {
 Command info_command() {
   Command c;
   c.name = "info";
-  c.summary = "Show every rank's host, local rank, device, threads and bound CPUs (run under mpirun)";
+  c.summary = "Show every rank's host, local rank, device, threads (and why) and bound CPUs (run under mpirun)";
   c.add_options = [](cxxopts::Options&) {};
   c.run = [](const cxxopts::ParseResult&, comm::Runtime& rt) {
     std::ostringstream row;
@@ -19,6 +19,7 @@ Command info_command() {
         << rt.local_rank() << std::setw(12) << rt.device().str() << std::setw(9) << rt.threads() << std::setw(12)
         << rt.bound_cpus();
     const auto rows = rt.gather_to_root(row.str());
+    const auto whys = rt.gather_to_root(rt.thread_choice().why);
     if (rt.rank() == 0) {
       std::cout << "world size " << rt.size() << ", " << rt.node_count() << " node(s), comm timeout "
                 << rt.comm_timeout_s() << " s\n"
@@ -27,6 +28,7 @@ Command info_command() {
                 << "bound_cpus"
                 << "\n";
       for (const auto& r : rows) std::cout << r << "\n";
+      for (size_t r = 0; r < whys.size(); ++r) std::cout << "rank " << r << " threads " << whys[r] << "\n";
     }
     return 0;
   };

@@ -14,9 +14,13 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <iostream>
 #include <map>
@@ -27,6 +31,7 @@
 #include "meridian/build_config.h"
 #include "meridian/comm/mpi_interop.h"
 #include "meridian/comm/watchdog.h"
+#include "meridian/core/cpu_usage.h"
 #include "meridian/core/error.h"
 #include "meridian/core/hash.h"
 #include "meridian/core/log.h"
@@ -136,13 +141,93 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
     throw UserError(device_error);
   }
 
-  // Threads: the user's choice wins (--threads, then OMP_NUM_THREADS); else the node's cores split
-  // over its ranks, but no more than the CPUs this rank is bound to, split over the ranks bound alike.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  int fair = std::max(1, cores / std::max(1, local_size_));
-  if (allowed > 0) fair = std::min(fair, std::max(1, allowed / std::max(1, sharing)));
-  threads_ = options_.threads > 0 ? options_.threads : env_int("OMP_NUM_THREADS", fair);
+  // The machine: ranks that share this kernel (its boot id) share its cores, whatever node MPI counts
+  // them on (each network namespace of a virtual cluster, each container, is a node of its own to MPI).
+  struct Peer {
+    char boot[48];
+    int pid;
+  };
+  Peer me{};
+  const std::string boot = core::boot_id().empty() ? host_ : core::boot_id();
+  std::snprintf(me.boot, sizeof me.boot, "%s", boot.c_str());
+  me.pid = static_cast<int>(getpid());
+  std::vector<Peer> peers(size_);
+  watched("allgather of kernel boot ids (machine topology)", [&] {
+    MERIDIAN_MPI_CHECK(MPI_Allgather(&me, sizeof me, MPI_BYTE, peers.data(), sizeof me, MPI_BYTE, MPI_COMM_WORLD));
+  });
+  std::vector<bool> same_machine(size_);
+  for (int r = 0; r < size_; ++r)
+    if ((same_machine[r] = std::strncmp(peers[r].boot, me.boot, sizeof me.boot) == 0))
+      machine_pids_.push_back(peers[r].pid);
+
+  // Threads (choose_threads). Where more than one would run, sample what other processes keep busy
+  // (every rank of the machine over the same 0.15 s; the busiest reading counts for all of them).
+  ThreadInputs in;
+  in.requested = options_.threads;
+  in.omp_num_threads = env_int("OMP_NUM_THREADS", 0);
+  in.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  in.machine_ranks = static_cast<int>(machine_pids_.size());
+  in.node_ranks = local_size_;
+  in.bound_cpus = allowed;
+  in.ranks_bound_alike = sharing;
+  in.wait_policy = std::getenv("OMP_WAIT_POLICY");
+  in.spin_count = std::getenv("GOMP_SPINCOUNT");
+  const bool sample = in.requested == 0 && in.omp_num_threads == 0 && choose_threads(in).threads > 1;
+  double others = sample ? core::sample_cpu_share(0.15, machine_pids_).others_cores : -1;
+  std::vector<double> all_others(size_);
+  watched("allgather of CPU use by other processes (thread choice)", [&] {
+    MERIDIAN_MPI_CHECK(MPI_Allgather(&others, 1, MPI_DOUBLE, all_others.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD));
+  });
+  for (int r = 0; r < size_; ++r)
+    if (same_machine[r]) others = std::max(others, all_others[r]);
+  in.others_cores = others;
+  thread_choice_ = choose_threads(in);
+  threads_ = thread_choice_.threads;
   at::set_num_threads(threads_);
+}
+
+ThreadChoice choose_threads(const ThreadInputs& in) {
+  ThreadChoice c;
+  const int cores = std::max(1, in.cores), ranks = std::max(1, in.machine_ranks);
+  // Other processes' load counts in whole cores, from half a core up: a shell or a daemon does not.
+  const int busy = in.others_cores >= 0.5 ? static_cast<int>(std::lround(in.others_cores)) : 0;
+  const int free = std::max(1, cores - busy);
+  const std::string machine =
+      fmt::format("{} cores on this machine{} for {} rank{} of the job{}", cores,
+                  busy > 0 ? fmt::format(", {:.1f} of them busy with other processes,", in.others_cores) : "", ranks,
+                  ranks == 1 ? "" : "s",
+                  ranks > in.node_ranks ? " (ranks of other nodes share this machine: the same kernel boot id)" : "");
+  if (in.requested > 0 || in.omp_num_threads > 0) {
+    c.threads = in.requested > 0 ? in.requested : in.omp_num_threads;
+    c.why = fmt::format("{} (from {}); {}", c.threads, in.requested > 0 ? "--threads" : "OMP_NUM_THREADS", machine);
+  } else {
+    c.threads = std::max(1, free / ranks);
+    c.why = fmt::format("{}: {}", c.threads, machine);
+    const int bound = std::max(1, in.bound_cpus / std::max(1, in.ranks_bound_alike));
+    if (in.bound_cpus > 0 && bound < c.threads) {
+      c.threads = bound;
+      c.why = fmt::format("{}: bound to {} CPU{} for {} rank{}; {}", c.threads, in.bound_cpus,
+                          in.bound_cpus == 1 ? "" : "s", in.ranks_bound_alike, in.ranks_bound_alike == 1 ? "" : "s",
+                          machine);
+    }
+  }
+  c.crowded = c.threads > 1 && c.threads * ranks > free;
+  if (c.crowded)
+    c.why += fmt::format(
+        "; {} threads x {} ranks on {} free core{}: OpenMP workers spin-wait for the time slices the working threads "
+        "need (a step can take 20x longer): use --threads {}",
+        c.threads, ranks, free, free == 1 ? "" : "s", std::max(1, free / ranks));
+  if (c.threads == 1)
+    c.why += "; no OpenMP worker threads";
+  else if (in.wait_policy)
+    c.why += fmt::format("; OpenMP workers wait by OMP_WAIT_POLICY={}", in.wait_policy);
+  else if (in.spin_count)
+    c.why += fmt::format("; OpenMP workers spin GOMP_SPINCOUNT={} times, then sleep", in.spin_count);
+  else
+    c.why +=
+        "; OpenMP workers spin briefly, then sleep (the runtime's default: waiting passively was 10-14 % slower on "
+        "cores of their own)";
+  return c;
 }
 
 Runtime::~Runtime() {

@@ -98,6 +98,10 @@ struct Trainer::Impl {
     }
     if (rt.rank() == 0) spdlog::info("resolved config ({}):\n{}", o.config.origin(), o.config.dump());
     reporter = std::make_unique<Reporter>(rt.rank(), rt.size(), global_batch(), task, s, o);
+    if (rt.thread_choice().crowded)
+      spdlog::warn("intra-op threads {}", rt.thread_choice().why);
+    else
+      spdlog::info("intra-op threads {}", rt.thread_choice().why);
     if (rt.rank() != 0) return;
     spdlog::info(
         "{}: {:.2f}M trained parameters ({} tensors with weight decay {}, {} without: {} values), {:.3f} GFLOP per "

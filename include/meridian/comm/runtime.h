@@ -21,11 +21,36 @@ class Watchdog;
 
 struct RuntimeOptions {
   std::string device = "auto";  // auto (cuda:<local_rank> when CUDA is available, else cpu), cpu, cuda
-  int threads = 0;              // torch intra-op threads; 0: OMP_NUM_THREADS if set, else cores on node / local ranks,
-                                // capped by the CPUs the rank is bound to (mpirun binds 1 core per rank for np <= 2:
-                                // use --bind-to none or --map-by socket:PE=<n> to give ranks more)
+  int threads = 0;              // torch intra-op threads; 0: OMP_NUM_THREADS if set, else choose_threads
   double comm_timeout_s = 600;  // watchdog: a collective not done within this ends the job
 };
+
+// What a rank's intra-op thread count is chosen from (Runtime measures it; choose_threads is pure).
+struct ThreadInputs {
+  int requested = 0;                  // --threads; 0: not given
+  int omp_num_threads = 0;            // OMP_NUM_THREADS; 0: unset
+  int cores = 1;                      // CPUs online on this machine
+  int machine_ranks = 1;              // the job's ranks on this machine: the same kernel boot id, whatever "node" MPI
+                                      // counts them on (network namespaces, containers: a virtual cluster)
+  int node_ranks = 1;                 // of those, on this rank's node as MPI counts it (local_size)
+  int bound_cpus = 0;                 // CPUs this rank is bound to (its affinity mask); 0: unknown
+  int ranks_bound_alike = 1;          // the node's ranks bound to the very same CPUs (they split them)
+  double others_cores = -1;           // CPUs kept busy by processes outside the job (sampled); < 0: not measured
+  const char* wait_policy = nullptr;  // OMP_WAIT_POLICY, GOMP_SPINCOUNT as set in the environment, or null
+  const char* spin_count = nullptr;
+};
+struct ThreadChoice {
+  int threads = 1;
+  std::string why;       // "1 per rank: 2 cores on this machine for 2 ranks of the job (...); ..."
+  bool crowded = false;  // more threads than free cores: OpenMP workers spin for time slices (warn)
+};
+// The intra-op threads of a rank. The user's choice wins (--threads, then OMP_NUM_THREADS). Else the
+// machine's free cores (cores minus those other processes keep busy, counted when at least half busy)
+// split over the job's ranks on the machine, no more than the CPUs the rank is bound to split over the
+// ranks bound alike, and at least 1. More threads than free cores is what makes a shared CPU cost 20x
+// its share: OpenMP workers spin-wait at every parallel region for time slices the working threads need
+// (docs/performance.md). `why` also names the OpenMP wait policy in force. Not collective.
+ThreadChoice choose_threads(const ThreadInputs& in);
 
 class Runtime {
  public:
@@ -47,6 +72,12 @@ class Runtime {
   const std::string& host() const { return host_; }
   const c10::Device& device() const { return device_; }
   int threads() const { return threads_; }
+  // Why threads() is what it is, and the OpenMP wait policy (choose_threads's `why`); `crowded`: more
+  // threads than free cores.
+  const ThreadChoice& thread_choice() const { return thread_choice_; }
+  // The processes of this job on this machine (the same kernel boot id), this one included: what a
+  // measurement of other processes' CPU use leaves out (ops/health, doctor).
+  const std::vector<int>& machine_pids() const { return machine_pids_; }
   // CPUs this process may run on (its affinity mask: mpirun's --bind-to, Slurm's cgroup); 0 if unknown.
   int bound_cpus() const { return bound_cpus_; }
   double comm_timeout_s() const { return options_.comm_timeout_s; }
@@ -77,6 +108,8 @@ class Runtime {
   RuntimeOptions options_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_count_ = 1, threads_ = 1, bound_cpus_ = 0;
   std::string host_;
+  ThreadChoice thread_choice_;
+  std::vector<int> machine_pids_;
   c10::Device device_{c10::kCPU};
   bool owns_mpi_ = false;
   std::unique_ptr<Watchdog> watchdog_;
