@@ -115,8 +115,14 @@ void CpuWindow::open(const std::vector<int>& ours, bool list_processes) {
   ours_ticks_ = 0;
   for (int pid : ours_) ours_ticks_ += std::max<int64_t>(0, process_ticks(pid));
   ticks_ = list_ ? all_process_ticks() : std::map<int, int64_t>{};
+  runnable_sum_ = 0, runnable_samples_ = 0;
   times_ = read_cpu_times();
   opened_ = now_s();
+}
+
+void CpuWindow::sample_runnable() {
+  const int n = runnable_threads();
+  if (n >= 0) runnable_sum_ += n, ++runnable_samples_;
 }
 
 CpuShare CpuWindow::close() const {
@@ -128,6 +134,7 @@ CpuShare CpuWindow::close() const {
   if (!s.readable) return s;
   const CpuUse use = cpu_use(times_, after);
   s.busy_cores = use.busy_cores, s.steal_pct = use.steal_pct;
+  s.runnable = runnable_samples_ > 0 ? runnable_sum_ / runnable_samples_ : after.running;
   int64_t ours = 0;
   for (int pid : ours_) ours += std::max<int64_t>(0, process_ticks(pid));
   const double ours_cores = double(std::max<int64_t>(0, ours - ours_ticks_)) / ticks_per_second() / s.seconds;
@@ -151,7 +158,11 @@ CpuShare CpuWindow::close() const {
 CpuShare sample_cpu_share(double seconds, const std::vector<int>& ours, bool list_processes) {
   CpuWindow w;
   w.open(ours, list_processes);
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const double end = now_s() + seconds;
+  for (double left = seconds; left > 0; left = end - now_s()) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(left, 0.05)));
+    w.sample_runnable();
+  }
   return w.close();
 }
 

@@ -1,4 +1,4 @@
-// The doctor's checks of each node (cores, memory, disk, /dev/shm, GPUs), and the wording they share.
+// The doctor's checks of each node (cores, cpu sharing, memory, disk, /dev/shm, GPUs), and the wording they share.
 #include "meridian/ops/checks.h"
 
 #include <arpa/inet.h>
@@ -45,6 +45,36 @@ Findings check_cores(const Facts& facts) {
               "mpirun binds each rank to one core when it starts 2 ranks or fewer: add --bind-to none or "
               "--map-by socket:PE=<cores per rank>"};
     return {Status::Ok, "", detail, ""};
+  });
+}
+
+Findings check_cpu(const Facts& facts) {
+  return per_node(facts, "cpu", [&](const Node& node, const RankFacts& first) -> Finding {
+    const CpuFacts& c = first.cpu;
+    std::vector<std::string> sharing;  // the other nodes on this one's machine
+    for (const auto& other : nodes_of(facts))
+      if (other.host != node.host && facts[other.ranks.front()].cpu.machine == c.machine && !c.machine.empty())
+        sharing.push_back(other.host);
+    const std::string text = fmt::format(
+        "{}: {} cores; over 0.5 s: {:.0f} % steal, {:.1f} runnable threads, other processes {:.1f} cores busy{}",
+        node.host, first.cores, c.steal_pct, c.runnable, c.others_cores,
+        sharing.empty() ? ""
+                        : "; one machine with " + joined(sharing) +
+                              " (the same kernel boot id): "
+                              "their ranks share its cores");
+    if (c.steal_pct >= 5)
+      return {Status::Warn, "", text + ": CPU shared: the hypervisor ran other VMs on this VM's vCPUs",
+              "the VM host is overcommitted: reserve the VM's CPUs (VMware: CPU reservation, latency sensitivity "
+              "high) or give it fewer vCPUs; every step waits for the slowest rank"};
+    if (c.others_cores >= 0.5)
+      return {Status::Warn, "", text + ": CPU shared with " + (c.others.empty() ? "other processes" : joined(c.others)),
+              "another job or process uses this node's cores and every step waits for the slowest rank: stop it, or "
+              "start fewer ranks or threads here (meridian leaves the cores it sees busy at start to it)"};
+    if (c.runnable > first.cores + 0.5)
+      return {Status::Warn, "",
+              fmt::format("{}: CPU shared: {:.1f} runnable threads on {} cores", text, c.runnable, first.cores),
+              "more threads want to run than there are cores: find them with top -H"};
+    return {Status::Ok, "", text, ""};
   });
 }
 

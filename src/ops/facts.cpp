@@ -23,6 +23,7 @@
 #include "meridian/build_config.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
+#include "meridian/core/cpu_usage.h"
 #include "meridian/core/hash.h"
 #include "meridian/git.h"
 
@@ -222,6 +223,10 @@ RankFacts local_facts(const comm::Runtime& rt, const std::string& run_dir, const
   f.gpu = {nvidia_driver_release(), comm::local_gpus()};
   f.env = env_facts();
   f.network = network_facts(rt.host(), hosts);
+  const core::CpuShare cpu = core::sample_cpu_share(0.5, rt.machine_pids(), /*list_processes=*/true);
+  f.cpu = {core::boot_id(), cpu.busy_cores, cpu.others_cores, cpu.steal_pct, cpu.runnable, {}};
+  for (const auto& p : cpu.others)
+    f.cpu.others.push_back(fmt::format("pid {} ({}) {:.1f} cores", p.pid, p.command, p.cores));
   return f;
 }
 
@@ -246,6 +251,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(NetworkFacts, resolves_to, interfaces, unreso
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DataFacts, path, kind, split, created_by, format_version, count, bytes, head, error)
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GpuFacts, driver_release, inventory)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(CpuFacts, machine, busy_cores, others_cores, steal_pct, runnable, others)
 
 // Without --data: null.
 void to_json(json& j, const std::optional<DataFacts>& d) { j = d ? json(*d) : json(nullptr); }
@@ -254,7 +260,7 @@ void from_json(const json& j, std::optional<DataFacts>& d) {
 }
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankFacts, rank, local_rank, local_size, host, device, cores, bound_cpus, threads,
-                                   memory, run_dir, shm, gpu, versions, env, network, data)
+                                   memory, run_dir, shm, gpu, versions, env, network, cpu, data)
 
 std::string file_hash(const std::string& path, size_t limit) {
   std::ifstream in(path, std::ios::binary);

@@ -85,26 +85,44 @@ const Nvml& nvml() {
 
 }  // namespace
 
+std::string cpu_shared_cause(const RankInterval& r) {
+  const std::string others =
+      r.others_cores >= 0.5 ? fmt::format(", other processes kept {:.1f} cores busy", r.others_cores) : "";
+  if (r.steal_pct >= 5)
+    return fmt::format("CPU shared: {:.0f} % steal (the hypervisor ran other VMs on this VM's cores){}", r.steal_pct,
+                       others);
+  if (r.cores > 0 && r.runnable > r.cores + 0.5)
+    return fmt::format("CPU shared: {:.1f} runnable threads on {} cores{}", r.runnable, r.cores, others);
+  if (r.cores > 0 && r.others_cores >= 0.5)
+    return fmt::format("CPU shared: other processes kept {:.1f} of {} cores busy", r.others_cores, r.cores);
+  return "";
+}
+
 std::vector<std::string> HealthRules::judge(const std::vector<RankInterval>& ranks) {
   std::vector<std::string> warnings;
-  std::vector<double> compute;
-  for (const auto& r : ranks) compute.push_back(r.compute_s);
   constexpr double kStragglerMinExcessS = 0.005;
-  const double typical = median(compute);
   for (const auto& r : ranks) {
     const int rank = r.rank;
     const std::string who = "rank " + std::to_string(rank) + " on " + r.host;
+    // The median of the other ranks: with 2 ranks the median of both is their mean, which a rank at
+    // 1.8x the other's compute (a core shared with 2 busy loops) is only 1.29x of.
+    std::vector<double> others;
+    for (const auto& o : ranks)
+      if (o.rank != rank) others.push_back(o.compute_s);
+    const double typical = median(others);
     const double c = r.compute_s, s = r.step_s, d = r.data_s;
     // Both relative and absolute: a few milliseconds of scheduling noise on a millisecond step is not a
     // straggler. And in two reports in a row: one interval on a shared core (3 ranks on 2 cores named a
     // random rank 1.3-2.6x in one report of six) is not either.
     const bool slow = ranks.size() > 1 && typical > 0 && c > 1.3 * typical && c - typical > kStragglerMinExcessS;
     const bool slow_before = std::exchange(slow_before_[rank], slow);
-    if (slow && slow_before)
+    if (slow && slow_before) {
+      const std::string cause = cpu_shared_cause(r);
       warnings.push_back(
-          fmt::format("straggler: {} computes {:.0f} ms per step, {:.1f}x the median rank's {:.0f} ms "
-                      "(every other rank waits for it)",
-                      who, 1e3 * c, c / typical, 1e3 * typical));
+          fmt::format("straggler: {} computes {:.0f} ms per step, {:.1f}x the other ranks' median {:.0f} ms "
+                      "(every other rank waits for it){}",
+                      who, 1e3 * c, c / typical, 1e3 * typical, cause.empty() ? "" : "; " + cause));
+    }
     if (s > 0 && d > 0.2 * s)
       warnings.push_back(
           fmt::format("data wait: {} waits {:.0f} ms of its {:.0f} ms step for data ({:.0f} %): the loader "
@@ -131,6 +149,7 @@ HealthMonitor::HealthMonitor(const comm::Runtime& runtime, comm::Communicator& c
     file_.open(path_, std::ios::app);
     if (!file_) throw SystemError("cannot open '" + path_ + "' for writing");
   }
+  cpu_.open(rt_.machine_pids());
 }
 
 HealthMonitor::~HealthMonitor() = default;
@@ -156,7 +175,10 @@ void StepInterval::clear() {
   compute_.clear();
 }
 
-void HealthMonitor::record(const StepSeconds& t) { interval_.record(t); }
+void HealthMonitor::record(const StepSeconds& t) {
+  interval_.record(t);
+  cpu_.sample_runnable();
+}
 
 std::vector<std::string> HealthMonitor::report(int64_t step) {
   // Across nodes, the links between them (one rank per node): a slow link slows every rank's
@@ -183,6 +205,7 @@ std::vector<std::string> HealthMonitor::report(int64_t step) {
     probe = std::min(probe, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   const StepSeconds mean = interval_.mean();
+  const core::CpuShare cpu = cpu_.close();
   nlohmann::json mine{{"rank", rt_.rank()},
                       {"host", rt_.host()},
                       {"step_s", mean.step},
@@ -191,8 +214,15 @@ std::vector<std::string> HealthMonitor::report(int64_t step) {
                       {"compute_s", interval_.compute()},
                       {"rss_mb", resident_mb()},
                       {"probe_us", 1e6 * probe},
+                      {"cpu",
+                       {{"cores", cpu.cpus},
+                        {"busy_cores", cpu.busy_cores},
+                        {"others_cores", cpu.others_cores},
+                        {"steal_pct", cpu.steal_pct},
+                        {"runnable", cpu.runnable}}},
                       {"gpu", rt_.device().is_cuda() ? nvml().stats(rt_.device().index()) : nlohmann::json(nullptr)}};
   interval_.clear();
+  cpu_.open(rt_.machine_pids());
   const auto all = rt_.gather_to_root(mine.dump());
   if (rt_.rank() != 0) return {};
 
@@ -201,8 +231,11 @@ std::vector<std::string> HealthMonitor::report(int64_t step) {
   for (const auto& text : all) {
     ranks.push_back(nlohmann::json::parse(text));
     const auto& r = ranks.back();
-    intervals.push_back({r["rank"].get<int>(), r["host"].get<std::string>(), r["step_s"].get<double>(),
-                         r["data_s"].get<double>(), r["compute_s"].get<double>(), r["rss_mb"].get<double>()});
+    RankInterval i{r["rank"].get<int>(),      r["host"].get<std::string>(), r["step_s"].get<double>(),
+                   r["data_s"].get<double>(), r["compute_s"].get<double>(), r["rss_mb"].get<double>()};
+    const auto& c = r["cpu"];
+    i.cores = c["cores"], i.steal_pct = c["steal_pct"], i.runnable = c["runnable"], i.others_cores = c["others_cores"];
+    intervals.push_back(i);
   }
   std::vector<std::string> warnings = rules_.judge(intervals);
   nlohmann::json link_lines = nlohmann::json::array();

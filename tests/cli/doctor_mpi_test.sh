@@ -4,7 +4,8 @@
 #  (b) ranks that see different datasets (an MPMD launch: ranks 0-1 get one file, ranks 2-3 another;
 #      then ranks 2-3 a missing one): a FAIL naming ranks 2-3, exit 1 on every rank;
 #  (c) rank 1 made slow with the test hook --inject-delay: a WARN naming rank 1 and no other rank;
-#  (d) a pair that never answers within --comm-timeout: exit 3 with a message naming the pair, no hang.
+#  (d) a pair that never answers within --comm-timeout: exit 3 with a message naming the pair, no hang;
+#  (e) a busy process beside the job: the cpu check WARNs, naming it (its pid and command).
 set -u
 mpirun=$1 meridian=$2 with_data=${3:-ON}
 fail() { echo "FAIL: $*"; exit 1; }
@@ -55,7 +56,7 @@ fi
 run -np 4 "$tmp/rank.sh" doctor --run-dir "$tmp/run" --iters 5 "${data[@]}"
 every_rank_exited 0 "(a)"
 grep -qF "meridian doctor: 4 rank(s) on 1 node(s)" "$tmp/o" || fail "(a) no report header"
-for check in cores memory disk shm gpus build binary libtorch mpi nccl cuda "shared dir" environment p2p allreduce clock; do
+for check in cores cpu memory disk shm gpus build binary libtorch mpi nccl cuda "shared dir" environment p2p allreduce clock; do
   grep -qE "^(OK|WARN|FAIL) +$check " "$tmp/o" || fail "(a) no '$check' line"
 done
 for check in build binary libtorch mpi nccl cuda "shared dir" allreduce clock; do
@@ -108,4 +109,14 @@ cat "$tmp/o"
 [[ $rc -eq 3 ]] || fail "(d) unanswered ping-pong: exit $rc, expected 3 (124: doctor hung)"
 grep -qE "doctor: ping-pong between rank 0 \(.+\) and rank 1 \(.+\) did not complete within 2 s" "$tmp/o" ||
   fail "(d) no message naming the pair that did not answer"
+# (e) Another process keeps a core busy: named with its pid, the job's own ranks are not.
+sh -c 'while :; do :; done' &
+busy=$!
+run -np 2 "$tmp/rank.sh" doctor --run-dir "$tmp/run" --iters 2
+kill $busy
+wait $busy 2>/dev/null
+grep -qE "^WARN +cpu +.*other processes (0\.[5-9]|1\.[0-9]) cores busy: CPU shared with .*pid $busy \(sh\) [0-9.]+ cores" "$tmp/o" ||
+  fail "(e) the busy process (pid $busy) is not named in a cpu WARN"
+grep -E "^WARN +cpu " "$tmp/o" | grep -qE "\(meridian\)" && fail "(e) the job's own ranks named as other processes"
+hints_present "(e)"
 echo "doctor_mpi_test: PASS"

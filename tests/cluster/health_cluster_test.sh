@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Usage: health_cluster_test.sh MERIDIAN SOURCE_DIR MODE — the health monitor across 3 virtual nodes
+# Usage: health_cluster_test.sh MERIDIAN SOURCE_DIR MODE — the health monitor across 3 virtual nodes (2 for cpu)
 # (tests/cluster/vcluster.sh, links at 1 Gbit/s), one rank each, health reports every 4 steps. Each
 # kind of slowness is named for what it is, and nothing else is reported:
 #   link      node 3's link throttled to 20 Mbit/s after step 9 of 24: "network: rank 2 (node 3)"
@@ -7,7 +7,10 @@
 #   compute   rank 1 computes 400 ms longer per step (--inject-straggler): "straggler: rank 1", no
 #             network or data-wait warning;
 #   data      rank 2 waits 80 ms longer for each batch: "data wait: rank 2", no straggler or network
-#             warning.
+#             warning;
+#   cpu       2 nodes; each rank pinned to a core of its own, and two busy loops share node 2's core
+#             (another tenant on that VM): "straggler: rank 1 ... CPU shared: N runnable threads on
+#             2 cores, other processes kept 1.0 cores busy", and no warning naming rank 0.
 # Exit 77 (skipped) when not root or network namespaces cannot be made.
 set -u
 meridian=$(realpath "$1") src=$(realpath "$2") mode=$3
@@ -19,10 +22,15 @@ case $mode in
   link) id=209 inject=() ;;
   compute) id=210 inject=(--inject-straggler 1:compute:400) ;;
   data) id=211 inject=(--inject-straggler 2:data:80) ;;
+  cpu) id=214 inject=() ;;
   *) echo "unknown mode '$mode'"; exit 1 ;;
 esac
-fail() { echo "FAIL ($mode): $*"; [[ -f $VC_DIR/run.out ]] && tail -40 "$VC_DIR/run.out"; exit 1; }
-vc_up "$id" 3 1gbit
+busy=()
+stop_busy() { ((${#busy[@]})) && kill "${busy[@]}" 2>/dev/null; wait "${busy[@]}" 2>/dev/null; busy=(); }
+fail() { stop_busy; echo "FAIL ($mode): $*"; [[ -f $VC_DIR/run.out ]] && tail -40 "$VC_DIR/run.out"; exit 1; }
+nodes=3
+[[ $mode == cpu ]] && nodes=2
+vc_up "$id" $nodes 1gbit
 vc_mpirun_cmd
 tmp=$VC_DIR
 mpirun=mpirun
@@ -40,9 +48,28 @@ if [[ $mode == link ]]; then
   ) &
   throttle=$!
 fi
-vc_exec 1 "${VC_MPIRUN[@]}" -np 3 "$meridian" train --config "$tmp/small.yaml" --data "$tmp/data.h5" \
-  --run-dir "$tmp/run" "${inject[@]}" >"$tmp/run.out" 2>&1 || fail "training exited $?"
+program=$meridian extra=()
+if [[ $mode == cpu ]]; then
+  # A step that computes more than it communicates: a rank that asks for less than its share of the
+  # core (a third) is not slowed by the busy loops at all (the scheduler favours a thread that sleeps).
+  extra=(--set train.batch=48 --set model.vision.width=64 --set model.embed=64)
+  # Node 1's rank on core 0, node 2's on core 1 beside two busy loops: a third of that core.
+  cat >"$tmp/pinned" <<PIN
+#!/bin/bash
+case \$(hostname) in $(vc_node 2)) core=1 ;; *) core=0 ;; esac
+exec taskset -c \$core "$meridian" "\$@"
+PIN
+  chmod +x "$tmp/pinned"
+  program=$tmp/pinned
+  for _ in 1 2; do
+    vc_exec 2 taskset -c 1 sh -c 'while :; do :; done' &
+    busy+=($!)
+  done
+fi
+vc_exec 1 "${VC_MPIRUN[@]}" -np $nodes "$program" train --config "$tmp/small.yaml" --data "$tmp/data.h5" \
+  --run-dir "$tmp/run" "${inject[@]}" "${extra[@]}" >"$tmp/run.out" 2>&1 || fail "training exited $?"
 [[ -n $throttle ]] && { kill $throttle 2>/dev/null; wait $throttle; }
+stop_busy
 grep "health at step" "$tmp/run.out"
 warnings=$(grep -oE "health at step [0-9]+: [a-z ]+: .*" "$tmp/run.out")
 n3=$(vc_node 3) n2=$(vc_node 2)
@@ -69,6 +96,11 @@ case $mode in
     # compute straggler is that sharing, not a misreading of rank 2.)
     grep -E ": (network|straggler):" <<<"$warnings" | grep -qE "rank 2 |$n3" &&
       fail "an input straggler reported as network or compute"
+    ;;
+  cpu)
+    grep -qE ": straggler: rank 1 on $n2 .*; CPU shared: [0-9.]+ runnable threads on 2 cores, other processes kept" \
+      <<<"$warnings" || fail "no straggler warning naming rank 1 on $n2 with its shared CPU as the cause"
+    grep -E ": [a-z ]+:" <<<"$warnings" | grep -vqE "rank 1 on $n2 " && fail "a warning names another rank"
     ;;
 esac
 # health.jsonl has the links between the nodes in every report.

@@ -74,6 +74,7 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 TEST(DoctorChecks, HealthyJobIsAllOk) {
   const auto facts = healthy(2, 2);
   std::vector<Findings> all{check_cores(facts),
+                            check_cpu(facts),
                             check_memory(facts),
                             check_disk(facts),
                             check_shm(facts),
@@ -104,6 +105,35 @@ TEST(DoctorChecks, HealthyJobIsAllOk) {
             "4 ranks, mpi, 32 MiB float32: busbw 2.50 GB/s, 30000 us");
   EXPECT_EQ(check_clocks(facts, {{0, 0}, {0.001, 0.0001}, {0.002, 0.0001}, {-0.003, 0.0001}})[0].text,
             "largest offset to rank 0: 3.000 ms (rank 3 (node-b), +-0.100 ms)");
+}
+
+TEST(DoctorChecks, SharedCpuNamesTheCause) {
+  auto facts = healthy(3, 1);
+  for (auto& f : facts) f.cpu = {"boot-" + f.host, 0.1, 0.0, 0.0, 1.0, {}};
+  EXPECT_EQ(check_cpu(facts)[0].text,
+            "node-a: 16 cores; over 0.5 s: 0 % steal, 1.0 runnable threads, other processes 0.0 cores busy");
+  facts[0].cpu.steal_pct = 14;  // an overcommitted VM host
+  facts[1].cpu.others_cores = 2.0, facts[1].cpu.busy_cores = 2.1;
+  facts[1].cpu.others = {"pid 812 (stress) 1.0 cores", "pid 813 (stress) 1.0 cores"};
+  facts[2].cpu.runnable = 20;
+  const auto findings = check_cpu(facts);
+  ASSERT_EQ(findings.size(), 3u);
+  for (const auto& f : findings) EXPECT_EQ(f.status, Status::Warn) << f.text;
+  EXPECT_TRUE(contains(findings[0].text, "node-a: 16 cores; over 0.5 s: 14 % steal")) << findings[0].text;
+  EXPECT_TRUE(contains(findings[0].hint, "overcommitted")) << findings[0].hint;
+  EXPECT_TRUE(contains(findings[1].text,
+                       "other processes 2.0 cores busy: CPU shared with pid 812 (stress) 1.0 cores, pid 813 (stress) "
+                       "1.0 cores"))
+      << findings[1].text;
+  EXPECT_TRUE(contains(findings[2].text, "CPU shared: 20.0 runnable threads on 16 cores")) << findings[2].text;
+  // Nodes on one kernel (a virtual cluster): said, not warned.
+  facts = healthy(2, 1);
+  for (auto& f : facts) f.cpu = {"same-boot-id", 0.1, 0.0, 0.0, 1.0, {}};
+  const auto shared = check_cpu(facts);
+  EXPECT_EQ(shared[0].status, Status::Ok);
+  EXPECT_TRUE(
+      contains(shared[0].text, "one machine with node-b (the same kernel boot id): their ranks share its cores"))
+      << shared[0].text;
 }
 
 TEST(DoctorChecks, SlowLinkBetweenTwoNodes) {

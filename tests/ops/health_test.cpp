@@ -56,14 +56,54 @@ TEST(HealthRules, StragglerNamedWhenSlowInTwoReportsInARow) {
   EXPECT_TRUE(rules.judge(slow).empty());               // one report is not enough
   const auto warnings = rules.judge(slow);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0],
-            "straggler: rank 2 on node-2 computes 200 ms per step, 2.0x the median rank's 100 ms (every other rank "
-            "waits for it)");
+  EXPECT_EQ(
+      warnings[0],
+      "straggler: rank 2 on node-2 computes 200 ms per step, 2.0x the other ranks' median 100 ms (every other rank "
+      "waits for it)");
   EXPECT_EQ(rules.judge(slow).size(), 1u);      // still slow: still named
   EXPECT_TRUE(rules.judge(steady(3)).empty());  // recovered
   EXPECT_TRUE(rules.judge(slow).empty());       // slow again: one report again
   EXPECT_TRUE(rules.judge(steady(3)).empty());  // a hiccup every other report is never named
   EXPECT_TRUE(rules.judge(slow).empty());
+}
+
+TEST(HealthRules, TwoRanksAStragglerAgainstTheOther) {
+  // 1.8x the other rank (a core shared with two busy loops): only 1.29x the median of both (their mean).
+  HealthRules rules;
+  const auto slow = with_compute(steady(2), 1, 0.180);
+  EXPECT_TRUE(rules.judge(slow).empty());
+  const auto warnings = rules.judge(slow);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].rfind("straggler: rank 1 on node-1 computes 180 ms per step, 1.8x the other ranks' median "
+                              "100 ms",
+                              0),
+            0u)
+      << warnings[0];
+}
+
+TEST(HealthRules, AStragglersSharedCpuIsNamedAsTheCause) {
+  RankInterval r{1, "node-1", 0.2, 0, 0.2, 1000};
+  r.cores = 2;
+  EXPECT_EQ(cpu_shared_cause(r), "");  // nothing measured: no cause
+  r.runnable = 2.4, r.others_cores = 0.4;
+  EXPECT_EQ(cpu_shared_cause(r), "");  // 2 cores, 2 busy ranks and a little noise
+  r.runnable = 4.0, r.others_cores = 1.0;
+  EXPECT_EQ(cpu_shared_cause(r), "CPU shared: 4.0 runnable threads on 2 cores, other processes kept 1.0 cores busy");
+  r.runnable = 2.0;
+  EXPECT_EQ(cpu_shared_cause(r), "CPU shared: other processes kept 1.0 of 2 cores busy");
+  r.steal_pct = 12.4, r.others_cores = 0;
+  EXPECT_EQ(cpu_shared_cause(r), "CPU shared: 12 % steal (the hypervisor ran other VMs on this VM's cores)");
+
+  HealthRules rules;
+  auto ranks = with_compute(steady(3), 1, 0.250);
+  ranks[1].cores = 2, ranks[1].steal_pct = 30;
+  ranks[0].cores = 2, ranks[0].steal_pct = 30;  // also stolen from, but not slow: not named
+  rules.judge(ranks);
+  const auto warnings = rules.judge(ranks);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0],
+            "straggler: rank 1 on node-1 computes 250 ms per step, 2.5x the other ranks' median 100 ms (every other "
+            "rank waits for it); CPU shared: 30 % steal (the hypervisor ran other VMs on this VM's cores)");
 }
 
 TEST(HealthRules, StragglerNeedsBothRelativeAndAbsoluteExcess) {

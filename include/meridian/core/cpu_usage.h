@@ -57,6 +57,7 @@ struct CpuShare {
   double busy_cores = 0;    // every process
   double others_cores = 0;  // processes other than ours (busy_cores minus ours, at least 0)
   double steal_pct = 0;
+  double runnable = 0;             // threads runnable, the mean of the window's samples (at its close without any)
   std::vector<ProcessUse> others;  // the busiest other processes, busiest first (with list_processes)
   bool readable = false;
 };
@@ -66,6 +67,8 @@ class CpuWindow {
  public:
   // Reads /proc/stat and our processes' CPU time (and, with list_processes, every process's).
   void open(const std::vector<int>& ours, bool list_processes = false);
+  // Adds a sample of the threads runnable now (runnable_threads) to the window's mean.
+  void sample_runnable();
   // The share since open(); the 5 busiest other processes above 0.05 cores with list_processes.
   CpuShare close() const;
 
@@ -74,11 +77,13 @@ class CpuWindow {
   bool list_ = false;
   CpuTimes times_;
   int64_t ours_ticks_ = 0;
+  double runnable_sum_ = 0;
+  int runnable_samples_ = 0;
   double opened_ = 0;             // steady clock, seconds
   std::map<int, int64_t> ticks_;  // every process's, with list_processes
 };
 
-// Opens a window, sleeps `seconds`, closes it.
+// Opens a window, sleeps `seconds` (sampling the runnable threads every 50 ms), closes it.
 CpuShare sample_cpu_share(double seconds, const std::vector<int>& ours, bool list_processes = false);
 
 // The threads runnable now (the numerator of /proc/loadavg's fourth field, the reader included); -1 when

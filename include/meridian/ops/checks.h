@@ -33,6 +33,11 @@ std::string who(const std::vector<RankFacts>& facts, const std::vector<int>& ran
 
 // More ranks than cores, or every rank bound to one CPU on a node with cores to spare: WARN.
 Findings check_cores(const std::vector<RankFacts>& facts);
+// Who shares the node's CPUs (its first rank's CpuFacts): WARN for steal time >= 5 % (an overcommitted VM
+// host), other processes keeping >= 0.5 cores busy (named, busiest first), or more runnable threads
+// than cores; else OK with the readings. Nodes that share one machine (the same boot id: network
+// namespaces, containers) are said in the OK line: their ranks share its cores.
+Findings check_cpu(const std::vector<RankFacts>& facts);
 // Available host memory per rank below 2 GiB, or /proc/meminfo unreadable: WARN.
 Findings check_memory(const std::vector<RankFacts>& facts);
 // The run directory (its worst rank per node): unusable or under 1 GiB free FAIL, under 10 GiB WARN.

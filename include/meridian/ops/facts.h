@@ -89,6 +89,16 @@ struct DataFacts {
 };
 constexpr size_t kDataHeadBytes = 1 << 20;
 
+// Who shares this rank's CPUs, over doctor's 0.5 s window (core::CpuShare) while every rank sleeps.
+struct CpuFacts {
+  std::string machine;              // the kernel's boot id: nodes that print the same share one machine
+  double busy_cores = 0;            // every process
+  double others_cores = 0;          // processes outside the job
+  double steal_pct = 0;             // the hypervisor ran other VMs on this VM's vCPUs
+  double runnable = 0;              // mean runnable threads (this rank's sampler included)
+  std::vector<std::string> others;  // the busiest other processes: "pid 812 (stress) 1.0 cores"
+};
+
 struct RankFacts {
   int rank = 0, local_rank = 0, local_size = 1;
   std::string host;
@@ -104,6 +114,7 @@ struct RankFacts {
   std::map<std::string, std::string>
       env;  // NCCL_*, UCX_*, MERIDIAN_*, OMPI_MCA_* (not the launcher's), CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS
   NetworkFacts network;
+  CpuFacts cpu;
   std::optional<DataFacts> data;  // with doctor --data only
 };
 

@@ -7,8 +7,11 @@
 // <run_dir>/health.jsonl and warns, naming host and rank, when
 //   * a rank is a straggler: its compute time (step minus data wait minus communication: in
 //     data-parallel lockstep every rank's step takes as long as the slowest, the others wait in
-//     collectives, wherever in the step they are) is over 1.3x the median rank's and at least 5 ms
-//     above it;
+//     collectives, wherever in the step they are) is over 1.3x the median of the other ranks' and at least 5 ms
+//     above it. When its machine's CPU was shared over the interval, the warning names that as the
+//     cause: the hypervisor's steal time, more runnable threads than cores, other processes' load
+//     (core/cpu_usage; a shared core slows a rank far more than its share when threads spin, see
+//     comm::choose_threads);
 //   * a rank's resident memory grew in each of the last 5 reports, by more than 10 % in all;
 //   * data wait exceeds 20 % of a rank's step (the loader cannot keep up);
 //   * across nodes, a node's links are slow: each report also measures the links between nodes (one
@@ -25,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "meridian/core/cpu_usage.h"
 #include "meridian/ops/facts.h"
 
 namespace meridian::comm {
@@ -66,7 +70,17 @@ struct RankInterval {
   double step_s = 0, data_s = 0;  // mean step and data wait over the interval
   double compute_s = 0;           // the median step's compute (step minus data wait minus communication)
   double rss_mb = 0;              // resident memory at the report
+  // Its machine's CPU over the interval (core::CpuShare): cores, the steal time, the mean runnable
+  // threads sampled after each step, and the cores other processes (not the job's) kept busy.
+  int cores = 0;
+  double steal_pct = 0, runnable = 0, others_cores = 0;
 };
+
+// Why a rank's CPU was slow over an interval, when it was shared: "CPU shared: 12 % steal (...)",
+// "CPU shared: 3.0 runnable threads on 2 cores (...)" or "CPU shared: other processes kept 1.0 of 2
+// cores busy"; empty when none of them (steal >= 5 %, runnable threads above cores + 0.5, others' load
+// >= 0.5 cores) was measured.
+std::string cpu_shared_cause(const RankInterval& r);
 
 // Rank 0's rules over successive reports (the straggler, data wait and memory rules above), apart
 // from the gathering so that they can be fed made-up intervals. No MPI, not thread-safe. Remembers,
@@ -103,6 +117,7 @@ class HealthMonitor {
   std::ofstream file_;
   std::string path_;
   StepInterval interval_;         // this rank's, since the last report
+  core::CpuWindow cpu_;           // this rank's machine, since the last report
   HealthRules rules_;             // rank 0's
   std::vector<RankFacts> ranks_;  // rank, host, local rank of every rank (for the link probe)
   static constexpr uint64_t kLinkProbeBytes = 1 << 20;
