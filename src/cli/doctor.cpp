@@ -138,7 +138,8 @@ Command doctor_command() {
       report.emplace();
       std::printf("meridian doctor: %d rank(s) on %d node(s), %s\n", rt.size(), nodes, facts[0].versions.build.c_str());
       report->section("nodes");
-      for (const auto& check : {ops::check_cores, ops::check_cpu, ops::check_memory, ops::check_disk, ops::check_shm, ops::check_gpus})
+      for (const auto& check :
+           {ops::check_cores, ops::check_cpu, ops::check_memory, ops::check_disk, ops::check_shm, ops::check_gpus})
         report->add(check(facts));
       report->section("consistency across ranks");
       report->add(ops::check_versions(facts));
