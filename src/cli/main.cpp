@@ -68,7 +68,7 @@ void add_common_options(cxxopts::Options& options) {
       ("log-level", "Log level: trace, debug, info, warn, error, critical, off", cxxopts::value<std::string>()->default_value("info"))
       ("run-dir", "Run directory; every rank logs to <run-dir>/logs/rank_<r>.log", cxxopts::value<std::string>()->default_value(""))
       ("device", "Device: auto (cuda:<local rank> when CUDA is available), cpu or cuda", cxxopts::value<std::string>()->default_value("auto"))
-      ("threads", "Torch intra-op threads per rank; 0: OMP_NUM_THREADS, else cores per node / ranks per node", cxxopts::value<int>()->default_value("0"))
+      ("threads", "Torch intra-op threads per rank; 0: OMP_NUM_THREADS, else the machine's free cores / the job's ranks on it (train's log says why)", cxxopts::value<int>()->default_value("0"))
       ("comm-timeout", "Seconds a collective may take before the watchdog aborts the job", cxxopts::value<double>()->default_value("600"));
   // clang-format on
 }
