@@ -38,6 +38,9 @@ cat "$tmp/o"
 out=$("$mpirun" --oversubscribe -np 2 "$meridian" info --run-dir "$tmp/run") || fail "info exited $?"
 echo "$out"
 [[ $(grep -cE '^\S+ +[01] +[01] +cpu +[0-9]+ +[0-9]+$' <<<"$out") -eq 2 ]] || fail "info: expected one row per rank"
+# and why each rank has its threads: 2 ranks of one machine share its cores.
+[[ $(grep -cE "^rank [01] threads [0-9]+: [0-9]+ cores on this machine for 2 ranks of the job" <<<"$out") -eq 2 ]] ||
+  fail "info: no line per rank saying why it has its threads"
 [[ -f $tmp/run/logs/rank_0.log && -f $tmp/run/logs/rank_1.log ]] || fail "no per-rank log files in --run-dir"
 
 out=$("$mpirun" --oversubscribe -np 2 "$meridian" bench comm --min-bytes 4 --max-bytes 4M --factor 16 \

@@ -33,6 +33,9 @@ doctor() {
 vc_mpirun -np 3 "$meridian" info >"$VC_DIR/o" 2>&1 || fail "info exited $?"
 for n in "$n1" "$n2" "$n3"; do grep -q "$n" "$VC_DIR/o" || fail "info does not list $n"; done
 grep -qE '3 nodes?' "$VC_DIR/o" || fail "info does not count 3 nodes"
+# 3 nodes on this machine's cores: one kernel (boot id), so its cores split over all 3 ranks, whatever MPI's node count says.
+[[ $(grep -cE "^rank [0-2] threads [0-9]+: [0-9]+ cores on this machine for 3 ranks of the job \(ranks of other nodes share this machine: the same kernel boot id\)" "$VC_DIR/o") -eq 3 ]] ||
+  { cat "$VC_DIR/o"; fail "info: the 3 nodes' ranks are not seen as sharing one machine"; }
 
 # 1. Healthy.
 doctor 0 healthy -x NCCL_SOCKET_IFNAME=eth0
