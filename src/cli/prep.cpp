@@ -14,17 +14,21 @@ namespace meridian::cli {
 
 namespace {
 
-void add_common(cxxopts::Options& o) {
+// Each kind lists only the options it reads: the output (every kind), images (image-text, detection),
+// captions (image-text) and a tokenizer (image-text, text). prep synthetic makes every kind: all of them.
+void add_output(cxxopts::Options& o) {
   // clang-format off
-  o.add_options("prep")
+  o.add_options("output")
       ("out", "Output dataset file (.h5); written as <out>.tmp and renamed when complete", cxxopts::value<std::string>()->default_value(""))
       ("overwrite", "Replace an existing output file")
-      ("size", "Image size: shorter side resized to it, then center-cropped to size x size", cxxopts::value<int>()->default_value("256"))
-      ("captions-per-image", "Captions stored per image (extra dropped, missing ones repeated)", cxxopts::value<int>()->default_value("5"))
-      ("context-length", "Tokens per caption, eos included", cxxopts::value<int>()->default_value("64"))
-      ("tokenizer", "SentencePiece .model, a Hugging Face model directory (SigLIP: spiece.model with tokenizer_config.json's rules, lower-case, punctuation removed, its eos and pad; Llama: tokenizer.model, the text as is, its bos and eos), or a dataset .h5 whose tokenizer to reuse (e.g. the train split's for the test split); default: train one", cxxopts::value<std::string>()->default_value(""))
-      ("vocab-size", "Vocabulary size (upper bound) of a trained tokenizer", cxxopts::value<int>()->default_value("8000"))
-      ("block", "Images per rank per collective write", cxxopts::value<int>()->default_value("32"))
+      ("block", "Inputs per rank per collective write", cxxopts::value<int>()->default_value("32"));
+  // clang-format on
+}
+
+void add_images(cxxopts::Options& o, const std::string& size_help) {
+  // clang-format off
+  o.add_options("images")
+      ("size", size_help, cxxopts::value<int>()->default_value("256"))
       ("encode", "Image storage: raw (pixels) or jpeg (a JPEG per image, the input's own bytes when they already are the stored image)", cxxopts::value<std::string>()->default_value("raw"))
       ("quality", "JPEG quality of re-encoded images (--encode jpeg)", cxxopts::value<int>()->default_value("90"))
       ("reencode", "With --encode jpeg: encode every image at --quality, also input JPEGs that could be kept as they are")
@@ -34,21 +38,43 @@ void add_common(cxxopts::Options& o) {
   // clang-format on
 }
 
+void add_captions(cxxopts::Options& o) {
+  // clang-format off
+  o.add_options("captions")
+      ("captions-per-image", "Captions stored per image (extra dropped, missing ones repeated)", cxxopts::value<int>()->default_value("5"))
+      ("context-length", "Tokens per caption, eos included", cxxopts::value<int>()->default_value("64"));
+  // clang-format on
+}
+
+void add_tokenizer(cxxopts::Options& o) {
+  // clang-format off
+  o.add_options("tokenizer")
+      ("tokenizer", "SentencePiece .model, a Hugging Face model directory (SigLIP: spiece.model with tokenizer_config.json's rules, lower-case, punctuation removed, its eos and pad; Llama: tokenizer.model, the text as is, its bos and eos), or a dataset .h5 whose tokenizer to reuse (e.g. the train split's for the test split); default: train one", cxxopts::value<std::string>()->default_value(""))
+      ("vocab-size", "Vocabulary size (upper bound) of a trained tokenizer", cxxopts::value<int>()->default_value("8000"));
+  // clang-format on
+}
+
+const char* kCropSize = "Image size: shorter side resized to it, then center-cropped to size x size";
+const char* kLetterboxSize =
+    "Image size: longer side resized to it, then padded (gray 114, centred) to size x size: no box is cut";
+
+// The options this kind declared; the others keep PrepCommon's defaults (the same as the options').
 void fill_common(const cxxopts::ParseResult& p, data::PrepCommon& c) {
+  const auto given = [&](const char* name) { return p.count(name) > 0; };
   c.out = p["out"].as<std::string>();
-  c.overwrite = p.count("overwrite") > 0;
-  c.size = p["size"].as<int>();
-  c.captions_per_image = p["captions-per-image"].as<int>();
-  c.context_length = p["context-length"].as<int>();
-  c.tokenizer = p["tokenizer"].as<std::string>();
-  c.vocab_size = p["vocab-size"].as<int>();
+  c.overwrite = given("overwrite");
   c.block = p["block"].as<int>();
-  c.encode = p["encode"].as<std::string>();
-  c.quality = p["quality"].as<int>();
-  c.reencode = p.count("reencode") > 0;
-  c.part_size = p["part-size"].as<int64_t>();
-  c.resume = p.count("resume") > 0;
-  c.append = p.count("append") > 0;
+  if (given("size")) c.size = p["size"].as<int>();
+  if (given("captions-per-image")) c.captions_per_image = p["captions-per-image"].as<int>();
+  if (given("context-length")) c.context_length = p["context-length"].as<int>();
+  if (given("tokenizer")) c.tokenizer = p["tokenizer"].as<std::string>();
+  if (given("vocab-size")) c.vocab_size = p["vocab-size"].as<int>();
+  if (given("encode")) c.encode = p["encode"].as<std::string>();
+  if (given("quality")) c.quality = p["quality"].as<int>();
+  c.reencode = given("reencode");
+  if (given("part-size")) c.part_size = p["part-size"].as<int64_t>();
+  c.resume = given("resume");
+  c.append = given("append");
 }
 
 std::vector<int> parse_bands(const std::string& text) {
@@ -106,13 +132,16 @@ Command prep_image_text_command() {
     o.add_options()
         ("images", "Directory the image paths in the captions file are relative to", cxxopts::value<std::string>()->default_value(""))
         ("captions", "Captions file: .jsonl ({\"image\", \"captions\": [...], \"class\", \"split\"}), .csv (image,caption[,class,split]), or Karpathy-style dataset_*.json (UCM-captions, RSICD, RSITMD)", cxxopts::value<std::string>()->default_value(""))
-        ("class-folders", "Instead of --captions: images in --images/<class>/ (AID, NWPU-RESISC45, UCM), labelled by folder, captioned with the class name, for zero-shot evaluation")
+        ("class-folders", "Instead of --captions: images in --images/<class>/ (AID, NWPU-RESISC45, UCM), labelled by folder, captioned with the class name in words (BareLand, bare_land: \"bare land\"), for zero-shot evaluation")
         ("split", "Keep only entries of this split (e.g. train); default: all", cxxopts::value<std::string>()->default_value(""))
         ("webdataset", "Instead of --images/--captions: webdataset tar shards, e.g. 'shards/{00000..00099}.tar' (key.jpg + key.txt or key.json), divided among the ranks by shard; with --out NAME.json, --part-size counts shards", cxxopts::value<std::string>()->default_value(""))
         ("bands", "Bands (1-based) to use as R,G,B for multi-band images, e.g. 3,2,1", cxxopts::value<std::string>()->default_value(""))
         ("strict", "An unreadable image is an error instead of being skipped and reported");
     // clang-format on
-    add_common(o);
+    add_output(o);
+    add_images(o, kCropSize);
+    add_captions(o);
+    add_tokenizer(o);
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     data::PrepImageTextOptions o;
@@ -145,7 +174,8 @@ Command prep_detection_command() {
         ("bands", "Bands (1-based) to use as R,G,B for multi-band images, e.g. 3,2,1", cxxopts::value<std::string>()->default_value(""))
         ("strict", "An unreadable image, or a label that is malformed or off its image, is an error instead of being skipped and reported");
     // clang-format on
-    add_common(o);
+    add_output(o);
+    add_images(o, kLetterboxSize);
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     data::PrepDetectionOptions o;
@@ -176,7 +206,8 @@ Command prep_text_command() {
         ("chat-template", "How {\"messages\"} records become text: llama-2 ([INST], <<SYS>>, bos/eos around each exchange) or mistral ([INST], one bos, eos after each answer, no system)", cxxopts::value<std::string>()->default_value("llama-2"))
         ("split", "Keep only records whose \"split\" is this; default: all", cxxopts::value<std::string>()->default_value(""));
     // clang-format on
-    add_common(o);
+    add_output(o);
+    add_tokenizer(o);
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     data::PrepTextOptions o;
@@ -200,7 +231,10 @@ Command prep_synthetic_command() {
         ("count", "Number of scenes", cxxopts::value<int64_t>()->default_value("1000"))
         ("seed", "Seed: the same seed gives the same file", cxxopts::value<uint64_t>()->default_value("0"));
     // clang-format on
-    add_common(o);
+    add_output(o);
+    add_images(o, "Image size: each scene is drawn at size x size");
+    add_captions(o);
+    add_tokenizer(o);
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     const std::string kind = p["kind"].as<std::string>();

@@ -1,5 +1,6 @@
 #include "meridian/data/format.h"
 
+#include <cctype>
 #include <filesystem>
 #include <functional>
 
@@ -357,6 +358,35 @@ Tokenizer dataset_tokenizer(const std::string& path) {
   const auto locked = h5::lock();
   h5::Id file = h5::file_id(MERIDIAN_H5_CHECK(H5Fopen(first.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)));
   return read_tokenizer(file, first);
+}
+
+std::string class_words(const std::string& name) {
+  std::vector<std::string> words(1);
+  const auto upper = [](char c) { return std::isupper(static_cast<unsigned char>(c)) != 0; };
+  const auto lower = [](char c) { return std::islower(static_cast<unsigned char>(c)) != 0; };
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    if (c == '_' || c == '-' || c == ' ') {
+      if (!words.back().empty()) words.emplace_back();
+      continue;
+    }
+    const std::string& w = words.back();
+    // A capital starts a word after a small letter or digit ("BareLand"), or ends a run of capitals
+    // when a small letter follows it ("HTTPServer": "HTTP", "Server").
+    const bool starts = upper(c) && !w.empty() && (!upper(w.back()) || (i + 1 < name.size() && lower(name[i + 1])));
+    if (starts) words.emplace_back();
+    words.back() += c;
+  }
+  std::string out;
+  for (auto& w : words) {
+    if (w.empty()) continue;
+    bool capitals = w.size() > 1;
+    for (char c : w) capitals = capitals && !lower(c);
+    if (!capitals)
+      for (char& c : w) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out += (out.empty() ? "" : " ") + w;
+  }
+  return out;
 }
 
 }  // namespace meridian::data

@@ -2,6 +2,9 @@
 // keeps only its own entries), then one of the write drivers of prep_job.h.
 #include "meridian/data/prep.h"
 
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -17,6 +20,7 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/hash.h"
+#include "meridian/data/format.h"
 #include "meridian/data/image_input.h"
 #include "prep_job.h"
 #include "text_lines.h"
@@ -132,12 +136,24 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
       CaptionEntry e;
       e.image = name;
       e.cls = parts.begin()->string();
-      std::string caption = e.cls;
-      std::replace(caption.begin(), caption.end(), '_', ' ');
-      e.captions.push_back(caption);
+      e.captions.push_back(class_words(e.cls));
       folder_entries.push_back(std::move(e));
     }
     if (folder_entries.empty()) throw UserError("--images: no image files under " + o.images_dir);
+    // A folder without images is no class: zero-shot then scores over fewer classes than the user has.
+    std::set<std::string> with_images;
+    for (const auto& e : folder_entries) with_images.insert(e.cls);
+    std::vector<std::string> empty;
+    for (const auto& d : fs::directory_iterator(o.images_dir)) {
+      const std::string name = d.path().filename().string();
+      if (d.is_directory() && name[0] != '.' && !with_images.count(name)) empty.push_back(name);
+    }
+    std::sort(empty.begin(), empty.end());
+    if (!empty.empty() && rt.rank() == 0)
+      spdlog::warn(
+          "--class-folders: {} folder(s) of {} without images, left out of the classes (zero-shot scores "
+          "over the {} classes with images): {}",
+          empty.size(), o.images_dir, with_images.size(), fmt::join(empty, ", "));
   }
   const auto visit_entries = [&](const std::function<void(CaptionEntry &&)>& visit) {
     if (!o.class_folders) return read_captions(o.captions_file, visit);

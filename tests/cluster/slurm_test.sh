@@ -11,8 +11,8 @@
 #  4. requeue: a long run gets SIGUSR1 on its batch shell (`scancel --signal=USR1 --batch`, what
 #     --signal=B:USR1@120 does before the time limit); meridian checkpoints and exits 4, the script
 #     runs `scontrol requeue`, and the job's second run, same id and run directory, logs "resumed
-#     from" that checkpoint and finishes (the test shortens train.steps in the config file before
-#     the signal, so the resumed run ends by itself).
+#     from" that checkpoint and finishes (the test shortens train.steps in the config file once the
+#     first run stopped, so the resumed run ends by itself, 100 steps later).
 # Daemons and temporary files are removed however the test ends. Exit 77 (skipped) without
 # slurm-wlm/munge (jobs/setup-node.sh installs them) or when not root (slurmd must be root).
 set -u
@@ -164,10 +164,14 @@ grep -qE "^eval: i2t_r1 [0-9.]+ .* zero_shot [0-9.]+" "$tmp/eval.out" || fail "e
 # 3b. The workload wrappers: detect.sbatch and lm-sft.sbatch (train.sbatch with their defaults).
 "$meridian" prep synthetic --kind detection --count 32 --size 64 --out "$tmp/det.h5" --log-level warn >/dev/null \
   || fail "prep of the detection set"
-submit detect detect.sbatch -- --config "$src/jobs/configs/detect-synthetic.yaml" --data "$tmp/det.h5" \
-  --set train.steps=4 --set train.batch=4 --set model.width=0.125 --set data.close_mosaic=0 --set train.eval_every=0
+# detect.sbatch as its header shows it (its own recipe, jobs/configs/yolo-coco.yaml, at --scale s),
+# made small for this machine.
+submit detect detect.sbatch -- --scale s --data "$tmp/det.h5" --set data.image_size=64 --set train.epochs=0 \
+  --set train.steps=4 --set train.batch=4 --set model.width=0.125 --set data.close_mosaic=0 --set train.eval_every=0 \
+  --set train.precision=float32
 ((JOB_RC == 0)) || fail "detect: job exited $JOB_RC"
 grep -q "train: 4 steps, .* over 2 ranks" "$tmp/detect.out" || fail "detect: no summary of 4 steps over 2 ranks"
+grep -q "yolo12s.yaml" "$tmp/detect.out" || fail "detect: --scale s did not choose yolo12s.yaml"
 # lm-sft with its own recipe (jobs/configs/llama2-7b-sft.yaml) from a small Hugging Face Llama directory.
 /usr/bin/python3 "$src/tests/models/hf_llama.py" make "$tmp/hf_llama" >/dev/null || fail "the reference Llama"
 "$meridian" prep synthetic --kind text --count 64 --tokenizer "$tmp/hf_llama" --out "$tmp/sft.h5" --log-level warn \
@@ -190,12 +194,18 @@ for _ in $(seq 1 600); do grep -qE "step +[0-9]+/1000000" "$tmp/requeue.out" 2>/
 job=$(cut -d';' -f1 "$tmp/requeue.id")
 seen=$(grep -oE "step +[0-9]+/1000000" "$tmp/requeue.out" 2>/dev/null | tail -1 | grep -oE "[0-9]+" | head -1)
 [[ -n $seen && -n $job ]] || { kill $waiter 2>/dev/null; fail "requeue: job ${job:-?} did not start training within 60 s"; }
-# The resumed run reads the config again: make it end 500 steps (2 s here) after the step seen; the
-# signal stops the running one within a few steps.
-final=$((seen + 500))
-sed -i "s/steps: 1000000/steps: $final/" "$tmp/small.yaml"
 timeout 10 scancel --signal=USR1 --batch "$job" || fail "requeue: scancel --signal=USR1 --batch exited $?"
 say "requeue: job $job at step $seen, sent SIGUSR1 to its batch shell"
+# The resumed run reads the config again: once the first run has stopped, make it end 100 steps later.
+# (Setting the end before the signal raced it: Slurm took 3 s to deliver it in one run, 780 steps here.)
+# The requeued job starts about 15 s after the stop.
+for _ in $(seq 1 600); do grep -q "stopped at step [0-9]* on request" "$tmp/requeue.out" 2>/dev/null && break; sleep 0.1; done
+first_stop=$(grep -oE "stopped at step [0-9]+ on request" "$tmp/requeue.out" | head -1 | grep -oE "[0-9]+")
+[[ -n $first_stop ]] || { kill $waiter 2>/dev/null; fail "requeue: meridian did not stop within 60 s of the signal"; }
+final=$((first_stop + 100))
+sed -i "s/steps: 1000000/steps: $final/" "$tmp/small.yaml"
+grep -q "job $job (requeue) restart 1" "$tmp/requeue.out" &&
+  { kill $waiter 2>/dev/null; fail "requeue: the second run started before its config could be shortened"; }
 wait $waiter
 rc=$? waiter=""
 say "requeue: job $job ended with $rc"

@@ -151,6 +151,15 @@ done
 # prep and bench list their commands.
 expect 0 "prep synthetic" "$meridian" prep --help
 for want in "prep image-text" "prep detection" "prep text"; do grep -qF "$want" "$tmp/o" || fail "prep --help lacks $want"; done
+# Each kind lists only its own options, and --size says what it does for that kind.
+expect 0 "letterbox" "$meridian" prep detection --help
+grep -qE -- "--(captions-per-image|context-length|tokenizer|vocab-size)" "$tmp/o" && fail "prep detection --help lists caption or tokenizer options"
+grep -q "center-cropped" "$tmp/o" && fail "prep detection --help says center-cropped (it letterboxes)"
+expect 0 "--tokenizer" "$meridian" prep text --help
+grep -qE -- "--(size|encode|captions-per-image|context-length|part-size)" "$tmp/o" && fail "prep text --help lists image or caption options"
+expect 0 "center-cropped" "$meridian" prep image-text --help
+for want in --captions-per-image --tokenizer --encode; do grep -qF -- "$want" "$tmp/o" || fail "prep image-text --help lacks $want"; done
+expect 2 "captions-per-image" "$meridian" prep detection --images "$tmp/images" --captions-per-image 3 --out "$tmp/x.h5"
 expect 0 "bench comm" "$meridian" bench --help
 expect 2 "prep detection" "$meridian" prep
 
@@ -225,19 +234,22 @@ PY
 echo '{"images": [{"filename": "a.bmp", "split": "test"}]}' >"$tmp/bad_rs.json"
 expect 2 "$tmp/bad_rs.json: images[0].sentences: expected a list of {\"raw\": caption}" \
   run prep image-text --images "$tmp/images" --captions "$tmp/bad_rs.json" --size 32 --out "$tmp/bad_rs.h5"
-# Class folders: the folder is the label (sorted class names), its name with spaces the caption.
-mkdir -p "$tmp/scenes/airport" "$tmp/scenes/dense_residential"
-cp "$tmp/images/a.bmp" "$tmp/scenes/airport/"
+# Class folders: the folder is the label (sorted class names), its name in words the caption (AID's
+# CamelCase folders and UCM's snake_case alike); a folder without images is named in a warning.
+mkdir -p "$tmp/scenes/BareLand" "$tmp/scenes/dense_residential" "$tmp/scenes/Forest"
+cp "$tmp/images/a.bmp" "$tmp/scenes/BareLand/"
 cp "$tmp/images/b.bmp" "$tmp/images/c.bmp" "$tmp/scenes/dense_residential/"
 expect 0 "3 of 3 inputs" run prep image-text --images "$tmp/scenes" --class-folders --size 32 --context-length 16 \
   --captions-per-image 1 --vocab-size 40 --out "$tmp/folders.h5"
+grep -qF -- "--class-folders: 1 folder(s) of $tmp/scenes without images, left out of the classes (zero-shot scores over the 2 classes with images): Forest" \
+  "$tmp/o" || { cat "$tmp/o"; fail "class folders: the empty folder Forest is not named"; }
 /usr/bin/python3 - "$tmp/folders.h5" <<'PY' || fail "class folders: wrong labels, classes or captions"
 import sys, h5py
 f = h5py.File(sys.argv[1], "r")
 classes = [c.decode() for c in f["class_names"][...]]
 captions = [c[0].decode() for c in f["captions"][...]]
-assert classes == ["airport", "dense_residential"] and list(f["labels"][...]) == [0, 1, 1], (classes, f["labels"][...])
-assert captions == ["airport", "dense residential", "dense residential"], captions
+assert classes == ["BareLand", "dense_residential"] and list(f["labels"][...]) == [0, 1, 1], (classes, f["labels"][...])
+assert captions == ["bare land", "dense residential", "dense residential"], captions
 PY
 cp "$tmp/images/a.bmp" "$tmp/scenes/loose.bmp"
 expect 2 "$tmp/scenes/loose.bmp: --class-folders: an image outside a class folder" \

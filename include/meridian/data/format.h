@@ -49,6 +49,11 @@ struct DatasetInfo {
 // summary is of all parts together, its rows those of the parts one after another.
 DatasetInfo validate_dataset(const std::string& path);
 
+// The words a class name stands for in captions and prompts: '_' and '-' separate words, and so does
+// CamelCase ("BareLand" -> "bare land", "dense_residential" -> "dense residential", "HTTPServer" ->
+// "HTTP server"); a word all in capitals stays so ("RSICD"), the others are lower case. Not collective.
+std::string class_words(const std::string& name);
+
 class Tokenizer;
 // Not collective: the tokenizer stored in a dataset of any kind (validated first; DataError naming
 // the file otherwise). Include meridian/data/tokenizer.h to use the result.

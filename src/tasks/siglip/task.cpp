@@ -147,8 +147,7 @@ SiglipEval evaluate_siglip(const comm::Runtime& rt, comm::Communicator& comm, mo
     const int64_t C = int64_t(info.class_names.size()), P = int64_t(prompts.size());
     auto tokens = at::empty({C * P, context}, at::kInt);
     for (int64_t c = 0; c < C; ++c) {
-      std::string name = info.class_names[size_t(c)];
-      std::replace(name.begin(), name.end(), '_', ' ');
+      const std::string name = data::class_words(info.class_names[size_t(c)]);
       for (int64_t p = 0; p < P; ++p) {
         std::string text = prompts[size_t(p)];
         const auto at = text.find("{}");
