@@ -225,7 +225,7 @@ ThreadChoice choose_threads(const ThreadInputs& in) {
     c.why += fmt::format("; OpenMP workers spin GOMP_SPINCOUNT={} times, then sleep", in.spin_count);
   else
     c.why +=
-        "; OpenMP workers spin briefly, then sleep (the runtime's default: waiting passively was 10-14 % slower on "
+        "; OpenMP workers spin briefly, then sleep (the runtime's default: waiting passively was 10-13 % slower on "
         "cores of their own)";
   return c;
 }
