@@ -148,7 +148,8 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
     int pid;
   };
   Peer me{};
-  const std::string boot = core::boot_id().empty() ? host_ : core::boot_id();
+  std::string boot = core::boot_id();
+  if (boot.empty()) boot = host_;
   std::snprintf(me.boot, sizeof me.boot, "%s", boot.c_str());
   me.pid = static_cast<int>(getpid());
   std::vector<Peer> peers(size_);
@@ -190,7 +191,7 @@ ThreadChoice choose_threads(const ThreadInputs& in) {
   ThreadChoice c;
   const int cores = std::max(1, in.cores), ranks = std::max(1, in.machine_ranks);
   // Other processes' load counts in whole cores, from half a core up: a shell or a daemon does not.
-  const int busy = in.others_cores >= 0.5 ? static_cast<int>(std::lround(in.others_cores)) : 0;
+  const int busy = in.others_cores >= core::kSharedOthersCores ? static_cast<int>(std::lround(in.others_cores)) : 0;
   const int free = std::max(1, cores - busy);
   const std::string machine =
       fmt::format("{} cores on this machine{} for {} rank{} of the job{}", cores,

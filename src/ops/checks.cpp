@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "checks_common.h"
+#include "meridian/core/cpu_usage.h"
 #include "meridian/core/stats.h"
 
 namespace meridian::ops {
@@ -56,21 +57,21 @@ Findings check_cpu(const Facts& facts) {
       if (other.host != node.host && facts[other.ranks.front()].cpu.machine == c.machine && !c.machine.empty())
         sharing.push_back(other.host);
     const std::string text = fmt::format(
-        "{}: {} cores; over 0.5 s: {:.0f} % steal, {:.1f} runnable threads, other processes {:.1f} cores busy{}",
-        node.host, first.cores, c.steal_pct, c.runnable, c.others_cores,
+        "{}: {} cores; over {} s: {:.0f} % steal, {:.1f} runnable threads, other processes {:.1f} cores busy{}",
+        node.host, first.cores, kCpuWindowS, c.steal_pct, c.runnable, c.others_cores,
         sharing.empty() ? ""
                         : "; one machine with " + joined(sharing) +
                               " (the same kernel boot id): "
                               "their ranks share its cores");
-    if (c.steal_pct >= 5)
+    if (c.steal_pct >= core::kSharedStealPct)
       return {Status::Warn, "", text + ": CPU shared: the hypervisor ran other VMs on this VM's vCPUs",
               "the VM host is overcommitted: reserve the VM's CPUs (VMware: CPU reservation, latency sensitivity "
               "high) or give it fewer vCPUs; every step waits for the slowest rank"};
-    if (c.others_cores >= 0.5)
+    if (c.others_cores >= core::kSharedOthersCores)
       return {Status::Warn, "", text + ": CPU shared with " + (c.others.empty() ? "other processes" : joined(c.others)),
               "another job or process uses this node's cores and every step waits for the slowest rank: stop it, or "
               "start fewer ranks or threads here (meridian leaves the cores it sees busy at start to it)"};
-    if (c.runnable > first.cores + 0.5)
+    if (c.runnable > first.cores + core::kSharedRunnableExcess)
       return {Status::Warn, "",
               fmt::format("{}: CPU shared: {:.1f} runnable threads on {} cores", text, c.runnable, first.cores),
               "more threads want to run than there are cores: find them with top -H"};

@@ -223,7 +223,7 @@ RankFacts local_facts(const comm::Runtime& rt, const std::string& run_dir, const
   f.gpu = {nvidia_driver_release(), comm::local_gpus()};
   f.env = env_facts();
   f.network = network_facts(rt.host(), hosts);
-  const core::CpuShare cpu = core::sample_cpu_share(0.5, rt.machine_pids(), /*list_processes=*/true);
+  const core::CpuShare cpu = core::sample_cpu_share(kCpuWindowS, rt.machine_pids(), /*list_processes=*/true);
   f.cpu = {core::boot_id(), cpu.busy_cores, cpu.others_cores, cpu.steal_pct, cpu.runnable, {}};
   for (const auto& p : cpu.others)
     f.cpu.others.push_back(fmt::format("pid {} ({}) {:.1f} cores", p.pid, p.command, p.cores));

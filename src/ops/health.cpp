@@ -86,14 +86,15 @@ const Nvml& nvml() {
 }  // namespace
 
 std::string cpu_shared_cause(const RankInterval& r) {
-  const std::string others =
-      r.others_cores >= 0.5 ? fmt::format(", other processes kept {:.1f} cores busy", r.others_cores) : "";
-  if (r.steal_pct >= 5)
+  const std::string others = r.others_cores >= core::kSharedOthersCores
+                                 ? fmt::format(", other processes kept {:.1f} cores busy", r.others_cores)
+                                 : "";
+  if (r.steal_pct >= core::kSharedStealPct)
     return fmt::format("CPU shared: {:.0f} % steal (the hypervisor ran other VMs on this VM's cores){}", r.steal_pct,
                        others);
-  if (r.cores > 0 && r.runnable > r.cores + 0.5)
+  if (r.cores > 0 && r.runnable > r.cores + core::kSharedRunnableExcess)
     return fmt::format("CPU shared: {:.1f} runnable threads on {} cores{}", r.runnable, r.cores, others);
-  if (r.cores > 0 && r.others_cores >= 0.5)
+  if (r.cores > 0 && r.others_cores >= core::kSharedOthersCores)
     return fmt::format("CPU shared: other processes kept {:.1f} of {} cores busy", r.others_cores, r.cores);
   return "";
 }

@@ -12,6 +12,12 @@
 
 namespace meridian::core {
 
+// When a machine's CPU counts as shared, alike for the runtime's thread choice, doctor's cpu check and
+// health's straggler cause:
+inline constexpr double kSharedStealPct = 5;          // the hypervisor stole at least this % of the CPUs' time
+inline constexpr double kSharedOthersCores = 0.5;     // other processes kept this many cores busy (a shell does not)
+inline constexpr double kSharedRunnableExcess = 0.5;  // runnable threads (a mean of samples) above cores + this
+
 // One reading of /proc/stat's totals, in clock ticks since boot.
 struct CpuTimes {
   uint64_t busy = 0;   // user + nice + system + irq + softirq (guest time is inside user)

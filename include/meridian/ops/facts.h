@@ -89,7 +89,8 @@ struct DataFacts {
 };
 constexpr size_t kDataHeadBytes = 1 << 20;
 
-// Who shares this rank's CPUs, over doctor's 0.5 s window (core::CpuShare) while every rank sleeps.
+// Who shares this rank's CPUs, over doctor's window of kCpuWindowS (core::CpuShare) while every rank sleeps.
+constexpr double kCpuWindowS = 0.5;
 struct CpuFacts {
   std::string machine;              // the kernel's boot id: nodes that print the same share one machine
   double busy_cores = 0;            // every process
