@@ -23,11 +23,12 @@ struct Writer::Impl {
       : rt(runtime),
         path(std::move(file_path)),
         watchdog(runtime.comm_timeout_s(), [this](const std::string& what, double elapsed) {
-          comm::abort_job(
-              where() + " watchdog: " + what + " did not complete within " + std::to_string(rt.comm_timeout_s()) +
-                  " s (elapsed " + std::to_string(elapsed) +
-                  " s): a rank is stuck in file I/O (NFS?), cut off from the network, hung or dead. Aborting the job.",
-              kExitFatal);
+          // Numbers as the communicators' watchdog writes them ("within 10 s", not "10.000000 s").
+          std::ostringstream os;
+          os << where() << " watchdog: " << what << " did not complete within " << rt.comm_timeout_s() << " s (elapsed "
+             << elapsed
+             << " s): a rank is stuck in file I/O (NFS?), cut off from the network, hung or dead. Aborting the job.";
+          comm::abort_job(os.str(), kExitFatal);
         }) {}
   const comm::Runtime& rt;
   std::string path;
