@@ -33,12 +33,23 @@ const ConfigBinding<CheckpointSettings>& bindings() {
     b.boolean("checkpoint.async", &S::async,
               "copy the state to host memory at the step and write it in the background while training goes on "
               "(at most one save in flight; latest moves when every rank's write is complete)");
+    b.string("checkpoint.best", &S::best,
+             "an evaluation metric (e.g. map50_95, mR, zero_shot, eval_loss): the checkpoint of its best value so "
+             "far is kept and linked as best.h5; '': none")
+        .defaults_to("none");
+    b.choice("checkpoint.best_mode", &S::best_mode, {{"auto", "auto"}, {"max", "max"}, {"min", "min"}},
+             "whether a larger or a smaller checkpoint.best is better (auto: smaller for a loss or perplexity)");
     return b;
   }();
   return table;
 }
 
 }  // namespace
+
+bool CheckpointSettings::best_maximize() const {
+  if (best_mode != "auto") return best_mode == "max";
+  return best.find("loss") == std::string::npos && best.find("perplexity") == std::string::npos;
+}
 
 CheckpointSettings CheckpointSettings::from_config(const Config& c, const std::string& run_dir) {
   CheckpointSettings s = bindings().read(c);
@@ -160,7 +171,8 @@ Checkpointer::Checkpointer(const comm::Runtime& rt, train::Trainer& trainer, con
   if (s.async) background_ = std::make_unique<Background>(rt);
   auto last_time = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
   trainer.add_step_hook([&rt, config, s, last_time, this](train::Trainer& t, const train::StepEvent& e) {
-    bool due = e.stopping || (e.last && s.at_end) || (s.every_steps > 0 && e.steps_done % s.every_steps == 0);
+    bool due = e.stopping || e.best || (e.last && s.at_end) ||
+               (s.every_steps > 0 && e.steps_done % s.every_steps == 0);
     if (s.every_minutes > 0) {
       // Rank 0's clock decides, so every rank saves at the same step.
       const bool late =
@@ -171,6 +183,7 @@ Checkpointer::Checkpointer(const comm::Runtime& rt, train::Trainer& trainer, con
     *last_time = std::chrono::steady_clock::now();
     if (!background_) {
       last_ = save(rt, t, config, s);
+      if (e.best) point_best(rt, s, last_);
       return;
     }
     // At most one save in flight: the previous one finishes first (usually long done).
@@ -188,8 +201,10 @@ Checkpointer::Checkpointer(const comm::Runtime& rt, train::Trainer& trainer, con
           e.steps_done, double(contents->bytes()) / 1e9, std::chrono::duration<double>(t2 - t1).count(),
           std::chrono::duration<double>(t1 - t0).count());
     background_->start(contents, s, e.steps_done, stalled);
-    // The run ends here: its last checkpoint must be complete before the process exits.
-    if (e.last || e.stopping) last_ = background_->wait();
+    // The run ends here: its last checkpoint must be complete before the process exits; best.h5 may
+    // name only a complete one.
+    if (e.last || e.stopping || e.best) last_ = background_->wait();
+    if (e.best) point_best(rt, s, last_);
   });
 }
 

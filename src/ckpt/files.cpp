@@ -64,6 +64,27 @@ std::optional<std::string> Files::read_small(const std::string& path) {
   return text.str();
 }
 
+void Files::link(const std::string& target, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  fs::create_symlink(target, tmp, ec);
+  if (!ec) fs::rename(tmp, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw SystemError("cannot point " + path + " at " + target + ": " + ec.message());
+  }
+}
+
+std::optional<std::string> Files::read_link(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_symlink(fs::symlink_status(path, ec))) return std::nullopt;
+  const auto target = fs::read_symlink(path, ec);
+  if (ec) return std::nullopt;
+  return target.string();
+}
+
 std::vector<std::string> Files::list(const std::string& dir) {
   std::vector<std::string> names;
   std::error_code ec;

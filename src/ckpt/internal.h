@@ -18,6 +18,8 @@ namespace meridian::ckpt {
 
 // step_<8 digits>.h5
 std::string step_name(int64_t step);
+// The link to checkpoint.best's checkpoint, in the checkpoint directory.
+inline constexpr const char* kBestName = "best.h5";
 // Checkpoint files in `dir`, newest (highest step) first.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir);
 
@@ -43,5 +45,9 @@ void write_contents(train::StateWriter& w, train::Trainer& trainer, const Config
 // run on `own` when given (a background save's duplicate of the world), else on the world.
 std::string write_checkpoint(const comm::Runtime& rt, const comm::OwnComm* own, const CheckpointSettings& s,
                              int64_t step, const std::function<void(Writer&)>& fill);
+
+// Collective (agreed): rank 0 points <dir>/best.h5 at the complete checkpoint `checkpoint` and syncs
+// the directory. SystemError on every rank when it cannot.
+void point_best(const comm::Runtime& rt, const CheckpointSettings& s, const std::string& checkpoint);
 
 }  // namespace meridian::ckpt

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <filesystem>
 
 #include "internal.h"
 #include "meridian/ckpt/files.h"
@@ -66,11 +67,13 @@ std::string write_checkpoint(const comm::Runtime& rt, const comm::OwnComm* own, 
         // the complete file stays and a resume moves it aside as newer than `latest`'s).
         env.sync_dir(s.dir);
         env.write_small(s.dir + "/latest", step_name(step) + "\n");
-        // Retention: the newest keep_last, plus multiples of keep_every.
+        // Retention: the newest keep_last, plus multiples of keep_every, plus the one best.h5 names.
         try {
           const auto all = list_checkpoints(s.dir);
+          const auto best = env.read_link(s.dir + "/" + kBestName);
           for (size_t i = size_t(s.keep_last); i < all.size(); ++i)
-            if (all[i].second != final_path && !(s.keep_every > 0 && all[i].first % s.keep_every == 0))
+            if (all[i].second != final_path && !(s.keep_every > 0 && all[i].first % s.keep_every == 0) &&
+                !(best && all[i].second == s.dir + "/" + *best))
               env.remove(all[i].second);
         } catch (const std::exception& e) {
           throw SystemError(final_path + " was written and `latest` names it, but retention failed: " + e.what());
@@ -78,6 +81,19 @@ std::string write_checkpoint(const comm::Runtime& rt, const comm::OwnComm* own, 
       },
       rank0_failed);
   return final_path;
+}
+
+void point_best(const comm::Runtime& rt, const CheckpointSettings& s, const std::string& checkpoint) {
+  comm::agree(
+      rt, nullptr,
+      [&] {
+        if (rt.rank() != 0) return;
+        Files& env = files();
+        env.link(std::filesystem::path(checkpoint).filename().string(), s.dir + "/" + kBestName);
+        env.sync_dir(s.dir);
+        spdlog::info("checkpoint.best {}: {} -> {}", s.best, kBestName, checkpoint);
+      },
+      rank0_failed);
 }
 
 std::string save(const comm::Runtime& rt, train::Trainer& trainer, const Config& config, const CheckpointSettings& s) {

@@ -1,7 +1,10 @@
 // The trainer's part of a checkpoint besides its strategy's: the frozen parameters, the buffers,
 // the EMA, every rank's RNG and the counters. Saved and loaded here, side by side, so that the two
 // layouts cannot drift apart.
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 
 #include "internal.h"
@@ -39,6 +42,11 @@ void save_trainer_state(train::StateWriter& w, train::Trainer& trainer, const Co
   w.attribute("bad_steps", state.bad_steps);
   w.attribute("bad_in_a_row", state.bad_in_a_row);
   w.attribute("global_batch", trainer.global_batch());
+  if (!std::isnan(state.best.value)) {  // checkpoint.best's record, exactly (17 digits round-trip a double)
+    w.attribute("best_value", fmt::format("{:.17g}", state.best.value));
+    w.attribute("best_step", state.best.step);
+    w.attribute("best_evals_since", state.best.evals_since);
+  }
   w.attribute("config", config.dump());
   w.attribute("created_by", created_by());
   w.attribute("time", utc_now_text());
@@ -73,6 +81,15 @@ void load_trainer_state(train::StateReader& r, int rank, train::Trainer& trainer
   state.samples_seen = r.int_attribute("samples_seen").value_or(point.step * point.global_batch);
   state.bad_steps = r.int_attribute("bad_steps").value_or(0);
   state.bad_in_a_row = r.int_attribute("bad_in_a_row").value_or(0);
+  if (const auto best = r.string_attribute("best_value")) {
+    try {
+      state.best.value = std::stod(*best);
+    } catch (const std::exception&) {
+      throw DataError(point.path, "attribute 'best_value'", "is '" + *best + "', not a number");
+    }
+    state.best.step = r.int_attribute("best_step").value_or(0);
+    state.best.evals_since = r.int_attribute("best_evals_since").value_or(0);
+  }
   trainer.set_state(state);
 }
 

@@ -3,10 +3,14 @@
 // calls them; they return the process exit code.
 #pragma once
 
+// One --set value is one value: a YAML list (task.prompts=["a {}", "the {}"]) keeps its commas.
+#define CXXOPTS_VECTOR_DELIMITER '\0'
 #include <cxxopts.hpp>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "meridian/tasks/model_source.h"
 
 namespace meridian {
 class Config;
@@ -46,6 +50,14 @@ Command embed_command();
 Command generate_command();
 Command predict_command();
 Command doctor_command();
+
+// Declares --model (`help`: what the command does with it) and its alias --checkpoint.
+void add_model_option(cxxopts::Options& options, const std::string& help);
+// Not collective (every rank reads the files): the model named by --model (or --checkpoint, or eval's
+// --init), opened by tasks::open_model with the --set keys and then `adjust`'s; rank 0 logs what was
+// loaded. UserError when none is given, or two.
+tasks::ModelSource open_model_option(const cxxopts::ParseResult& parsed, const comm::Runtime& runtime,
+                                     const std::string& command, const std::function<void(Config&)>& adjust = {});
 
 // Applies every `--set key=value` of a parse result to `config`, in order; UserError on a malformed one.
 void apply_overrides(const cxxopts::ParseResult& parsed, Config& config);

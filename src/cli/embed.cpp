@@ -15,9 +15,9 @@ Command embed_command() {
   c.name = "embed";
   c.summary = "Embed images or texts with a SigLIP model (Hugging Face directory or checkpoint) into an .h5 file";
   c.add_options = [](cxxopts::Options& o) {
+    add_model_option(o, "The SigLIP model");
     // clang-format off
     o.add_options()
-        ("model", "A Hugging Face SiglipModel directory or a siglip checkpoint (step_*.h5)", cxxopts::value<std::string>())
         ("images", "Directory of images (searched recursively; sorted names)", cxxopts::value<std::string>())
         ("texts", "UTF-8 text file, one text per line (empty lines skipped)", cxxopts::value<std::string>())
         ("tokenizer", "For texts: a Hugging Face directory with spiece.model or a dataset; default: the model's", cxxopts::value<std::string>()->default_value(""))
@@ -26,11 +26,11 @@ Command embed_command() {
     // clang-format on
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
-    if (!p.count("model") || !p.count("out") || p.count("images") + p.count("texts") != 1)
+    if (!p.count("out") || p.count("images") + p.count("texts") != 1)
       throw UserError("embed: give --model, --out and one of --images DIR or --texts FILE");
     const int64_t batch = p["batch"].as<int64_t>();
     if (batch < 1) throw UserError("embed: --batch must be at least 1");
-    auto model = tasks::load_siglip(p["model"].as<std::string>(), p["tokenizer"].as<std::string>());
+    auto model = tasks::load_siglip(open_model_option(p, rt, "embed"), p["tokenizer"].as<std::string>());
     const auto out = p["out"].as<std::string>();
     const int64_t n = p.count("images") ? tasks::embed_images(rt, model, p["images"].as<std::string>(), out, batch)
                                         : tasks::embed_texts(rt, model, p["texts"].as<std::string>(), out, batch);

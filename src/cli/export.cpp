@@ -19,9 +19,9 @@ Command export_command() {
       "Write a checkpoint as its library loads it: a SiglipModel (siglip) or LlamaForCausalLM (lm) directory, an "
       "Ultralytics state_dict and model YAML (detect)";
   c.add_options = [](cxxopts::Options& o) {
+    add_model_option(o, "The checkpoint to export (published models are read as they are)");
     // clang-format off
     o.add_options()
-        ("checkpoint", "Checkpoint of a siglip, lm or detect run (step_*.h5)", cxxopts::value<std::string>())
         ("out", "The directory to write (must not exist); lm: a name ending in .safetensors writes the weights alone", cxxopts::value<std::string>())
         ("dtype", "Weights in f32 or bf16", cxxopts::value<std::string>()->default_value("f32"))
         ("shard-size", "Weight files of at most this size (model-0000k-of-0000N.safetensors with an index when more than one), e.g. 5GB or 2G", cxxopts::value<std::string>()->default_value("5GB"))
@@ -30,11 +30,15 @@ Command export_command() {
     // clang-format on
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
-    if (!p.count("checkpoint") || !p.count("out")) throw UserError("export: give --checkpoint and --out");
+    if (!p.count("out")) throw UserError("export: give --model (a checkpoint) and --out");
     if (rt.rank() != 0) return 0;
-    const auto path = p["checkpoint"].as<std::string>();
-    const auto export_checkpoint =
-        tasks::need(tasks::checkpoint_task(path), &tasks::TaskSpec::export_checkpoint, "export", path);
+    const auto model = open_model_option(p, rt, "export");
+    const std::string& path = model.path;
+    if (model.published)
+      throw UserError("export: " + model.what +
+                      " is already in its library's format; export writes checkpoints (eval, predict, generate, embed "
+                      "and train --init read it as it is)");
+    const auto export_checkpoint = tasks::need(*model.spec, &tasks::TaskSpec::export_checkpoint, "export", path);
     const double shard_mb = p["max-shard-mb"].as<double>();
     if (shard_mb < 0) throw UserError("export: --max-shard-mb must be positive");
     tasks::ExportOptions o;

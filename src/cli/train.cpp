@@ -1,9 +1,11 @@
 // `meridian train`, `meridian bench train` and `meridian config`: options, the config from the file
 // and --data/--set, and the report; the run itself is tasks::run_training.
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 
 #include "commands.h"
+#include "meridian/ckpt/checkpoint.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/tasks/registry.h"
@@ -142,6 +144,11 @@ Command train_command() {
       if (!r.first_eval.empty()) std::printf("eval before: %s\n", metrics_text(r.first_eval).c_str());
       if (!r.last_eval.empty()) std::printf("eval after: %s\n", metrics_text(r.last_eval).c_str());
     }
+    if (rt.rank() == 0 && !std::isnan(r.best.value))
+      std::printf("best: %s %.4f at step %lld -> %s/best.h5%s%s\n", config.get<std::string>("checkpoint.best").c_str(),
+                  r.best.value, (long long)r.best.step,
+                  ckpt::CheckpointSettings::from_config(config, run_dir).dir.c_str(), r.patience_stop.empty() ? "" : "; ",
+                  r.patience_stop.c_str());
     return 0;
   };
   return c;

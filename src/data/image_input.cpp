@@ -37,6 +37,25 @@ std::vector<std::string> list_images(const std::string& dir, const std::string& 
   return images;
 }
 
+ImageInputs image_inputs(const std::string& path, const std::string& command, const std::string& skip) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) {
+    const fs::path file(path);
+    return {file.has_parent_path() ? file.parent_path().string() : ".", {file.filename().string()}};
+  }
+  if (!fs::is_directory(path, ec))
+    throw UserError(command + ": --images " + path + " is neither an image file nor a directory");
+  ImageInputs in{path, {}};
+  try {
+    in.names = list_images(path, skip);
+  } catch (const fs::filesystem_error& e) {
+    throw UserError(command + ": cannot list " + path + ": " + e.code().message());
+  }
+  if (in.names.empty())
+    throw UserError(command + ": no images (.jpg, .jpeg, .png, .tif, .tiff, .bmp, .ppm) under " + path);
+  return in;
+}
+
 cv::Mat resize_crop(const cv::Mat& img, int size) {
   const double scale = double(size) / std::min(img.cols, img.rows);
   const int w = std::max(size, int(std::lround(img.cols * scale)));

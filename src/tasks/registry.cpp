@@ -71,10 +71,6 @@ const TaskSpec& task_spec(const Config& config) {
   throw ConfigError(config.source("task.name"), "task.name", "expected one of " + known + ", got '" + name + "'");
 }
 
-const TaskSpec& checkpoint_task(const std::string& checkpoint) {
-  return task_spec(ckpt::saved_config(ckpt::Reader(checkpoint)));
-}
-
 const TaskSpec& published_task(const std::string& dir) {
   if (!std::filesystem::is_directory(dir))
     throw UserError(dir + " is not a directory (a Hugging Face model directory with config.json)");

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -21,6 +22,27 @@ void require_same_run(const comm::Runtime& rt, const Config& config, const std::
   for (const auto& key : full.leaf_keys()) settings.emplace_back(key, full.text(key));
   comm::require_same_on_every_rank(rt, "the training config", settings);
 }
+
+namespace {
+// checkpoint.best names a metric the task's evaluation reports, and it and train.patience have
+// evaluations to judge (data.eval).
+void check_best(const Config& config, const ckpt::CheckpointSettings& c, const train::TrainerSettings& t) {
+  if (t.patience > 0 && c.best.empty())
+    throw ConfigError(config.source("train.patience"), "train.patience",
+                      "counts evaluations without a better checkpoint.best metric: set checkpoint.best too");
+  if (c.best.empty()) return;
+  const TaskSpec& spec = task_spec(config);
+  if (std::find(spec.metrics.begin(), spec.metrics.end(), c.best) == spec.metrics.end()) {
+    std::string names;
+    for (const auto& m : spec.metrics) names += (names.empty() ? "" : ", ") + m;
+    throw ConfigError(config.source("checkpoint.best"), "checkpoint.best",
+                      "is '" + c.best + "'; task " + spec.name + "'s evaluation reports " + names);
+  }
+  if (DataSettings::from_config(config).eval.empty())
+    throw ConfigError(config.source("checkpoint.best"), "checkpoint.best",
+                      "needs evaluations: give data.eval (and train.eval_every or train.eval_every_epochs)");
+}
+}  // namespace
 
 ResolvedRun resolve_run(const comm::Runtime& rt, Config config, const std::string& run_dir, const std::string& resume) {
   ResolvedRun r;
@@ -52,6 +74,7 @@ ResolvedRun resolve_run(const comm::Runtime& rt, Config config, const std::strin
     for (const auto& d : ckpt::compare_configs(*saved, config, r.resume->path))
       r.notes.push_back("resume: config differs from the checkpoint's: " + d);
   r.trainer = train::TrainerSettings::from_config(config);
+  check_best(config, r.checkpoint, r.trainer);
   r.config = std::move(config);
   return r;
 }
@@ -94,7 +117,9 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
   if (rt.rank() == 0 && settings.warmup_ratio > 0)
     spdlog::info("optim.warmup_ratio {} of {} steps: {} steps of warmup (optim.warmup not used)", settings.warmup_ratio,
                  settings.steps, settings.warmup);
-  train::Trainer trainer(rt, *task, settings, {run.config, run_dir, straggler, trace_path});
+  train::TrainerOptions options{run.config, run_dir, straggler, trace_path};
+  options.best = {run.checkpoint.best, run.checkpoint.best_maximize()};
+  train::Trainer trainer(rt, *task, settings, options);
   if (run.resume) ckpt::restore(rt, trainer, *run.resume);
   ckpt::Checkpointer checkpointer(rt, trainer, run.config, run.checkpoint);
   return trainer.run();

@@ -33,6 +33,14 @@ const ConfigBinding<TrainerSettings>& bindings() {
     b.integer("train.log_every", &S::log_every, "steps between log lines and metrics.csv rows").at_least(1);
     b.integer("train.eval_every", &S::eval_every, "steps between evaluations on data.eval; 0: after the last step only")
         .at_least(0);
+    b.integer("train.eval_every_epochs", &S::eval_every_epochs,
+              "also evaluate each time this many epochs of the training data end (Ultralytics' validation every "
+              "epoch: 1); 0: not by epochs")
+        .at_least(0);
+    b.integer("train.patience", &S::patience,
+              "stop after this many evaluations in a row without a better checkpoint.best metric (Ultralytics' "
+              "patience); 0: never")
+        .at_least(0);
     b.boolean("train.eval_at_start", &S::eval_at_start, "also evaluate before the first step (the untrained baseline)");
     b.integer("train.max_bad_steps", &S::max_bad_steps, "non-finite steps in a row (skipped) before the job stops")
         .at_least(1);

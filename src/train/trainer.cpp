@@ -1,6 +1,7 @@
 #include "meridian/train/trainer.h"
 
 #include <ATen/autocast_mode.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <torch/utils.h>
@@ -64,6 +65,7 @@ struct Trainer::Impl {
   std::unique_ptr<Reporter> reporter;
   std::vector<StepHook> hooks;
   int64_t step = 0, bad_in_a_row = 0, bad_total = 0, samples_seen = 0;
+  BestRecord best;
   int64_t parameter_count = 0;               // counted before the strategy takes the parameters (it may shard them)
   bool stopping = false, signalled = false;  // agreed this step: the run ends here (stop_at, or a signal on some rank)
 
@@ -261,6 +263,12 @@ struct Trainer::Impl {
       summary.stopped = true;
       return summary;
     }
+    if (const std::string why = patience_exhausted(); !why.empty()) {
+      if (rt.rank() == 0) spdlog::info("{} (resumed at step {}): nothing to do", why, step);
+      summary.patience_stop = why;
+      summary.best = best;
+      return summary;
+    }
     if (s.eval_at_start && step == 0) summary.first_eval = evaluate();
     StepTimes measured;  // every step after the first
     int64_t measured_steps = 0;
@@ -280,19 +288,29 @@ struct Trainer::Impl {
         if (step % s.health_every == 0)
           for (auto& w : health->report(step)) summary.health_warnings.push_back(std::move(w));
       }
-      const bool last = step == s.steps;
-      const auto aside = Clock::now();  // checkpoints and evaluations are not training throughput
-      for (auto& hook : hooks) hook(*owner, StepEvent{step, last, stopping});
-      if (s.eval_every > 0 && step % s.eval_every == 0 && !last) summary.last_eval = evaluate();
+      bool last = step == s.steps;
+      const auto aside = Clock::now();  // evaluations and checkpoints are not training throughput
+      // The evaluation first, so that the step's checkpoint holds its best record.
+      bool improved = false;
+      if (evaluation_due(last)) {
+        summary.last_eval = evaluate();
+        improved = judge(summary.last_eval);
+        if (!last && !(summary.patience_stop = patience_exhausted()).empty()) {
+          if (rt.rank() == 0) spdlog::info("{}", summary.patience_stop);
+          last = true;  // the end of the run: its at_end checkpoint
+        }
+      }
+      for (auto& hook : hooks) hook(*owner, StepEvent{step, last, stopping, improved});
       reporter->exclude(Clock::now() - aside);
       reporter->step(step, loss, grad_norm, bad_total, last || stopping, [&] {
         Metrics m = strategy->step_metrics(step - 1);
         for (auto& kv : task.step_metrics()) m.push_back(std::move(kv));
         return m;
       });
-      if (stopping) break;
+      if (stopping || last) break;
     }
     summary.bad_steps = bad_total;
+    summary.best = best;
     if (stopping) {
       if (rt.rank() == 0) {
         if (signalled)
@@ -313,8 +331,54 @@ struct Trainer::Impl {
         spdlog::info("trace of {} ranks written to {}", rt.size(), o.trace_path);
       }
     }
-    summary.last_eval = evaluate();
     return summary;
+  }
+
+  // An evaluation after this step: every train.eval_every steps, when every train.eval_every_epochs
+  // epochs of the data end (steps x accumulate global batches of batches_per_epoch each), and after
+  // the last step.
+  bool evaluation_due(bool last) const {
+    if (last) return true;
+    if (s.eval_every > 0 && step % s.eval_every == 0) return true;
+    if (s.eval_every_epochs <= 0) return false;
+    const int64_t per_epoch = task.batches_per_epoch();
+    if (per_epoch <= 0) return false;
+    const int64_t epochs = step * s.accumulate / per_epoch, before = (step - 1) * s.accumulate / per_epoch;
+    return epochs > before && epochs % s.eval_every_epochs == 0;
+  }
+
+  // Records evaluation `m` against the best so far (TrainerOptions::best); true when it is the new best.
+  bool judge(const Metrics& m) {
+    if (o.best.metric.empty()) return false;
+    const auto it = std::find_if(m.begin(), m.end(), [&](const auto& kv) { return kv.first == o.best.metric; });
+    if (it == m.end()) {
+      std::string reported;
+      for (const auto& kv : m) reported += (reported.empty() ? "" : ", ") + kv.first;
+      throw TrainingError("checkpoint.best: the evaluation at step " + std::to_string(step) + " reported no " +
+                          o.best.metric + " (it reported: " + (reported.empty() ? "nothing" : reported) +
+                          "); name one of these or give data.eval a dataset that has it");
+    }
+    const double v = it->second;
+    const bool better = std::isnan(best.value) || (o.best.maximize ? v > best.value : v < best.value);
+    if (better) {
+      best = {v, step, 0};
+    } else {
+      ++best.evals_since;
+    }
+    if (rt.rank() == 0)
+      spdlog::info("checkpoint.best {}: {:.4f} at step {}{}", o.best.metric, v, step,
+                   better ? " (the best so far)"
+                          : fmt::format("; the best is {:.4f} at step {} ({} evaluation(s) since)", best.value,
+                                        best.step, best.evals_since));
+    return better;
+  }
+
+  // Why train.patience ends the run now ("": it does not).
+  std::string patience_exhausted() const {
+    if (s.patience <= 0 || best.evals_since < s.patience) return "";
+    return fmt::format("stopped at step {}: {} evaluations without a better {} (train.patience {}; the best, {:.4f}, "
+                       "at step {})",
+                       step, best.evals_since, o.best.metric, s.patience, best.value, best.step);
   }
 
   // Mean over measured steps and ranks, and the slowest rank's mean, per phase.
@@ -350,10 +414,11 @@ TrainSummary Trainer::run() { return impl_->run(); }
 void Trainer::add_step_hook(StepHook hook) { impl_->hooks.push_back(std::move(hook)); }
 int64_t Trainer::step() const { return impl_->step; }
 TrainerState Trainer::state() const {
-  return {impl_->step, impl_->bad_total, impl_->bad_in_a_row, impl_->samples_seen};
+  return {impl_->step, impl_->bad_total, impl_->bad_in_a_row, impl_->samples_seen, impl_->best};
 }
 void Trainer::set_state(const TrainerState& state) {
   impl_->step = state.step;
+  impl_->best = state.best;
   impl_->samples_seen = state.samples_seen;
   impl_->bad_total = state.bad_steps;
   impl_->bad_in_a_row = state.bad_in_a_row;

@@ -23,6 +23,9 @@ meridian's code. Needs python3-torch, python3-sentencepiece and python3-h5py (jo
       this forward's mean next-token cross-entropy over the dataset's pack windows of L tokens
       (meridian's data.mode pack: window k holds tokens [kL, kL + L], targets with loss only, none
       across a document start); prints "loss <value> tokens <count>".
+  hf_llama.py generate MODEL_DIR PROMPT none|llama-2 N
+      this forward's greedy continuation of PROMPT (as it is, or in Llama-2-chat's template for one
+      user turn) by at most N tokens, stopping at eos; prints "<count> tokens: <text>".
   hf_llama.py same DIR CHECKPOINT.h5
       exit 0 when the directory holds the checkpoint's weights (model/<name>): the same names and
       shapes, values equal.
@@ -332,6 +335,26 @@ def loss(model_dir, dataset, seq_len):
     return 0
 
 
+def generate(model_dir, prompt, template, max_new):
+    """Greedy continuation of `prompt` put in `template` (none, or llama-2: transformers' chat template for
+    one user turn, "[INST] " + content.strip() + " [/INST]"), with the bos tokenizer_config.json asks for."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=f"{model_dir}/tokenizer.model")
+    cfg = json.load(open(f"{model_dir}/tokenizer_config.json")) if os.path.exists(f"{model_dir}/tokenizer_config.json") else {}
+    text = prompt if template == "none" else "[INST] " + prompt.strip() + " [/INST]"
+    ids = ([sp.bos_id()] if cfg.get("add_bos_token", True) else []) + sp.encode(text)
+    model, out = load_model(model_dir), []
+    with torch.no_grad():
+        for _ in range(max_new):
+            nxt = int(model(torch.tensor([ids + out]))[0, -1].argmax())
+            if nxt == sp.eos_id():
+                break
+            out.append(nxt)
+    print(f"{len(out)} tokens: {sp.decode(out)}")
+    return 0
+
+
 def same(d, checkpoint):
     import h5py
 
@@ -387,6 +410,8 @@ def main(argv):
         return loss(argv[2], argv[3], int(argv[argv.index("--seq-len") + 1]))
     if cmd == "same":
         return same(argv[2], argv[3])
+    if cmd == "generate":
+        return generate(argv[2], argv[3], argv[4], int(argv[5]))
     if cmd == "break":
         corrupt(argv[2], argv[3], argv[4])
         return 0

@@ -14,6 +14,10 @@ not from meridian's code. Needs python3-torch and python3-sentencepiece (jobs/se
   hf_siglip.py check MODEL_DIR (--images DIR EMBED.h5 | --texts FILE EMBED.h5) [--tol T]
       this forward's embeddings (and, for texts, token ids) against `meridian embed`'s file; prints the
       largest absolute difference; exit 1 beyond the tolerance (default 1e-5).
+  hf_siglip.py classify MODEL_DIR IMAGES_DIR PREDICT.csv CLASSES PROMPTS_JSON
+      `meridian predict --classes`' CSV against this forward's zero-shot probabilities (each class's
+      prompts averaged, SigLIP's sigmoid per class): the same top classes per image in the same order,
+      probabilities within 2e-6 (the CSV's six decimals).
   hf_siglip.py same DIR CHECKPOINT.h5 [--bf16]
       exit 0 when the directory holds the checkpoint's weights (model/<name>): the same names and
       shapes, values equal (--bf16: equal to the checkpoint's rounded to bfloat16).
@@ -334,6 +338,38 @@ def check(model_dir, kind, inputs, h5_path, tol):
     return 0 if diff <= tol else 1
 
 
+def classify(model_dir, img_dir, csv_path, classes, prompts, tol):
+    """Zero-shot probabilities as SigLIP's zero-shot recipe computes them: each class's prompts embedded and
+    L2-normalised, their mean normalised again; sigmoid(exp(logit_scale) * cosine + logit_bias) per class.
+    Compares the top classes of each image, in order, and their probabilities with `predict`'s CSV."""
+    import csv
+
+    model = load_model(model_dir)
+    pre = json.load(open(os.path.join(model_dir, "preprocessor_config.json")))
+    names = sorted(n for n in os.listdir(img_dir) if n.endswith(".ppm"))
+    length = model.text_config["max_position_embeddings"]
+    with torch.no_grad():
+        px = np.stack([read_ppm(os.path.join(img_dir, n)) for n in names]).astype(np.float32)
+        px = (px * pre["rescale_factor"] - np.array(pre["image_mean"])) / np.array(pre["image_std"])
+        img = F.normalize(model.vision_model(torch.from_numpy(px.astype(np.float32)).permute(0, 3, 1, 2)), dim=-1)
+        cls = torch.stack([F.normalize(F.normalize(model.text_model(torch.tensor(
+            [tokenize(model_dir, p.replace("{}", c, 1), length) for p in prompts])), dim=-1).mean(0), dim=0)
+            for c in classes])
+        probs = torch.sigmoid(img @ cls.t() * model.logit_scale.exp() + model.logit_bias)
+    rows = list(csv.DictReader(open(csv_path)))
+    k = len(rows) // len(names)
+    worst = 0.0
+    for i, name in enumerate(names):
+        mine = [r for r in rows if r["image"] == name]
+        want = probs[i].argsort(descending=True)[:k].tolist()
+        if [r["class"] for r in mine] != [classes[j] for j in want] or [int(r["rank"]) for r in mine] != list(range(1, k + 1)):
+            print(f"FAIL: {name}: {[r['class'] for r in mine]} vs the reference's {[classes[j] for j in want]}")
+            return 1
+        worst = max(worst, max(abs(float(r["probability"]) - float(probs[i, j])) for r, j in zip(mine, want)))
+    print(f"{len(names)} images, top {k} of {len(classes)} classes: the reference's order; max |p - p_ref| {worst:.2g}")
+    return 0 if worst <= tol else 1
+
+
 def same(d, checkpoint, bf16):
     import h5py
 
@@ -413,6 +449,8 @@ def main(argv):
         return check(argv[2], kind, argv[i + 1], argv[i + 2], tol)
     if cmd == "same":
         return same(argv[2], argv[3], "--bf16" in argv)
+    if cmd == "classify":
+        return classify(argv[2], argv[3], argv[4], argv[5].split(","), json.loads(argv[6]), 2e-6)
     if cmd == "break":
         corrupt(argv[2], argv[3], argv[4])
         return 0

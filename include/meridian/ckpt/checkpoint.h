@@ -3,6 +3,8 @@
 //
 //   <run>/checkpoints/step_<8 digits>.h5   one per save (ckpt::Writer: collective MPI-IO)
 //   <run>/checkpoints/latest               the newest complete checkpoint's file name
+//   <run>/checkpoints/best.h5              checkpoint.best: a link to the checkpoint of the best
+//                                          evaluation so far (kept by retention while it is the best)
 //
 // A save writes step_N.h5.tmp, closes and fsyncs it (collective), then rank 0 renames it to
 // step_N.h5, fsyncs the directory and replaces `latest` (written to latest.tmp and renamed): a crash
@@ -52,6 +54,9 @@ struct CheckpointSettings {
   int64_t keep_every = 0;    // also keep every checkpoint whose step is a multiple of this (0: none)
   bool at_end = true;        // save after the last step
   bool async = false;        // copy to host memory at the step, write in a background thread
+  std::string best;          // an evaluation metric: its best value's checkpoint is linked as best.h5; "": none
+  std::string best_mode = "auto";  // max | min | auto (min for a loss or perplexity, else max)
+  bool best_maximize() const;      // whether a larger `best` is better
   static CheckpointSettings from_config(const Config& config, const std::string& run_dir);
   // Declares the checkpoint: keys (types, defaults from this struct, ranges, meanings).
   static void declare(ConfigSchema& schema);
@@ -122,8 +127,10 @@ bool load_module(const std::string& path, torch::nn::Module& module, Weights wei
 // The same with Weights::PreferEma.
 void load_module(const std::string& path, torch::nn::Module& module);
 
-// Saves every `every_steps` steps / `every_minutes` minutes, after the last step (at_end), and when
-// the trainer stops on a signal (SIGTERM/SIGUSR1): registers a step hook on the trainer.
+// Saves every `every_steps` steps / `every_minutes` minutes, after the last step (at_end), when
+// the trainer stops on a signal (SIGTERM/SIGUSR1), and at a step whose evaluation is the best so far
+// (StepEvent::best), then points best.h5 at that checkpoint (agreed; a background save is waited
+// for first): registers a step hook on the trainer.
 // checkpoint.async: at the step, every rank copies what it writes (its share of the rows, its
 // shards) to host memory, then a background thread writes the file through its own duplicate of
 // the world while training goes on; the next save first waits for it (at most one in flight), and

@@ -65,6 +65,11 @@ class Files {
   // The contents of a small file; nullopt when it does not exist or cannot be read (as a missing
   // `latest`).
   virtual std::optional<std::string> read_small(const std::string& path);
+  // Points the symbolic link `path` at `target` (a name relative to the link's directory: best.h5
+  // -> step_N.h5) atomically: <path>.tmp, then a rename over `path`. SystemError naming the link.
+  virtual void link(const std::string& target, const std::string& path);
+  // What the symbolic link `path` points at, as written; nullopt when it is not a link (or missing).
+  virtual std::optional<std::string> read_link(const std::string& path);
   // The names (not paths) of the entries of `dir`, in no particular order; empty when `dir` is not
   // a directory. SystemError "cannot list <dir>: <reason>" when it is one but cannot be read.
   virtual std::vector<std::string> list(const std::string& dir);

@@ -18,6 +18,15 @@ namespace meridian::data {
 // Throws std::filesystem::filesystem_error when `dir` cannot be listed.
 std::vector<std::string> list_images(const std::string& dir, const std::string& skip = "");
 
+// What a command's --images names: one image file (`dir` its folder, `names` its file name) or a
+// directory's images (list_images, `skip` not entered). UserError "<command>: --images <path> ..."
+// for neither, an unlistable directory or one without images.
+struct ImageInputs {
+  std::string dir;
+  std::vector<std::string> names;  // relative to dir, sorted
+};
+ImageInputs image_inputs(const std::string& path, const std::string& command, const std::string& skip = "");
+
 // Shorter side to `size`, then the central size x size square (no distortion), as image-text
 // datasets store images. `img` any type OpenCV resizes; the result is owned.
 cv::Mat resize_crop(const cv::Mat& img, int size);

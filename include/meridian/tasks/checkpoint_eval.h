@@ -1,4 +1,4 @@
-// What `meridian eval` reports for a checkpoint (TaskSpec::evaluate_checkpoint).
+// What `meridian eval` reports for a model (TaskSpec::evaluate).
 #pragma once
 
 #include <string>

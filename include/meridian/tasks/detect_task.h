@@ -33,6 +33,7 @@
 #include "meridian/detect/loss.h"
 #include "meridian/models/yolo.h"
 #include "meridian/tasks/checkpoint_eval.h"
+#include "meridian/tasks/model_source.h"
 #include "meridian/tasks/predict.h"
 #include "meridian/train/settings.h"
 #include "meridian/train/task.h"
@@ -130,13 +131,22 @@ std::string ultralytics_auto(Config& config, int64_t images, int world_size);
 // says, and with `auto_optimizer` (optim.name auto, its default when unset) decides it by ultralytics_auto.
 std::string resolve_detect(Config& config, const std::string& train_data, int world_size, bool auto_optimizer);
 
-// Collective (a barrier, sums): `meridian predict` with a detect checkpoint (TaskSpec::predict):
-// every rank takes every size-th image of options.images' sorted list and writes <out>/<name>.jpg
-// with the boxes drawn and <out>/labels/<name>.txt (YOLO format: class cx cy w h confidence,
-// normalised to the image). UserError for another task's checkpoint, a bad size, no images, or two
-// images that would write the same output (naming both); an unreadable image is logged, skipped and
-// counted.
-PredictSummary predict_detect(const comm::Runtime& runtime, const PredictOptions& options);
+// Not collective: the Yolo of `model` (a detect checkpoint, or Ultralytics weights with the model YAML
+// of its config) on `device`. UserError when published weights' class head is for another class count.
+models::Yolo detect_model(const ModelSource& model, c10::Device device);
+
+// Not collective: TaskSpec::published_file_config of the detect task. Sets model.yaml, unless given,
+// to the YAML beside `weights` (<stem>.yaml, else the only .yaml in its folder: what meridian export
+// writes) and task.class_names to that YAML's `names` when it has them. UserError when no YAML is
+// given or beside the weights.
+std::string detect_file_config(Config& config, const std::string& weights);
+
+// Collective (a barrier, sums): `meridian predict` with a detect model (TaskSpec::predict): every
+// rank takes every size-th image of options.images' sorted list (or the one image file) and writes
+// <out>/<name>.jpg with the boxes drawn and <out>/labels/<name>.txt (YOLO format: class cx cy w h
+// confidence, normalised to the image). UserError for a bad size, no images, or two images that
+// would write the same output (naming both); an unreadable image is logged, skipped and counted.
+PredictSummary predict_detect(const comm::Runtime& runtime, const ModelSource& model, const PredictOptions& options);
 
 class DetectTask : public train::Task {
  public:
@@ -145,9 +155,8 @@ class DetectTask : public train::Task {
              const std::string& train_data, train::DataPosition start = {});
   // Declares this task's keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
   static void declare(ConfigSchema& schema);
-  // Collective: TaskSpec::evaluate_checkpoint of this task (the model from the checkpoint `reader`).
-  static CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader,
-                                            const Config& config, const std::string& data_path);
+  // Collective: TaskSpec::evaluate of this task (COCO mAP of `model`: a checkpoint or Ultralytics weights).
+  static CheckpointEval evaluate(const comm::Runtime& runtime, const ModelSource& model, const std::string& data_path);
   ~DetectTask() override;
 
   std::string name() const override { return "detect"; }

@@ -18,6 +18,7 @@
 #include "meridian/data/text_loader.h"
 #include "meridian/models/llama.h"
 #include "meridian/tasks/checkpoint_eval.h"
+#include "meridian/tasks/model_source.h"
 #include "meridian/tasks/spec.h"
 #include "meridian/train/settings.h"
 #include "meridian/train/task.h"
@@ -80,19 +81,19 @@ struct LmEval {
 LmEval evaluate_lm(const comm::Runtime& runtime, comm::Communicator& comm, models::Llama& model,
                    const std::string& path, int64_t seq_len);
 
-// Collective: `meridian eval --init DIR` for a Hugging Face LlamaForCausalLM directory (its config.json
-// as the model, its weights loaded as task.init is): evaluate_lm at `overrides`' data.seq_len (unset
-// or 0: the model's max_position_embeddings).
-CheckpointEval evaluate_hf_llama(const comm::Runtime& runtime, const std::string& dir, const std::string& data_path,
-                                 const Config& overrides);
+// Not collective: the Llama of `model` (an lm checkpoint, LoRA adapters as trained: load_lm; or a
+// Hugging Face LlamaForCausalLM directory: load_hf_llama in float32) on `device`. `report`: log
+// what was skipped.
+models::Llama lm_model(const ModelSource& model, c10::Device device, bool report);
 
 // Not collective: `bench memory`'s table of lm_memory for `config`'s Llama (TaskSpec::memory_table).
 std::string lm_memory_table(const Config& config, const std::vector<int64_t>& ranks, int64_t lora_rank);
 
-// Not collective: `meridian generate` with an lm checkpoint on `device` (TaskSpec::generate): the
-// prompt in the Alpaca template unless options.raw, with the tokenizer of options.tokenizer or the
-// run's data.train. UserError for no tokenizer; DataError as ckpt::Reader and the tokenizer's.
-GenerateResult generate_lm(const std::string& checkpoint, const GenerateOptions& options, const c10::Device& device);
+// Not collective: `meridian generate` with an lm model on `device` (TaskSpec::generate): the prompt in
+// options.chat_template (alpaca for a checkpoint, none for a published model by default), with the
+// tokenizer of options.tokenizer, else the published directory's tokenizer.model, else the run's
+// data.train. UserError for no tokenizer or an unknown template; DataError as the tokenizer's.
+GenerateResult generate_lm(const ModelSource& model, const GenerateOptions& options, const c10::Device& device);
 
 class LmTask : public train::Task {
  public:
@@ -103,10 +104,9 @@ class LmTask : public train::Task {
          const std::string& train_data, train::DataPosition start = {});
   // Declares this task's keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
   static void declare(ConfigSchema& schema);
-  // Collective: TaskSpec::evaluate_checkpoint of this task (evaluate_lm of the checkpoint's model at its
-  // data.seq_len, LoRA merged as trained).
-  static CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader,
-                                            const Config& config, const std::string& data_path);
+  // Collective: TaskSpec::evaluate of this task (evaluate_lm of lm_model at the config's
+  // data.seq_len; 0: the model's max_seq_len).
+  static CheckpointEval evaluate(const comm::Runtime& runtime, const ModelSource& model, const std::string& data_path);
   ~LmTask() override;
 
   std::string name() const override { return "lm"; }

@@ -12,6 +12,8 @@
 #include "meridian/data/tokenizer.h"
 #include "meridian/models/siglip.h"
 #include "meridian/tasks/hf_export.h"
+#include "meridian/tasks/model_source.h"
+#include "meridian/tasks/predict.h"
 
 namespace meridian::comm {
 class Runtime;
@@ -31,12 +33,31 @@ struct LoadedSiglip {
 // shapes equal; position_ids buffers skipped with a notice when `report`).
 void load_hf_weights(models::SiglipImpl& model, const std::string& path, bool report);
 
-// Not collective (every rank reads the files). `path`: a Hugging Face SiglipModel directory
+// Not collective: the model config of `model` (a siglip checkpoint or a Hugging Face SiglipModel
+// directory: its config's model: keys), with a checkpoint's vocabulary as trained (raised to the
+// dataset's tokenizer in training).
+models::SiglipConfig siglip_config(const ModelSource& model);
+
+// Not collective: a Siglip of config `config` with the weights of `model` (load_hf_weights or the
+// checkpoint's by name; `report`: log what was skipped), on the CPU.
+models::Siglip siglip_model(const ModelSource& model, const models::SiglipConfig& config, bool report);
+
+// Not collective (every rank reads the files). `model`: a Hugging Face SiglipModel directory
 // (config.json, weights, spiece.model, preprocessor_config.json) or a meridian checkpoint (.h5) of
-// task siglip. `tokenizer`: "" (the directory's spiece.model; for a checkpoint, its training data's
-// tokenizer when that file is there), a Hugging Face directory, or a dataset made by prep.
-// DataError/UserError naming the file and field for anything missing or malformed.
-LoadedSiglip load_siglip(const std::string& path, const std::string& tokenizer);
+// task siglip (tasks::open_model). `tokenizer`: "" (the directory's spiece.model; for a checkpoint,
+// its training data's tokenizer when that file is there), a Hugging Face directory, or a dataset
+// made by prep. DataError/UserError naming the file and field for anything missing or malformed.
+LoadedSiglip load_siglip(const ModelSource& model, const std::string& tokenizer);
+
+// Collective (a gather, a barrier): `meridian predict` with a siglip model (TaskSpec::predict):
+// zero-shot classification of options.images (a directory or one image file, split between the
+// ranks) into options.classes, each class embedded with the config's task.prompts
+// (class_embeddings). Rank 0 writes the CSV options.out (image,rank,class,probability; the
+// options.top_k best classes of each image, best first), whole or not at all. The probability is
+// SigLIP's sigmoid(scale x cosine + bias) of each class on its own (task.loss sigmoid), or CLIP's
+// softmax over the classes (softmax). UserError for no classes, an empty class name, no images or
+// no tokenizer.
+PredictSummary predict_siglip(const comm::Runtime& runtime, const ModelSource& model, const PredictOptions& options);
 
 // Collective. The images of `dir` (data::list_images) or the non-empty lines of the UTF-8 file
 // `texts`, split between ranks in contiguous shares, embedded `batch` at a time on each rank's

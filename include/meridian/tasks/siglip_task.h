@@ -16,7 +16,9 @@
 
 #include "meridian/core/config_schema.h"
 #include "meridian/models/siglip.h"
+#include "meridian/data/tokenizer.h"
 #include "meridian/tasks/checkpoint_eval.h"
+#include "meridian/tasks/model_source.h"
 #include "meridian/train/settings.h"
 #include "meridian/train/task.h"
 
@@ -48,6 +50,13 @@ SiglipEval evaluate_siglip(const comm::Runtime& runtime, comm::Communicator& com
 
 std::vector<std::string> default_prompts();
 
+// Not collective: the zero-shot classifier of `classes` (names in words by data::class_words): each
+// class's prompts (`prompts`, "{}" the name) encoded by `tokenizer` and `model` on `device`, the
+// normalised mean over prompts. [classes, embed] float32 on `device`, unit rows.
+at::Tensor class_embeddings(models::Siglip& model, const data::Tokenizer& tokenizer,
+                            const std::vector<std::string>& classes, const std::vector<std::string>& prompts,
+                            c10::Device device);
+
 // The siglip task's own keys (train.batch, task.loss, task.prompts, task.init, data.augment,
 // data.workers), each bound once: `declare` puts them in a schema, `from_config` fills the struct
 // (unset keys: these defaults). Not collective.
@@ -71,9 +80,9 @@ class SiglipTask : public train::Task {
              const std::string& train_data, train::DataPosition start = {});
   // Declares this task's keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
   static void declare(ConfigSchema& schema);
-  // Collective: TaskSpec::evaluate_checkpoint of this task (the model from the checkpoint `reader`).
-  static CheckpointEval evaluate_checkpoint(const comm::Runtime& runtime, const ckpt::Reader& reader,
-                                            const Config& config, const std::string& data_path);
+  // Collective: TaskSpec::evaluate of this task (`model`: a checkpoint or a Hugging Face SiglipModel
+  // directory; DataError when the dataset's tokenizer has more pieces than the model's vocabulary).
+  static CheckpointEval evaluate(const comm::Runtime& runtime, const ModelSource& model, const std::string& data_path);
   ~SiglipTask() override;
 
   std::string name() const override;

@@ -17,6 +17,7 @@
 #include "meridian/core/error.h"
 #include "meridian/models/hf_checkpoint.h"
 #include "meridian/tasks/checkpoint_eval.h"
+#include "meridian/tasks/model_source.h"
 #include "meridian/tasks/model_summary.h"
 #include "meridian/tasks/predict.h"
 #include "meridian/train/settings.h"
@@ -43,8 +44,11 @@ struct ExportOptions {
 // `meridian generate`'s choices, for a task that generates.
 struct GenerateOptions {
   std::string prompt, input;  // the instruction and its optional input
-  bool raw = false;           // the prompt is the text itself (no template)
-  std::string tokenizer;      // a dataset .h5 or a SentencePiece .model; "": the run's training data
+  // How the prompt is put to the model: alpaca (the template prep text trains with), llama-2 or
+  // mistral ([INST] ... [/INST]), none (the text itself); "": alpaca for a checkpoint, none for
+  // published weights.
+  std::string chat_template;
+  std::string tokenizer;  // a dataset .h5, a SentencePiece .model or a Hugging Face directory; "": the model's
   int max_new_tokens = 64;
   double top_p = 0, temperature = 1;  // top_p 0: greedy
   uint64_t seed = 0;
@@ -64,13 +68,20 @@ struct TaskSpec {
   // ---- the config
   // The task's own keys: its model:, task: and data: keys and train.batch (tasks::config_schema).
   void (*declare)(ConfigSchema& schema) = nullptr;
-  // Hugging Face config.json's model_type that the task starts from (task.init DIR, eval --init);
+  // Hugging Face config.json's model_type that the task starts from (task.init DIR, --model DIR);
   // null: the task starts only from a file.
   const char* hf_model_type = nullptr;
   // The model: keys such a config.json gives (`origin` names the file in messages); null with
   // hf_model_type.
   std::vector<models::HfConfigKey> (*init_config_keys)(const nlohmann::json& config_json,
                                                        const std::string& origin) = nullptr;
+  // What the task's published weights in one file are, e.g. "Ultralytics weights" (task.init FILE,
+  // --model FILE.safetensors); null: the task has none.
+  const char* published_file = nullptr;
+  // Not collective: sets in `config` (task.init is the file) what the file alone does not say, from
+  // what is beside it (detect: model.yaml, the class names); returns what it found, appended to
+  // ModelSource::what. UserError when the architecture is nowhere. Set with published_file.
+  std::string (*published_file_config)(Config& config, const std::string& weights) = nullptr;
   // optim.name auto is this task's rule and its default (resolve decides it).
   bool auto_optimizer = false;
   // Not collective; every rank calls it with the same file before the config is saved: records in
@@ -93,19 +104,17 @@ struct TaskSpec {
   std::vector<std::string> metrics;
 
   // ---- commands (null: the task has none)
-  // Collective: `meridian eval` of a checkpoint (`reader`, its saved config with overrides `config`).
-  CheckpointEval (*evaluate_checkpoint)(const comm::Runtime& runtime, const ckpt::Reader& reader, const Config& config,
-                                        const std::string& data_path) = nullptr;
-  // Collective: `meridian eval --init DIR` of a published model as it is; `overrides`: the keys
-  // eval's options set (e.g. data.seq_len).
-  CheckpointEval (*evaluate_published)(const comm::Runtime& runtime, const std::string& dir,
-                                       const std::string& data_path, const Config& overrides) = nullptr;
+  // Collective: `meridian eval` of `model` (a checkpoint or published weights of this task) on the
+  // dataset `data_path`.
+  CheckpointEval (*evaluate)(const comm::Runtime& runtime, const ModelSource& model,
+                             const std::string& data_path) = nullptr;
   // Not collective, one process: `meridian export` of a checkpoint; returns the line to log.
   std::string (*export_checkpoint)(const std::string& checkpoint, const ExportOptions& options) = nullptr;
-  // Collective: `meridian predict` (options.checkpoint: a checkpoint of this task).
-  PredictSummary (*predict)(const comm::Runtime& runtime, const PredictOptions& options) = nullptr;
-  // Not collective, one process: `meridian generate` with a checkpoint of this task on `device`.
-  GenerateResult (*generate)(const std::string& checkpoint, const GenerateOptions& options,
+  // Collective: `meridian predict` with `model` (a checkpoint or published weights of this task).
+  PredictSummary (*predict)(const comm::Runtime& runtime, const ModelSource& model,
+                            const PredictOptions& options) = nullptr;
+  // Not collective, one process: `meridian generate` with `model` on `device`.
+  GenerateResult (*generate)(const ModelSource& model, const GenerateOptions& options,
                              const c10::Device& device) = nullptr;
   // Not collective: `meridian bench memory`: the closed-form memory per rank of `config`'s model for
   // every ZeRO stage on each world size of `ranks` (a Markdown table); lora_rank > 0 adds LoRA rows.
@@ -118,10 +127,6 @@ const std::vector<const TaskSpec*>& task_specs();
 // Not collective: the spec of `config`'s task.name (the default when unset); ConfigError naming
 // task.name and the known tasks for another name.
 const TaskSpec& task_spec(const Config& config);
-
-// Not collective: the spec of the task that wrote `checkpoint` (its saved config's task.name);
-// DataError as ckpt::Reader for a file that is not a checkpoint.
-const TaskSpec& checkpoint_task(const std::string& checkpoint);
 
 // Not collective: the spec of the task whose hf_model_type is the Hugging Face directory `dir`'s
 // config.json model_type. UserError when `dir` is not a directory; DataError naming config.json's

@@ -25,6 +25,8 @@ struct TrainerSettings {
   Precision precision = Precision::Float32;  // precision: float32 | bf16 (autocast in forward)
   int64_t log_every = 10;
   int64_t eval_every = 0;              // 0: evaluate only after the last step
+  int64_t eval_every_epochs = 0;       // also evaluate when every this many epochs end; 0: not by epochs
+  int64_t patience = 0;                // stop after this many evaluations without a better best metric; 0: never
   bool eval_at_start = false;          // also evaluate before the first step (the untrained baseline)
   int64_t max_bad_steps = 5;           // non-finite steps in a row before the job stops
   int64_t stop_at = 0;                 // end this run after this step (hooks see stopping: a checkpoint); a run

@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,11 +70,20 @@ struct StepTimes {
   double data = 0, forward = 0, backward = 0, comm = 0, optimizer = 0, total = 0, waited = 0;
 };
 
+// The best evaluation so far by TrainerOptions::best's metric (checkpoint.best), and the evaluations
+// since it (train.patience). eval_at_start's evaluation does not count: there is no checkpoint of it.
+struct BestRecord {
+  double value = std::numeric_limits<double>::quiet_NaN();  // NaN: no evaluation yet
+  int64_t step = 0;                                         // the step it was measured at
+  int64_t evals_since = 0;                                  // evaluations after it without a better value
+};
+
 // The counters a checkpoint saves.
 struct TrainerState {
   int64_t step = 0;  // optimizer steps done (bad ones included)
   int64_t bad_steps = 0, bad_in_a_row = 0;
   int64_t samples_seen = 0;  // global samples consumed (sums over resumes with other global batches)
+  BestRecord best;
 };
 
 // After each optimizer step, to every hook on every rank (all ranks agree on every field).
@@ -82,6 +92,7 @@ struct StepEvent {
   bool last = false;      // the last step of the run
   bool stopping = false;  // the run ends here early (train.stop_at, or SIGTERM/SIGUSR1 on some rank before
                           // the last step): run() returns after the hooks
+  bool best = false;      // this step's evaluation is the best so far (TrainerOptions::best): keep its weights
 };
 
 // Installs handlers for SIGTERM and SIGUSR1 that ask running Trainers to stop after the current
@@ -100,6 +111,8 @@ struct TrainSummary {
   Metrics first_eval, last_eval;             // eval_at_start's and the last evaluation's (empty if none)
   bool stopped = false;                      // ended early (train.stop_at or a signal; the hooks saw stopping = true)
   bool signalled = false;                    // ... because of SIGTERM/SIGUSR1
+  std::string patience_stop;                 // ended early by train.patience: why ("" otherwise; hooks saw last)
+  BestRecord best;                           // the best evaluation (value NaN without TrainerOptions::best)
   std::vector<std::string> health_warnings;  // rank 0: what the health monitor warned about
 };
 
@@ -110,6 +123,12 @@ struct InjectedStraggler {
   double compute_s = 0;  // added to every forward on that rank (a compute straggler)
 };
 
+// Which evaluation is the best (checkpoint.best): its metric, larger or smaller better.
+struct BestMetric {
+  std::string metric;  // "": none (train.patience needs one)
+  bool maximize = true;
+};
+
 struct TrainerOptions {
   Config config;        // the resolved config (saved as <run_dir>/config.yaml)
   std::string run_dir;  // empty: no files written
@@ -118,6 +137,11 @@ struct TrainerOptions {
   // at the end of run(): data, forward, backward, each gradient bucket's reduction, the wait for
   // them, the rest of the exposed communication and the optimizer, one process per rank.
   std::string trace_path;
+  // checkpoint.best: after each evaluation (train.eval_every, train.eval_every_epochs, the last step)
+  // the trainer compares it with the best so far (StepEvent::best) and counts evaluations without
+  // improvement; train.patience of them end the run (the hooks see the step as the last). A run
+  // resumed from such an end does nothing. TrainingError when an evaluation lacks the metric.
+  BestMetric best;
 };
 
 class Trainer {

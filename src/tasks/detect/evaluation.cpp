@@ -206,11 +206,22 @@ std::vector<ImageDetection> detect_image(models::Yolo& model, const cv::Mat& rgb
   return out;
 }
 
-CheckpointEval DetectTask::evaluate_checkpoint(const comm::Runtime& rt, const ckpt::Reader& reader,
-                                               const Config& config, const std::string& data_path) {
-  models::Yolo model(models::YoloConfig::from_config(config));
-  ckpt::load_module(reader.path(), *model);
-  model->to(rt.device());
+models::Yolo detect_model(const ModelSource& source, c10::Device device) {
+  models::Yolo model(models::YoloConfig::from_config(source.config));
+  if (!source.published) {
+    ckpt::load_module(source.path, *model);
+  } else if (const auto kept = models::load_ultralytics_weights(*model, source.path); !kept.empty()) {
+    throw UserError(source.path + ": its class head is for another number of classes than the model YAML's " +
+                    std::to_string(model->config().num_classes) + " (" + kept.front() +
+                    "): give the YAML it was trained as (--set model.yaml=...) or --set model.num_classes=N");
+  }
+  model->to(device);
+  return model;
+}
+
+CheckpointEval DetectTask::evaluate(const comm::Runtime& rt, const ModelSource& source, const std::string& data_path) {
+  models::Yolo model = detect_model(source, rt.device());
+  const Config& config = source.config;
   const auto r = evaluate_detection(rt, model, data_path, DetectEvalOptions::from_config(config));
   return {std::to_string(r.images) + " images, " + std::to_string(r.boxes) + " boxes, " + std::to_string(r.detections) +
               " detections",

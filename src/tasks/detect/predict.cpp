@@ -6,6 +6,7 @@
 #include <map>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
+#include <yaml-cpp/yaml.h>
 
 #include "meridian/ckpt/checkpoint.h"
 #include "meridian/ckpt/file.h"
@@ -23,27 +24,21 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Images under `dir` (recursively, sorted), not those under `out` (a previous run's drawings).
+// The images to predict (data::image_inputs), not those under `out` (a previous run's drawings).
 // Outputs are named by the path without its extension: two images that differ only in it are an
 // error naming both.
-std::vector<std::string> list_images(const std::string& dir, const std::string& out) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw UserError("predict: --images " + dir + " is not a directory");
-  std::vector<std::string> images;
-  try {
-    images = data::list_images(dir, out);
-  } catch (const fs::filesystem_error& e) {
-    throw UserError("predict: cannot list " + dir + ": " + e.code().message());
-  }
+data::ImageInputs predict_inputs(const std::string& images, const std::string& out) {
+  data::ImageInputs in = data::image_inputs(images, "predict", out);
   std::map<std::string, std::string> by_stem;
-  for (const auto& name : images) {
+  for (const auto& name : in.names) {
     const std::string stem = fs::path(name).replace_extension().string();
     const auto [at, fresh] = by_stem.emplace(stem, name);
     if (!fresh)
-      throw UserError("predict: " + (fs::path(dir) / at->second).string() + " and " + (fs::path(dir) / name).string() +
-                      " would both write " + stem + ".jpg and labels/" + stem + ".txt; rename one");
+      throw UserError("predict: " + (fs::path(in.dir) / at->second).string() + " and " +
+                      (fs::path(in.dir) / name).string() + " would both write " + stem + ".jpg and labels/" + stem +
+                      ".txt; rename one");
   }
-  return images;
+  return in;
 }
 
 cv::Scalar class_colour(int64_t c) {  // BGR, well apart for neighbouring classes
@@ -55,30 +50,70 @@ cv::Scalar class_colour(int64_t c) {  // BGR, well apart for neighbouring classe
 
 }  // namespace
 
-PredictSummary predict_detect(const comm::Runtime& rt, const PredictOptions& o) {
-  const std::string &dir = o.images, &out = o.out;
-  const Config config = ckpt::saved_config(ckpt::Reader(o.checkpoint));
-  require_task(config, "detect", o.checkpoint);
+std::string detect_file_config(Config& config, const std::string& weights) {
+  if (!config.has("model.yaml")) {
+    const fs::path file(weights), folder = file.has_parent_path() ? file.parent_path() : fs::path(".");
+    fs::path found = fs::path(file).replace_extension(".yaml");
+    if (!fs::exists(found)) {
+      std::vector<fs::path> yamls;
+      for (const auto& e : fs::directory_iterator(folder))
+        if (e.is_regular_file() && (e.path().extension() == ".yaml" || e.path().extension() == ".yml"))
+          yamls.push_back(e.path());
+      if (yamls.size() != 1)
+        throw UserError(weights + ": which model are these weights? Give --set model.yaml=yolo11n.yaml (the model "
+                        "YAML and scale they were trained as) or put that YAML beside them (" +
+                        std::to_string(yamls.size()) + " YAML files in " + folder.string() + ")");
+      found = yamls.front();
+    }
+    config.set("model.yaml", yaml_quoted(found.string()), "beside " + weights);
+  }
+  const std::string yaml = config.get<std::string>("model.yaml");
+  std::string names_note;
+  if (!config.has("task.class_names") && fs::is_regular_file(yaml)) {
+    std::vector<std::string> names;
+    try {
+      const YAML::Node n = YAML::LoadFile(yaml)["names"];
+      if (n.IsSequence())
+        for (const auto& v : n) names.push_back(v.as<std::string>());
+      else if (n.IsMap())  // Ultralytics' {0: person, 1: bicycle}
+        for (const auto& kv : n) names.push_back(kv.second.as<std::string>());
+    } catch (const YAML::Exception& e) {
+      throw DataError(yaml, "names", std::string("cannot be read: ") + e.what());
+    }
+    if (!names.empty()) {
+      std::string list;
+      for (const auto& name : names) list += (list.empty() ? "" : ", ") + yaml_quoted(name);
+      config.set("task.class_names", "[" + list + "]", yaml + " names");
+      names_note = ", " + std::to_string(names.size()) + " class names";
+    }
+  }
+  return " with model YAML " + yaml + names_note;
+}
+
+PredictSummary predict_detect(const comm::Runtime& rt, const ModelSource& source, const PredictOptions& o) {
+  if (!o.classes.empty())
+    throw UserError("predict: --classes is for zero-shot classification (siglip); " + source.path +
+                    " detects the classes it was trained on");
+  const std::string& out = o.out;
+  const Config& config = source.config;
   const DetectSettings settings = DetectSettings::from_config(config);
   int64_t size = o.size;
-  if (size == 0) size = settings.eval.image_size;
+  if (size == 0) size = settings.eval.image_size > 0 ? settings.eval.image_size : 640;
   if (size <= 0 || size % 32 != 0)
-    throw UserError("predict: --size must be a positive multiple of 32 (the checkpoint's data.image_size is " +
-                    config.text("data.image_size") + ")");
+    throw UserError("predict: --size must be a positive multiple of 32, got " + std::to_string(size));
   const auto& names = settings.class_names;
   DetectEvalOptions eo;
   eo.image_size = size;
   eo.conf = o.conf;
   eo.iou = o.iou;
   eo.max_det = o.max_det;
-  models::Yolo model(models::YoloConfig::from_config(config));
-  ckpt::load_module(o.checkpoint, *model);
-  model->to(rt.device());
+  models::Yolo model = detect_model(source, rt.device());
   model->eval();
   at::NoGradGuard no_grad;
 
-  const auto images = list_images(dir, out);
-  if (images.empty()) throw UserError("predict: no images (jpg, png, tif, bmp) under " + dir);
+  const data::ImageInputs inputs = predict_inputs(o.images, out);
+  const std::string& dir = inputs.dir;
+  const auto& images = inputs.names;
   std::error_code ec;
   if (rt.rank() == 0) fs::create_directories(fs::path(out) / "labels", ec);
   rt.barrier();
@@ -119,7 +154,10 @@ PredictSummary predict_detect(const comm::Runtime& rt, const PredictOptions& o) 
     boxes += int64_t(found.size());
     ++done;
   }
-  return {rt.sum(done), rt.sum(failed), rt.sum(boxes)};
+  const int64_t found = rt.sum(boxes);
+  char line[128];
+  std::snprintf(line, sizeof line, "%lld detections (conf >= %.2f; labels/ in YOLO format)", (long long)found, o.conf);
+  return {rt.sum(done), rt.sum(failed), line};
 }
 
 }  // namespace meridian::tasks

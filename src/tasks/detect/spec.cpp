@@ -44,12 +44,14 @@ const TaskSpec& detect_spec() {
     s.name = "detect";
     s.summary = "object detection";
     s.declare = DetectTask::declare;
+    s.published_file = "Ultralytics weights";
+    s.published_file_config = detect_file_config;
     s.auto_optimizer = true;
     s.resolve = resolve_detect;
     s.make = make_task<DetectTask>;
     s.summarize = summarize_detect;
     s.metrics = {"map50", "map50_95"};
-    s.evaluate_checkpoint = DetectTask::evaluate_checkpoint;
+    s.evaluate = DetectTask::evaluate;
     s.export_checkpoint = export_detect_checkpoint;
     s.predict = predict_detect;
     return s;

@@ -44,8 +44,7 @@ const TaskSpec& lm_spec() {
     s.make = make_task<LmTask>;
     s.summarize = summarize_lm;
     s.metrics = {"eval_loss", "eval_perplexity"};
-    s.evaluate_checkpoint = LmTask::evaluate_checkpoint;
-    s.evaluate_published = evaluate_hf_llama;
+    s.evaluate = LmTask::evaluate;
     s.export_checkpoint = export_lm_checkpoint;
     s.generate = generate_lm;
     s.memory_table = lm_memory_table;

@@ -275,23 +275,21 @@ CheckpointEval lm_checkpoint_eval(const comm::Runtime& rt, models::Llama& model,
 }
 }  // namespace
 
-CheckpointEval LmTask::evaluate_checkpoint(const comm::Runtime& rt, const ckpt::Reader& reader, const Config& config,
-                                           const std::string& data_path) {
-  auto model = load_lm(reader.path());
-  const int64_t seq_len = LmSettings::from_config(config).seq_len;
-  return lm_checkpoint_eval(rt, model, seq_len > 0 ? seq_len : model->config().max_seq_len, data_path);
+models::Llama lm_model(const ModelSource& source, c10::Device device, bool report) {
+  require_model_task(source, "lm", "lm");
+  if (!source.published) {
+    auto model = load_lm(source.path);
+    model->to(device);
+    return model;
+  }
+  models::Llama model(models::LlamaConfig::from_config(source.config), /*values=*/false);
+  load_hf_llama(*model, source.path, at::kFloat, device, report);
+  return model;
 }
 
-CheckpointEval evaluate_hf_llama(const comm::Runtime& rt, const std::string& dir, const std::string& data_path,
-                                 const Config& overrides) {
-  const int64_t seq_len = overrides.get<int64_t>("data.seq_len", 0);
-  if (!std::filesystem::is_directory(dir))
-    throw UserError("eval --init: " + dir + " is not a directory (a Hugging Face LlamaForCausalLM directory)");
-  Config config = Config::parse("task: {name: lm}", "eval --init");
-  config.set("task.init", yaml_quoted(dir), "--init");
-  apply_init_config(config);
-  models::Llama model(models::LlamaConfig::from_config(config), /*values=*/false);
-  load_hf_llama(*model, dir, at::kFloat, rt.device(), rt.rank() == 0);
+CheckpointEval LmTask::evaluate(const comm::Runtime& rt, const ModelSource& source, const std::string& data_path) {
+  auto model = lm_model(source, rt.device(), rt.rank() == 0);
+  const int64_t seq_len = LmSettings::from_config(source.config).seq_len;
   return lm_checkpoint_eval(rt, model, seq_len > 0 ? seq_len : model->config().max_seq_len, data_path);
 }
 

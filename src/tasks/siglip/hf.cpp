@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "meridian/core/json_file.h"
 #include "meridian/data/embeddings.h"
 #include "meridian/data/format.h"
+#include "meridian/data/image_input.h"
 #include "meridian/models/hf_checkpoint.h"
 #include "meridian/models/safetensors.h"
 #include "meridian/tasks/registry.h"
@@ -40,12 +42,12 @@ std::string training_tokenizer(const Config& config) {
   return "";
 }
 
-// The model: keys of a config.json, as a Config SiglipConfig reads.
-models::SiglipConfig hf_model_config(const std::string& dir) {
-  const std::string origin = (fs::path(dir) / "config.json").string();
-  Config c = Config::parse("{}", origin);
-  for (const auto& k : models::siglip_config_keys(models::read_hf_config(dir), origin)) c.set(k.key, k.yaml, origin);
-  return models::SiglipConfig::from_config(c);
+// `text` as one CSV field: quoted (quotes doubled) when it holds a comma, quote or line break.
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string q = "\"";
+  for (char c : text) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
 }
 
 // Rank `rank`'s contiguous share of n rows: [first, last), and the share size every rank pads to.
@@ -67,9 +69,13 @@ at::Tensor gather_rows(const comm::Runtime& rt, comm::Communicator& comm, const 
   return all.narrow(0, 0, n).cpu();
 }
 
+// Every rank's share of `names` encoded `batch` at a time (`encode` returns the embeddings of a part
+// and sets `used` to the token ids it read, texts only), gathered in order on every rank:
+// [names, embed] and, with `columns` > 0, the ids [names, columns].
 template <typename Encode>
-int64_t embed_rows(const comm::Runtime& rt, LoadedSiglip& m, const std::vector<std::string>& names, int64_t columns,
-                   const std::string& out, const std::string& kind, int64_t batch, Encode encode) {
+std::pair<at::Tensor, at::Tensor> encode_all(const comm::Runtime& rt, LoadedSiglip& m,
+                                             const std::vector<std::string>& names, int64_t columns, int64_t batch,
+                                             Encode encode) {
   at::NoGradGuard no_grad;
   m.model->eval();
   m.model->to(rt.device());
@@ -77,7 +83,6 @@ int64_t embed_rows(const comm::Runtime& rt, LoadedSiglip& m, const std::vector<s
   const Share s = share_of(rt, n);
   const auto on = at::TensorOptions().device(rt.device());
   auto embeddings = at::zeros({s.size, embed}, on.dtype(at::kFloat));
-  // The token ids each row was read with (texts: columns = the context length; images: none).
   auto inputs = columns > 0 ? at::zeros({s.size, columns}, on.dtype(at::kInt)) : at::Tensor();
   for (int64_t a = s.first; a < s.last; a += batch) {
     const int64_t count = std::min(batch, s.last - a);
@@ -87,11 +92,32 @@ int64_t embed_rows(const comm::Runtime& rt, LoadedSiglip& m, const std::vector<s
     if (inputs.defined()) inputs.narrow(0, a - s.first, count).copy_(used);
   }
   auto comm = comm::make_communicator(rt, comm::default_backend(rt));
-  const auto all = gather_rows(rt, *comm, embeddings, n);
-  const auto all_inputs = inputs.defined() ? gather_rows(rt, *comm, inputs, n) : at::Tensor();
+  auto all = gather_rows(rt, *comm, embeddings, n);
+  return {all, inputs.defined() ? gather_rows(rt, *comm, inputs, n) : at::Tensor()};
+}
+
+template <typename Encode>
+int64_t embed_rows(const comm::Runtime& rt, LoadedSiglip& m, const std::vector<std::string>& names, int64_t columns,
+                   const std::string& out, const std::string& kind, int64_t batch, Encode encode) {
+  const auto [all, all_inputs] = encode_all(rt, m, names, columns, batch, encode);
   if (rt.rank() == 0) data::write_embeddings(out, all, names, all_inputs, m.origin, kind);
   rt.barrier();  // the file is complete when any rank returns
-  return n;
+  return int64_t(names.size());
+}
+
+// The images of `dir` named `names` embedded (encode_all), after checking the model's preprocessing
+// has its size.
+at::Tensor image_embeddings(const comm::Runtime& rt, LoadedSiglip& m, const std::string& dir,
+                            const std::vector<std::string>& names, int64_t batch) {
+  const auto& p = m.images;
+  if (p.height != m.model->config().image_size || p.width != m.model->config().image_size)
+    throw DataError(m.origin, "preprocessor size",
+                    std::to_string(p.height) + "x" + std::to_string(p.width) + " px, not the model's image_size " +
+                        std::to_string(m.model->config().image_size));
+  const auto device = rt.device();
+  return encode_all(rt, m, names, 0, batch, [&](const std::vector<std::string>& part, at::Tensor&) {
+           return m.model->encode_images(data::model_pixels(dir, part, p).to(device));
+         }).first;
 }
 
 }  // namespace
@@ -112,27 +138,36 @@ void load_hf_weights(models::SiglipImpl& model, const std::string& path, bool re
   spdlog::info("{}: {} tensors loaded from {}", path, checkpoint.tensors.size() - skipped.size(), checkpoint.weights);
 }
 
-LoadedSiglip load_siglip(const std::string& path, const std::string& tokenizer) {
+models::SiglipConfig siglip_config(const ModelSource& source) {
+  require_model_task(source, "siglip", "siglip");
+  auto mc = models::SiglipConfig::from_config(source.config);
+  if (!source.published)
+    mc.vocab_size = ckpt::Reader(source.path).shape("model/text_model.embeddings.token_embedding.weight").at(0);
+  return mc;
+}
+
+models::Siglip siglip_model(const ModelSource& source, const models::SiglipConfig& config, bool report) {
+  models::Siglip model(config);
+  if (source.published)
+    load_hf_weights(*model, source.path, report);
+  else
+    ckpt::load_module(source.path, *model);
+  return model;
+}
+
+LoadedSiglip load_siglip(const ModelSource& source, const std::string& tokenizer) {
   LoadedSiglip m;
+  const std::string& path = source.path;
   m.origin = path;
-  models::SiglipConfig mc;
+  models::SiglipConfig mc = siglip_config(source);
   std::string tokenizer_path = tokenizer;
-  if (fs::is_directory(path)) {
-    mc = hf_model_config(path);
+  m.images.height = m.images.width = int(mc.image_size);
+  if (source.published) {
     if (tokenizer_path.empty() && fs::exists(fs::path(path) / "spiece.model")) tokenizer_path = path;
     const fs::path pre = fs::path(path) / "preprocessor_config.json";
-    if (fs::exists(pre))
-      m.images = data::ImageProcessing::from_hf_file(pre.string());
-    else
-      m.images.height = m.images.width = int(mc.image_size);
-  } else {
-    ckpt::Reader reader(path);
-    const Config config = ckpt::saved_config(reader);
-    require_task(config, "siglip", path);
-    mc = models::SiglipConfig::from_config(config);
-    mc.vocab_size = reader.shape("model/text_model.embeddings.token_embedding.weight").at(0);
-    m.images.height = m.images.width = int(mc.image_size);
-    if (tokenizer_path.empty()) tokenizer_path = training_tokenizer(config);
+    if (fs::exists(pre)) m.images = data::ImageProcessing::from_hf_file(pre.string());
+  } else if (tokenizer_path.empty()) {
+    tokenizer_path = training_tokenizer(source.config);
   }
   if (!tokenizer_path.empty()) {
     m.tokenizer = tokenizer_from(tokenizer_path);
@@ -143,11 +178,7 @@ LoadedSiglip load_siglip(const std::string& path, const std::string& tokenizer) 
                       std::to_string(m.tokenizer->vocab_size()) + " pieces, more than the model's vocabulary of " +
                           std::to_string(mc.vocab_size) + " (" + path + ")");
   }
-  m.model = models::Siglip(mc);
-  if (fs::is_directory(path))
-    load_hf_weights(*m.model, path, false);
-  else
-    ckpt::load_module(path, *m.model);
+  m.model = siglip_model(source, mc, false);
   return m;
 }
 
@@ -155,15 +186,48 @@ int64_t embed_images(const comm::Runtime& rt, LoadedSiglip& m, const std::string
                      int64_t batch) {
   const auto names = data::list_images(dir);
   if (names.empty()) throw UserError(dir + ": no image files (.jpg, .jpeg, .png, .tif, .tiff, .bmp, .ppm)");
-  const auto& p = m.images;
-  if (p.height != m.model->config().image_size || p.width != m.model->config().image_size)
-    throw DataError(m.origin, "preprocessor size",
-                    std::to_string(p.height) + "x" + std::to_string(p.width) + " px, not the model's image_size " +
-                        std::to_string(m.model->config().image_size));
-  const auto device = rt.device();
-  return embed_rows(rt, m, names, 0, out, "images", batch, [&](const std::vector<std::string>& part, at::Tensor&) {
-    return m.model->encode_images(data::model_pixels(dir, part, p).to(device));
-  });
+  const auto all = image_embeddings(rt, m, dir, names, batch);
+  if (rt.rank() == 0) data::write_embeddings(out, all, names, at::Tensor(), m.origin, "images");
+  rt.barrier();  // the file is complete when any rank returns
+  return int64_t(names.size());
+}
+
+PredictSummary predict_siglip(const comm::Runtime& rt, const ModelSource& source, const PredictOptions& o) {
+  if (o.classes.empty()) throw UserError("predict: give --classes (a file with one class per line, or \"a,b,c\")");
+  for (size_t i = 0; i < o.classes.size(); ++i)
+    if (o.classes[i].find_first_not_of(" \t") == std::string::npos)
+      throw UserError("predict: --classes: class " + std::to_string(i + 1) + " of " +
+                      std::to_string(o.classes.size()) + " is an empty name");
+  if (o.top_k < 1) throw UserError("predict: --top-k must be at least 1");
+  const data::ImageInputs in = data::image_inputs(o.images, "predict");
+  LoadedSiglip m = load_siglip(source, o.tokenizer);
+  if (!m.tokenizer)
+    throw UserError(source.path +
+                    ": no tokenizer for the class prompts (give --tokenizer: a Hugging Face directory with "
+                    "spiece.model, or the dataset the model was trained on)");
+  const SiglipSettings settings = SiglipSettings::from_config(source.config);
+  const auto images = image_embeddings(rt, m, in.dir, in.names, o.batch);
+  const int64_t k = std::min<int64_t>(o.top_k, int64_t(o.classes.size()));
+  if (rt.rank() == 0) {
+    at::NoGradGuard no_grad;
+    const auto classes = class_embeddings(m.model, *m.tokenizer, o.classes, settings.prompts, rt.device()).cpu();
+    const auto logits = at::matmul(images, classes.t()) * m.model->logit_scale().detach().exp().cpu().to(at::kFloat) +
+                        (settings.softmax ? 0.0 : m.model->logit_bias().detach().cpu().item<double>());
+    const auto probs = (settings.softmax ? logits.softmax(1) : logits.sigmoid()).to(at::kDouble);
+    const auto [best, index] = probs.topk(k, 1);
+    std::string csv = "image,rank,class,probability\n";
+    for (size_t i = 0; i < in.names.size(); ++i)
+      for (int64_t r = 0; r < k; ++r) {
+        const std::string& name = o.classes[size_t(index[int64_t(i)][r].item<int64_t>())];
+        csv += csv_field(in.names[i]) + "," + std::to_string(r + 1) + "," + csv_field(name) + "," +
+               fmt::format("{:.6f}", best[int64_t(i)][r].item<double>()) + "\n";
+      }
+    write_file_atomically(o.out, csv);
+  }
+  rt.barrier();  // the file is complete when any rank returns
+  return {int64_t(in.names.size()), 0,
+          fmt::format("the top {} of {} classes each ({}; {} prompts per class)", k, o.classes.size(),
+                      settings.softmax ? "softmax over the classes" : "sigmoid per class", settings.prompts.size())};
 }
 
 int64_t embed_texts(const comm::Runtime& rt, LoadedSiglip& m, const std::string& texts, const std::string& out,
@@ -195,15 +259,15 @@ int64_t embed_texts(const comm::Runtime& rt, LoadedSiglip& m, const std::string&
 HfExport export_siglip(const std::string& checkpoint, const std::string& out, const std::string& dtype,
                        int64_t max_shard_bytes, const std::string& tokenizer) {
   HfExportDir dir(out, dtype);  // checks dtype and out first; removed again on any failure below
-  ckpt::Reader reader(checkpoint);
-  const Config config = ckpt::saved_config(reader);
+  const ModelSource model = open_model(checkpoint, "export");
+  const Config& config = model.config;
   const std::string source = tokenizer.empty() ? training_tokenizer(config) : tokenizer;
   if (source.empty())
     throw UserError(checkpoint + ": the tokenizer it was trained with is not here (task.init '" +
                     SiglipSettings::from_config(config).init + "', data.train '" +
                     DataSettings::from_config(config).train +
                     "'): give --tokenizer (a Hugging Face directory or the dataset)");
-  LoadedSiglip m = load_siglip(checkpoint, source);
+  LoadedSiglip m = load_siglip(model, source);
   const auto& mc = m.model->config();
   models::NamedTensors tensors;
   for (const auto& item : m.model->named_parameters()) tensors.emplace_back(item.key(), item.value());

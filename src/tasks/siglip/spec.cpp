@@ -39,7 +39,8 @@ const TaskSpec& siglip_spec() {
     s.make = make_task<SiglipTask>;
     s.summarize = summarize_siglip;
     s.metrics = {"i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "zero_shot", "mR"};
-    s.evaluate_checkpoint = SiglipTask::evaluate_checkpoint;
+    s.evaluate = SiglipTask::evaluate;
+    s.predict = predict_siglip;
     s.export_checkpoint = export_siglip_checkpoint;
     return s;
   }();

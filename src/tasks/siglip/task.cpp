@@ -74,6 +74,25 @@ train::Metrics SiglipEval::metrics() const {
   return m;
 }
 
+at::Tensor class_embeddings(models::Siglip& model, const data::Tokenizer& tok, const std::vector<std::string>& names,
+                            const std::vector<std::string>& prompts, c10::Device device) {
+  at::NoGradGuard no_grad;
+  const int64_t context = model->config().context_length, E = model->config().embed;
+  const int64_t C = int64_t(names.size()), P = int64_t(prompts.size());
+  auto tokens = at::empty({C * P, context}, at::kInt);
+  for (int64_t c = 0; c < C; ++c) {
+    const std::string name = data::class_words(names[size_t(c)]);
+    for (int64_t p = 0; p < P; ++p) {
+      std::string text = prompts[size_t(p)];
+      const auto at = text.find("{}");
+      if (at != std::string::npos) text.replace(at, 2, name);
+      tok.encode(text, int(context), tokens[c * P + p].data_ptr<int32_t>());
+    }
+  }
+  const auto per_prompt = model->encode_text(to_device(tokens.to(at::kLong), device)).to(at::kFloat);
+  return normalized(per_prompt.view({C, P, E}).mean(1));
+}
+
 SiglipEval evaluate_siglip(const comm::Runtime& rt, comm::Communicator& comm, models::Siglip& model,
                            const std::string& path, const std::vector<std::string>& prompts) {
   at::NoGradGuard no_grad;
@@ -143,20 +162,7 @@ SiglipEval evaluate_siglip(const comm::Runtime& rt, comm::Communicator& comm, mo
   }
   const auto labelled = all_labels >= 0;
   if (!info.class_names.empty() && !prompts.empty() && labelled.any().item<bool>()) {
-    const auto tok = reader.tokenizer();
-    const int64_t C = int64_t(info.class_names.size()), P = int64_t(prompts.size());
-    auto tokens = at::empty({C * P, context}, at::kInt);
-    for (int64_t c = 0; c < C; ++c) {
-      const std::string name = data::class_words(info.class_names[size_t(c)]);
-      for (int64_t p = 0; p < P; ++p) {
-        std::string text = prompts[size_t(p)];
-        const auto at = text.find("{}");
-        if (at != std::string::npos) text.replace(at, 2, name);
-        tok.encode(text, int(context), tokens[c * P + p].data_ptr<int32_t>());
-      }
-    }
-    const auto per_prompt = model->encode_text(to_device(tokens.to(at::kLong), device));
-    const auto classes = normalized(per_prompt.view({C, P, E}).mean(1));
+    const auto classes = class_embeddings(model, reader.tokenizer(), info.class_names, prompts, device);
     const auto predicted = std::get<1>(at::matmul(all_img, classes.t()).max(1)).to(at::kInt);
     r.zero_shot_top1 = 100.0 * (predicted == all_labels).masked_select(labelled).to(at::kDouble).mean().item<double>();
   }
@@ -265,18 +271,20 @@ void SiglipTask::declare(ConfigSchema& schema) {
   SiglipSettings::declare(schema);
 }
 
-CheckpointEval SiglipTask::evaluate_checkpoint(const comm::Runtime& rt, const ckpt::Reader& reader,
-                                               const Config& config, const std::string& data_path) {
+CheckpointEval SiglipTask::evaluate(const comm::Runtime& rt, const ModelSource& source, const std::string& data_path) {
   const data::DatasetInfo info = data::validate_dataset(data_path);
-  auto mc = models::SiglipConfig::from_config(config);
-  mc.vocab_size = reader.shape("model/text_model.embeddings.token_embedding.weight").at(0);  // raised in training
+  auto mc = siglip_config(source);
+  if (info.vocab_size > mc.vocab_size)
+    throw DataError(data_path, "tokenizer",
+                    std::to_string(info.vocab_size) + " pieces, more than the model's vocabulary of " +
+                        std::to_string(mc.vocab_size) + " (" + source.path +
+                        "): make the dataset with the model's tokenizer (prep --tokenizer)");
   mc.pad_id = info.pad_id;
   mc.eos_id = info.eos_id;
-  models::Siglip model(mc);
-  ckpt::load_module(reader.path(), *model);
+  models::Siglip model = siglip_model(source, mc, rt.rank() == 0);
   model->to(rt.device());
   auto comm = comm::make_communicator(rt, comm::default_backend(rt));
-  const auto result = evaluate_siglip(rt, *comm, model, data_path, SiglipSettings::from_config(config).prompts);
+  const auto result = evaluate_siglip(rt, *comm, model, data_path, SiglipSettings::from_config(source.config).prompts);
   return {std::to_string(result.images) + " images, " + std::to_string(result.captions) + " captions", "",
           result.metrics()};
 }
