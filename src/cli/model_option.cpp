@@ -16,8 +16,8 @@ void add_model_option(cxxopts::Options& o, const std::string& help) {
   // clang-format on
 }
 
-tasks::ModelSource open_model_option(const cxxopts::ParseResult& p, const comm::Runtime& rt,
-                                     const std::string& command, const std::function<void(Config&)>& adjust) {
+tasks::ModelSource open_model_option(const cxxopts::ParseResult& p, const comm::Runtime& rt, const std::string& command,
+                                     const std::function<void(Config&)>& adjust) {
   std::string path;
   for (const char* name : {"model", "checkpoint", "init"}) {
     if (!p.count(name) || p[name].as<std::string>().empty()) continue;

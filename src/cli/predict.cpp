@@ -84,9 +84,9 @@ Command predict_command() {
     const auto predict = tasks::need(*model.spec, &tasks::TaskSpec::predict, "predict", model.path);
     const auto done = predict(rt, model, o);
     if (rt.rank() == 0)
-      std::printf("predict: %lld images, %s -> %s%s\n", (long long)done.images, done.found.c_str(), o.out.c_str(),
-                  done.unreadable ? (", " + std::to_string(done.unreadable) + " unreadable image(s) skipped").c_str()
-                                  : "");
+      std::printf(
+          "predict: %lld images, %s -> %s%s\n", (long long)done.images, done.found.c_str(), o.out.c_str(),
+          done.unreadable ? (", " + std::to_string(done.unreadable) + " unreadable image(s) skipped").c_str() : "");
     return done.unreadable ? kExitUserError : 0;
   };
   return c;

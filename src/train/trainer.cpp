@@ -376,9 +376,10 @@ struct Trainer::Impl {
   // Why train.patience ends the run now ("": it does not).
   std::string patience_exhausted() const {
     if (s.patience <= 0 || best.evals_since < s.patience) return "";
-    return fmt::format("stopped at step {}: {} evaluations without a better {} (train.patience {}; the best, {:.4f}, "
-                       "at step {})",
-                       step, best.evals_since, o.best.metric, s.patience, best.value, best.step);
+    return fmt::format(
+        "stopped at step {}: {} evaluations without a better {} (train.patience {}; the best, {:.4f}, "
+        "at step {})",
+        step, best.evals_since, o.best.metric, s.patience, best.value, best.step);
   }
 
   // Mean over measured steps and ranks, and the slowest rank's mean, per phase.

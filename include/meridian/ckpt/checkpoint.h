@@ -47,14 +47,14 @@ class Reader;
 
 // The `checkpoint:` section; ConfigError names the field.
 struct CheckpointSettings {
-  std::string dir;           // default <run_dir>/checkpoints
-  int64_t every_steps = 0;   // 0: not by steps
-  double every_minutes = 0;  // 0: not by time
-  int64_t keep_last = 3;     // checkpoints kept (older ones deleted), >= 1
-  int64_t keep_every = 0;    // also keep every checkpoint whose step is a multiple of this (0: none)
-  bool at_end = true;        // save after the last step
-  bool async = false;        // copy to host memory at the step, write in a background thread
-  std::string best;          // an evaluation metric: its best value's checkpoint is linked as best.h5; "": none
+  std::string dir;                 // default <run_dir>/checkpoints
+  int64_t every_steps = 0;         // 0: not by steps
+  double every_minutes = 0;        // 0: not by time
+  int64_t keep_last = 3;           // checkpoints kept (older ones deleted), >= 1
+  int64_t keep_every = 0;          // also keep every checkpoint whose step is a multiple of this (0: none)
+  bool at_end = true;              // save after the last step
+  bool async = false;              // copy to host memory at the step, write in a background thread
+  std::string best;                // an evaluation metric: its best value's checkpoint is linked as best.h5; "": none
   std::string best_mode = "auto";  // max | min | auto (min for a loss or perplexity, else max)
   bool best_maximize() const;      // whether a larger `best` is better
   static CheckpointSettings from_config(const Config& config, const std::string& run_dir);

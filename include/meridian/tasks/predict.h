@@ -9,10 +9,10 @@
 namespace meridian::tasks {
 
 struct PredictOptions {
-  std::string images, out;  // a directory of images (recursive) or one image file; outputs
-  double conf = 0.25, iou = 0.7;        // confidence threshold; class-aware NMS IoU
-  int64_t max_det = 300;                // detections per image at most
-  int64_t size = 0;                     // inference size (a multiple of 32); 0: the checkpoint's data.image_size
+  std::string images, out;        // a directory of images (recursive) or one image file; outputs
+  double conf = 0.25, iou = 0.7;  // confidence threshold; class-aware NMS IoU
+  int64_t max_det = 300;          // detections per image at most
+  int64_t size = 0;               // inference size (a multiple of 32); 0: the checkpoint's data.image_size
   // Zero-shot classification (siglip): the class names, and how many of the best to write per image.
   std::vector<std::string> classes;
   int64_t top_k = 5;

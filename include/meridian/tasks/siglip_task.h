@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "meridian/core/config_schema.h"
-#include "meridian/models/siglip.h"
 #include "meridian/data/tokenizer.h"
+#include "meridian/models/siglip.h"
 #include "meridian/tasks/checkpoint_eval.h"
 #include "meridian/tasks/model_source.h"
 #include "meridian/train/settings.h"

@@ -1,4 +1,5 @@
 #include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -6,7 +7,6 @@
 #include <map>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
-#include <yaml-cpp/yaml.h>
 
 #include "meridian/ckpt/checkpoint.h"
 #include "meridian/ckpt/file.h"
@@ -60,7 +60,8 @@ std::string detect_file_config(Config& config, const std::string& weights) {
         if (e.is_regular_file() && (e.path().extension() == ".yaml" || e.path().extension() == ".yml"))
           yamls.push_back(e.path());
       if (yamls.size() != 1)
-        throw UserError(weights + ": which model are these weights? Give --set model.yaml=yolo11n.yaml (the model "
+        throw UserError(weights +
+                        ": which model are these weights? Give --set model.yaml=yolo11n.yaml (the model "
                         "YAML and scale they were trained as) or put that YAML beside them (" +
                         std::to_string(yamls.size()) + " YAML files in " + folder.string() + ")");
       found = yamls.front();

@@ -45,7 +45,8 @@ GenerateResult generate_lm(const ModelSource& source, const GenerateOptions& o, 
   GenerateResult r;
   r.prompt = templated(chat_template, o.prompt, o.input);
   std::string tokenizer_path = o.tokenizer;
-  if (tokenizer_path.empty()) tokenizer_path = source.published ? source.path : DataSettings::from_config(source.config).train;
+  if (tokenizer_path.empty())
+    tokenizer_path = source.published ? source.path : DataSettings::from_config(source.config).train;
   if (tokenizer_path.empty())
     throw UserError("generate: give --tokenizer (the checkpoint's config names no data.train)");
   const data::Tokenizer tok = load_tokenizer(tokenizer_path);

@@ -115,9 +115,11 @@ at::Tensor image_embeddings(const comm::Runtime& rt, LoadedSiglip& m, const std:
                     std::to_string(p.height) + "x" + std::to_string(p.width) + " px, not the model's image_size " +
                         std::to_string(m.model->config().image_size));
   const auto device = rt.device();
-  return encode_all(rt, m, names, 0, batch, [&](const std::vector<std::string>& part, at::Tensor&) {
-           return m.model->encode_images(data::model_pixels(dir, part, p).to(device));
-         }).first;
+  return encode_all(rt, m, names, 0, batch,
+                    [&](const std::vector<std::string>& part, at::Tensor&) {
+                      return m.model->encode_images(data::model_pixels(dir, part, p).to(device));
+                    })
+      .first;
 }
 
 }  // namespace
@@ -196,8 +198,8 @@ PredictSummary predict_siglip(const comm::Runtime& rt, const ModelSource& source
   if (o.classes.empty()) throw UserError("predict: give --classes (a file with one class per line, or \"a,b,c\")");
   for (size_t i = 0; i < o.classes.size(); ++i)
     if (o.classes[i].find_first_not_of(" \t") == std::string::npos)
-      throw UserError("predict: --classes: class " + std::to_string(i + 1) + " of " +
-                      std::to_string(o.classes.size()) + " is an empty name");
+      throw UserError("predict: --classes: class " + std::to_string(i + 1) + " of " + std::to_string(o.classes.size()) +
+                      " is an empty name");
   if (o.top_k < 1) throw UserError("predict: --top-k must be at least 1");
   const data::ImageInputs in = data::image_inputs(o.images, "predict");
   LoadedSiglip m = load_siglip(source, o.tokenizer);
