@@ -18,6 +18,10 @@
 #     tests/detect/cocoeval_reference.py (COCOeval with numpy) scoring the results file against the
 #     original annotations gives meridian's mAP (to 0.002: boxes round-trip through the letterbox and
 #     the file's 3 decimals).
+#  5. Ultralytics weights before any training, as `yolo val` and `yolo predict` take them: that run
+#     exported, `eval --model model.safetensors` (its YAML found beside it) equals the checkpoint's
+#     eval and `train --init`'s step-0 evaluation; `predict --model` on the directory and on one image
+#     file writes the checkpoint's labels; weights without a YAML and --classes exit 2.
 set -u
 mpirun=$1 meridian=$2 src=$3
 ref=(/usr/bin/python3 "$src/tests/models/ultralytics_yolo.py")
@@ -123,4 +127,39 @@ assert m["map50"] > 1, "the model found nothing: the comparison would say little
 for k in ("map50", "map50_95", "map75"):
     assert abs(m[k] - 100 * max(ref[k], 0)) < 0.2, k
 PY
+
+# 5. The trained model as Ultralytics weights, before any training of ours.
+run export --checkpoint "$tmp/c/checkpoints/step_00000150.h5" --out "$tmp/cexp" --log-level warn || fail "export exited $?"
+ev=$(run eval --model "$tmp/cexp/model.safetensors" --data "$tmp/coco.h5" --json "$tmp/m_pub.json" 2>&1) ||
+  { echo "$ev"; fail "eval --model FILE.safetensors exited"; }
+grep -q "eval: Ultralytics weights $tmp/cexp/model.safetensors (task detect) with model YAML $tmp/cexp/yolo11.yaml, 2 class names" <<<"$ev" ||
+  { echo "$ev"; fail "eval does not say what it loaded"; }
+out=$(run train --config "$tmp/small.yaml" --data "$tmp/coco.h5" --init "$tmp/cexp/model.safetensors" \
+  --set model.yaml="$tmp/cexp/yolo11.yaml" --set data.eval="$tmp/coco.h5" --set train.eval_at_start=true \
+  --set train.steps=1 --set data.augment=false --run-dir "$tmp/c0" 2>&1) || { echo "$out"; fail "train --init the export"; }
+/usr/bin/python3 - "$tmp/metrics.json" "$tmp/m_pub.json" "$tmp/c0/metrics.csv" <<'PY' || fail "eval --model of the weights"
+import csv, json, sys
+ck, pub = (json.load(open(p))["metrics"] for p in sys.argv[1:3])
+step0 = {r["name"][5:]: float(r["value"]) for r in csv.DictReader(open(sys.argv[3])) if r["step"] == "0" and r["name"].startswith("eval/")}
+for k in ("map50", "map50_95"):
+    assert abs(pub[k] - ck[k]) <= 1e-9 and abs(pub[k] - step0[k]) <= 1e-6 * max(1, pub[k]), (k, pub[k], ck[k], step0[k])
+print(f"eval --model weights = the checkpoint's = train --init at step 0: map50 {pub['map50']:.3f} map50_95 {pub['map50_95']:.3f}")
+PY
+run predict --checkpoint "$tmp/c/checkpoints/step_00000150.h5" --images "$tmp/cimg" --out "$tmp/pred_ck" --size 64 \
+  --log-level warn >/dev/null || fail "predict --checkpoint exited $?"
+run predict --model "$tmp/cexp/model.safetensors" --images "$tmp/cimg" --out "$tmp/pred_pub" --size 64 --log-level warn \
+  >/dev/null || fail "predict --model exited $?"
+diff -r "$tmp/pred_ck/labels" "$tmp/pred_pub/labels" >/dev/null || fail "predict --model wrote other labels than the checkpoint"
+one=$(ls "$tmp/cimg" | head -1)
+run predict --model "$tmp/cexp/model.safetensors" --images "$tmp/cimg/$one" --out "$tmp/pred_one" --size 64 \
+  --log-level warn >/dev/null || fail "predict on one image file exited $?"
+label=labels/${one%.*}.txt
+cmp -s "$tmp/pred_ck/$label" "$tmp/pred_one/$label" && [[ $(ls "$tmp/pred_one/labels" | wc -l) == 1 ]] ||
+  { diff "$tmp/pred_ck/$label" "$tmp/pred_one/$label"; ls "$tmp/pred_one/labels"; fail "predict on one file"; }
+echo "predict --model: the checkpoint's labels for $(ls "$tmp/pred_ck/labels" | wc -l) images, and for $one alone"
+mkdir -p "$tmp/bare" && cp "$tmp/cexp/model.safetensors" "$tmp/bare/"
+expect_error "weights without their model YAML" "bare/model.safetensors: which model are these weights\\? Give --set model.yaml" \
+  "$meridian" eval --model "$tmp/bare/model.safetensors" --data "$tmp/coco.h5"
+expect_error "--classes for a detector" "--classes is for zero-shot classification" \
+  "$meridian" predict --model "$tmp/cexp/model.safetensors" --images "$tmp/cimg" --out "$tmp/x" --classes "a,b"
 echo "PASS"

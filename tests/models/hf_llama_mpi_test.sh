@@ -6,7 +6,9 @@
 #  1. `prep text --tokenizer DIR` of Alpaca's JSON array and of chat records (Llama-2 template, and
 #     Mistral-Instruct's named with --chat-template): the token ids and loss masks equal the
 #     reference's joined-text tokenisation.
-#  2. `eval --init DIR` (the published model as it is) equals the reference's loss to 1e-5.
+#  2. `eval --model DIR` (the published model as it is; --init is the same) equals the reference's
+#     loss to 1e-5 and `train --init DIR`'s step-0 evaluation; `generate --model DIR` continues a
+#     prompt (as it is, and in Llama-2-chat's template) greedily as the reference does.
 #  3. `train --init DIR` on 2 ranks with ZeRO-3 (read straight into the shards) ends where DDP
 #     (the whole model loaded) does, bit for bit; `eval` of the checkpoint, `export` (f32, sharded):
 #     the export holds the checkpoint's tensors, and the reference's loss on the export equals
@@ -80,6 +82,32 @@ done
 "$mpirun" -np 1 "$meridian" eval --init "$tmp/hf" --data "$tmp/chat.jsonl.h5" --seq-len 16 --json "$tmp/e0.json" \
   --log-level warn >/dev/null || fail "eval --init exited $?"
 close "$tmp/e0.json" "$("${ref[@]}" loss "$tmp/hf" "$tmp/chat.jsonl.h5" --seq-len 16)" "eval --init"
+"$mpirun" --oversubscribe -np 2 "$meridian" eval --model "$tmp/hf" --data "$tmp/chat.jsonl.h5" --seq-len 16 \
+  --json "$tmp/e0m.json" --log-level warn >/dev/null || fail "eval --model exited $?"
+close "$tmp/e0m.json" "$("${ref[@]}" loss "$tmp/hf" "$tmp/chat.jsonl.h5" --seq-len 16)" "eval --model on 2 ranks"
+printf 'task: {name: lm}\ntrain: {batch: 2, steps: 1, eval_at_start: true, health_every: 0}\ndata: {seq_len: 16}\n' \
+  >"$tmp/step0.yaml"
+run train --config "$tmp/step0.yaml" --data "$tmp/alpaca.json.h5" --init "$tmp/hf" --set data.eval="$tmp/chat.jsonl.h5" \
+  --run-dir "$tmp/step0" >/dev/null || fail "train --init with eval_at_start exited $?"
+/usr/bin/python3 - "$tmp/e0m.json" "$tmp/step0/metrics.csv" <<'PY' || fail "eval --model differs from train --init's step-0 evaluation"
+import csv, json, sys
+mine = json.load(open(sys.argv[1]))["metrics"]
+step0 = {r["name"][5:]: float(r["value"]) for r in csv.DictReader(open(sys.argv[2])) if r["step"] == "0" and r["name"].startswith("eval/")}
+for k in ("eval_loss", "eval_tokens"):
+    assert abs(mine[k] - step0[k]) <= 1e-6 * max(1, abs(mine[k])), (k, mine[k], step0[k])
+print(f"eval --model = train --init at step 0: eval_loss {mine['eval_loss']:.8f}, {int(mine['eval_tokens'])} tokens")
+PY
+for template in none llama-2; do
+  prompt="the river near the harbor"
+  [[ $template == none ]] || prompt=" Describe the runway. "
+  out=$("$meridian" generate --model "$tmp/hf" --prompt "$prompt" --chat-template "$template" --max-new-tokens 8 2>&1) ||
+    { echo "$out"; fail "generate --model --chat-template $template exited"; }
+  grep -q "generate: Hugging Face LlamaForCausalLM directory $tmp/hf" <<<"$out" || { echo "$out"; fail "generate does not say what it loaded"; }
+  mine=$(sed -n 's/^generated ([0-9]* tokens, greedy): //p' <<<"$out")
+  want=$("${ref[@]}" generate "$tmp/hf" "$prompt" "$template" 8 | sed 's/^[0-9]* tokens: //')
+  [[ -n $want && $mine == "$want" ]] || fail "generate ($template): '$mine', the reference '$want'"
+  echo "generate --chat-template $template: '$mine' (the reference's)"
+done
 
 # 3. Fine-tune from it (ZeRO-3), export, evaluate the export with the reference.
 printf 'task: {name: lm}\ntrain: {batch: 2, steps: 3, health_every: 0}\ndata: {seq_len: 16}\noptim: {lr: 1.0e-3, zero: 3}\n' \
