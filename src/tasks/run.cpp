@@ -24,13 +24,13 @@ void require_same_run(const comm::Runtime& rt, const Config& config, const std::
 }
 
 namespace {
-// checkpoint.best names a metric the task's evaluation reports, and it and train.patience have
-// evaluations to judge (data.eval).
-void check_best(const Config& config, const ckpt::CheckpointSettings& c, const train::TrainerSettings& t) {
+// checkpoint.best names a metric the task's evaluation reports, and train.patience has it. Without
+// data.eval there is nothing to judge: both are off, and the returned note says so ("" otherwise).
+std::string check_best(const Config& config, ckpt::CheckpointSettings& c, train::TrainerSettings& t) {
   if (t.patience > 0 && c.best.empty())
     throw ConfigError(config.source("train.patience"), "train.patience",
                       "counts evaluations without a better checkpoint.best metric: set checkpoint.best too");
-  if (c.best.empty()) return;
+  if (c.best.empty()) return "";
   const TaskSpec& spec = task_spec(config);
   if (std::find(spec.metrics.begin(), spec.metrics.end(), c.best) == spec.metrics.end()) {
     std::string names;
@@ -38,9 +38,13 @@ void check_best(const Config& config, const ckpt::CheckpointSettings& c, const t
     throw ConfigError(config.source("checkpoint.best"), "checkpoint.best",
                       "is '" + c.best + "'; task " + spec.name + "'s evaluation reports " + names);
   }
-  if (DataSettings::from_config(config).eval.empty())
-    throw ConfigError(config.source("checkpoint.best"), "checkpoint.best",
-                      "needs evaluations: give data.eval (and train.eval_every or train.eval_every_epochs)");
+  if (!DataSettings::from_config(config).eval.empty()) return "";
+  const std::string note = "checkpoint.best " + c.best + (t.patience > 0 ? " and train.patience" : "") +
+                           ": no data.eval to evaluate on, so no best.h5" +
+                           (t.patience > 0 ? " and no early stop" : "") + " (give --set data.eval=VAL.h5)";
+  c.best.clear();
+  t.patience = 0;
+  return note;
 }
 }  // namespace
 
@@ -74,7 +78,7 @@ ResolvedRun resolve_run(const comm::Runtime& rt, Config config, const std::strin
     for (const auto& d : ckpt::compare_configs(*saved, config, r.resume->path))
       r.notes.push_back("resume: config differs from the checkpoint's: " + d);
   r.trainer = train::TrainerSettings::from_config(config);
-  check_best(config, r.checkpoint, r.trainer);
+  if (const std::string note = check_best(config, r.checkpoint, r.trainer); !note.empty()) r.warnings.push_back(note);
   r.config = std::move(config);
   return r;
 }
@@ -105,8 +109,10 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
                                  const std::string& trace_path) {
   train::install_stop_signals();  // from the start: a signal while the data opens still ends with a checkpoint
   const ResolvedRun run = resolve_run(rt, std::move(config), run_dir, resume);
-  if (rt.rank() == 0)
+  if (rt.rank() == 0) {
     for (const auto& note : run.notes) spdlog::info("{}", note);
+    for (const auto& warning : run.warnings) spdlog::warn("{}", warning);
+  }
   train::seed(run.trainer.seed);
   auto task =
       task_spec(run.config).make(rt, run.config, run.trainer, DataSettings::from_config(run.config).train, run.start);

@@ -40,7 +40,8 @@ struct ResolvedRun {
   ckpt::CheckpointSettings checkpoint;
   std::optional<ckpt::ResumePoint> resume;
   train::DataPosition start;       // where the training data resumes
-  std::vector<std::string> notes;  // what the pass decided and why, for rank 0's log
+  std::vector<std::string> notes;     // what the pass decided and why, for rank 0's log
+  std::vector<std::string> warnings;  // what it turned off and why (checkpoint.best without data.eval)
 };
 
 // Collective (the resume point is chosen by rank 0 for every rank). ConfigError/UserError as the
