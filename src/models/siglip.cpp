@@ -230,7 +230,10 @@ at::Tensor PoolingHeadImpl::forward(const at::Tensor& x) {
   const auto biases = in_proj_bias_.split(w, 0);
   const auto q = at::linear(probe_, weights[0], biases[0]).expand({b, 1, w});
   const auto kv = at::linear(x, in_proj_weight_.narrow(0, w, 2 * w), in_proj_bias_.narrow(0, w, 2 * w)).split(w, -1);
-  auto h = out_proj_(attend(split_heads(q, heads_), split_heads(kv[0], heads_), split_heads(kv[1], heads_), b));
+  // The residual stream in the tower's dtype, as in the encoder layers (float32 under bf16 autocast:
+  // the LayerNorm then meets its own dtype).
+  auto h = out_proj_(attend(split_heads(q, heads_), split_heads(kv[0], heads_), split_heads(kv[1], heads_), b))
+               .to(x.scalar_type());
   h = h + mlp_(layernorm_(h));
   return h.select(1, 0);
 }
