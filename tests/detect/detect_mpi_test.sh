@@ -48,7 +48,7 @@ got="$(echo "$ev" | sed -n 's/^eval: map50 \([0-9.]*\)  map50_95 \([0-9.]*\)  .*
 [[ -n $final && $got == "$final" ]] || { echo "$ev"; fail "meridian eval gives '$got', the trainer's final evaluation '$final'"; }
 run eval --task siglip --checkpoint "$tmp/a/checkpoints/step_00000012.h5" --data "$tmp/val.h5" >"$tmp/e" 2>&1 \
   && fail "eval --task siglip accepted a detect checkpoint"
-grep -q "task.name detect" "$tmp/e" || { cat "$tmp/e"; fail "no clear message for the wrong --task"; }
+grep -q "is a model of task detect, not siglip" "$tmp/e" || { cat "$tmp/e"; fail "no clear message for the wrong --task"; }
 
 # 2. Exact resume with SGD + EMA.
 sgd=(--set optim.name=sgd --set optim.lr=0.01 --set train.ema=0.9 --set model.sync_bn=true)
