@@ -15,7 +15,8 @@ namespace meridian::cli {
 namespace {
 
 // Each kind lists only the options it reads: the output (every kind), images (image-text, detection),
-// captions (image-text) and a tokenizer (image-text, text). prep synthetic makes every kind: all of them.
+// captions (image-text), a tokenizer (image-text, text) and a holdout (image-text, detection, text).
+// prep synthetic makes every kind: all of them but the holdout (its --seed picks the scenes).
 void add_output(cxxopts::Options& o) {
   // clang-format off
   o.add_options("output")
@@ -54,6 +55,18 @@ void add_tokenizer(cxxopts::Options& o) {
   // clang-format on
 }
 
+// A validation split where the data has none (text, image-text, detection): `records` says what is
+// held out, `inputs` from which inputs; `tokenizer`: the kind has one.
+void add_holdout(cxxopts::Options& o, const std::string& records, const std::string& inputs, bool tokenizer) {
+  const std::string shared = tokenizer ? ", with one tokenizer (a trained one learns from --out's only)" : "";
+  // clang-format off
+  o.add_options("holdout")
+      ("holdout", "Hold out " + records + inputs + " for validation: N (that many) or a fraction 0 < F < 1 (round(F x count), at least 1), of those --split keeps; they go to --holdout-out, the rest to --out" + shared, cxxopts::value<std::string>()->default_value(""))
+      ("holdout-out", "The held-out dataset file (.h5), required with --holdout; it and --out are renamed from .tmp together, once both are complete", cxxopts::value<std::string>()->default_value(""))
+      ("seed", "Which " + records + " --holdout takes: the same seed and inputs give the same files, on every rank and every run", cxxopts::value<uint64_t>()->default_value("0"));
+  // clang-format on
+}
+
 const char* kCropSize = "Image size: shorter side resized to it, then center-cropped to size x size";
 const char* kLetterboxSize =
     "Image size: longer side resized to it, then padded (gray 114, centred) to size x size: no box is cut";
@@ -77,6 +90,14 @@ void fill_common(const cxxopts::ParseResult& p, data::PrepCommon& c) {
   c.append = given("append");
 }
 
+void fill_holdout(const cxxopts::ParseResult& p, data::PrepCommon& c) {
+  c.holdout = p["holdout"].as<std::string>();
+  c.holdout_out = p["holdout-out"].as<std::string>();
+  c.holdout_seed = p["seed"].as<uint64_t>();
+  if (p.count("seed") && c.holdout.empty())
+    throw UserError("--seed: only with --holdout (it picks the held-out records)");
+}
+
 std::vector<int> parse_bands(const std::string& text) {
   std::vector<int> bands;
   std::stringstream ss(text);
@@ -93,7 +114,9 @@ std::vector<int> parse_bands(const std::string& text) {
   return bands;
 }
 
-int report(const comm::Runtime& rt, const data::PrepReport& r, const std::string& out) {
+// `holdout_out`: where r.holdout's file went (--holdout).
+int report(const comm::Runtime& rt, const data::PrepReport& r, const std::string& out,
+           const std::string& holdout_out = "") {
   if (rt.rank() == 0) {
     std::printf("prep: wrote %s: %lld of %lld inputs in %.1f s (%.1f inputs/s), %lld skipped", out.c_str(),
                 (long long)r.written, (long long)r.inputs, r.seconds, r.written / std::max(r.seconds, 1e-9),
@@ -118,6 +141,7 @@ int report(const comm::Runtime& rt, const data::PrepReport& r, const std::string
       std::printf("  full list of skipped inputs: %s\n", list.c_str());
     }
   }
+  if (r.holdout) report(rt, *r.holdout, holdout_out);
   return 0;
 }
 
@@ -142,10 +166,12 @@ Command prep_image_text_command() {
     add_images(o, kCropSize);
     add_captions(o);
     add_tokenizer(o);
+    add_holdout(o, "entries", "", true);
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     data::PrepImageTextOptions o;
     fill_common(p, o);
+    fill_holdout(p, o);
     o.images_dir = p["images"].as<std::string>();
     o.captions_file = p["captions"].as<std::string>();
     o.webdataset = p["webdataset"].as<std::string>();
@@ -153,7 +179,7 @@ Command prep_image_text_command() {
     o.class_folders = p.count("class-folders") > 0;
     if (!p["bands"].as<std::string>().empty()) o.bands = parse_bands(p["bands"].as<std::string>());
     o.strict = p.count("strict") > 0;
-    return report(rt, data::prep_image_text(rt, o), o.out);
+    return report(rt, data::prep_image_text(rt, o), o.out, o.holdout_out);
   };
   return c;
 }
@@ -176,10 +202,12 @@ Command prep_detection_command() {
     // clang-format on
     add_output(o);
     add_images(o, kLetterboxSize);
+    add_holdout(o, "images", " (of any input: YOLO, COCO, or a data.yaml without a val split: --split train)", false);
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     data::PrepDetectionOptions o;
     fill_common(p, o);
+    fill_holdout(p, o);
     o.images_dir = p["images"].as<std::string>();
     o.labels_dir = p["labels"].as<std::string>();
     o.coco = p["coco"].as<std::string>();
@@ -190,7 +218,7 @@ Command prep_detection_command() {
       throw UserError("--split: '" + o.split + "' is not train, val or test");
     if (!p["bands"].as<std::string>().empty()) o.bands = parse_bands(p["bands"].as<std::string>());
     o.strict = p.count("strict") > 0;
-    return report(rt, data::prep_detection(rt, o), o.out);
+    return report(rt, data::prep_detection(rt, o), o.out, o.holdout_out);
   };
   return c;
 }
@@ -208,14 +236,16 @@ Command prep_text_command() {
     // clang-format on
     add_output(o);
     add_tokenizer(o);
+    add_holdout(o, "records", "", true);
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     data::PrepTextOptions o;
     fill_common(p, o);
+    fill_holdout(p, o);
     o.jsonl = p["jsonl"].as<std::string>();
     o.split = p["split"].as<std::string>();
     o.chat_template = p["chat-template"].as<std::string>();
-    return report(rt, data::prep_text(rt, o), o.out);
+    return report(rt, data::prep_text(rt, o), o.out, o.holdout_out);
   };
   return c;
 }

@@ -431,7 +431,7 @@ PrepReport report_of(const comm::Runtime& rt, const PrepCommon& o, const ImageJo
 
 }  // namespace
 
-PrepReport run_image_job(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& job) {
+PrepReport run_image_job(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& job, const Tokenizer* given) {
   const auto start = Clock::now();
   const bool text = job.kind == "image_text";
   check_output(rt, o);
@@ -442,8 +442,9 @@ PrepReport run_image_job(const comm::Runtime& rt, const PrepCommon& o, const Ima
   };
   if (!is_index_path(o.out)) {
     Progress progress(start, 0, job.count, job.open_unit ? "shards" : "inputs");
-    const auto tok = tokenizer(o);
-    return report_of(rt, o, job, job.count, write_file(rt, o, job, tok.get(), 0, job.count, o.out, progress), 1, start);
+    const auto tok = given ? nullptr : tokenizer(o);
+    return report_of(rt, o, job, job.count,
+                     write_file(rt, o, job, given ? given : tok.get(), 0, job.count, o.out, progress), 1, start);
   }
 
   // Many files: part after part, each listed in the index once it is complete.
@@ -458,7 +459,8 @@ PrepReport run_image_job(const comm::Runtime& rt, const PrepCommon& o, const Ima
   if (!error.empty()) throw UserError(error);
   PrepCommon po = o;
   if (!plan.index.parts.empty()) po.tokenizer = part_path(o.out, plan.index.parts.front().file);  // one tokenizer
-  const auto tok = tokenizer(po);
+  const auto owned = given ? nullptr : tokenizer(po);
+  const Tokenizer* tok = given ? given : owned.get();
   Progress progress(start, plan.next_input, job.count, job.open_unit ? "shards" : "inputs");
   FileTotals all;
   int64_t files = 0;
@@ -466,7 +468,7 @@ PrepReport run_image_job(const comm::Runtime& rt, const PrepCommon& o, const Ima
     const int64_t last = std::min(job.count, first + o.part_size);
     IndexPart part;
     part.file = part_file_name(o.out, int64_t(plan.index.parts.size()));
-    const FileTotals t = write_file(rt, po, job, tok.get(), first, last, part_path(o.out, part.file), progress);
+    const FileTotals t = write_file(rt, po, job, tok, first, last, part_path(o.out, part.file), progress);
     part.count = t.rows, part.source = job.source, part.source_count = job.count;
     part.first_input = first, part.last_input = last;
     plan.index.parts.push_back(part);

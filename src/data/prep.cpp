@@ -22,6 +22,7 @@
 #include "meridian/core/hash.h"
 #include "meridian/data/format.h"
 #include "meridian/data/image_input.h"
+#include "meridian/data/tokenizer.h"
 #include "prep_job.h"
 #include "text_lines.h"
 #include "text_records_reader.h"
@@ -48,6 +49,28 @@ void check_options(const PrepCommon& o) {
   if ((o.resume || o.append) && !is_index_path(o.out))
     throw UserError(std::string(o.resume ? "--resume" : "--append") +
                     ": only for a dataset of many files (--out NAME.json), not " + o.out);
+  if (o.holdout.empty()) {
+    if (!o.holdout_out.empty()) throw UserError("--holdout-out: only with --holdout");
+    return;
+  }
+  check_holdout_value(o.holdout);
+  if (o.holdout_out.empty()) throw UserError("--holdout-out: required with --holdout (the held-out records' .h5 file)");
+  if (is_index_path(o.out) || is_index_path(o.holdout_out))
+    throw UserError("--holdout: writes two .h5 files, not a dataset of many files (" +
+                    (is_index_path(o.out) ? o.out : o.holdout_out) + ")");
+  if (fs::weakly_canonical(fs::absolute(o.out)) == fs::weakly_canonical(fs::absolute(o.holdout_out)))
+    throw UserError("--holdout-out: " + o.holdout_out +
+                    " is also --out; the held-out records need a file of their own");
+}
+
+// --holdout: the rows of file `held` (of `plan`) as a job of its own, decoding the same inputs.
+ImageJob holdout_part(const ImageJob& job, const HoldoutPlan& plan, bool held) {
+  ImageJob part = job;
+  const std::vector<int64_t>& inputs = plan.inputs(held);
+  part.count = int64_t(inputs.size());
+  part.decode = [&job, &inputs](int64_t i) { return job.decode(inputs[size_t(i)]); };
+  part.inputs = job.inputs + (held ? " (held out)" : " (not held out)");
+  return part;
 }
 
 // Text datasets are one file.
@@ -73,6 +96,8 @@ PrepReport prep_webdataset(const comm::Runtime& rt, const PrepImageTextOptions& 
     throw UserError("--webdataset: the shards hold images and captions; give no --images or --captions");
   if (!o.split.empty()) throw UserError("--split: webdataset shards have no splits (make a set of shards per split)");
   if (!o.bands.empty()) throw UserError("--bands: not supported with --webdataset");
+  if (!o.holdout.empty())
+    throw UserError("--holdout: not with --webdataset (its samples are not listed before they are read)");
   const std::vector<std::string> shards = expand_shards(o.webdataset);
   for (const auto& shard : shards)
     if (!fs::is_regular_file(shard)) throw UserError("--webdataset: " + shard + " does not exist");
@@ -165,13 +190,26 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
   // stays flat however long the captions file is.
   std::set<std::string> classes, splits;
   std::vector<std::string> corpus;
+  const std::string inputs = o.class_folders ? o.images_dir + " (class folders)" : o.captions_file;
+  // --holdout: the entries are counted first, so that a trained tokenizer learns from --out's only.
+  std::optional<HoldoutPlan> plan;
+  if (!o.holdout.empty()) {
+    int64_t count = 0;
+    visit_entries([&](CaptionEntry&& e) {
+      splits.insert(e.split);
+      count += o.split.empty() || e.split == o.split;
+    });
+    check_same_inputs(rt, count, {});
+    plan.emplace(o, count, inputs + split_note(o.split, splits));
+  }
   int64_t count = 0;
   uint64_t seen = 0;  // captions offered to the tokenizer's sample
   visit_entries([&](CaptionEntry&& e) {
     if (!e.cls.empty()) classes.insert(e.cls);
     splits.insert(e.split);
     if (!o.split.empty() && e.split != o.split) return;
-    if (rt.rank() == 0 && o.tokenizer.empty())  // a uniform sample of all captions (reservoir, fixed seed)
+    // A uniform sample of all captions (reservoir, fixed seed) of the entries not held out.
+    if (rt.rank() == 0 && o.tokenizer.empty() && !(plan && plan->held(count)))
       for (auto& c : e.captions) {
         ++seen;
         if (corpus.size() < kTokenizerCaptions) {
@@ -191,7 +229,6 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
   job.count = count;
   job.class_names.assign(classes.begin(), classes.end());
   job.split = o.split;
-  const std::string inputs = o.class_folders ? o.images_dir + " (class folders)" : o.captions_file;
   job.inputs = inputs + split_note(o.split, splits);
   job.source = inputs + (o.split.empty() ? "" : " split " + o.split);
   job.strict = o.strict;
@@ -208,7 +245,17 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
           int32_t(std::lower_bound(job.class_names.begin(), job.class_names.end(), e.cls) - job.class_names.begin());
     return d;
   };
-  return run_image_job(rt, o, job);
+  if (!plan) return run_image_job(rt, o, job);
+  if (const std::string e =
+          agree_error(rt, count == plan->records() ? "" : "prep: " + job.inputs + " changed while read");
+      !e.empty())
+    throw UserError(e);
+  return write_with_holdout(
+      rt, o, [&] { return std::make_unique<Tokenizer>(shared_tokenizer(rt, o, job.tokenizer_corpus, false)); },
+      [&](const PrepCommon& file, bool held, const Tokenizer* tok) {
+        if (cursor && held) cursor.emplace(o.captions_file, o.split);  // read forward again from the start
+        return run_image_job(rt, file, holdout_part(job, *plan, held), tok);
+      });
 }
 
 PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& given) {
@@ -236,10 +283,12 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& g
   std::vector<std::string> files;
   if (!o.coco.empty()) {
     // Only this rank's images are kept: the rows the driver's rounds give it (blocks of o.block,
-    // round-robin, counted from each file's first input).
+    // round-robin, counted from each file's first input). --holdout: every image (which rows are
+    // this rank's is known only once the images are counted).
     const bool many = is_index_path(o.out);
-    coco = read_coco(o.coco, job.class_names,
-                     [&](int64_t i) { return ((many ? i % o.part_size : i) / o.block) % rt.size() == rt.rank(); });
+    coco = read_coco(o.coco, job.class_names, [&](int64_t i) {
+      return !o.holdout.empty() || ((many ? i % o.part_size : i) / o.block) % rt.size() == rt.rank();
+    });
     job.count = coco.count;
     job.class_ids = coco.category_ids;
     job.inputs = o.coco + " (its 'images' list is empty)";
@@ -294,7 +343,15 @@ PrepReport prep_detection(const comm::Runtime& rt, const PrepDetectionOptions& g
     }
     return d;
   };
-  return run_image_job(rt, o, job);
+  if (o.holdout.empty()) return run_image_job(rt, o, job);
+  check_same_inputs(rt, job.count, job.class_names);
+  if (job.count == 0) throw UserError("prep: no input entries in " + job.inputs);
+  const HoldoutPlan plan(o, job.count, job.source);
+  return write_with_holdout(
+      rt, o, [] { return nullptr; },
+      [&](const PrepCommon& file, bool held, const Tokenizer*) {
+        return run_image_job(rt, file, holdout_part(job, plan, held));
+      });
 }
 
 PrepReport prep_text(const comm::Runtime& rt, const PrepTextOptions& o) {
@@ -306,25 +363,51 @@ PrepReport prep_text(const comm::Runtime& rt, const PrepTextOptions& o) {
   TextJob job;
   job.split = o.split;
   std::set<std::string> splits;
+  // --holdout: the records are counted first, so that each rank keeps only the records it writes
+  // into either file, and a trained tokenizer learns from --out's records only.
+  std::optional<HoldoutPlan> plan;
+  if (!o.holdout.empty()) {
+    int64_t count = 0;
+    read_text_records(o.jsonl, o.split, o.chat_template, splits, [&](TextRecord&&) { ++count; });
+    check_same_inputs(rt, count, {});
+    plan.emplace(o, count, o.jsonl + split_note(o.split, splits));
+  }
   const BlockRounds rounds{0, o.block, rt.rank(), rt.size()};
   read_text_records(o.jsonl, o.split, o.chat_template, splits, [&](TextRecord&& r) {
-    if (rt.rank() == 0 && o.tokenizer.empty() && corpus.size() < kTokenizerCaptions) {
+    const bool held = plan && plan->held(job.count);
+    if (rt.rank() == 0 && o.tokenizer.empty() && corpus.size() < kTokenizerCaptions && !held) {
       for (const auto& e : r.exchanges) {
         if (!e.prompt.empty()) corpus.push_back(e.prompt);
         corpus.push_back(e.response);
       }
     }
-    if (rounds.owns(job.count)) mine.emplace(job.count, std::move(r));
+    if (plan ? plan->owns(job.count, o.block, rt.rank(), rt.size()) : rounds.owns(job.count))
+      mine.emplace(job.count, std::move(r));
     ++job.count;
   });
   job.inputs = o.jsonl + split_note(o.split, splits);
   job.record = [&](int64_t i) { return mine.at(i); };
   job.tokenizer_corpus = [&] { return corpus; };
-  return run_text_job(rt, o, job);
+  if (!plan) return run_text_job(rt, o, job);
+  if (const std::string e =
+          agree_error(rt, job.count == plan->records() ? "" : "prep: " + job.inputs + " changed while read");
+      !e.empty())
+    throw UserError(e);
+  return write_with_holdout(
+      rt, o, [&] { return std::make_unique<Tokenizer>(shared_tokenizer(rt, o, job.tokenizer_corpus, true)); },
+      [&](const PrepCommon& file, bool held, const Tokenizer* tok) {
+        TextJob part = job;
+        const std::vector<int64_t>& inputs = plan->inputs(held);
+        part.count = int64_t(inputs.size());
+        part.record = [&](int64_t i) { return mine.at(inputs[size_t(i)]); };
+        part.inputs = job.inputs + (held ? " (held out)" : " (not held out)");
+        return run_text_job(rt, file, part, tok);
+      });
 }
 
 PrepReport prep_generated_images(const comm::Runtime& rt, const PrepCommon& o, const ImageGenerator& g) {
   check_options(o);
+  if (!o.holdout.empty()) throw UserError("--holdout: not for generated rows (make two files)");
   ImageJob job;
   job.kind = g.kind;
   job.count = g.count;
@@ -341,6 +424,7 @@ PrepReport prep_generated_images(const comm::Runtime& rt, const PrepCommon& o, c
 
 PrepReport prep_generated_text(const comm::Runtime& rt, const PrepCommon& o, const TextGenerator& g) {
   check_text_options(o);
+  if (!o.holdout.empty()) throw UserError("--holdout: not for generated rows (make two files)");
   TextJob job;
   job.count = g.count;
   job.inputs = g.source;

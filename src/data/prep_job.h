@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <opencv2/core.hpp>
 #include <string>
 #include <vector>
@@ -67,9 +68,44 @@ struct IndexPlan {
 };
 IndexPlan plan_index(const PrepCommon& o, const ImageJob& job);
 
-// Writes o.out (through o.out + ".tmp", removed on failure). Throws UserError on every rank.
-PrepReport run_image_job(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& job);
-PrepReport run_text_job(const comm::Runtime& rt, const PrepCommon& o, const TextJob& job);
+// Writes o.out (through o.out + ".tmp", removed on failure). Throws UserError on every rank. `tok`:
+// the tokenizer to use (--holdout's two files share one); null: shared_tokenizer's from o.
+PrepReport run_image_job(const comm::Runtime& rt, const PrepCommon& o, const ImageJob& job,
+                         const Tokenizer* tok = nullptr);
+PrepReport run_text_job(const comm::Runtime& rt, const PrepCommon& o, const TextJob& job,
+                        const Tokenizer* tok = nullptr);
+
+// --holdout (o.holdout not empty): which file each of a job's `records` inputs goes to, and its row
+// there; each file's rows are dealt to the ranks as BlockRounds deals a whole job's, so a reader
+// that keeps only this rank's inputs asks owns(). Built by every rank from the same count (check
+// that with check_same_inputs first): UserError naming --holdout, the same on every rank, when it
+// does not fit the records of `inputs`.
+class HoldoutPlan {
+ public:
+  HoldoutPlan(const PrepCommon& o, int64_t records, const std::string& inputs);
+  int64_t records() const { return int64_t(held_.size()); }
+  // Whether `input` goes to o.holdout_out (false past records(): an input that changed since it was counted).
+  bool held(int64_t input) const { return input < records() && held_[size_t(input)]; }
+  // The inputs of o.holdout_out (held) or of o.out, increasing.
+  const std::vector<int64_t>& inputs(bool held) const { return inputs_[held]; }
+  // Whether rank `rank` of `size` writes `input` (into its file) with o.block rows per round (false
+  // past records()).
+  bool owns(int64_t input, int block, int rank, int size) const;
+
+ private:
+  std::vector<int64_t> inputs_[2];
+  std::vector<bool> held_;
+  std::vector<int64_t> row_;  // per input: its row in its file
+};
+
+// Collective, for --holdout: writes o.out (plan.inputs(false)) and o.holdout_out (plan.inputs(true))
+// with write(file's options, held, tok), one tokenizer for both: tokenizer() (null for detection),
+// called once the outputs are checked. Each file is written as <file>.tmp (write's options name it,
+// with overwrite and no holdout); both are renamed once both are complete, and any failure removes
+// both. Returns out's report with the held-out file's as its `holdout`.
+PrepReport write_with_holdout(const comm::Runtime& rt, const PrepCommon& o,
+                              const std::function<std::unique_ptr<Tokenizer>()>& tokenizer,
+                              const std::function<PrepReport(const PrepCommon&, bool, const Tokenizer*)>& write);
 
 // ---- shared by the drivers ----
 

@@ -52,12 +52,12 @@ RoundDocs tokenize_round(const comm::Runtime& rt, const TextJob& job, const Toke
 
 }  // namespace
 
-PrepReport run_text_job(const comm::Runtime& rt, const PrepCommon& o, const TextJob& job) {
+PrepReport run_text_job(const comm::Runtime& rt, const PrepCommon& o, const TextJob& job, const Tokenizer* given) {
   const auto start = std::chrono::steady_clock::now();
   check_output(rt, o);
   check_same_inputs(rt, job.count, {});
   if (job.count == 0) throw UserError("prep: no input records in " + job.inputs);
-  const Tokenizer tok = shared_tokenizer(rt, o, job.tokenizer_corpus, /*keep_whitespace=*/true);
+  const Tokenizer tok = given ? *given : shared_tokenizer(rt, o, job.tokenizer_corpus, /*keep_whitespace=*/true);
   const std::string tmp = o.out + ".tmp";
   int64_t base = 0, tok_total = 0;
   leaving_nothing_on_failure(rt, tmp, [&] {

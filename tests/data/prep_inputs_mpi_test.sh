@@ -6,7 +6,8 @@
 # a directory, `prep --help`; inspect and train on files written without chunks (h5py's default);
 # the loaders' advice when a batch is larger than the dataset; the benchmark forms of remote-sensing
 # papers: a Karpathy-style dataset_*.json (UCM-captions, RSICD, RSITMD) and class folders (AID, NWPU);
-# Ultralytics' data.yaml (both splits; missing names, splits and directories exit 2).
+# Ultralytics' data.yaml (both splits; missing names, splits and directories exit 2); --holdout (the
+# same held-out records on every run, one tokenizer, bad options exit 2, a failure leaves no file).
 set -u
 mpirun=$1 meridian=$2
 fail() { echo "FAIL: $*"; exit 1; }
@@ -142,6 +143,51 @@ expect 2 "prep: no input entries in $tmp/caps.jsonl with split 'val' (the file's
 expect 0 "20 of 20 inputs" "$meridian" prep text --jsonl "$tmp/text.jsonl" --vocab-size 400 --out "$tmp/text.h5"
 expect 2 "prep: no input records in $tmp/text.jsonl with split 'val' (no entry names a split)" \
   "$meridian" prep text --jsonl "$tmp/text.jsonl" --split val --vocab-size 400 --out "$tmp/e.h5"
+# --holdout: a validation split where the data has none. 60 records, 20 held out with seed 3, on 2
+# ranks in blocks of 4: a second run gives the same files, the held-out one with --out's tokenizer,
+# and the two files hold the 60 records, the held-out ones those splitmix64 picks.
+for i in $(seq 1 60); do echo "{\"text\": \"record $i of the small text corpus\"}"; done >"$tmp/many.jsonl"
+hold=(prep text --jsonl "$tmp/many.jsonl" --vocab-size 400 --block 4 --seed 3)
+expect 0 "wrote $tmp/val.h5: 20 of 20 inputs" run "${hold[@]}" --holdout 20 --holdout-out "$tmp/val.h5" --out "$tmp/train.h5"
+grep -qF "wrote $tmp/train.h5: 40 of 40 inputs" "$tmp/o" || { cat "$tmp/o"; fail "--holdout: 40 records in --out"; }
+expect 0 "wrote $tmp/val2.h5: 20 of 20" run "${hold[@]}" --holdout 20 --holdout-out "$tmp/val2.h5" --out "$tmp/train2.h5"
+expect 0 "60 of 60" "$meridian" prep text --jsonl "$tmp/many.jsonl" --tokenizer "$tmp/train.h5" --out "$tmp/all.h5"
+/usr/bin/python3 - "$tmp" <<'PY2' || fail "--holdout: wrong, unstable or differently tokenized records"
+import sys, h5py
+d = sys.argv[1]
+def docs(name):
+    f = h5py.File(f"{d}/{name}.h5", "r")
+    t, o = f["tokens"][...], f["doc_offsets"][...]
+    return [tuple(t[o[i]:o[i + 1]]) for i in range(len(o) - 1)], f["tokenizer/model"][...].tobytes()
+val, tok = docs("val")
+train, train_tok = docs("train")
+assert tok == train_tok, "the held-out file has another tokenizer"
+assert docs("val2") == (val, tok) and docs("train2")[0] == train, "a second run gave other files"
+M = (1 << 64) - 1
+def mix(x):
+    x = (x + 0x9E3779B97F4A7C15) & M
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M
+    return x ^ (x >> 31)
+held = sorted(sorted(range(60), key=lambda i: mix(mix(3) ^ i))[:20])
+every, _ = docs("all")
+assert val == [every[i] for i in held], "not the records splitmix64 picks, in file order"
+assert train == [every[i] for i in range(60) if i not in held]
+print("holdout: 20 + 40 of 60 records, the same on a second run, one tokenizer")
+PY2
+# Exit 2 naming the option (the rest of the values: data_tests' Holdout.*).
+expect 2 "--holdout 500: larger than the 60 records of $tmp/many.jsonl" \
+  run "${hold[@]}" --holdout 500 --holdout-out "$tmp/v.h5" --out "$tmp/e.h5"
+expect 2 "--holdout: '0' is neither a number of records" "$meridian" "${hold[@]}" --holdout 0 --holdout-out "$tmp/v.h5" --out "$tmp/e.h5"
+expect 2 "--holdout-out: required with --holdout" "$meridian" "${hold[@]}" --holdout 20 --out "$tmp/e.h5"
+expect 2 "--holdout-out: $tmp/./e.h5 is also --out" "$meridian" "${hold[@]}" --holdout 20 --holdout-out "$tmp/./e.h5" --out "$tmp/e.h5"
+# Detection (any input): seed 3 holds out c.bmp, whose bad label line skips it; the held-out file
+# would be empty, so neither file is left, though --out's was complete.
+expect 2 "prep: no input could be read (1 skipped" run "${yolo[@]}" --holdout 1 --seed 3 --holdout-out "$tmp/v.h5" --out "$tmp/e.h5"
+for f in e.h5 e.h5.tmp e.h5.tmp.tmp v.h5 v.h5.tmp v.h5.tmp.tmp; do
+  [[ ! -e $tmp/$f ]] || fail "a refused or failed --holdout left $tmp/$f"
+done
+
 # --out naming a directory, with or without --overwrite.
 for over in "" --overwrite; do
   expect 2 "$tmp/none: is a directory; --out names the dataset file to write" \
@@ -156,6 +202,7 @@ expect 0 "letterbox" "$meridian" prep detection --help
 grep -qE -- "--(captions-per-image|context-length|tokenizer|vocab-size)" "$tmp/o" && fail "prep detection --help lists caption or tokenizer options"
 grep -q "center-cropped" "$tmp/o" && fail "prep detection --help says center-cropped (it letterboxes)"
 expect 0 "--tokenizer" "$meridian" prep text --help
+for want in --holdout --holdout-out --seed; do grep -qF -- "$want" "$tmp/o" || fail "prep text --help lacks $want"; done
 grep -qE -- "--(size|encode|captions-per-image|context-length|part-size)" "$tmp/o" && fail "prep text --help lists image or caption options"
 expect 0 "center-cropped" "$meridian" prep image-text --help
 for want in --captions-per-image --tokenizer --encode; do grep -qF -- "$want" "$tmp/o" || fail "prep image-text --help lacks $want"; done

@@ -3,12 +3,14 @@
 //
 // Collective: every rank calls it with the same options. Ranks decode disjoint blocks of the input
 // (round-robin, so the file keeps the input order) and write them by hyperslab into one file; the
-// same works on one rank. The file is written as <out>.tmp and renamed to <out> only once complete.
+// same works on one rank. The file is written as <out>.tmp and renamed to <out> only once complete
+// (with --holdout: both files, once both are complete).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <opencv2/core.hpp>
 #include <string>
 #include <vector>
@@ -39,6 +41,15 @@ struct PrepCommon {
   // the inputs as more files to a finished dataset (same tokenizer).
   int64_t part_size = 100000;
   bool resume = false, append = false;
+  // A validation split where the data has none (prep text, image-text, detection; one .h5 file out):
+  // `holdout` records, "N" (an integer >= 1: that many) or "F" (0 < F < 1: round(F x records), at
+  // least 1), of the records left after `split`, go to `holdout_out`, the rest to `out`. Which ones:
+  // holdout_indices(records, n, holdout_seed), the same on every rank and every run of the same
+  // inputs. Both files are made with one tokenizer (a trained one learns from `out`'s records only)
+  // and renamed from their .tmp together, once both are complete. Empty: no holdout.
+  std::string holdout;
+  std::string holdout_out;
+  uint64_t holdout_seed = 0;
 };
 
 struct PrepImageTextOptions : PrepCommon {
@@ -93,12 +104,25 @@ struct PrepReport {
   int64_t image_bytes = 0;            // image kinds: bytes of all stored images (raw: N x H x W x 3)
   int64_t kept_source_bytes = 0;      // jpeg: images stored as their input file's bytes (not re-encoded)
   double seconds = 0;
+  std::shared_ptr<PrepReport> holdout;  // with options.holdout: the held-out file's report (this one: out's)
 };
 
 // Throws UserError/DataError for bad options or input (naming the file and line), on every rank.
 PrepReport prep_image_text(const comm::Runtime& runtime, const PrepImageTextOptions& options);
 PrepReport prep_detection(const comm::Runtime& runtime, const PrepDetectionOptions& options);
 PrepReport prep_text(const comm::Runtime& runtime, const PrepTextOptions& options);
+
+// --holdout: the number of records `value` holds out of `records`: an integer N >= 1 (N) or a
+// fraction 0 < F < 1 (round(F x records), halves away from zero, at least 1). UserError naming
+// --holdout for any other value, or for one that leaves no record for --out ("--holdout 500: larger
+// than the 200 records of <inputs>"). Not collective.
+int64_t holdout_count(const std::string& value, int64_t records, const std::string& inputs);
+// UserError unless `value` is an N or F that holdout_count accepts (for some number of records).
+void check_holdout_value(const std::string& value);
+// The `n` held-out indices of records [0, records), increasing: the n with the smallest
+// splitmix64(splitmix64(seed) ^ index), so the same on every machine, rank and run for the same
+// (records, n, seed). Requires 0 <= n <= records. Not collective.
+std::vector<int64_t> holdout_indices(int64_t records, int64_t n, uint64_t seed);
 
 // The Alpaca prompt template prep text uses for instruction records (`input` may be empty); the
 // response follows it. `meridian generate` prompts a fine-tuned model the same way.
