@@ -157,6 +157,7 @@ Command prep_image_text_command() {
         ("images", "Directory the image paths in the captions file are relative to", cxxopts::value<std::string>()->default_value(""))
         ("captions", "Captions file: .jsonl ({\"image\", \"captions\": [...], \"class\", \"split\"}), .csv (image,caption[,class,split]), or Karpathy-style dataset_*.json (UCM-captions, RSICD, RSITMD)", cxxopts::value<std::string>()->default_value(""))
         ("class-folders", "Instead of --captions: images in --images/<class>/ (AID, NWPU-RESISC45, UCM), labelled by folder, captioned with the class name in words (BareLand, bare_land: \"bare land\"), for zero-shot evaluation")
+        ("class-names", "With --class-folders: a YAML map of folder to class name that overrides the names made from the folders, e.g. {Airport: airport terminal, BareLand: bare soil}", cxxopts::value<std::string>()->default_value(""))
         ("split", "Keep only entries of this split (e.g. train); default: all", cxxopts::value<std::string>()->default_value(""))
         ("webdataset", "Instead of --images/--captions: webdataset tar shards, e.g. 'shards/{00000..00099}.tar' (key.jpg + key.txt or key.json), divided among the ranks by shard; with --out NAME.json, --part-size counts shards", cxxopts::value<std::string>()->default_value(""))
         ("bands", "Bands (1-based) to use as R,G,B for multi-band images, e.g. 3,2,1", cxxopts::value<std::string>()->default_value(""))
@@ -177,6 +178,7 @@ Command prep_image_text_command() {
     o.webdataset = p["webdataset"].as<std::string>();
     o.split = p["split"].as<std::string>();
     o.class_folders = p.count("class-folders") > 0;
+    o.class_names_file = p["class-names"].as<std::string>();
     if (!p["bands"].as<std::string>().empty()) o.bands = parse_bands(p["bands"].as<std::string>());
     o.strict = p.count("strict") > 0;
     return report(rt, data::prep_image_text(rt, o), o.out, o.holdout_out);

@@ -4,6 +4,7 @@
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -143,6 +144,29 @@ PrepReport prep_webdataset(const comm::Runtime& rt, const PrepImageTextOptions& 
 
 }  // namespace
 
+namespace {
+// --class-names: the YAML map of class folder to class name ("": none given).
+std::map<std::string, std::string> folder_class_names(const std::string& file, const std::string& dir) {
+  std::map<std::string, std::string> names;
+  if (file.empty()) return names;
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(file);
+  } catch (const YAML::Exception& e) {
+    throw DataError(file, "--class-names", std::string("is not readable YAML: ") + e.what());
+  }
+  if (!root.IsMap()) throw DataError(file, "--class-names", "expected a map of class folder to class name");
+  for (const auto& kv : root) {
+    const std::string folder = kv.first.as<std::string>(), name = kv.second.IsScalar() ? kv.second.Scalar() : "";
+    if (!fs::is_directory(fs::path(dir) / folder))
+      throw DataError(file, folder, "names no class folder of " + dir);
+    if (name.find_first_not_of(" \t") == std::string::npos) throw DataError(file, folder, "an empty class name");
+    names[folder] = name;
+  }
+  return names;
+}
+}  // namespace
+
 PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& o) {
   check_options(o);
   if (!o.webdataset.empty()) return prep_webdataset(rt, o);
@@ -152,7 +176,10 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
                                     : "--captions: required (or --class-folders for DIR/<class>/*.jpg)");
   // --class-folders: every image under DIR/<class>/, the class its folder, its caption the class name.
   std::vector<CaptionEntry> folder_entries;
+  if (!o.class_names_file.empty() && !o.class_folders)
+    throw UserError("--class-names: names class folders; give --class-folders too");
   if (o.class_folders) {
+    const std::map<std::string, std::string> renamed = folder_class_names(o.class_names_file, o.images_dir);
     for (const auto& name : list_images(o.images_dir, o.out)) {
       const auto parts = fs::path(name);
       if (parts.parent_path().empty())
@@ -161,13 +188,14 @@ PrepReport prep_image_text(const comm::Runtime& rt, const PrepImageTextOptions& 
       CaptionEntry e;
       e.image = name;
       e.cls = parts.begin()->string();
+      if (const auto it = renamed.find(e.cls); it != renamed.end()) e.cls = it->second;
       e.captions.push_back(class_words(e.cls));
       folder_entries.push_back(std::move(e));
     }
     if (folder_entries.empty()) throw UserError("--images: no image files under " + o.images_dir);
     // A folder without images is no class: zero-shot then scores over fewer classes than the user has.
     std::set<std::string> with_images;
-    for (const auto& e : folder_entries) with_images.insert(e.cls);
+    for (const auto& e : folder_entries) with_images.insert(fs::path(e.image).begin()->string());
     std::vector<std::string> empty;
     for (const auto& d : fs::directory_iterator(o.images_dir)) {
       const std::string name = d.path().filename().string();

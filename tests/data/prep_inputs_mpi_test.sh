@@ -298,6 +298,21 @@ captions = [c[0].decode() for c in f["captions"][...]]
 assert classes == ["BareLand", "dense_residential"] and list(f["labels"][...]) == [0, 1, 1], (classes, f["labels"][...])
 assert captions == ["bare land", "dense residential", "dense residential"], captions
 PY
+# --class-names overrides the names made from the folders; a key that is no folder is named.
+printf 'dense_residential: apartment blocks\n' >"$tmp/names.yaml"
+expect 0 "3 of 3 inputs" run prep image-text --images "$tmp/scenes" --class-folders --class-names "$tmp/names.yaml" \
+  --size 32 --context-length 16 --captions-per-image 1 --vocab-size 40 --out "$tmp/renamed.h5"
+/usr/bin/python3 - "$tmp/renamed.h5" <<'PY' || fail "--class-names: wrong classes or captions"
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+classes = [c.decode() for c in f["class_names"][...]]
+captions = [c[0].decode() for c in f["captions"][...]]
+assert classes == ["BareLand", "apartment blocks"] and list(f["labels"][...]) == [0, 1, 1], classes
+assert captions == ["bare land", "apartment blocks", "apartment blocks"], captions
+PY
+printf 'Desert: desert\n' >"$tmp/bad_names.yaml"
+expect 2 "$tmp/bad_names.yaml: Desert: names no class folder of $tmp/scenes" \
+  run prep image-text --images "$tmp/scenes" --class-folders --class-names "$tmp/bad_names.yaml" --size 32 --out "$tmp/x.h5"
 cp "$tmp/images/a.bmp" "$tmp/scenes/loose.bmp"
 expect 2 "$tmp/scenes/loose.bmp: --class-folders: an image outside a class folder" \
   run prep image-text --images "$tmp/scenes" --class-folders --size 32 --out "$tmp/loose.h5"

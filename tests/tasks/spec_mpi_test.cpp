@@ -132,10 +132,10 @@ TEST(TaskSpec, UnknownTaskNamesTheKnownOnes) {
 TEST(TaskSpec, MissingCommandNamesTheTasksThatHaveIt) {
   const tasks::TaskSpec& siglip = tasks::task_spec(Config::parse("task: {name: siglip}", "t"));
   try {
-    tasks::need(siglip, &tasks::TaskSpec::predict, "predict", "run/step_8.h5");
+    tasks::need(siglip, &tasks::TaskSpec::generate, "generate", "run/step_8.h5");
     FAIL() << "no error";
   } catch (const meridian::UserError& e) {
-    EXPECT_STREQ(e.what(), "predict: run/step_8.h5 is of task siglip; predict supports task detect");
+    EXPECT_STREQ(e.what(), "generate: run/step_8.h5 is of task siglip; generate supports task lm");
   }
   EXPECT_EQ(tasks::need(siglip, &tasks::TaskSpec::export_checkpoint, "export", "x"), siglip.export_checkpoint);
 }

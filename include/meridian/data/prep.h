@@ -60,6 +60,10 @@ struct PrepImageTextOptions : PrepCommon {
   // Instead of captions_file: images under images_dir/<class>/ (AID, NWPU-RESISC45, UCM as shipped);
   // the folder is the class (label), the class name with spaces for underscores the one caption.
   bool class_folders = false;
+  // With class_folders: a YAML map of folder to class name ({BareLand: bare land, Airport: airport
+  // terminal}) that names those classes instead (the rest: their folder in words). DataError naming
+  // the file and key for a folder that is not there or an empty name.
+  std::string class_names_file;
   // Instead of images_dir + captions_file: webdataset tar shards ("shards/{00000..00099}.tar"),
   // key.jpg (or png, webp, tif, bmp) + key.txt or key.json ("caption" or "captions") per sample,
   // divided among the ranks by shard. A sample without image or caption, an undecodable image or a
