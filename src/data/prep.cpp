@@ -158,8 +158,7 @@ std::map<std::string, std::string> folder_class_names(const std::string& file, c
   if (!root.IsMap()) throw DataError(file, "--class-names", "expected a map of class folder to class name");
   for (const auto& kv : root) {
     const std::string folder = kv.first.as<std::string>(), name = kv.second.IsScalar() ? kv.second.Scalar() : "";
-    if (!fs::is_directory(fs::path(dir) / folder))
-      throw DataError(file, folder, "names no class folder of " + dir);
+    if (!fs::is_directory(fs::path(dir) / folder)) throw DataError(file, folder, "names no class folder of " + dir);
     if (name.find_first_not_of(" \t") == std::string::npos) throw DataError(file, folder, "an empty class name");
     names[folder] = name;
   }
