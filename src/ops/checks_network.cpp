@@ -79,7 +79,7 @@ Findings check_links(const Facts& facts, const std::vector<LinkFacts>& links, bo
                           fmt::format("{}: its {} link(s) reach {:.1f} us, {} at best; the links between the "
                                       "others {:.1f} us, {}",
                                       who(facts, {e}), mine.size(), ml, rate(m), ol, rate(o)),
-                          slow_rank_hint});
+                          slow_rank_hint, e});
   }
   return findings;
 }

@@ -246,12 +246,16 @@ std::vector<std::string> HealthMonitor::report(int64_t step) {
                           {"latency_us", l.latency.one_way_us},
                           {"bandwidth_gbs", l.bandwidth.bandwidth_gbs}});
   // Bandwidth only: a core shared with training (or another job) delays the latency probe by
-  // milliseconds (2 ms against 22 us in a test beside a busy loop), which is no slow link.
+  // milliseconds (2 ms against 22 us in a test beside a busy loop), which is no slow link. And in two
+  // reports in a row: 3 ranks on 2 cores once measured one node's links at 33 MB/s against 0.15 GB/s
+  // in a single report, a process waiting for a core, not a link.
+  std::set<int> slow_now;
   for (const auto& f : check_links(ranks_, links, true, LinkEvidence::BandwidthOnly))
-    if (f.check == "slow rank")
+    if (f.check == "slow rank" && slow_now.insert(f.rank).second && slow_links_.count(f.rank))
       warnings.push_back("network: " + f.text +
                          ": a slow link to that node (its NIC, cable, switch port or VM host), not its compute; "
                          "every rank's communication waits for it");
+  slow_links_ = std::move(slow_now);
   for (const auto& w : warnings) spdlog::warn("health at step {}: {}", step, w);
   if (file_.is_open()) {
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

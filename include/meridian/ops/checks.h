@@ -23,6 +23,7 @@ struct Finding {
   std::string check;  // "disk", "mpi", "p2p"
   std::string text;   // "node-a: run dir /runs: 3.2 GiB free, below 10.0 GiB"
   std::string hint;   // what to do; empty for OK
+  int rank = -1;      // the rank it names, where it names one ("slow rank")
 };
 using Findings = std::vector<Finding>;
 

@@ -25,6 +25,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,7 @@ class HealthMonitor {
   core::CpuWindow cpu_;           // this rank's machine, since the last report
   HealthRules rules_;             // rank 0's
   std::vector<RankFacts> ranks_;  // rank, host, local rank of every rank (for the link probe)
+  std::set<int> slow_links_;      // rank 0's: the ranks whose links were all slow in the last report
   static constexpr uint64_t kLinkProbeBytes = 1 << 20;
   static constexpr int kLinkProbeIters = 2;
 };
