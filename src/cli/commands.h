@@ -32,6 +32,7 @@ struct Command {
 Command info_command();
 Command bench_comm_command();
 Command bench_ddp_command();
+Command bench_gemm_command();
 Command bench_io_command();
 Command prep_image_text_command();
 Command prep_detection_command();

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "meridian/nn/autocast.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/tasks/siglip_hf.h"
@@ -30,7 +31,9 @@ Command embed_command() {
       throw UserError("embed: give --model, --out and one of --images DIR or --texts FILE");
     const int64_t batch = p["batch"].as<int64_t>();
     if (batch < 1) throw UserError("embed: --batch must be at least 1");
-    auto model = tasks::load_siglip(open_model_option(p, rt, "embed"), p["tokenizer"].as<std::string>());
+    const auto source = open_model_option(p, rt, "embed");
+    const nn::AutocastScope precision(rt.device().type(), source.bf16);
+    auto model = tasks::load_siglip(source, p["tokenizer"].as<std::string>());
     const auto out = p["out"].as<std::string>();
     const int64_t n = p.count("images") ? tasks::embed_images(rt, model, p["images"].as<std::string>(), out, batch)
                                         : tasks::embed_texts(rt, model, p["texts"].as<std::string>(), out, batch);

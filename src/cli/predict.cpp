@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "commands.h"
+#include "meridian/nn/autocast.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/tasks/registry.h"
@@ -81,6 +82,7 @@ Command predict_command() {
     if (o.batch < 1) throw UserError("predict: --batch must be at least 1");
     if (const std::string classes = p["classes"].as<std::string>(); !classes.empty()) o.classes = class_list(classes);
     const auto model = open_model_option(p, rt, "predict");
+    const nn::AutocastScope precision(rt.device().type(), model.bf16);
     const auto predict = tasks::need(*model.spec, &tasks::TaskSpec::predict, "predict", model.path);
     const auto done = predict(rt, model, o);
     if (rt.rank() == 0)

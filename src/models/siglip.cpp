@@ -10,6 +10,7 @@
 #include "meridian/core/config_binding.h"
 #include "meridian/core/config_schema.h"
 #include "meridian/core/error.h"
+#include "meridian/nn/autocast.h"
 #include "meridian/parallel/ddp.h"
 
 namespace meridian::models {
@@ -310,6 +311,7 @@ int64_t parameter_count(torch::nn::Module& module) {
 
 at::Tensor siglip_loss(const at::Tensor& image_embeddings, const at::Tensor& text_embeddings, const at::Tensor& scale,
                        const at::Tensor& bias, comm::Communicator* comm) {
+  const nn::AutocastScope float32(image_embeddings.device().type(), false);  // the loss in float32 under bf16
   const int64_t b = image_embeddings.size(0);
   const at::Tensor texts = comm ? parallel::all_gather_with_grad(*comm, text_embeddings) : text_embeddings;
   const int64_t first = comm ? int64_t(comm->rank()) * b : 0;
@@ -321,6 +323,7 @@ at::Tensor siglip_loss(const at::Tensor& image_embeddings, const at::Tensor& tex
 
 at::Tensor clip_loss(const at::Tensor& image_embeddings, const at::Tensor& text_embeddings, const at::Tensor& scale,
                      comm::Communicator* comm) {
+  const nn::AutocastScope float32(image_embeddings.device().type(), false);  // the loss in float32 under bf16
   const int64_t b = image_embeddings.size(0);
   const at::Tensor all_texts = comm ? parallel::all_gather_with_grad(*comm, text_embeddings) : text_embeddings;
   const at::Tensor all_images = comm ? parallel::all_gather_with_grad(*comm, image_embeddings) : image_embeddings;

@@ -27,6 +27,14 @@ const TaskSpec& file_task() {
   return *found;
 }
 
+// bf16 autocast for the command where the model's config says so (a bf16 run's checkpoint, or
+// --set train.precision=bf16), as training evaluated it.
+ModelSource with_precision(ModelSource m) {
+  m.bf16 = m.config.get<std::string>("train.precision", "float32") == "bf16";
+  if (m.bf16) m.what += ", in bf16 (train.precision)";
+  return m;
+}
+
 }  // namespace
 
 ModelSource open_model(const std::string& path, const std::string& command,
@@ -45,7 +53,7 @@ ModelSource open_model(const std::string& path, const std::string& command,
     m.spec = &task_spec(m.config);
     m.step = reader.int_attribute("step").value_or(0);
     m.what = "checkpoint " + path + " (task " + m.spec->name + ", step " + std::to_string(m.step) + ")";
-    return m;
+    return with_precision(std::move(m));
   }
   m.published = true;
   if (fs::is_directory(path)) {
@@ -71,7 +79,7 @@ ModelSource open_model(const std::string& path, const std::string& command,
   if (!fs::is_directory(path)) m.what += m.spec->published_file_config(config, path);
   validate_config(config);
   m.config = std::move(config);
-  return m;
+  return with_precision(std::move(m));
 }
 
 void require_model_task(const ModelSource& model, const std::string& wanted, const std::string& command) {

@@ -5,11 +5,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
 #include <optional>
 
 #include "meridian/ckpt/checkpoint.h"
 #include "meridian/comm/runtime.h"
+#include "meridian/ops/peak.h"
 #include "meridian/tasks/registry.h"
 #include "meridian/train/settings.h"
 
@@ -116,7 +116,14 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
   train::seed(run.trainer.seed);
   auto task =
       task_spec(run.config).make(rt, run.config, run.trainer, DataSettings::from_config(run.config).train, run.start);
-  const auto settings = train::resolve_length(run.trainer, task->batches_per_epoch(), run.config);
+  auto settings = train::resolve_length(run.trainer, task->batches_per_epoch(), run.config);
+  if (settings.peak_flops <= 0) {  // MFU against the device's published or measured peak
+    const ops::Peak peak = ops::device_peak(rt, settings.precision == train::Precision::BFloat16);
+    settings.peak_flops = peak.flops;
+    if (rt.rank() == 0) spdlog::info("MFU against {:.1f} GFLOP/s per device ({})", peak.flops / 1e9, peak.source);
+  } else if (rt.rank() == 0) {
+    spdlog::info("MFU against train.peak_flops {:.1f} GFLOP/s per device", settings.peak_flops / 1e9);
+  }
   if (rt.rank() == 0 && settings.epochs > 0)
     spdlog::info("train.epochs {} x {} global batches per epoch / train.accumulate {}: {} steps (train.steps not used)",
                  settings.epochs, task->batches_per_epoch(), settings.accumulate, settings.steps);
@@ -129,19 +136,6 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
   if (run.resume) ckpt::restore(rt, trainer, *run.resume);
   ckpt::Checkpointer checkpointer(rt, trainer, run.config, run.checkpoint);
   return trainer.run();
-}
-
-double matmul_rate(const comm::Runtime& rt) {
-  const auto options = at::TensorOptions().device(rt.device()).dtype(at::kFloat);
-  const auto a = at::randn({1024, 1024}, options), b = at::randn({1024, 1024}, options);
-  at::Tensor c = at::matmul(a, b);
-  const int iters = 10;
-  rt.barrier();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) c = at::matmul(a, b);
-  c.sum().item<double>();  // waits on CUDA
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return 2.0 * 1024 * 1024 * 1024 * iters / s;
 }
 
 }  // namespace meridian::tasks

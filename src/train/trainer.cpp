@@ -30,24 +30,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Autocast to bfloat16 on the model's device while alive; the cache of casted weights is cleared
-// at the end (it would otherwise hold the pre-update weights into the next step).
-class Autocast {
- public:
-  Autocast(c10::DeviceType device, bool enabled) : device_(device), enabled_(enabled) {
-    if (enabled_) nn::AutocastState{true, at::kBFloat16}.apply(device_);
-  }
-  ~Autocast() {
-    if (!enabled_) return;
-    nn::AutocastState{false, at::kBFloat16}.apply(device_);
-    at::autocast::clear_cache();
-  }
-
- private:
-  c10::DeviceType device_;
-  bool enabled_;
-};
-
 }  // namespace
 
 struct Trainer::Impl {
@@ -169,7 +151,7 @@ struct Trainer::Impl {
       t0 = Clock::now();
       at::Tensor loss;
       {
-        Autocast autocast(rt.device().type(), s.precision == Precision::BFloat16);
+        nn::AutocastScope autocast(rt.device().type(), s.precision == Precision::BFloat16);
         strategy->begin_forward();
         loss = task.forward();
       }
@@ -242,7 +224,9 @@ struct Trainer::Impl {
     model->eval();
     Metrics m;
     {
-      at::NoGradGuard no_grad;               // float32 even with precision bf16: the same numbers as `meridian eval`
+      at::NoGradGuard no_grad;
+      // bf16 with precision bf16, as `meridian eval` of the checkpoint: the same numbers
+      nn::AutocastScope autocast(rt.device().type(), s.precision == Precision::BFloat16);
       std::optional<Ema::Swap> ema_weights;  // the EMA in the model while evaluating, then the training weights back
       if (ema) ema_weights.emplace(*ema);
       strategy->begin_eval();
@@ -257,6 +241,7 @@ struct Trainer::Impl {
   TrainSummary run() {
     TrainSummary summary;
     summary.parameters = parameter_count;
+    summary.peak_flops = s.peak_flops;
     if (s.stop_at > 0 && step >= s.stop_at && s.stop_at < s.steps) {
       if (rt.rank() == 0)
         spdlog::info("train.stop_at {} already reached (resumed at step {}): nothing to do", s.stop_at, step);

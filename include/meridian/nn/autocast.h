@@ -1,6 +1,6 @@
 // The autocast state (enabled, lower-precision dtype) of one device type, read and set through the
 // LibTorch API of either generation (2.4 and later: per device type; 1.13: CPU and CUDA calls).
-// The Trainer's bf16 scope sets it; activation checkpointing (nn/blocks.h) captures it in
+// AutocastScope below sets it; activation checkpointing (nn/blocks.h) captures it in
 // forward and puts it back for the recomputation in backward. Not collective; thread-local state.
 #pragma once
 
@@ -38,6 +38,28 @@ struct AutocastState {
     }
 #endif
   }
+};
+
+// Autocast on `device` set to (enabled, bfloat16) while alive, the state before put back at its end:
+// bf16 compute for a training step or an inference command, or float32 for a region inside one (a
+// loss). Leaving the outermost enabled scope clears the cache of casted weights (it would otherwise
+// hold the weights of before an update into the next step). Not collective; thread-local state.
+class AutocastScope {
+ public:
+  AutocastScope(c10::DeviceType device, bool enabled) : device_(device), before_(AutocastState::of(device)) {
+    now_ = {enabled, at::kBFloat16};
+    now_.apply(device_);
+  }
+  ~AutocastScope() {
+    before_.apply(device_);
+    if (now_.enabled && !before_.enabled) at::autocast::clear_cache();
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  AutocastState before_, now_;
 };
 
 }  // namespace meridian::nn

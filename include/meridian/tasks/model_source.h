@@ -24,6 +24,7 @@ struct ModelSource {
   // keys (`adjust`).
   Config config;
   int64_t step = 0;  // a checkpoint's step; 0 for published weights
+  bool bf16 = false;  // train.precision bf16: the command runs under bf16 autocast (nn::AutocastScope)
   std::string what;  // what was loaded, for the command's output, e.g. "Hugging Face SiglipModel directory m/"
 };
 

@@ -63,8 +63,4 @@ train::TrainSummary run_training(const comm::Runtime& runtime, Config config, co
                                  const std::string& resume, const train::InjectedStraggler& straggler = {},
                                  const std::string& trace_path = "");
 
-// Collective (a barrier, then every rank at once, as in training): this rank's float32 rate of a
-// 1024 x 1024 x 1024 matmul on its device and threads, in FLOP/s.
-double matmul_rate(const comm::Runtime& runtime);
-
 }  // namespace meridian::tasks

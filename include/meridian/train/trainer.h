@@ -107,6 +107,7 @@ struct TrainSummary {
   StepTimes mean_times;          // per step, mean over steps after the first and over ranks
   StepTimes max_times;           // the slowest rank's mean per phase
   double model_flops_per_s = 0;  // 3 x forward FLOPs (forward + backward) x samples/s, global
+  double peak_flops = 0;         // per device, what MFU is measured against (train.peak_flops); 0: none
   int64_t parameters = 0;
   Metrics first_eval, last_eval;             // eval_at_start's and the last evaluation's (empty if none)
   bool stopped = false;                      // ended early (train.stop_at or a signal; the hooks saw stopping = true)

@@ -15,6 +15,7 @@
 #include "meridian/data/format.h"
 #include "meridian/data/loader.h"
 #include "meridian/detect/loss.h"
+#include "meridian/nn/autocast.h"
 #include "meridian/tasks/detect_task.h"
 #include "meridian/train/settings.h"
 
@@ -213,6 +214,7 @@ at::Tensor DetectTask::forward() {
   auto& m = *impl_;
   auto levels = m.model->forward(m.images);
   for (auto& l : levels) l = l.to(at::kFloat);  // the loss in float32 under bf16 autocast
+  const nn::AutocastScope float32(m.images.device().type(), false);
   const auto loss = detect::detection_loss(levels, m.model->strides(), m.boxes, m.classes, m.offsets, m.settings.loss);
   m.last_parts = {{"box_loss", loss.box.item<double>()},
                   {"cls_loss", loss.cls.item<double>()},

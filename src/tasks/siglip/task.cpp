@@ -313,7 +313,8 @@ void SiglipTask::next_batch() {
 
 at::Tensor SiglipTask::forward() {
   auto& m = *impl_;
-  // The loss in float32 also under autocast (logits of a few thousand pairs, exp of the scale).
+  // The loss in float32 also under autocast (logits of a few thousand pairs, exp of the scale): the
+  // embeddings cast here, the loss computed with autocast off (models::siglip_loss).
   const auto images = m.model->encode_images(m.images).to(at::kFloat);
   const auto texts = m.model->encode_text(m.tokens).to(at::kFloat);
   // Copies: under ZeRO-3 the parameters hold no data after the step.

@@ -1,0 +1,37 @@
+// A device's dense matrix-multiply peak, the denominator of model FLOPs utilisation (MFU): the
+// published dense peak of a known GPU, else the rate this rank measures for a square GEMM on its
+// device and threads (what `meridian bench gemm` prints, and train uses unless train.peak_flops is
+// set).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+namespace meridian::comm {
+class Runtime;
+}
+
+namespace meridian::ops {
+
+// Not collective: FLOP/s of an n x n x n matmul in `dtype` on `device`, at the calling thread's
+// intra-op thread count: the best of `iters` timed calls after 3 warm-up calls (the best: the device,
+// not a busy moment of the machine).
+double gemm_rate(c10::Device device, at::ScalarType dtype, int64_t n, int iters);
+
+struct Peak {
+  double flops = 0;    // per device, FLOP/s
+  std::string source;  // "NVIDIA H100 80GB HBM3's published bf16 dense peak" / "measured: 1024^3 bf16 GEMM, ..."
+};
+
+// Not collective: the published dense peak of `gpu_name` ("NVIDIA H100 80GB HBM3") in bf16 or float32
+// (without TF32, as LibTorch multiplies float32 by default); 0 for a name not in the table.
+double published_peak(const std::string& gpu_name, bool bf16);
+
+// Collective (a barrier, then every rank measures at once, as they train: ranks sharing a machine
+// share its memory bandwidth): the mean over ranks of each device's peak in bf16 or float32: the
+// table's for a known GPU, else measured by gemm_rate (1024^3 on a CPU, 8192^3 on a GPU). Every rank
+// returns the same flops; the source is this rank's. Leaves the global random generator as it was.
+Peak device_peak(const comm::Runtime& runtime, bool bf16);
+
+}  // namespace meridian::ops

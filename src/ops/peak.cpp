@@ -1,0 +1,81 @@
+#include "meridian/ops/peak.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "meridian/comm/probe.h"
+#include "meridian/comm/runtime.h"
+
+namespace meridian::ops {
+
+namespace {
+
+struct PublishedPeak {
+  const char* name;  // a part of the CUDA device name; the first entry that matches counts
+  double bf16, float32;
+};
+
+// Vendors' datasheets, dense (no sparsity), float32 without TF32. More specific names first: "A100"
+// before "A10", "L40S" before "L4", H100's forms before the bare name.
+constexpr PublishedPeak kPublished[] = {
+    {"H200", 989.4e12, 66.9e12},      {"H100 NVL", 835e12, 60e12},  {"H100 PCIe", 756e12, 51.2e12},
+    {"H100", 989.4e12, 66.9e12},      {"A100", 312e12, 19.5e12},    {"L40S", 362.05e12, 91.6e12},
+    {"A10", 125e12, 31.2e12},         {"L4", 121e12, 30.3e12},
+};
+
+}  // namespace
+
+double gemm_rate(c10::Device device, at::ScalarType dtype, int64_t n, int iters) {
+  // From a generator of its own: the global one is the run's, seeded for its initialisation.
+  auto generator = at::detail::createCPUGenerator(1);
+  const auto a = at::randn({n, n}, generator).to(device, dtype), b = at::randn({n, n}, generator).to(device, dtype);
+  at::Tensor c;
+  for (int i = 0; i < 3; ++i) c = at::mm(a, b);  // warm-up: the thread pool, the pages, the clocks
+  c.sum().item<double>();                         // waits on CUDA
+  double best = 1e30;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    c = at::mm(a, b);
+    c.sum().item<double>();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * double(n) * double(n) * double(n) / best;
+}
+
+double published_peak(const std::string& gpu_name, bool bf16) {
+  for (const auto& p : kPublished)
+    if (gpu_name.find(p.name) != std::string::npos) return bf16 ? p.bf16 : p.float32;
+  return 0;
+}
+
+Peak device_peak(const comm::Runtime& rt, bool bf16) {
+  const c10::Device device = rt.device();
+  const char* dtype = bf16 ? "bf16" : "float32";
+  Peak mine;
+  if (device.is_cuda()) {
+    const auto inventory = comm::local_gpus();
+    const int index = device.has_index() ? device.index() : 0;
+    if (index < int(inventory.gpus.size())) {
+      const std::string& name = inventory.gpus[size_t(index)].name;
+      mine = {published_peak(name, bf16), name + "'s published " + dtype + " dense peak"};
+    }
+  }
+  rt.barrier();
+  if (mine.flops <= 0) {
+    const int64_t n = device.is_cuda() ? 8192 : 1024;
+    const int threads = device.is_cuda() ? 0 : at::get_num_threads();
+    mine.flops = gemm_rate(device, bf16 ? at::kBFloat16 : at::kFloat, n, device.is_cuda() ? 5 : 8);
+    mine.source = fmt::format("measured: {}^3 {} GEMM on {}{}", n, dtype, device.str(),
+                              threads ? fmt::format(", {} thread(s)", threads) : "");
+  }
+  Peak peak;
+  peak.flops = double(rt.sum(int64_t(mine.flops))) / rt.size();
+  peak.source = mine.source + (rt.size() > 1 ? fmt::format(", mean over {} ranks", rt.size()) : "");
+  return peak;
+}
+
+}  // namespace meridian::ops
