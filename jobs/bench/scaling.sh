@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The scaling table of docs/performance.md: SigLIP tiny (jobs/configs/ucm-siglip-tiny.yaml) trained
 # by meridian (`bench train`, float32 gradients and bf16 gradients) and by the idiomatic PyTorch DDP
-# reference (jobs/bench/siglip_torch_ref.py, gloo), one rank per node with one thread, batch 32 per
+# reference (jobs/bench/siglip_torch_ref.py, gloo; on 2 or more nodes also with DDP's fp16_compress_hook,
+# the reference for bf16 gradients), one rank per node with one thread, batch 32 per
 # rank, on 1, 2 and 3 nodes of the virtual cluster (tests/cluster/vcluster.sh: network namespaces,
 # TCP over veth, links limited with tc) at each link rate. Prints a markdown table: samples/s, the
 # efficiency against one node of the same program, meridian / PyTorch, and meridian's exposed
@@ -71,13 +72,14 @@ run_meridian() {
        END { if (!found) print "failed -" }' "$log"
 }
 
-# reference N LOG -> samples/s
+# reference N LOG [--fp16-hook] -> samples/s
 run_reference() {
   local n=$1 log=$2 r pids=() port=$((29500 + RANDOM % 1000))
+  shift 2
   for ((r = 0; r < n; r++)); do
     vc_exec $((r + 1)) env RANK=$r WORLD_SIZE="$n" MASTER_ADDR="$(vc_addr 1)" MASTER_PORT=$port \
       GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 "$python" "$root/jobs/bench/siglip_torch_ref.py" \
-      --steps "$steps" --batch 32 --threads 1 >"$log.rank$r" 2>&1 &
+      --steps "$steps" --batch 32 --threads 1 "$@" >"$log.rank$r" 2>&1 &
     pids+=($!)
   done
   wait "${pids[@]}"
@@ -87,8 +89,8 @@ run_reference() {
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "-" }'; }
 eff() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.0f %%", 100 * a / (n * b); else print "-" }'; }
 
-echo "| nodes | links | meridian float32 (eff.) | meridian bf16 grads (eff.) | PyTorch DDP (eff.) | float32 / PyTorch | bf16 grads / PyTorch | exposed comm float32 / bf16 |"
-echo "|---:|---|---:|---:|---:|---:|---:|---|"
+echo "| nodes | links | meridian float32 (eff.) | meridian bf16 grads (eff.) | PyTorch DDP (eff.) | PyTorch DDP fp16 hook (eff.) | float32 / PyTorch | bf16 grads / PyTorch fp16 hook | exposed comm float32 / bf16 |"
+echo "|---:|---|---:|---:|---:|---:|---:|---:|---|"
 base_m="" base_t=""
 for n in $nodes; do
   for rate in $rates; do
@@ -102,10 +104,12 @@ for n in $nodes; do
       m16=- c16=-
     fi
     t=$(run_reference "$n" "$logs/torch-$tag.log")
+    if ((n > 1)); then t16=$(run_reference "$n" "$logs/torch-$tag-fp16.log" --fp16-hook); else t16=-; fi
     ((n == 1)) && base_m=$m32 base_t=$t
     link=$([[ $n == 1 ]] && echo "-" || echo "$rate")
     echo "| $n | $link | $m32 ($(eff "$m32" "$base_m" "$n")) | $m16 ($(eff "$m16" "$base_m" "$n")) |" \
-      "$t ($(eff "$t" "$base_t" "$n")) | $(ratio "$m32" "$t") | $(ratio "$m16" "$t") | $c32 % / $c16 % |"
+      "$t ($(eff "$t" "$base_t" "$n")) | $t16 ($(eff "$t16" "$base_t" "$n")) | $(ratio "$m32" "$t") |" \
+      "$(ratio "$m16" "$t16") | $c32 % / $c16 % |"
   done
 done
 echo

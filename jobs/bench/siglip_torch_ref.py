@@ -15,6 +15,8 @@ UCM shapes made up front, so the reference never waits for data (meridian reads 
 Start one process per rank with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and GLOO_SOCKET_IFNAME
 across nodes): jobs/bench/scaling.sh does it on the virtual cluster, torch-ddp-reference.sh on one
 host (ranks pinned one per core). --bf16 runs forward and loss under torch.autocast (cpu, bfloat16).
+--fp16-hook registers DDP's stock fp16_compress_hook (gradients reduced in float16, half the bytes:
+the PyTorch user's answer to meridian's comm.grad_dtype: bf16).
 Rank 0 prints a line per --log-every steps and ends with
   torch_ddp samples/s <global> step_ms <mean> steps <n>
 """
@@ -27,6 +29,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dist_fn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -89,6 +92,8 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--bf16", action="store_true", help="forward and loss under torch.autocast(cpu, bfloat16)")
+    ap.add_argument("--fp16-hook", action="store_true",
+                    help="DDP's fp16_compress_hook: gradients reduced in float16")
     args = ap.parse_args()
     if args.steps < 1 or args.warmup < 0 or args.batch < 1 or args.threads < 1:
         ap.error("need --steps >= 1, --warmup >= 0, --batch >= 1, --threads >= 1")
@@ -101,6 +106,8 @@ def main():
     model = SigLIP(vocab=args.vocab)
     n_params = sum(p.numel() for p in model.parameters())
     ddp = nn.parallel.DistributedDataParallel(model)
+    if args.fp16_hook:
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "embed" in n or "pos" in n]
     decay = [p for n, p in model.named_parameters() if not (p.ndim < 2 or "embed" in n or "pos" in n)]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],

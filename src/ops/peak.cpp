@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <sstream>
 
 #include "meridian/comm/probe.h"
 #include "meridian/comm/runtime.h"
@@ -76,6 +78,30 @@ Peak device_peak(const comm::Runtime& rt, bool bf16) {
   peak.flops = double(rt.sum(int64_t(mine.flops))) / rt.size();
   peak.source = mine.source + (rt.size() > 1 ? fmt::format(", mean over {} ranks", rt.size()) : "");
   return peak;
+}
+
+Bf16Path cpu_bf16_path(const comm::Runtime& rt, double bf16_flops) {
+  const double f32 = device_peak(rt, false).flops;
+  std::string flags;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; flags.empty() && std::getline(cpuinfo, line);) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line);
+    for (std::string w; words >> w;)
+      if (w == "avx512_bf16" || w == "amx_bf16") flags += (flags.empty() ? "" : ", ") + w;
+  }
+  Bf16Path path;
+  path.fast = bf16_flops > 1.2 * f32;
+  const std::string rates =
+      fmt::format("bf16 GEMMs at {:.1f} GFLOP/s per rank, {:.2f}x float32's {:.1f}", bf16_flops / 1e9, bf16_flops / f32,
+                  f32 / 1e9);
+  const std::string units = flags.empty() ? "no bf16 instructions (avx512_bf16, amx_bf16) in /proc/cpuinfo"
+                                          : "bf16 instructions: " + flags;
+  path.text = path.fast ? "bf16 on CPU: " + rates + " (" + units + ")"
+                        : "bf16 on CPU: " + rates + " (" + units +
+                              "): LibTorch emulates bf16 here, so bf16 trains slower than float32; use "
+                              "train.precision float32 on this machine";
+  return path;
 }
 
 }  // namespace meridian::ops

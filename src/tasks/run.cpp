@@ -117,12 +117,18 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
   auto task =
       task_spec(run.config).make(rt, run.config, run.trainer, DataSettings::from_config(run.config).train, run.start);
   auto settings = train::resolve_length(run.trainer, task->batches_per_epoch(), run.config);
+  const bool bf16 = settings.precision == train::Precision::BFloat16;
+  std::optional<ops::Peak> peak;
+  if (settings.peak_flops <= 0 || (bf16 && !rt.device().is_cuda())) peak = ops::device_peak(rt, bf16);
   if (settings.peak_flops <= 0) {  // MFU against the device's published or measured peak
-    const ops::Peak peak = ops::device_peak(rt, settings.precision == train::Precision::BFloat16);
-    settings.peak_flops = peak.flops;
-    if (rt.rank() == 0) spdlog::info("MFU against {:.1f} GFLOP/s per device ({})", peak.flops / 1e9, peak.source);
+    settings.peak_flops = peak->flops;
+    if (rt.rank() == 0) spdlog::info("MFU against {:.1f} GFLOP/s per device ({})", peak->flops / 1e9, peak->source);
   } else if (rt.rank() == 0) {
     spdlog::info("MFU against train.peak_flops {:.1f} GFLOP/s per device", settings.peak_flops / 1e9);
+  }
+  if (bf16 && !rt.device().is_cuda()) {  // which path bf16 takes here, and a warning where it is the slow one
+    const ops::Bf16Path path = ops::cpu_bf16_path(rt, peak->flops);
+    if (rt.rank() == 0) path.fast ? spdlog::info("{}", path.text) : spdlog::warn("{}", path.text);
   }
   if (rt.rank() == 0 && settings.epochs > 0)
     spdlog::info("train.epochs {} x {} global batches per epoch / train.accumulate {}: {} steps (train.steps not used)",

@@ -9,7 +9,9 @@
 #    (autocast's cached weight casts cleared every step; nothing of the bf16 path outside the checkpoint);
 #  - `eval` of the bf16 checkpoint runs in bf16 (train.precision) and prints exactly the metrics that
 #    training's last evaluation logged; `--set train.precision=float32` evaluates it in float32, a
-#    different result; `predict`, `embed` and `generate` run in bf16 and say so.
+#    different result; `predict`, `embed` and `generate` run in bf16 and say so;
+#  - every bf16 run logs its path on this CPU and the measured bf16 peak its MFU is against; `bench
+#    gemm` prints a row per rank.
 set -u
 mpirun=$1 meridian=$2 src=$3
 source "$(dirname "$0")/../mpi_script_lib.sh"
@@ -39,6 +41,11 @@ task() {
   run "$name-f32" "$config" "$data" "$@"
   run "$name-bf16" "$config" "$data" --set train.precision=bf16 "$@"
   grep -q "bf16 autocast" "$tmp/$name-bf16.log" || fail "$name: the bf16 run does not say bf16 autocast"
+  grep -qE "bf16 on CPU: bf16 GEMMs at [0-9.]+ GFLOP/s per rank" "$tmp/$name-bf16.log" ||
+    fail "$name: the bf16 run does not say which path bf16 takes on this CPU"
+  grep -qE "MFU against [0-9.]+ GFLOP/s per device \(measured: 1024\^3 bf16 GEMM" "$tmp/$name-bf16.log" ||
+    fail "$name: the bf16 run does not name the bf16 peak its MFU is against"
+  grep -qE "step +8/8 .* MFU [0-9.]+%" "$tmp/$name-bf16.log" || fail "$name: no MFU in the step log"
   local f32 bf16
   f32=$(final_loss "$name-f32") bf16=$(final_loss "$name-bf16")
   [[ -n $f32 && -n $bf16 ]] || fail "$name: no final loss"
@@ -93,4 +100,14 @@ out=$("$mpirun" --oversubscribe -np 2 "$meridian" embed --model "$(ck siglip-tin
   --out "$tmp/emb.h5" 2>&1) || { echo "$out" | tail; fail "embed in bf16 exited"; }
 grep -q "in bf16" <<<"$out" || fail "embed does not say it runs in bf16"
 echo "ok: generate, predict and embed run in bf16"
+
+# bench gemm: a row per rank, float32 and bf16 rates, and the peak train's MFU uses.
+out=$("$mpirun" --oversubscribe -np 2 "$meridian" bench gemm --size 256 --iters 2 2>&1) ||
+  { echo "$out"; fail "bench gemm exited"; }
+echo "$out"
+[[ $(grep -cE '^ +[01] +[^ ]+ +cpu +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$' <<<"$out") == 2 ]] ||
+  fail "bench gemm: not one row per rank with both rates"
+grep -qE "^MFU peak per device: float32 [0-9.]+ GFLOP/s .*; bf16 [0-9.]+ GFLOP/s" <<<"$out" ||
+  fail "bench gemm: no MFU peak line"
+expect_error "bench gemm --iters 0" "--iters must be at least 1" "$mpirun" --oversubscribe -np 2 "$meridian" bench gemm --iters 0
 echo PASS

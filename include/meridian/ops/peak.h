@@ -34,4 +34,14 @@ double published_peak(const std::string& gpu_name, bool bf16);
 // returns the same flops; the source is this rank's. Leaves the global random generator as it was.
 Peak device_peak(const comm::Runtime& runtime, bool bf16);
 
+// Which path bf16 takes on CPU ranks, for the log of a bf16 run: `bf16_flops` (device_peak's bf16)
+// against the float32 rate measured now, and the CPU's bf16 instructions (avx512_bf16, amx_bf16 in
+// /proc/cpuinfo). `fast` false: bf16 GEMMs are not faster than float32 here (no bf16 units: LibTorch
+// emulates them), so bf16 training is slower than float32. Collective (device_peak).
+struct Bf16Path {
+  bool fast = false;
+  std::string text;
+};
+Bf16Path cpu_bf16_path(const comm::Runtime& runtime, double bf16_flops);
+
 }  // namespace meridian::ops
