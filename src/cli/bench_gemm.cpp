@@ -36,9 +36,9 @@ Command bench_gemm_command() {
     rt.barrier();
     const double bf16 = ops::gemm_rate(device, at::kBFloat16, n, iters);
     const int threads = device.is_cuda() ? 0 : at::get_num_threads();
-    const auto rows = rt.gather_to_root(fmt::format(
-        "{:>4}  {:<16} {:<8} {:>7}  {:>14.1f}  {:>14.1f}  {:>6.2f}", rt.rank(), rt.host(), device.str(),
-        threads ? std::to_string(threads) : "-", f32 / 1e9, bf16 / 1e9, bf16 / f32));
+    const auto rows = rt.gather_to_root(
+        fmt::format("{:>4}  {:<16} {:<8} {:>7}  {:>14.1f}  {:>14.1f}  {:>6.2f}", rt.rank(), rt.host(), device.str(),
+                    threads ? std::to_string(threads) : "-", f32 / 1e9, bf16 / 1e9, bf16 / f32));
     const ops::Peak f32_peak = ops::device_peak(rt, false), bf16_peak = ops::device_peak(rt, true);
     if (rt.rank() != 0) return 0;
     std::printf("bench gemm: %ld^3 matmul, best of %d calls per dtype, every rank at once\n", long(n), iters);

@@ -4,9 +4,9 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
-#include "meridian/nn/autocast.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
+#include "meridian/nn/autocast.h"
 #include "meridian/tasks/siglip_hf.h"
 
 namespace meridian::cli {

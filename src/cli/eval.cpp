@@ -5,10 +5,10 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "meridian/nn/autocast.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/json_file.h"
+#include "meridian/nn/autocast.h"
 #include "meridian/tasks/registry.h"
 
 namespace meridian::cli {

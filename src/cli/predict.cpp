@@ -6,9 +6,9 @@
 #include <fstream>
 
 #include "commands.h"
-#include "meridian/nn/autocast.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
+#include "meridian/nn/autocast.h"
 #include "meridian/tasks/registry.h"
 
 namespace meridian::cli {

@@ -168,7 +168,7 @@ Command bench_train_command() {
     Config config = resolved_config(p, "bench train");
     if (p.count("print-config")) return print_config(rt, p, config);
     tasks::require_same_run(rt, config, p["run-dir"].as<std::string>(), "");
-    config.set("data.eval", "''");  // speed only
+    config.set("data.eval", "''");             // speed only
     config.set("checkpoint.at_end", "false");  // speed only: no checkpoints
     config.set("checkpoint.every_steps", "0");
     config.set("checkpoint.every_minutes", "0");
@@ -186,8 +186,8 @@ Command bench_train_command() {
       std::printf(
           "bench train: slowest rank step %.1f ms; model %.2f GFLOP/s (3 x forward FLOPs x samples/s): MFU %.1f%% of "
           "%.2f GFLOP/s per rank (the log names that peak)\n",
-          1e3 * r.max_times.total, r.model_flops_per_s / 1e9,
-          100.0 * r.model_flops_per_s / (r.peak_flops * rt.size()), r.peak_flops / 1e9);
+          1e3 * r.max_times.total, r.model_flops_per_s / 1e9, 100.0 * r.model_flops_per_s / (r.peak_flops * rt.size()),
+          r.peak_flops / 1e9);
     }
     return 0;
   };

@@ -24,9 +24,9 @@ struct PublishedPeak {
 // Vendors' datasheets, dense (no sparsity), float32 without TF32. More specific names first: "A100"
 // before "A10", "L40S" before "L4", H100's forms before the bare name.
 constexpr PublishedPeak kPublished[] = {
-    {"H200", 989.4e12, 66.9e12},      {"H100 NVL", 835e12, 60e12},  {"H100 PCIe", 756e12, 51.2e12},
-    {"H100", 989.4e12, 66.9e12},      {"A100", 312e12, 19.5e12},    {"L40S", 362.05e12, 91.6e12},
-    {"A10", 125e12, 31.2e12},         {"L4", 121e12, 30.3e12},
+    {"H200", 989.4e12, 66.9e12}, {"H100 NVL", 835e12, 60e12}, {"H100 PCIe", 756e12, 51.2e12},
+    {"H100", 989.4e12, 66.9e12}, {"A100", 312e12, 19.5e12},   {"L40S", 362.05e12, 91.6e12},
+    {"A10", 125e12, 31.2e12},    {"L4", 121e12, 30.3e12},
 };
 
 }  // namespace
@@ -37,7 +37,7 @@ double gemm_rate(c10::Device device, at::ScalarType dtype, int64_t n, int iters)
   const auto a = at::randn({n, n}, generator).to(device, dtype), b = at::randn({n, n}, generator).to(device, dtype);
   at::Tensor c;
   for (int i = 0; i < 3; ++i) c = at::mm(a, b);  // warm-up: the thread pool, the pages, the clocks
-  c.sum().item<double>();                         // waits on CUDA
+  c.sum().item<double>();                        // waits on CUDA
   double best = 1e30;
   for (int i = 0; i < iters; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -92,11 +92,10 @@ Bf16Path cpu_bf16_path(const comm::Runtime& rt, double bf16_flops) {
   }
   Bf16Path path;
   path.fast = bf16_flops > 1.2 * f32;
-  const std::string rates =
-      fmt::format("bf16 GEMMs at {:.1f} GFLOP/s per rank, {:.2f}x float32's {:.1f}", bf16_flops / 1e9, bf16_flops / f32,
-                  f32 / 1e9);
-  const std::string units = flags.empty() ? "no bf16 instructions (avx512_bf16, amx_bf16) in /proc/cpuinfo"
-                                          : "bf16 instructions: " + flags;
+  const std::string rates = fmt::format("bf16 GEMMs at {:.1f} GFLOP/s per rank, {:.2f}x float32's {:.1f}",
+                                        bf16_flops / 1e9, bf16_flops / f32, f32 / 1e9);
+  const std::string units =
+      flags.empty() ? "no bf16 instructions (avx512_bf16, amx_bf16) in /proc/cpuinfo" : "bf16 instructions: " + flags;
   path.text = path.fast ? "bf16 on CPU: " + rates + " (" + units + ")"
                         : "bf16 on CPU: " + rates + " (" + units +
                               "): LibTorch emulates bf16 here, so bf16 trains slower than float32; use "

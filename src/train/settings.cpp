@@ -58,7 +58,8 @@ const ConfigBinding<TrainerSettings>& bindings() {
     b.boolean("train.activation_checkpointing", &S::activation_checkpointing,
               "recompute each block's activations in backward instead of keeping them (the task's blocks: "
               "Llama layers, SigLIP encoder layers)");
-    b.number("train.peak_flops", &S::peak_flops, "one device's peak FLOP/s, for the reported MFU; 0: a known GPU's published dense peak, else the GEMM "
+    b.number("train.peak_flops", &S::peak_flops,
+             "one device's peak FLOP/s, for the reported MFU; 0: a known GPU's published dense peak, else the GEMM "
              "rate each rank measures at the start (meridian bench gemm), in the run's precision")
         .at_least(0);
     b.choice("comm.grad_dtype", &S::bf16_gradients, {{"float32", false}, {"bf16", true}},

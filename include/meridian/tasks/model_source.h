@@ -23,9 +23,9 @@ struct ModelSource {
   // task.init = path, the model: keys of config.json or of the model YAML). Both with the command's
   // keys (`adjust`).
   Config config;
-  int64_t step = 0;  // a checkpoint's step; 0 for published weights
+  int64_t step = 0;   // a checkpoint's step; 0 for published weights
   bool bf16 = false;  // train.precision bf16: the command runs under bf16 autocast (nn::AutocastScope)
-  std::string what;  // what was loaded, for the command's output, e.g. "Hugging Face SiglipModel directory m/"
+  std::string what;   // what was loaded, for the command's output, e.g. "Hugging Face SiglipModel directory m/"
 };
 
 // Not collective (every rank reads the same files). `adjust` sets the command's keys (--set, and

@@ -53,9 +53,10 @@ struct TrainerSettings {
                               // (ZeroOptions::offload); needs optim.zero 3
   bool activation_checkpointing = false;  // train.activation_checkpointing: the task's blocks recompute their
                                           // activations in backward (nn::BlockRunner)
-  double peak_flops = 0;                  // train.peak_flops: one device's peak FLOP/s (e.g. 989e12 for an H100's
-                                          // bf16 dense): reported as model FLOPs utilisation (mfu); 0: none (run_training
-                                          // sets the published or measured peak, ops::device_peak)
+  // train.peak_flops: one device's peak FLOP/s (e.g. 989e12 for an H100's bf16 dense), the denominator
+  // of the reported model FLOPs utilisation (mfu); 0: none (run_training sets the published or
+  // measured peak, ops::device_peak)
+  double peak_flops = 0;
   // comm: how DistributedDataParallel reduces the gradients (parallel::DdpOptions)
   bool bf16_gradients = false;  // comm.grad_dtype: float32 | bf16 (reduced in bfloat16: half the bytes; the
                                 // optimizer still gets float32 gradients); not with optim.zero
