@@ -103,4 +103,15 @@ Bf16Path cpu_bf16_path(const comm::Runtime& rt, double bf16_flops) {
   return path;
 }
 
+std::string bf16_unsupported(c10::Device device) {
+  if (!device.is_cuda()) return "";
+  const auto inventory = comm::local_gpus();
+  const int index = device.has_index() ? device.index() : 0;
+  if (index >= int(inventory.gpus.size())) return "";  // not known here: the first bf16 kernel will say
+  const auto& gpu = inventory.gpus[size_t(index)];
+  if (gpu.major >= 8) return "";
+  return fmt::format("{} (cuda:{}) has compute capability {}.{}; bf16 needs 8.0 (Ampere) or newer", gpu.name, index,
+                     gpu.major, gpu.minor);
+}
+
 }  // namespace meridian::ops

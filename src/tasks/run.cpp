@@ -9,6 +9,7 @@
 
 #include "meridian/ckpt/checkpoint.h"
 #include "meridian/comm/runtime.h"
+#include "meridian/core/error.h"
 #include "meridian/ops/peak.h"
 #include "meridian/tasks/registry.h"
 #include "meridian/train/settings.h"
@@ -112,6 +113,15 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
   if (rt.rank() == 0) {
     for (const auto& note : run.notes) spdlog::info("{}", note);
     for (const auto& warning : run.warnings) spdlog::warn("{}", warning);
+  }
+  if (run.trainer.precision == train::Precision::BFloat16) {  // every rank, before the data opens
+    const std::string why = ops::bf16_unsupported(rt.device());
+    const int64_t ranks = rt.sum(why.empty() ? 0 : 1);
+    if (ranks > 0)
+      throw ConfigError(run.config.source("train.precision"), "train.precision",
+                        "bf16 on a device without it: " +
+                            (why.empty() ? std::to_string(ranks) + " other rank(s)' GPUs (their logs name them)" : why) +
+                            "; use float32");
   }
   train::seed(run.trainer.seed);
   auto task =

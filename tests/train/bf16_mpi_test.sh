@@ -109,5 +109,8 @@ echo "$out"
   fail "bench gemm: not one row per rank with both rates"
 grep -qE "^MFU peak per device: float32 [0-9.]+ GFLOP/s .*; bf16 [0-9.]+ GFLOP/s" <<<"$out" ||
   fail "bench gemm: no MFU peak line"
+expect_error "train.precision fp8" "field 'train.precision': expected one of float32 or bf16, got 'fp8'" \
+  "$mpirun" --oversubscribe -np 2 "$meridian" train --config "$src/jobs/configs/lm-tiny.yaml" --data "$tmp/text.h5" \
+  --set train.precision=fp8
 expect_error "bench gemm --iters 0" "--iters must be at least 1" "$mpirun" --oversubscribe -np 2 "$meridian" bench gemm --iters 0
 echo PASS

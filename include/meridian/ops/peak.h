@@ -44,4 +44,9 @@ struct Bf16Path {
 };
 Bf16Path cpu_bf16_path(const comm::Runtime& runtime, double bf16_flops);
 
+// Not collective: why `device` cannot compute in bf16 ("NVIDIA V100 ... has compute capability 7.0;
+// bf16 needs 8.0 (Ampere) or newer"), or "" when it can: every CPU can (emulated where it has no bf16
+// units: cpu_bf16_path says so), a GPU from compute capability 8.0.
+std::string bf16_unsupported(c10::Device device);
+
 }  // namespace meridian::ops
