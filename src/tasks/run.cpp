@@ -118,10 +118,11 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
     const std::string why = ops::bf16_unsupported(rt.device());
     const int64_t ranks = rt.sum(why.empty() ? 0 : 1);
     if (ranks > 0)
-      throw ConfigError(run.config.source("train.precision"), "train.precision",
-                        "bf16 on a device without it: " +
-                            (why.empty() ? std::to_string(ranks) + " other rank(s)' GPUs (their logs name them)" : why) +
-                            "; use float32");
+      throw ConfigError(
+          run.config.source("train.precision"), "train.precision",
+          "bf16 on a device without it: " +
+              (why.empty() ? std::to_string(ranks) + " other rank(s)' GPUs (their logs name them)" : why) +
+              "; use float32");
   }
   train::seed(run.trainer.seed);
   auto task =
