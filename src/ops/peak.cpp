@@ -29,6 +29,12 @@ constexpr PublishedPeak kPublished[] = {
     {"A10", 125e12, 31.2e12},    {"L4", 121e12, 30.3e12},
 };
 
+// This rank's GPU in the CUDA inventory; nullptr on a CPU or where the inventory does not list it.
+const comm::GpuInfo* rank_gpu(c10::Device device, const comm::GpuInventory& inventory) {
+  const int index = device.has_index() ? device.index() : 0;
+  return device.is_cuda() && index < int(inventory.gpus.size()) ? &inventory.gpus[size_t(index)] : nullptr;
+}
+
 }  // namespace
 
 double gemm_rate(c10::Device device, at::ScalarType dtype, int64_t n, int iters) {
@@ -60,11 +66,8 @@ Peak device_peak(const comm::Runtime& rt, bool bf16) {
   Peak mine;
   if (device.is_cuda()) {
     const auto inventory = comm::local_gpus();
-    const int index = device.has_index() ? device.index() : 0;
-    if (index < int(inventory.gpus.size())) {
-      const std::string& name = inventory.gpus[size_t(index)].name;
-      mine = {published_peak(name, bf16), name + "'s published " + dtype + " dense peak"};
-    }
+    if (const comm::GpuInfo* gpu = rank_gpu(device, inventory))
+      mine = {published_peak(gpu->name, bf16), gpu->name + "'s published " + dtype + " dense peak"};
   }
   rt.barrier();
   if (mine.flops <= 0) {
@@ -106,12 +109,10 @@ Bf16Path cpu_bf16_path(const comm::Runtime& rt, double bf16_flops) {
 std::string bf16_unsupported(c10::Device device) {
   if (!device.is_cuda()) return "";
   const auto inventory = comm::local_gpus();
-  const int index = device.has_index() ? device.index() : 0;
-  if (index >= int(inventory.gpus.size())) return "";  // not known here: the first bf16 kernel will say
-  const auto& gpu = inventory.gpus[size_t(index)];
-  if (gpu.major >= 8) return "";
-  return fmt::format("{} (cuda:{}) has compute capability {}.{}; bf16 needs 8.0 (Ampere) or newer", gpu.name, index,
-                     gpu.major, gpu.minor);
+  const comm::GpuInfo* gpu = rank_gpu(device, inventory);
+  if (!gpu || gpu->major >= 8) return "";  // not listed here: the first bf16 kernel will say
+  return fmt::format("{} ({}) has compute capability {}.{}; bf16 needs 8.0 (Ampere) or newer", gpu->name, device.str(),
+                     gpu->major, gpu->minor);
 }
 
 }  // namespace meridian::ops
