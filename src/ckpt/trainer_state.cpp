@@ -2,6 +2,7 @@
 // the EMA, every rank's RNG and the counters. Saved and loaded here, side by side, so that the two
 // layouts cannot drift apart.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -42,6 +43,9 @@ void save_trainer_state(train::StateWriter& w, train::Trainer& trainer, const Co
   w.attribute("bad_steps", state.bad_steps);
   w.attribute("bad_in_a_row", state.bad_in_a_row);
   w.attribute("global_batch", trainer.global_batch());
+  // train.balance: the shares in force ("6,2"), and each rank's measuring window.
+  w.attribute("balance_shares", fmt::format("{}", fmt::join(state.balance.shares, ",")));
+  w.per_rank("balance_window", at::tensor({state.balance.busy_s, state.balance.samples}, at::kDouble));
   if (!std::isnan(state.best.value)) {  // checkpoint.best's record, exactly (17 digits round-trip a double)
     w.attribute("best_value", fmt::format("{:.17g}", state.best.value));
     w.attribute("best_step", state.best.step);
@@ -89,6 +93,18 @@ void load_trainer_state(train::StateReader& r, int rank, train::Trainer& trainer
     }
     state.best.step = r.int_attribute("best_step").value_or(0);
     state.best.evals_since = r.int_attribute("best_evals_since").value_or(0);
+  }
+  if (const auto shares = r.string_attribute("balance_shares")) {  // absent before train.balance: even
+    try {
+      state.balance.shares = train::parse_shares(*shares);
+    } catch (const std::invalid_argument& e) {
+      throw DataError(point.path, "attribute 'balance_shares'", "is '" + *shares + "': " + e.what());
+    }
+    const std::string window = "ranks/" + std::to_string(rank) + "/balance_window";
+    if (point.world_size == int64_t(state.balance.shares.size()) && r.has(window)) {
+      const at::Tensor w = r.read(window).to(at::kDouble).contiguous();
+      if (w.numel() == 2) state.balance.busy_s = w[0].item<double>(), state.balance.samples = w[1].item<double>();
+    }
   }
   trainer.set_state(state);
 }

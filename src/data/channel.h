@@ -32,6 +32,12 @@ class Channel {
     not_full_.notify_one();
     return true;
   }
+  // Empty and open again (no thread may be using it).
+  void reopen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    q_.clear();
+    closed_ = false;
+  }
   void close() {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = true;

@@ -216,6 +216,12 @@ DetectionLoader::~DetectionLoader() { impl_->pipeline.reset(); }  // the threads
 DetectionBatch DetectionLoader::next() { return impl_->pipeline->next(); }
 
 const DatasetInfo& DetectionLoader::info() const { return impl_->reader->info(); }
+void DetectionLoader::set_shares(const std::vector<int64_t>& shares, int64_t epoch, int64_t position) {
+  impl_->pipeline->stop();
+  impl_->sampler->set_shares(shares);
+  impl_->pipeline->restart(epoch, position);
+}
+
 const DistributedSampler& DetectionLoader::sampler() const { return *impl_->sampler; }
 int DetectionLoader::image_size() const { return impl_->size; }
 

@@ -95,7 +95,7 @@ struct Loader::Impl {
       if (s->free()) return *s;
     const auto& info = reader->info();
     auto s = std::make_unique<Slot>();
-    const int64_t B = o.batch_size;
+    const int64_t B = sampler->max_share();
     s->images = at::empty({B, info.height, info.width, info.channels}, at::kByte);
     s->tokens = at::empty({B, info.captions_per_sample, info.context_length}, at::kInt);
     s->lengths = at::empty({B, info.captions_per_sample}, at::kInt);
@@ -226,6 +226,13 @@ Loader::Loader(const comm::Runtime& rt, const LoaderOptions& options) : impl_(st
 Loader::~Loader() { impl_->pipeline.reset(); }  // the threads stop before what they read (and the pool) goes
 
 Batch Loader::next() { return impl_->pipeline->next(); }
+
+void Loader::set_shares(const std::vector<int64_t>& shares, int64_t epoch, int64_t position) {
+  impl_->pipeline->stop();
+  impl_->sampler->set_shares(shares);
+  impl_->slots.clear();  // sized for the old shares (batches still held keep their own)
+  impl_->pipeline->restart(epoch, position);
+}
 
 const DatasetInfo& Loader::info() const { return impl_->reader->info(); }
 const DistributedSampler& Loader::sampler() const { return *impl_->sampler; }

@@ -56,14 +56,7 @@ class Pipeline {
         ready_(prefetch) {
     if constexpr (std::is_same_v<Raw, Batch>)
       if (!finish_) finish_ = [](Raw&& raw, const BatchIndex&) { return std::move(raw); };
-    io_thread_ = std::thread([this, epoch, position] { io_loop(epoch, position); });
-    if (!threaded_) return;
-    try {
-      finish_thread_ = std::thread([this] { finish_loop(); });
-    } catch (...) {
-      stop();
-      throw;
-    }
+    start(epoch, position);
   }
   ~Pipeline() { stop(); }
   Pipeline(const Pipeline&) = delete;
@@ -82,6 +75,16 @@ class Pipeline {
     return b;
   }
 
+  // Consumer thread: drops what was read ahead and starts again at (epoch, position), e.g. after
+  // the sampler's shares changed (the loader changes them between stop() and restart()).
+  void restart(int64_t epoch, int64_t position) {
+    stop();
+    raw_.reopen();
+    ready_.reopen();
+    error_ = nullptr;
+    start(epoch, position);
+  }
+
   // Closes the channels and joins the threads (idempotent); the loader calls it before anything
   // that read or finish use goes away.
   void stop() {
@@ -97,6 +100,17 @@ class Pipeline {
     Raw raw;
     std::exception_ptr error;  // read failed: the pipeline ends here
   };
+
+  void start(int64_t epoch, int64_t position) {
+    io_thread_ = std::thread([this, epoch, position] { io_loop(epoch, position); });
+    if (!threaded_) return;
+    try {
+      finish_thread_ = std::thread([this] { finish_loop(); });
+    } catch (...) {
+      stop();
+      throw;
+    }
+  }
 
   void io_loop(int64_t epoch, int64_t position) {
     BatchIndex at{epoch, position};

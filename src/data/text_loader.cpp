@@ -108,9 +108,9 @@ struct TextLoader::Impl {
   }
 
   TextBatch read_batch(const BatchIndex& at) {
-    const int64_t B = o.batch_size, L = o.seq_len;
-    TextBatch b;
     const auto rows = sampler->batch(at.epoch, at.position);
+    const int64_t B = int64_t(rows.size()), L = o.seq_len;
+    TextBatch b;
     b.tokens = at::empty({B, L}, at::kLong);
     b.targets = at::empty({B, L}, at::kLong);
     b.rows = at::tensor(rows, at::kLong);
@@ -165,6 +165,12 @@ TextLoader::TextLoader(const comm::Runtime& rt, const TextLoaderOptions& options
 TextLoader::~TextLoader() { impl_->pipeline.reset(); }
 
 TextBatch TextLoader::next() { return impl_->pipeline->next(); }
+
+void TextLoader::set_shares(const std::vector<int64_t>& shares, int64_t epoch, int64_t position) {
+  impl_->pipeline->stop();
+  impl_->sampler->set_shares(shares);
+  impl_->pipeline->restart(epoch, position);
+}
 
 const DatasetInfo& TextLoader::info() const { return impl_->info; }
 const DistributedSampler& TextLoader::sampler() const { return *impl_->sampler; }

@@ -1,5 +1,7 @@
 #include "meridian/detect/loss.h"
 
+#include "meridian/comm/communicator.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "meridian/comm/communicator.h"
 #include "meridian/detect/boxes.h"
 
 namespace meridian::detect {
@@ -215,7 +218,7 @@ Assignment assign(const at::Tensor& pred_scores_in, const at::Tensor& pred_boxes
 
 DetectionLoss detection_loss(const std::vector<at::Tensor>& levels, const std::vector<int64_t>& strides,
                              const at::Tensor& gt_boxes, const at::Tensor& gt_classes, const at::Tensor& gt_offsets,
-                             const DetectionLossOptions& o) {
+                             const DetectionLossOptions& o, comm::Communicator* comm) {
   const int64_t reg_max = o.reg_max, nc = classes_of(levels, reg_max);
   const auto pred = flatten_levels(levels);  // [B, A, no]
   const int64_t bsz = pred.size(0);
@@ -228,7 +231,16 @@ DetectionLoss detection_loss(const std::vector<at::Tensor>& levels, const std::v
   const auto pred_boxes = dist2bbox(dfl_decode(distri, reg_max), grid);  // [B, A, 4] stride units
   const auto a = assign(logits.detach().sigmoid(), pred_boxes.detach() * stride, anchors.points, gt_boxes, gt_classes,
                         gt_offsets, o.assigner);
-  const auto score_sum = at::clamp_min(a.target_scores.sum(), 1.0);
+  const auto local_sum = at::clamp_min(a.target_scores.sum(), 1.0);
+  // S and B of the whole global batch with `comm`, this rank's otherwise.
+  at::Tensor score_sum = local_sum;
+  double batch = double(bsz);
+  if (comm) {
+    at::Tensor both = at::stack({a.target_scores.sum().to(at::kDouble), at::full({}, batch, at::kDouble).to(logits.device())});
+    comm->allreduce(both, comm::ReduceOp::Sum);
+    score_sum = at::clamp_min(both[0], 1.0).to(at::kFloat);
+    batch = both[1].item<double>();
+  }
 
   const auto cls =
       at::binary_cross_entropy_with_logits(logits, a.target_scores, {}, {}, at::Reduction::None).sum() / score_sum;
@@ -246,10 +258,11 @@ DetectionLoss detection_loss(const std::vector<at::Tensor>& levels, const std::v
   }
   DetectionLoss r;
   const auto wbox = box * o.box, wcls = cls * o.cls, wdfl = dfl * o.dfl;
-  r.total = (wbox + wcls + wdfl) * double(bsz);
-  r.box = wbox.detach();
-  r.cls = wcls.detach();
-  r.dfl = wdfl.detach();
+  r.total = (wbox + wcls + wdfl) * batch;
+  const auto own = (score_sum / local_sum).detach();  // 1 without comm
+  r.box = (wbox * own).detach();
+  r.cls = (wcls * own).detach();
+  r.dfl = (wdfl * own).detach();
   return r;
 }
 

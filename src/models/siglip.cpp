@@ -314,29 +314,55 @@ int64_t parameter_count(torch::nn::Module& module) {
   return n;
 }
 
+namespace {
+// Where this rank's rows start in the gathered batch, and the divisor of a loss summed over them:
+// the mean rows per rank (this rank's rows with even counts).
+struct GlobalRows {
+  int64_t first = 0;
+  double per_rank = 1;
+};
+GlobalRows global_rows(int64_t rows, comm::Communicator* comm, const std::vector<int64_t>& counts) {
+  if (!comm) return {0, double(rows)};
+  if (counts.empty()) return {int64_t(comm->rank()) * rows, double(rows)};
+  GlobalRows g;
+  int64_t total = 0;
+  for (size_t r = 0; r < counts.size(); ++r) {
+    if (int(r) < comm->rank()) g.first += counts[r];
+    total += counts[r];
+  }
+  g.per_rank = double(total) / double(counts.size());
+  return g;
+}
+}  // namespace
+
 at::Tensor siglip_loss(const at::Tensor& image_embeddings, const at::Tensor& text_embeddings, const at::Tensor& scale,
-                       const at::Tensor& bias, comm::Communicator* comm) {
+                       const at::Tensor& bias, comm::Communicator* comm, const std::vector<int64_t>& counts) {
   const nn::AutocastScope float32(image_embeddings.device().type(), false);  // the loss in float32 under bf16
   const int64_t b = image_embeddings.size(0);
-  const at::Tensor texts = comm ? parallel::all_gather_with_grad(*comm, text_embeddings) : text_embeddings;
-  const int64_t first = comm ? int64_t(comm->rank()) * b : 0;
+  const at::Tensor texts = comm ? parallel::all_gather_with_grad(*comm, text_embeddings, counts) : text_embeddings;
+  const GlobalRows rows = global_rows(b, comm, counts);
   const auto logits = at::matmul(image_embeddings, texts.t()) * scale.exp() + bias;  // [b, N b]
   auto labels = -at::ones_like(logits);
-  labels.narrow(1, first, b).fill_diagonal_(1.0);
-  return -at::log_sigmoid(labels * logits).sum() / double(b);
+  labels.narrow(1, rows.first, b).fill_diagonal_(1.0);
+  return -at::log_sigmoid(labels * logits).sum() / rows.per_rank;
 }
 
 at::Tensor clip_loss(const at::Tensor& image_embeddings, const at::Tensor& text_embeddings, const at::Tensor& scale,
-                     comm::Communicator* comm) {
+                     comm::Communicator* comm, const std::vector<int64_t>& counts) {
   const nn::AutocastScope float32(image_embeddings.device().type(), false);  // the loss in float32 under bf16
   const int64_t b = image_embeddings.size(0);
-  const at::Tensor all_texts = comm ? parallel::all_gather_with_grad(*comm, text_embeddings) : text_embeddings;
-  const at::Tensor all_images = comm ? parallel::all_gather_with_grad(*comm, image_embeddings) : image_embeddings;
-  const int64_t first = comm ? int64_t(comm->rank()) * b : 0;
-  const auto targets = at::arange(first, first + b, image_embeddings.options().dtype(at::kLong));
+  const at::Tensor all_texts =
+      comm ? parallel::all_gather_with_grad(*comm, text_embeddings, counts) : text_embeddings;
+  const at::Tensor all_images =
+      comm ? parallel::all_gather_with_grad(*comm, image_embeddings, counts) : image_embeddings;
+  const GlobalRows rows = global_rows(b, comm, counts);
+  const auto targets = at::arange(rows.first, rows.first + b, image_embeddings.options().dtype(at::kLong));
   const auto image_to_text = at::matmul(image_embeddings, all_texts.t()) * scale.exp();  // [b, N b]
   const auto text_to_image = at::matmul(text_embeddings, all_images.t()) * scale.exp();
-  return 0.5 * (at::cross_entropy_loss(image_to_text, targets) + at::cross_entropy_loss(text_to_image, targets));
+  const auto sum = at::Reduction::Sum;
+  return 0.5 * (at::cross_entropy_loss(image_to_text, targets, {}, sum) +
+                at::cross_entropy_loss(text_to_image, targets, {}, sum)) /
+         rows.per_rank;
 }
 
 std::vector<HfConfigKey> siglip_config_keys(const nlohmann::json& config, const std::string& origin) {

@@ -181,7 +181,7 @@ void HealthMonitor::record(const StepSeconds& t) {
   cpu_.sample_runnable();
 }
 
-std::vector<std::string> HealthMonitor::report(int64_t step) {
+std::vector<std::string> HealthMonitor::report(int64_t step, const std::string& shares) {
   // Across nodes, the links between them (one rank per node): a slow link slows every rank's
   // communication alike, so step times cannot name it; these probes can.
   std::vector<LinkFacts> links;
@@ -256,6 +256,7 @@ std::vector<std::string> HealthMonitor::report(int64_t step) {
                          ": a slow link to that node (its NIC, cable, switch port or VM host), not its compute; "
                          "every rank's communication waits for it");
   slow_links_ = std::move(slow_now);
+  if (!shares.empty()) spdlog::info("health at step {}: batch shares {}", step, shares);
   for (const auto& w : warnings) spdlog::warn("health at step {}: {}", step, w);
   if (file_.is_open()) {
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -263,7 +264,8 @@ std::vector<std::string> HealthMonitor::report(int64_t step) {
                             {"time", now},
                             {"ranks", ranks},
                             {"links", link_lines},
-                            {"warnings", warnings}}
+                            {"warnings", warnings},
+                            {"shares", shares}}
                  .dump()
           << "\n";
     file_.flush();

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <sstream>
@@ -387,35 +388,60 @@ double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm
 }
 
 namespace {
+// Uneven counts travel padded to the largest: every rank's rows at r x max in the wire layout.
 class AllGatherFunction : public torch::autograd::Function<AllGatherFunction> {
  public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& local, int64_t comm_address) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& local, int64_t comm_address,
+                            std::vector<int64_t> counts) {
     auto* comm = reinterpret_cast<comm::Communicator*>(comm_address);
+    if (counts.empty()) counts.assign(size_t(comm->size()), local.size(0));
+    MERIDIAN_CHECK(int64_t(counts.size()) == comm->size() && counts[size_t(comm->rank())] == local.size(0),
+                   "all_gather_with_grad: counts do not match the ranks or this rank's rows");
+    const int64_t widest = *std::max_element(counts.begin(), counts.end());
     ctx->saved_data["comm"] = comm_address;
-    ctx->saved_data["rows"] = local.size(0);
-    const at::Tensor in = local.contiguous();
+    ctx->saved_data["counts"] = counts;
+    at::Tensor in = local.contiguous();
+    if (widest > in.size(0)) {
+      std::vector<int64_t> pad_shape = in.sizes().vec();
+      pad_shape[0] = widest - in.size(0);
+      in = at::cat({in, at::zeros(pad_shape, in.options())});
+    }
     std::vector<int64_t> shape = in.sizes().vec();
     shape[0] *= comm->size();
     at::Tensor out = at::empty(shape, in.options());
     comm->allgather(in, out);
-    return out;
+    if (std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == widest; })) return out;
+    std::vector<at::Tensor> parts;
+    for (size_t r = 0; r < counts.size(); ++r) parts.push_back(out.narrow(0, int64_t(r) * widest, counts[r]));
+    return at::cat(parts);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* comm = reinterpret_cast<comm::Communicator*>(ctx->saved_data["comm"].toInt());
-    const int64_t rows = ctx->saved_data["rows"].toInt();
-    const at::Tensor g = grads[0].contiguous();
+    const std::vector<int64_t> counts = ctx->saved_data["counts"].toIntVector();
+    const int64_t widest = *std::max_element(counts.begin(), counts.end());
+    at::Tensor g = grads[0].contiguous();
     std::vector<int64_t> shape = g.sizes().vec();
-    shape[0] = rows;
+    if (!std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == widest; })) {
+      shape[0] = widest * int64_t(counts.size());
+      at::Tensor padded = at::zeros(shape, g.options());
+      int64_t from = 0;
+      for (size_t r = 0; r < counts.size(); ++r) {
+        padded.narrow(0, int64_t(r) * widest, counts[r]).copy_(g.narrow(0, from, counts[r]));
+        from += counts[r];
+      }
+      g = padded;
+    }
+    shape[0] = widest;
     at::Tensor mine = at::empty(shape, g.options());
     comm->reduce_scatter(g, mine, comm::ReduceOp::Sum);  // my slice's gradient, summed over ranks
-    return {mine, at::Tensor()};
+    return {mine.narrow(0, 0, counts[size_t(comm->rank())]), at::Tensor(), at::Tensor()};
   }
 };
 }  // namespace
 
-at::Tensor all_gather_with_grad(comm::Communicator& comm, const at::Tensor& local) {
-  return AllGatherFunction::apply(local, reinterpret_cast<int64_t>(&comm));
+at::Tensor all_gather_with_grad(comm::Communicator& comm, const at::Tensor& local, const std::vector<int64_t>& counts) {
+  return AllGatherFunction::apply(local, reinterpret_cast<int64_t>(&comm), counts);
 }
 
 }  // namespace meridian::parallel

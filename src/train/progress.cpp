@@ -94,7 +94,12 @@ void Reporter::step(int64_t step, double loss, double grad_norm, int64_t bad_ste
     m.push_back({"mfu", mfu});
     extra += fmt::format("  MFU {:.1f}%", 100 * mfu);
   }
-  for (auto& kv : more()) m.push_back(std::move(kv));
+  std::string shares;  // train.balance: each rank's share of the batch, "shares 88/12 %"
+  for (auto& kv : more()) {
+    if (kv.first.rfind("share_", 0) == 0) shares += fmt::format("{}{:.0f}", shares.empty() ? "" : "/", 100 * kv.second);
+    m.push_back(std::move(kv));
+  }
+  if (!shares.empty()) extra += "  shares " + shares + " %";
   if (files_) files_->write(step, "train", m);
   if (!bar_ || last) {
     clear_bar();

@@ -55,6 +55,25 @@ const ConfigBinding<TrainerSettings>& bindings() {
         .at_least(0)
         .below(1);
     b.number("train.ema_tau", &S::ema_tau, "updates over which the EMA decay ramps up").above(0);
+    b.choice("train.balance", &S::balance, {{"off", false}, {"auto", true}},
+             "auto: each rank's share of the global batch follows its measured speed, so a slow node does not set "
+             "the pace (docs/running.md, 'Uneven nodes')");
+    b.integer("train.balance_every", &S::balance_every,
+              "steps per measuring window of train.balance auto: the shares may change at the end of each")
+        .at_least(1);
+    b.integer("train.balance_max", &S::balance_max,
+              "most samples one rank takes of each micro-batch under train.balance (its memory limit); at least "
+              "train.batch")
+        .at_least(0)
+        .defaults_to("2 x train.batch");
+    b.number("train.balance_threshold", &S::balance_threshold,
+             "train.balance auto changes the shares only when the predicted step time falls by more than this "
+             "fraction")
+        .at_least(0)
+        .below(1);
+    b.string("train.balance_shares", &S::balance_shares,
+             "the shares to start from, one per rank, summing to train.batch x ranks (e.g. 6,2); fixed with "
+             "train.balance off; empty: even");
     b.boolean("train.activation_checkpointing", &S::activation_checkpointing,
               "recompute each block's activations in backward instead of keeping them (the task's blocks: "
               "Llama layers, SigLIP encoder layers)");

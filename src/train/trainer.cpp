@@ -20,6 +20,7 @@
 #include "meridian/ops/facts.h"
 #include "meridian/ops/health.h"
 #include "meridian/parallel/ddp.h"
+#include "meridian/train/balance.h"
 #include "process.h"
 #include "progress.h"
 
@@ -31,6 +32,11 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 }  // namespace
+
+void Task::set_shares(const std::vector<int64_t>& shares) {
+  if (!shares.empty())
+    throw std::logic_error("task " + name() + " cannot split its batches unevenly (train.balance needs it)");
+}
 
 struct Trainer::Impl {
   const comm::Runtime& rt;
@@ -45,6 +51,7 @@ struct Trainer::Impl {
   std::unique_ptr<core::Trace> trace;                      // options.trace_path set
   std::unique_ptr<ops::HealthMonitor> health;              // every rank, when train.health_every > 0
   std::unique_ptr<Reporter> reporter;
+  Balancer balancer;  // each rank's share of the global batch (train.balance)
   std::vector<StepHook> hooks;
   int64_t step = 0, bad_in_a_row = 0, bad_total = 0, samples_seen = 0;
   BestRecord best;
@@ -52,7 +59,12 @@ struct Trainer::Impl {
   bool stopping = false, signalled = false;  // agreed this step: the run ends here (stop_at, or a signal on some rank)
 
   Impl(const comm::Runtime& runtime, Task& t, const TrainerSettings& settings, const TrainerOptions& options)
-      : rt(runtime), task(t), s(settings), o(options), model(t.model()) {
+      : rt(runtime),
+        task(t),
+        s(settings),
+        o(options),
+        model(t.model()),
+        balancer(rt.rank(), rt.size(), t.batch_size(), settings, options.config) {
     for (const auto& b : model->buffers())
       if (b.is_floating_point()) float_buffers.push_back(b);
     keep_freed_memory();
@@ -95,6 +107,11 @@ struct Trainer::Impl {
         s.accumulate, global_batch(), s.steps, s.precision == Precision::BFloat16 ? "bf16 autocast" : "float32");
     spdlog::info("{}", strategy->describe());
     if (s.activation_checkpointing) spdlog::info("activations: recomputed block by block in backward");
+    if (s.balance)
+      spdlog::info(
+          "train.balance auto: shares of each micro-batch follow each rank's measured speed, every {} steps, within "
+          "[1, {}] samples, when the predicted step time falls by more than {:.0f} %",
+          s.balance_every, balancer.max_share(), 100 * s.balance_threshold);
     if (ema) spdlog::info("model EMA: decay {} (tau {} updates); evaluations use the EMA weights", s.ema, s.ema_tau);
     if (s.precision == Precision::BFloat16 && rt.device().is_cpu() && !ops::cpu_has_native_bf16())
       spdlog::warn(
@@ -198,6 +215,9 @@ struct Trainer::Impl {
     end_phase(t.optimizer, "optimizer", t0);
     t.total += since(start);
     t.waited += comm::blocked_seconds() - blocked_before;
+    // Busy: what this rank's share cost it, without the optimizer (the same for every share) and
+    // without waiting for the others.
+    balancer.record(t.total - t.optimizer - t.waited, balancer.shares()[size_t(rt.rank())] * s.accumulate);
     ++step;
     samples_seen += global_batch();
     return bad ? std::nan("") : agreed[0].item<double>() / rt.size();
@@ -254,6 +274,7 @@ struct Trainer::Impl {
       summary.best = best;
       return summary;
     }
+    if (!balancer.even()) apply_shares("from the start");
     if (s.eval_at_start && step == 0) summary.first_eval = evaluate();
     StepTimes measured;  // every step after the first
     int64_t measured_steps = 0;
@@ -266,12 +287,14 @@ struct Trainer::Impl {
       if (step > first + 1) measured += t, ++measured_steps;  // the first step warms up (allocations, caches)
       if (step == std::min(first + 3, s.steps)) report_peak_memory(step - first);
       reporter->record(t);
+      if (balancer.rebalance(*control, step)) apply_shares(fmt::format("at step {}", step));
       if (health) {
         // Waiting for other ranks, wherever it was (NCCL's waits don't block the host: then the
         // exposed communication after backward is the measure).
         health->record({t.total, t.data, std::max(t.comm, t.waited)});
         if (step % s.health_every == 0)
-          for (auto& w : health->report(step)) summary.health_warnings.push_back(std::move(w));
+          for (auto& w : health->report(step, balancing() ? balancer.describe() : ""))
+            summary.health_warnings.push_back(std::move(w));
       }
       bool last = step == s.steps;
       const auto aside = Clock::now();  // evaluations and checkpoints are not training throughput
@@ -290,6 +313,8 @@ struct Trainer::Impl {
       reporter->step(step, loss, grad_norm, bad_total, last || stopping, [&] {
         Metrics m = strategy->step_metrics(step - 1);
         for (auto& kv : task.step_metrics()) m.push_back(std::move(kv));
+        if (balancing())
+          for (auto& kv : balancer.metrics()) m.push_back(std::move(kv));
         return m;
       });
       if (stopping || last) break;
@@ -317,6 +342,15 @@ struct Trainer::Impl {
       }
     }
     return summary;
+  }
+
+  // Whether the shares are worth showing: train.balance auto, or shares given.
+  bool balancing() const { return s.balance || !balancer.even(); }
+
+  // Every rank: the balancer's shares to the task (its loader starts again at the next batch).
+  void apply_shares(const std::string& when) {
+    task.set_shares(balancer.even() ? std::vector<int64_t>{} : balancer.shares());
+    if (rt.rank() == 0) spdlog::info("batch shares {}: {}", when, balancer.describe());
   }
 
   // An evaluation after this step: every train.eval_every steps, when every train.eval_every_epochs
@@ -400,7 +434,8 @@ TrainSummary Trainer::run() { return impl_->run(); }
 void Trainer::add_step_hook(StepHook hook) { impl_->hooks.push_back(std::move(hook)); }
 int64_t Trainer::step() const { return impl_->step; }
 TrainerState Trainer::state() const {
-  return {impl_->step, impl_->bad_total, impl_->bad_in_a_row, impl_->samples_seen, impl_->best};
+  return {impl_->step,         impl_->bad_total, impl_->bad_in_a_row,
+          impl_->samples_seen, impl_->best,      impl_->balancer.state()};
 }
 void Trainer::set_state(const TrainerState& state) {
   impl_->step = state.step;
@@ -408,6 +443,9 @@ void Trainer::set_state(const TrainerState& state) {
   impl_->samples_seen = state.samples_seen;
   impl_->bad_total = state.bad_steps;
   impl_->bad_in_a_row = state.bad_in_a_row;
+  if (!impl_->balancer.set_state(state.balance) && impl_->rt.rank() == 0 && !state.balance.shares.empty())
+    spdlog::info("the checkpoint's batch shares were for {} ranks and another batch or world size: even shares{}",
+                 state.balance.shares.size(), impl_->s.balance ? ", measured again (train.balance auto)" : "");
 }
 int64_t Trainer::global_batch() const { return impl_->global_batch(); }
 Strategy& Trainer::strategy() { return *impl_->strategy; }

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "meridian/data/box_augment.h"
 #include "meridian/data/format.h"
@@ -73,6 +74,11 @@ class DetectionLoader {
   // Blocks until the next batch is ready. Epochs follow each other without end. An I/O or
   // augmentation error on a loader thread is rethrown here. One consumer thread.
   DetectionBatch next();
+  // Consumer thread: from the batch at (epoch, position) on, this rank's part of each global batch
+  // is shares[rank] samples (DistributedSampler::set_shares; empty: even); what was read ahead is
+  // dropped. Not collective, but every rank must pass the same shares. std::invalid_argument on
+  // shares the sampler refuses.
+  void set_shares(const std::vector<int64_t>& shares, int64_t epoch, int64_t position);
 
   const DatasetInfo& info() const;
   const DistributedSampler& sampler() const;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "meridian/data/dataset_reader.h"
 #include "meridian/data/format.h"
@@ -67,6 +68,11 @@ class Loader {
   // Blocks until the next batch is ready. Epochs follow each other without end. An I/O error on the
   // reader thread is rethrown here.
   Batch next();
+  // Consumer thread: from the batch at (epoch, position) on, this rank's part of each global batch
+  // is shares[rank] samples (DistributedSampler::set_shares; empty: even); what was read ahead is
+  // dropped. Not collective, but every rank must pass the same shares. std::invalid_argument on
+  // shares the sampler refuses.
+  void set_shares(const std::vector<int64_t>& shares, int64_t epoch, int64_t position);
 
   const DatasetInfo& info() const;
   const DistributedSampler& sampler() const;

@@ -8,6 +8,12 @@
 // whole state to checkpoint, and a run resumed on another world size continues from the same global
 // position without losing or repeating a sample.
 //
+// Shares (train.balance): a global batch may be split unevenly, rank r taking shares[r] samples
+// (the shares sum to the global batch). Uneven shares are contiguous: rank r takes positions
+// [p + s_r, p + s_r + shares[r]) where s_r is the sum of the shares before it. Even shares keep the
+// interleaved split above. Either way the same samples form each global batch, so the data order
+// over the job does not depend on the shares.
+//
 // drop_last = true: an epoch has floor(N / global_batch) global batches; the tail is not visited
 // that epoch. drop_last = false: the last global batch is completed by wrapping around to the start
 // of the permutation (those samples appear twice in that epoch). Pure, thread-safe, not collective.
@@ -26,6 +32,13 @@ class DistributedSampler {
   DistributedSampler(int64_t n, int64_t per_rank_batch, int rank, int world_size, uint64_t seed, bool drop_last);
 
   int64_t global_batch() const { return per_rank_batch_ * world_size_; }
+  // Not thread-safe (a loader calls it while its pipeline is stopped): from now on rank r's part
+  // of each global batch is shares[r] samples (empty: even). Throws std::invalid_argument unless
+  // there is one share per rank, each at least 1, summing to global_batch().
+  void set_shares(std::vector<int64_t> shares);
+  // This rank's samples per global batch, and the largest share of any rank.
+  int64_t share() const;
+  int64_t max_share() const;
   int64_t steps_per_epoch() const;  // global batches per epoch (0 if N < global batch with drop_last)
   int64_t epoch_samples() const { return steps_per_epoch() * global_batch(); }
   // For the loaders: the sampler over the `n` `what` (e.g. "samples") of the dataset `path`, or a
@@ -46,6 +59,8 @@ class DistributedSampler {
   int rank_, world_size_;
   uint64_t seed_;
   bool drop_last_;
+  std::vector<int64_t> shares_;  // empty: even
+  int64_t offset_ = 0;           // uneven: the shares before this rank's
 };
 
 // The keyed permutation on its own: a bijection of [0, n) for each key.

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "meridian/data/format.h"
 #include "meridian/data/sampler.h"
@@ -77,6 +78,11 @@ class TextLoader {
   // Blocks until the next batch is ready; epochs follow each other without end. A read error on
   // the I/O thread is rethrown here.
   TextBatch next();
+  // Consumer thread: from the batch at (epoch, position) on, this rank's part of each global batch
+  // is shares[rank] samples (DistributedSampler::set_shares; empty: even); what was read ahead is
+  // dropped. Not collective, but every rank must pass the same shares. std::invalid_argument on
+  // shares the sampler refuses.
+  void set_shares(const std::vector<int64_t>& shares, int64_t epoch, int64_t position);
 
   const DatasetInfo& info() const;
   const DistributedSampler& sampler() const;

@@ -15,6 +15,10 @@
 #include <cstdint>
 #include <vector>
 
+namespace meridian::comm {
+class Communicator;
+}
+
 namespace meridian::detect {
 
 struct Anchors {
@@ -94,10 +98,13 @@ struct DetectionLoss {
 // total = (options.box * box + options.cls * cls + options.dfl * dfl) * B: the batch-size factor
 // is ultralytics' convention (its learning rates assume it); divide by B for a per-image mean.
 // An image without gt boxes only contributes BCE against all-zero targets.
+// With `comm` (collective: one allreduce of 2 numbers) S and B are the sums over all ranks, so the
+// ranks' totals add up to the loss of the whole global batch however it is split (train.balance);
+// box, cls and dfl are still logged with this rank's own S.
 // std::invalid_argument when the levels do not have 4*reg_max + C (C >= 1) channels or shapes differ.
 DetectionLoss detection_loss(const std::vector<at::Tensor>& levels, const std::vector<int64_t>& strides,
                              const at::Tensor& gt_boxes, const at::Tensor& gt_classes, const at::Tensor& gt_offsets,
-                             const DetectionLossOptions& options = {});
+                             const DetectionLossOptions& options = {}, comm::Communicator* comm = nullptr);
 
 struct Detections {
   at::Tensor boxes;    // [K, 4] float32 xyxy pixels

@@ -158,15 +158,20 @@ bool siglip_skipped_tensor(const std::string& name);
 // The mean of this over ranks is the single-process loss on the whole batch (-(1/Nb) sum over all
 // N b x N b pairs), so gradients averaged by DistributedDataParallel are exactly that loss's.
 // Collective (the gather). comm == nullptr: one process, texts = the local ones.
+// Uneven shares (train.balance): `counts` gives every rank's rows (the same vector on every rank;
+// empty: all equal). Row i of this rank is then global row (sum of the counts before it) + i and
+// the sum is divided by the mean count instead of b, so the mean over ranks is still the whole
+// batch's loss.
 at::Tensor siglip_loss(const at::Tensor& image_embeddings, const at::Tensor& text_embeddings, const at::Tensor& scale,
-                       const at::Tensor& bias, comm::Communicator* comm);
+                       const at::Tensor& bias, comm::Communicator* comm, const std::vector<int64_t>& counts = {});
 
 // CLIP's softmax loss over the global batch, the other option: the mean of the image->text and
 // text->image cross-entropies with logits exp(scale) x_i . y_j, each rank's b rows against every
 // rank's columns (both sides gathered with all_gather_with_grad), the right column of row i being
 // global index rank * b + i. Rows are averaged locally, so the mean over ranks is the
 // single-process loss on the whole batch. Collective (two gathers); comm == nullptr: one process.
+// `counts` as siglip_loss: rows summed and divided by the mean count.
 at::Tensor clip_loss(const at::Tensor& image_embeddings, const at::Tensor& text_embeddings, const at::Tensor& scale,
-                     comm::Communicator* comm);
+                     comm::Communicator* comm, const std::vector<int64_t>& counts = {});
 
 }  // namespace meridian::models

@@ -110,7 +110,9 @@ class HealthMonitor {
   void record(const StepSeconds& t);
   // Collective: every rank calls it at the same steps (a gather and the allreduce probe on `control`).
   // Returns the warnings on rank 0 (empty elsewhere), also logged; starts the next interval.
-  std::vector<std::string> report(int64_t step);
+  // `shares`: the batch shares in force (train.balance), logged with the report and written to
+  // health.jsonl; empty: not balancing.
+  std::vector<std::string> report(int64_t step, const std::string& shares = "");
 
  private:
   const comm::Runtime& rt_;

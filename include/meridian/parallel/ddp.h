@@ -98,7 +98,9 @@ double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm
 // Allgather with a matching backward, for losses over the whole global batch (contrastive, SigLIP):
 // returns [world * B, ...] = every rank's `local` in rank order; in backward each rank receives the
 // gradient of its own slice summed over all ranks (every rank's loss depends on every slice).
-// Collective in forward and in backward.
-at::Tensor all_gather_with_grad(comm::Communicator& comm, const at::Tensor& local);
+// `counts`: every rank's rows when they differ (uneven shares, train.balance; the same vector on
+// every rank); empty: all ranks have as many as this one. Collective in forward and in backward.
+at::Tensor all_gather_with_grad(comm::Communicator& comm, const at::Tensor& local,
+                                const std::vector<int64_t>& counts = {});
 
 }  // namespace meridian::parallel

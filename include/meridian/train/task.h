@@ -52,8 +52,15 @@ class Task {
   // Not collective. Blocks until this rank's next batch is ready and moves it to the device; the
   // Trainer counts the time as data wait.
   virtual void next_batch() = 0;
+  // Not collective; every rank passes the same shares, between steps (train.balance). From the
+  // next batch on, this rank's part of each global micro-batch (batch_size() x ranks samples) is
+  // shares[rank] samples; the shares sum to the global micro-batch; empty: batch_size() each.
+  // forward() keeps its contract under any shares. Default: std::logic_error (a task that cannot
+  // split its batches unevenly).
+  virtual void set_shares(const std::vector<int64_t>& shares);
   // Collective when the loss spans ranks. Forward on the current batch: a scalar float32 loss whose
-  // mean over ranks is the objective (so averaged gradients are the objective's gradients).
+  // mean over ranks is the objective (so averaged gradients are the objective's gradients), also
+  // when the ranks' shares differ: a rank normalises by global counts (samples, tokens), not its own.
   // Runs under autocast when the Trainer's precision asks for it.
   virtual at::Tensor forward() = 0;
   // Whether AdamW's weight decay applies to a parameter (by its name in model()->named_parameters()).

@@ -41,6 +41,7 @@
 
 #include "meridian/core/config_schema.h"
 #include "meridian/core/error.h"
+#include "meridian/train/balance.h"
 #include "meridian/train/ema.h"
 #include "meridian/train/settings.h"
 #include "meridian/train/strategy.h"
@@ -84,6 +85,7 @@ struct TrainerState {
   int64_t bad_steps = 0, bad_in_a_row = 0;
   int64_t samples_seen = 0;  // global samples consumed (sums over resumes with other global batches)
   BestRecord best;
+  BalanceState balance;  // the shares in force (train.balance) and this rank's measuring window
 };
 
 // After each optimizer step, to every hook on every rank (all ranks agree on every field).

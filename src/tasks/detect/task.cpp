@@ -96,6 +96,7 @@ struct DetectTask::Impl {
   std::string eval_data;
   int64_t image_size = 0;
   std::unique_ptr<data::DetectionLoader> loader;
+  std::unique_ptr<comm::Communicator> loss_comm;  // the loss's global normaliser (detection_loss)
   std::unique_ptr<comm::Communicator> bn_comm;  // model.sync_bn: SyncBatchNorm's own (outlives the model)
   models::Yolo model{nullptr};
   at::Tensor images, boxes, classes, offsets;  // the current batch (images on the device)
@@ -136,6 +137,7 @@ struct DetectTask::Impl {
     }
 
     loss_scale = double(rt.size()) * double(trainer.accumulate);
+    loss_comm = comm::make_communicator(rt, comm::default_backend(rt));
     data::DetectionLoaderOptions lo;
     lo.path = train_data;
     lo.batch_size = settings.batch;
@@ -199,6 +201,11 @@ double DetectTask::flops_per_sample() const { return impl_->model->flops(impl_->
 train::DataPosition DetectTask::data_position() const { return impl_->position; }
 int64_t DetectTask::batches_per_epoch() const { return impl_->loader->sampler().steps_per_epoch(); }
 
+void DetectTask::set_shares(const std::vector<int64_t>& shares) {
+  auto& m = *impl_;
+  m.loader->set_shares(shares, m.position.epoch, m.position.position);
+}
+
 void DetectTask::next_batch() {
   auto& m = *impl_;
   const data::DetectionBatch b = m.loader->next();
@@ -215,13 +222,16 @@ at::Tensor DetectTask::forward() {
   auto levels = m.model->forward(m.images);
   for (auto& l : levels) l = l.to(at::kFloat);  // the loss in float32 under bf16 autocast
   const nn::AutocastScope float32(m.images.device().type(), false);
-  const auto loss = detect::detection_loss(levels, m.model->strides(), m.boxes, m.classes, m.offsets, m.settings.loss);
+  const auto loss = detect::detection_loss(levels, m.model->strides(), m.boxes, m.classes, m.offsets, m.settings.loss,
+                                           m.loss_comm.get());
   m.last_parts = {{"box_loss", loss.box.item<double>()},
                   {"cls_loss", loss.cls.item<double>()},
                   {"dfl_loss", loss.dfl.item<double>()},
                   {"boxes", double(m.boxes.size(0))}};
-  // Ultralytics' scale: the per-image loss x the rank's batch (its loss.sum() * batch_size), x the
-  // ranks (its loss *= world_size against DDP's mean) and x train.accumulate (it sums micro-batches).
+  // Ultralytics' scale: the per-image loss x the batch (its loss.sum() * batch_size), x the ranks
+  // (its loss *= world_size against DDP's mean) and x train.accumulate (it sums micro-batches). The
+  // per-image loss is normalised by the whole global batch's target scores (ranks' sums), so that
+  // any split of the batch over the ranks gives the same update (train.balance).
   return loss.total * m.loss_scale;
 }
 

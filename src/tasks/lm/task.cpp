@@ -68,6 +68,7 @@ struct LmTask::Impl {
   std::unique_ptr<comm::Communicator> eval_comm;  // created by the first evaluation (collective)
   at::Tensor tokens, targets;
   train::DataPosition position;
+  std::unique_ptr<comm::Communicator> count_comm;  // forward's sum of the ranks' target tokens (CPU, MPI)
   bool shape_only = false;                   // built without values: the strategy's shards get them
   std::unique_ptr<HfLlamaWeights> deferred;  // task.init for assign_weights(); null once read, or resuming
 
@@ -77,7 +78,8 @@ struct LmTask::Impl {
         mc(models::LlamaConfig::from_config(c)),
         settings(LmSettings::from_config(c)),
         eval_data(DataSettings::from_config(c).eval),
-        position(start) {
+        position(start),
+        count_comm(comm::make_communicator(runtime, comm::Backend::MPI)) {
     seq_len = settings.seq_len > 0 ? settings.seq_len : mc.max_seq_len;
     if (seq_len > mc.max_seq_len)
       throw ConfigError(c.source("data.seq_len"), "data.seq_len",
@@ -192,6 +194,11 @@ double LmTask::tokens_per_sample() const { return double(impl_->seq_len); }
 train::DataPosition LmTask::data_position() const { return impl_->position; }
 int64_t LmTask::batches_per_epoch() const { return impl_->loader->sampler().steps_per_epoch(); }
 
+void LmTask::set_shares(const std::vector<int64_t>& shares) {
+  auto& m = *impl_;
+  m.loader->set_shares(shares, m.position.epoch, m.position.position);
+}
+
 void LmTask::next_batch() {
   auto& m = *impl_;
   const data::TextBatch b = m.loader->next();
@@ -205,9 +212,11 @@ at::Tensor LmTask::forward() {
   auto& m = *impl_;
   auto [sum, count] = token_loss_sum(m.model, m.tokens, m.targets);
   m.last_tokens = count;
-  // The mean over this rank's tokens (ranks' means are averaged by the data-parallel engine; with
-  // packing every rank has about the same number of target tokens).
-  const auto loss = sum / double(std::max<int64_t>(count, 1));
+  // Divided by the mean over ranks of the ranks' target tokens: the ranks' losses then average to the
+  // mean over every target token of the global batch, whatever each rank's share of it.
+  at::Tensor tokens = at::full({1}, double(count), at::kDouble);
+  m.count_comm->allreduce(tokens, comm::ReduceOp::Sum);
+  const auto loss = sum / std::max(tokens.item<double>() / double(m.rt.size()), 1.0);
   m.last_loss = loss.item<double>();
   return loss;
 }

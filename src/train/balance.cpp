@@ -1,0 +1,196 @@
+#include "meridian/train/balance.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+#include <stdexcept>
+
+#include "meridian/comm/communicator.h"
+#include "meridian/core/error.h"
+
+namespace meridian::train {
+
+std::vector<int64_t> balance_shares(const std::vector<double>& seconds, int64_t total, int64_t max_share) {
+  const size_t n = seconds.size();
+  if (n == 0 || total < int64_t(n) || total > int64_t(n) * max_share)
+    throw std::invalid_argument("balance_shares: " + std::to_string(total) + " samples over " + std::to_string(n) +
+                                " ranks of at most " + std::to_string(max_share));
+  // Water-filling: ranks whose proportional share falls outside [1, max] are fixed at the bound,
+  // and the rest is shared again among the others, until none crosses.
+  std::vector<double> ideal(n, 0);
+  std::vector<bool> fixed(n, false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    double left = double(total), speed = 0;
+    for (size_t r = 0; r < n; ++r) {
+      if (fixed[r])
+        left -= ideal[r];
+      else
+        speed += 1 / seconds[r];
+    }
+    for (size_t r = 0; r < n; ++r) {
+      if (fixed[r]) continue;
+      ideal[r] = left * (1 / seconds[r]) / speed;
+      if (ideal[r] < 1 || ideal[r] > double(max_share)) {
+        ideal[r] = ideal[r] < 1 ? 1.0 : double(max_share);
+        fixed[r] = changed = true;
+        break;  // share the rest again without it
+      }
+    }
+  }
+  // Largest remainders (ties to the lower rank), never past max_share.
+  std::vector<int64_t> shares(n);
+  int64_t given = 0;
+  for (size_t r = 0; r < n; ++r) given += shares[r] = std::max<int64_t>(1, int64_t(std::floor(ideal[r] + 1e-9)));
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return ideal[a] - double(shares[a]) > ideal[b] - double(shares[b]);
+  });
+  for (size_t i = 0; given < total; i = (i + 1) % n)
+    if (shares[order[i]] < max_share) ++shares[order[i]], ++given;
+  while (given > total) {  // floors raised to 1 may overshoot: take from the largest
+    const size_t r = size_t(std::max_element(shares.begin(), shares.end()) - shares.begin());
+    --shares[r], --given;
+  }
+  return shares;
+}
+
+double predicted_step(const std::vector<int64_t>& shares, const std::vector<double>& seconds) {
+  double worst = 0;
+  for (size_t r = 0; r < shares.size(); ++r) worst = std::max(worst, double(shares[r]) * seconds[r]);
+  return worst;
+}
+
+std::vector<int64_t> parse_shares(const std::string& text) {
+  std::vector<int64_t> shares;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    while (used < item.size() && item[used] == ' ') ++used;
+    if (used == 0 || used != item.size()) throw std::invalid_argument("'" + item + "' is not an integer");
+    shares.push_back(v);
+  }
+  return shares;
+}
+
+Balancer::Balancer(int rank, int ranks, int64_t batch, const TrainerSettings& s, const Config& config)
+    : rank_(rank),
+      ranks_(ranks),
+      batch_(batch),
+      max_share_(s.balance_max > 0 ? s.balance_max : 2 * batch),
+      every_(s.balance_every),
+      threshold_(s.balance_threshold),
+      automatic_(s.balance) {
+  if (s.balance_max > 0 && s.balance_max < batch)
+    throw ConfigError(config.source("train.balance_max"), "train.balance_max",
+                      fmt::format("is {}, below train.batch {} (the even share): it must be at least that",
+                                  s.balance_max, batch));
+  max_share_ = std::min(max_share_, batch * ranks - (ranks - 1));  // the others keep one sample each
+  state_.shares.assign(size_t(ranks), batch);
+  if (s.balance_shares.empty()) return;
+  const auto bad = [&](const std::string& why) {
+    return ConfigError(config.source("train.balance_shares"), "train.balance_shares",
+                       "'" + s.balance_shares + "': " + why);
+  };
+  std::vector<int64_t> given;
+  try {
+    given = parse_shares(s.balance_shares);
+  } catch (const std::invalid_argument& e) {
+    throw bad(e.what());
+  }
+  if (int64_t(given.size()) != ranks)
+    throw bad(fmt::format("{} shares for {} ranks (one per rank)", given.size(), ranks));
+  int64_t sum = 0;
+  for (int64_t v : given) {
+    if (v < 1 || v > max_share_)
+      throw bad(fmt::format("a share of {}, outside [1, {}] (train.balance_max)", v, max_share_));
+    sum += v;
+  }
+  if (sum != batch * ranks)
+    throw bad(fmt::format("they sum to {}, not the global micro-batch {} (train.batch {} x {} ranks)", sum,
+                          batch * ranks, batch, ranks));
+  state_.shares = given;
+}
+
+bool Balancer::even() const {
+  return std::all_of(state_.shares.begin(), state_.shares.end(), [&](int64_t s) { return s == batch_; });
+}
+
+void Balancer::record(double busy_s, int64_t samples) {
+  if (skip_next_) {
+    skip_next_ = false;
+    return;
+  }
+  state_.busy_s += std::max(busy_s, 0.0);
+  state_.samples += double(samples);
+}
+
+bool Balancer::rebalance(comm::Communicator& control, int64_t step) {
+  if (!automatic_ || ranks_ < 2 || step % every_ != 0) return false;
+  at::Tensor seconds = at::zeros({ranks_}, at::kDouble);
+  if (state_.samples > 0 && state_.busy_s > 0) seconds[rank_] = state_.busy_s / state_.samples;
+  control.allreduce(seconds, comm::ReduceOp::Sum);
+  state_.busy_s = state_.samples = 0;
+  std::vector<double> t(seconds.data_ptr<double>(), seconds.data_ptr<double>() + ranks_);
+  if (std::any_of(t.begin(), t.end(), [](double v) { return !(v > 0) || !std::isfinite(v); }))
+    return false;  // a rank measured nothing this window
+  speed_ = t;
+  spdlog::debug("balance at step {}: seconds per sample {}", step, fmt::join(t, ", "));
+  const auto proposed = balance_shares(t, batch_ * ranks_, max_share_);
+  const double now = predicted_step(state_.shares, t), then = predicted_step(proposed, t);
+  if (proposed == state_.shares || !(then < now * (1 - threshold_))) return false;
+  state_.shares = proposed;
+  skip_next_ = true;
+  return true;
+}
+
+std::string Balancer::describe() const {
+  std::vector<double> speeds;
+  for (double t : speed_) speeds.push_back(1 / t);
+  double median = 0;
+  if (!speeds.empty()) {
+    auto sorted = speeds;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t n = sorted.size();
+    median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  }
+  std::string out;
+  const double total = double(batch_ * ranks_);
+  for (int r = 0; r < ranks_; ++r) {
+    out += fmt::format("{}rank {}: {} of {} ({:.0f} %)", r ? ", " : "", r, state_.shares[size_t(r)], int64_t(total),
+                       100.0 * double(state_.shares[size_t(r)]) / total);
+    if (median > 0) out += fmt::format(", {:.2f} x median speed", speeds[size_t(r)] / median);
+  }
+  return out;
+}
+
+Metrics Balancer::metrics() const {
+  Metrics m;
+  for (int r = 0; r < ranks_; ++r)
+    m.emplace_back("share_" + std::to_string(r), double(state_.shares[size_t(r)]) / double(batch_ * ranks_));
+  return m;
+}
+
+bool Balancer::set_state(const BalanceState& state) {
+  // Another world size or batch: even shares, measured again.
+  if (int64_t(state.shares.size()) != ranks_ ||
+      std::accumulate(state.shares.begin(), state.shares.end(), int64_t(0)) != batch_ * ranks_)
+    return false;
+  state_ = state;
+  return true;
+}
+
+}  // namespace meridian::train
