@@ -1,7 +1,5 @@
 #include "meridian/detect/loss.h"
 
-#include "meridian/comm/communicator.h"
-
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -236,7 +234,8 @@ DetectionLoss detection_loss(const std::vector<at::Tensor>& levels, const std::v
   at::Tensor score_sum = local_sum;
   double batch = double(bsz);
   if (comm) {
-    at::Tensor both = at::stack({a.target_scores.sum().to(at::kDouble), at::full({}, batch, at::kDouble).to(logits.device())});
+    at::Tensor both =
+        at::stack({a.target_scores.sum().to(at::kDouble), at::full({}, batch, at::kDouble).to(logits.device())});
     comm->allreduce(both, comm::ReduceOp::Sum);
     score_sum = at::clamp_min(both[0], 1.0).to(at::kFloat);
     batch = both[1].item<double>();

@@ -351,8 +351,7 @@ at::Tensor clip_loss(const at::Tensor& image_embeddings, const at::Tensor& text_
                      comm::Communicator* comm, const std::vector<int64_t>& counts) {
   const nn::AutocastScope float32(image_embeddings.device().type(), false);  // the loss in float32 under bf16
   const int64_t b = image_embeddings.size(0);
-  const at::Tensor all_texts =
-      comm ? parallel::all_gather_with_grad(*comm, text_embeddings, counts) : text_embeddings;
+  const at::Tensor all_texts = comm ? parallel::all_gather_with_grad(*comm, text_embeddings, counts) : text_embeddings;
   const at::Tensor all_images =
       comm ? parallel::all_gather_with_grad(*comm, image_embeddings, counts) : image_embeddings;
   const GlobalRows rows = global_rows(b, comm, counts);
@@ -360,8 +359,9 @@ at::Tensor clip_loss(const at::Tensor& image_embeddings, const at::Tensor& text_
   const auto image_to_text = at::matmul(image_embeddings, all_texts.t()) * scale.exp();  // [b, N b]
   const auto text_to_image = at::matmul(text_embeddings, all_images.t()) * scale.exp();
   const auto sum = at::Reduction::Sum;
-  return 0.5 * (at::cross_entropy_loss(image_to_text, targets, {}, sum) +
-                at::cross_entropy_loss(text_to_image, targets, {}, sum)) /
+  return 0.5 *
+         (at::cross_entropy_loss(image_to_text, targets, {}, sum) +
+          at::cross_entropy_loss(text_to_image, targets, {}, sum)) /
          rows.per_rank;
 }
 

@@ -260,12 +260,8 @@ std::vector<std::string> HealthMonitor::report(int64_t step, const std::string& 
   for (const auto& w : warnings) spdlog::warn("health at step {}: {}", step, w);
   if (file_.is_open()) {
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    file_ << nlohmann::json{{"step", step},
-                            {"time", now},
-                            {"ranks", ranks},
-                            {"links", link_lines},
-                            {"warnings", warnings},
-                            {"shares", shares}}
+    file_ << nlohmann::json{{"step", step},        {"time", now},          {"ranks", ranks},
+                            {"links", link_lines}, {"warnings", warnings}, {"shares", shares}}
                  .dump()
           << "\n";
     file_.flush();

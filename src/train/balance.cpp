@@ -49,9 +49,8 @@ std::vector<int64_t> balance_shares(const std::vector<double>& seconds, int64_t 
   for (size_t r = 0; r < n; ++r) given += shares[r] = std::max<int64_t>(1, int64_t(std::floor(ideal[r] + 1e-9)));
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return ideal[a] - double(shares[a]) > ideal[b] - double(shares[b]);
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return ideal[a] - double(shares[a]) > ideal[b] - double(shares[b]); });
   for (size_t i = 0; given < total; i = (i + 1) % n)
     if (shares[order[i]] < max_share) ++shares[order[i]], ++given;
   while (given > total) {  // floors raised to 1 may overshoot: take from the largest
@@ -95,9 +94,9 @@ Balancer::Balancer(int rank, int ranks, int64_t batch, const TrainerSettings& s,
       threshold_(s.balance_threshold),
       automatic_(s.balance) {
   if (s.balance_max > 0 && s.balance_max < batch)
-    throw ConfigError(config.source("train.balance_max"), "train.balance_max",
-                      fmt::format("is {}, below train.batch {} (the even share): it must be at least that",
-                                  s.balance_max, batch));
+    throw ConfigError(
+        config.source("train.balance_max"), "train.balance_max",
+        fmt::format("is {}, below train.batch {} (the even share): it must be at least that", s.balance_max, batch));
   max_share_ = std::min(max_share_, batch * ranks - (ranks - 1));  // the others keep one sample each
   state_.shares.assign(size_t(ranks), batch);
   if (s.balance_shares.empty()) return;

@@ -108,6 +108,33 @@ TEST(DistributedSampler, ResumeOnAnotherWorldSizeNeitherLosesNorRepeats) {
   EXPECT_EQ(visited.size(), size_t(n));
 }
 
+TEST(DistributedSampler, UnevenSharesAreContiguousAndFormTheSameGlobalBatch) {
+  // 3 ranks x 4 = 12 per global batch; shares 7, 3, 2: rank r takes [offset, offset + share).
+  const int64_t n = 50, start = 12;
+  std::multiset<int64_t> even, uneven;
+  const std::vector<int64_t> shares{7, 3, 2};
+  int64_t offset = 0;
+  for (int r = 0; r < 3; ++r) {
+    DistributedSampler a(n, 4, r, 3, 7, true), b(n, 4, r, 3, 7, true);
+    for (int64_t row : a.batch(1, start)) even.insert(row);
+    b.set_shares(shares);
+    EXPECT_EQ(b.share(), shares[size_t(r)]);
+    EXPECT_EQ(b.max_share(), 7);
+    const auto rows = b.batch(1, start);
+    ASSERT_EQ(int64_t(rows.size()), shares[size_t(r)]);
+    for (size_t j = 0; j < rows.size(); ++j) EXPECT_EQ(rows[j], b.row(1, start + offset + int64_t(j)));
+    uneven.insert(rows.begin(), rows.end());
+    offset += shares[size_t(r)];
+    b.set_shares({});  // even again: the interleaved split
+    EXPECT_EQ(b.batch(1, start), a.batch(1, start));
+  }
+  EXPECT_EQ(even, uneven);
+  DistributedSampler s(n, 4, 0, 3, 7, true);
+  EXPECT_THROW(s.set_shares({6, 6}), std::invalid_argument);      // one per rank
+  EXPECT_THROW(s.set_shares({10, 1, 0}), std::invalid_argument);  // at least 1 each
+  EXPECT_THROW(s.set_shares({5, 5, 3}), std::invalid_argument);   // sum 13, not 12
+}
+
 TEST(DistributedSampler, RejectsBadArguments) {
   EXPECT_THROW(DistributedSampler(0, 1, 0, 1, 0, true), std::invalid_argument);
   EXPECT_THROW(DistributedSampler(10, 0, 0, 1, 0, true), std::invalid_argument);

@@ -97,7 +97,7 @@ struct DetectTask::Impl {
   int64_t image_size = 0;
   std::unique_ptr<data::DetectionLoader> loader;
   std::unique_ptr<comm::Communicator> loss_comm;  // the loss's global normaliser (detection_loss)
-  std::unique_ptr<comm::Communicator> bn_comm;  // model.sync_bn: SyncBatchNorm's own (outlives the model)
+  std::unique_ptr<comm::Communicator> bn_comm;    // model.sync_bn: SyncBatchNorm's own (outlives the model)
   models::Yolo model{nullptr};
   at::Tensor images, boxes, classes, offsets;  // the current batch (images on the device)
   train::DataPosition position;

@@ -69,8 +69,8 @@ struct LmTask::Impl {
   at::Tensor tokens, targets;
   train::DataPosition position;
   std::unique_ptr<comm::Communicator> count_comm;  // forward's sum of the ranks' target tokens (CPU, MPI)
-  bool shape_only = false;                   // built without values: the strategy's shards get them
-  std::unique_ptr<HfLlamaWeights> deferred;  // task.init for assign_weights(); null once read, or resuming
+  bool shape_only = false;                         // built without values: the strategy's shards get them
+  std::unique_ptr<HfLlamaWeights> deferred;        // task.init for assign_weights(); null once read, or resuming
 
   Impl(const comm::Runtime& runtime, const Config& c, const train::TrainerSettings& trainer,
        const std::string& train_data, train::DataPosition start)

@@ -204,7 +204,7 @@ struct SiglipTask::Impl {
   std::string eval_data;
   int64_t context = 0;
   std::unique_ptr<data::Loader> loader;
-  std::vector<int64_t> shares;  // every rank's samples per batch (train.balance); empty: even
+  std::vector<int64_t> shares;                    // every rank's samples per batch (train.balance); empty: even
   std::unique_ptr<comm::Communicator> loss_comm;  // the gathers inside forward/backward: their own
   models::Siglip model{nullptr};
   at::Tensor images, tokens;  // the current batch, on the device
@@ -322,8 +322,7 @@ at::Tensor SiglipTask::forward() {
   m.scale = m.model->logit_scale().detach().clone();
   m.bias = m.model->logit_bias().detach().clone();
   if (m.settings.softmax) return models::clip_loss(images, texts, m.model->logit_scale(), m.loss_comm.get(), m.shares);
-  return models::siglip_loss(images, texts, m.model->logit_scale(), m.model->logit_bias(), m.loss_comm.get(),
-                             m.shares);
+  return models::siglip_loss(images, texts, m.model->logit_scale(), m.model->logit_bias(), m.loss_comm.get(), m.shares);
 }
 
 void SiglipTask::set_shares(const std::vector<int64_t>& shares) {
