@@ -2,12 +2,13 @@
 # Usage: balance_mpi_test.sh MPIRUN MERIDIAN SOURCE_DIR — uneven batch shares (train.balance), through
 # `meridian train`:
 #  - for each task (lm-tiny; SigLIP tiny, whose loss gathers the embeddings of every rank; the detector
-#    with SyncBN) at 2 and 3 ranks: one SGD step (no clipping, so the update is lr x the gradient) with
+#    with SyncBN) at 2 and 3 ranks, and SigLIP with 2 micro-batches per step (train.accumulate): one SGD step (no clipping, so the update is lr x the gradient) with
 #    the shares 6,2 (7,3,2) gives the update of the even split of the same samples, to float rounding:
 #    measured 1e-6 of the largest update for lm and SigLIP, 8e-4 for the detector (a 1-rank run of the
 #    whole batch is as far from the even split: BatchNorm's backward subtracts means). A loss normalised by
 #    the rank's own count instead of the global one is off by tens of percent;
-#  - train.balance auto with rank 1 made slow (--inject-straggler) moves the shares at step 2; stopped
+#  - train.balance auto with rank 1 made slow (--inject-straggler) moves the shares at step 2 (step log
+#    and health report show them; health still names rank 1 a straggler: one sample is still slow); stopped
 #    at step 4 and resumed, the run is bit-identical (/model, /optim) to the uninterrupted one, with the
 #    same share history; resumed on 4 ranks it starts from even shares;
 #  - bad settings exit 2 naming the key.
@@ -52,13 +53,13 @@ PY
 
 # 1. Uneven shares, the even split's update.
 step=(--set train.steps=1 --set optim.name=sgd --set optim.clip=0 --set optim.warmup=1)
-equal_updates() {  # equal_updates CONFIG DATA TOLERANCE [--set ...]
-  local config=$1 data=$2 tolerance=$3
-  shift 3
+equal_updates() {  # equal_updates CONFIG DATA TOLERANCE NPS [--set ...]
+  local config=$1 data=$2 tolerance=$3 nps=$4
+  shift 4
   local name=${config%.yaml}
   run 2 "$name-zero" "$config" "$data" "${step[@]}" --set optim.lr=1e-30 --set optim.min_lr=0 "$@"
-  for np in 2 3; do
-    local shares=6,2
+  for np in $nps; do
+    local shares=${SHARES2:-6,2}
     [[ $np == 3 ]] && shares=7,3,2
     run $np "$name-even$np" "$config" "$data" "${step[@]}" --set optim.lr=1e-2 "$@"
     run $np "$name-uneven$np" "$config" "$data" "${step[@]}" --set optim.lr=1e-2 --set train.balance_shares=$shares "$@"
@@ -68,9 +69,12 @@ equal_updates() {  # equal_updates CONFIG DATA TOLERANCE [--set ...]
       "$(ck "$name-uneven$np" 1)" "$tolerance"
   done
 }
-equal_updates lm-tiny.yaml text.h5 1e-4 --set data.seq_len=64
-equal_updates siglip-tiny.yaml it.h5 1e-4 --set model.image_size=64
-equal_updates detect-synthetic.yaml det.h5 3e-3 --set train.ema=0 --set model.sync_bn=true
+equal_updates lm-tiny.yaml text.h5 1e-4 "2 3" --set data.seq_len=64
+equal_updates siglip-tiny.yaml it.h5 1e-4 "2 3" --set model.image_size=64
+equal_updates detect-synthetic.yaml det.h5 3e-3 "2 3" --set train.ema=0 --set model.sync_bn=true
+# With 2 micro-batches per step: the shares apply to each (batch 2 per rank per micro-batch).
+SHARES2=3,1 equal_updates siglip-tiny.yaml it.h5 1e-4 2 --set model.image_size=64 --set train.accumulate=2 \
+  --set train.batch=2
 
 # 2. train.balance auto, shares moved by a slow rank 1; stopped and resumed: the same bits.
 # Rank 1 sleeps 1.5 s in every forward: at step 2 it measures about 0.4 s per sample against rank 0's
@@ -78,10 +82,14 @@ equal_updates detect-synthetic.yaml det.h5 3e-3 --set train.ema=0 --set model.sy
 # rank 0 twice as slow), and stay there.
 auto=(--set model.image_size=64 --set train.steps=6 --set train.balance=auto --set train.balance_every=2
   --inject-straggler 1:compute:1500)
-run 2 straight siglip-tiny.yaml it.h5 "${auto[@]}"
+run 2 straight siglip-tiny.yaml it.h5 "${auto[@]}" --set train.health_every=2
 grep -q "batch shares at step 2: rank 0: 7 of 8 (88 %), [0-9.]* x median speed, rank 1: 1 of 8" "$tmp/straight.log" ||
   { grep "shares" "$tmp/straight.log"; fail "balance auto did not move the shares to 7,1 at step 2"; }
 grep -qE "step +3/6 .*shares 88/12 %" "$tmp/straight.log" || fail "the step log does not show the shares"
+grep -q "health at step 4: batch shares rank 0: 7 of 8" "$tmp/straight.log" || fail "the health report lacks the shares"
+# At one sample of 8, rank 1 is still slower than the others: health still names it.
+grep -qE "health at step [46]: straggler: rank 1 " "$tmp/straight.log" ||
+  fail "a rank slower than its smallest share absorbs is not named a straggler"
 run 2 split siglip-tiny.yaml it.h5 "${auto[@]}" --set train.stop_at=3
 run 2 split siglip-tiny.yaml it.h5 "${auto[@]}" --resume auto
 grep -q "batch shares from the start: rank 0: 7 of 8" "$tmp/split.log" || fail "the resumed run lost the shares"
