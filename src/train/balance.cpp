@@ -97,7 +97,7 @@ Balancer::Balancer(int rank, int ranks, int64_t batch, const TrainerSettings& s,
     throw ConfigError(
         config.source("train.balance_max"), "train.balance_max",
         fmt::format("is {}, below train.batch {} (the even share): it must be at least that", s.balance_max, batch));
-  max_share_ = std::min(max_share_, batch * ranks - (ranks - 1));  // the others keep one sample each
+  max_share_ = std::min(max_share_, global_micro_batch() - (ranks - 1));  // the others keep one sample each
   state_.shares.assign(size_t(ranks), batch);
   if (s.balance_shares.empty()) return;
   const auto bad = [&](const std::string& why) {
@@ -118,9 +118,9 @@ Balancer::Balancer(int rank, int ranks, int64_t batch, const TrainerSettings& s,
       throw bad(fmt::format("a share of {}, outside [1, {}] (train.balance_max)", v, max_share_));
     sum += v;
   }
-  if (sum != batch * ranks)
+  if (sum != global_micro_batch())
     throw bad(fmt::format("they sum to {}, not the global micro-batch {} (train.batch {} x {} ranks)", sum,
-                          batch * ranks, batch, ranks));
+                          global_micro_batch(), batch, ranks));
   state_.shares = given;
 }
 
@@ -148,7 +148,7 @@ bool Balancer::rebalance(comm::Communicator& control, int64_t step) {
     return false;  // a rank measured nothing this window
   speed_ = t;
   spdlog::debug("balance at step {}: seconds per sample {}", step, fmt::join(t, ", "));
-  const auto proposed = balance_shares(t, batch_ * ranks_, max_share_);
+  const auto proposed = balance_shares(t, global_micro_batch(), max_share_);
   const double now = predicted_step(state_.shares, t), then = predicted_step(proposed, t);
   if (proposed == state_.shares || !(then < now * (1 - threshold_))) return false;
   state_.shares = proposed;
@@ -167,7 +167,7 @@ std::string Balancer::describe() const {
     median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
   }
   std::string out;
-  const double total = double(batch_ * ranks_);
+  const double total = double(global_micro_batch());
   for (int r = 0; r < ranks_; ++r) {
     out += fmt::format("{}rank {}: {} of {} ({:.0f} %)", r ? ", " : "", r, state_.shares[size_t(r)], int64_t(total),
                        100.0 * double(state_.shares[size_t(r)]) / total);
@@ -179,14 +179,14 @@ std::string Balancer::describe() const {
 Metrics Balancer::metrics() const {
   Metrics m;
   for (int r = 0; r < ranks_; ++r)
-    m.emplace_back("share_" + std::to_string(r), double(state_.shares[size_t(r)]) / double(batch_ * ranks_));
+    m.emplace_back("share_" + std::to_string(r), double(state_.shares[size_t(r)]) / double(global_micro_batch()));
   return m;
 }
 
 bool Balancer::set_state(const BalanceState& state) {
   // Another world size or batch: even shares, measured again.
   if (int64_t(state.shares.size()) != ranks_ ||
-      std::accumulate(state.shares.begin(), state.shares.end(), int64_t(0)) != batch_ * ranks_)
+      std::accumulate(state.shares.begin(), state.shares.end(), int64_t(0)) != global_micro_batch())
     return false;
   state_ = state;
   return true;
