@@ -27,6 +27,7 @@ PACKAGES=(
   iproute2 iputils-ping              # the virtual cluster of tests/cluster (namespaces, links, tc)
   python3-torch                      # the PyTorch references of jobs/bench and tests (same 1.13 as LibTorch); not for the build
   python3-sentencepiece              # the Hugging Face SigLIP reference of tests/models (its tokenizer rules)
+  chromium fonts-dejavu-core         # tests/report opens the run report in headless Chromium; not for the build
 )
 
 if [[ ! -r /etc/os-release ]] || ! grep -qiE '^(ID|ID_LIKE)=.*debian' /etc/os-release; then

@@ -48,6 +48,7 @@ Command bench_memory_command();
 Command model_command();
 Command export_command();
 Command embed_command();
+Command report_command();
 Command generate_command();
 Command predict_command();
 Command doctor_command();

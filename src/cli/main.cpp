@@ -24,8 +24,8 @@ using meridian::cli::Command;
 
 std::vector<Command> all_commands() {
   using namespace meridian::cli;
-  std::vector<Command> commands{info_command(), doctor_command(), bench_comm_command(), bench_ddp_command(),
-                                bench_gemm_command()};
+  std::vector<Command> commands{info_command(),      doctor_command(),     bench_comm_command(),
+                                bench_ddp_command(), bench_gemm_command(), report_command()};
 #ifdef MERIDIAN_WITH_DATA
   for (auto c : {prep_image_text_command(), prep_detection_command(), prep_text_command(), prep_synthetic_command(),
                  inspect_command(), bench_io_command(), train_command(), bench_train_command(), config_command(),

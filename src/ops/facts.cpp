@@ -142,17 +142,6 @@ std::string cuda_build_text() {
 #endif
 }
 
-VersionFacts version_facts() {
-  VersionFacts v;
-  v.build = fmt::format("meridian {} (git {}, {})", MERIDIAN_VERSION, MERIDIAN_GIT, MERIDIAN_BUILD_TYPE);
-  v.binary = file_hash("/proc/self/exe");
-  v.torch = TORCH_VERSION;
-  v.mpi = comm::mpi_library_version();
-  v.nccl = comm::nccl_version();
-  v.cuda_build = cuda_build_text();
-  return v;
-}
-
 std::map<std::string, std::string> env_facts() {
   std::map<std::string, std::string> env;
   for (char** e = environ; e && *e; ++e) {
@@ -231,6 +220,17 @@ RankFacts local_facts(const comm::Runtime& rt, const std::string& run_dir, const
 }
 
 }  // namespace
+
+VersionFacts version_facts() {
+  VersionFacts v;
+  v.build = fmt::format("meridian {} (git {}, {})", MERIDIAN_VERSION, MERIDIAN_GIT, MERIDIAN_BUILD_TYPE);
+  v.binary = file_hash("/proc/self/exe");
+  v.torch = TORCH_VERSION;
+  v.mpi = comm::mpi_library_version();
+  v.nccl = comm::nccl_version();
+  v.cuda_build = cuda_build_text();
+  return v;
+}
 }  // namespace meridian::ops
 
 // ---- JSON, to cross ranks: beside each type, in its own namespace, where nlohmann's lookup by argument

@@ -5,12 +5,17 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <optional>
 
 #include "meridian/ckpt/checkpoint.h"
+#include "meridian/comm/probe.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
+#include "meridian/ops/facts.h"
 #include "meridian/ops/peak.h"
+#include "meridian/report/report.h"
 #include "meridian/tasks/registry.h"
 #include "meridian/train/settings.h"
 
@@ -46,6 +51,56 @@ std::string check_best(const Config& config, ckpt::CheckpointSettings& c, train:
   c.best.clear();
   t.patience = 0;
   return note;
+}
+// "cpu", or the GPU's name.
+std::string device_text(const comm::Runtime& rt) {
+  if (!rt.device().is_cuda()) return "cpu";
+  const comm::GpuInventory gpus = comm::local_gpus();
+  const int i = rt.device().index();
+  return i >= 0 && i < int(gpus.gpus.size()) ? gpus.gpus[size_t(i)].name : rt.device().str();
+}
+
+// Collective (gathers every rank's host and device): the attempt's start record for attempts.jsonl,
+// on rank 0 (null elsewhere).
+nlohmann::json attempt_start(const comm::Runtime& rt, const ResolvedRun& run, train::Trainer& trainer,
+                             const train::TrainerSettings& settings) {
+  const auto hosts = rt.gather_to_root(rt.host());
+  const auto devices = rt.gather_to_root(device_text(rt));
+  if (rt.rank() != 0) return nullptr;
+  const ops::VersionFacts v = ops::version_facts();
+  nlohmann::json r = {
+      {"event", "start"},
+      {"time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+      {"step", trainer.step()},
+      {"steps", settings.steps},
+      {"world_size", rt.size()},
+      {"nodes", rt.node_count()},
+      {"hosts", hosts},
+      {"devices", devices},
+      {"versions",
+       {{"meridian", v.build}, {"LibTorch", v.torch}, {"MPI", v.mpi}, {"NCCL", v.nccl}, {"CUDA", v.cuda_build}}},
+      {"task", trainer.task().name()},
+      {"global_batch", trainer.global_batch()},
+      {"precision", settings.precision == train::Precision::BFloat16 ? "bf16" : "float32"},
+      {"data", DataSettings::from_config(run.config).train},
+      {"resumed_from", nullptr}};
+  if (run.resume) r["resumed_from"] = {{"path", run.resume->path}, {"step", run.resume->step}};
+  return r;
+}
+
+nlohmann::json attempt_end(const train::TrainSummary& summary, int64_t step, const std::string& metric) {
+  nlohmann::json r = {
+      {"event", "end"},
+      {"time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+      {"step", step},
+      {"status", summary.signalled                ? "signalled"
+                 : summary.stopped                ? "stopped"
+                 : !summary.patience_stop.empty() ? "early stop"
+                                                  : "finished"}};
+  if (!summary.patience_stop.empty()) r["message"] = summary.patience_stop;
+  if (!metric.empty() && std::isfinite(summary.best.value))
+    r["best"] = {{"metric", metric}, {"value", summary.best.value}, {"step", summary.best.step}};
+  return r;
 }
 }  // namespace
 
@@ -152,7 +207,41 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
   train::Trainer trainer(rt, *task, settings, options);
   if (run.resume) ckpt::restore(rt, trainer, *run.resume);
   ckpt::Checkpointer checkpointer(rt, trainer, run.config, run.checkpoint);
-  return trainer.run();
+  // Rank 0 records the attempt (attempts.jsonl) and keeps RUN_DIR/report.html up to date.
+  const nlohmann::json start = run_dir.empty() ? nlohmann::json() : attempt_start(rt, run, trainer, settings);
+  std::unique_ptr<report::PageWriter> page;
+  if (rt.rank() == 0 && !run_dir.empty()) {
+    report::append_attempt(run_dir, start);
+    if (settings.report) {
+      page = std::make_unique<report::PageWriter>(run_dir);
+      trainer.add_step_hook([&page](train::Trainer&, const train::StepEvent& e) {
+        if (e.evaluated && !e.last && !e.stopping) page->request();  // the last one is written below
+      });
+    }
+  }
+  train::TrainSummary summary;
+  try {
+    summary = trainer.run();
+  } catch (const std::exception& e) {
+    if (rt.rank() == 0 && !run_dir.empty()) {
+      nlohmann::json end = {{"event", "end"}, {"step", trainer.step()}, {"status", "failed"}, {"message", e.what()}};
+      end["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      try {
+        report::append_attempt(run_dir, end);
+        if (page) page->finish();
+      } catch (const std::exception&) {  // the run's own error is the one to report
+      }
+    }
+    throw;
+  }
+  if (rt.rank() == 0 && !run_dir.empty()) {
+    report::append_attempt(run_dir, attempt_end(summary, trainer.step(), run.checkpoint.best));
+    if (page) {
+      const std::string path = page->finish();
+      if (!path.empty()) spdlog::info("report: {}", path);
+    }
+  }
+  return summary;
 }
 
 }  // namespace meridian::tasks

@@ -81,6 +81,10 @@ void Reporter::step(int64_t step, double loss, double grad_norm, int64_t bad_ste
             {"optimizer_s", t.optimizer / n},
             {"step_s", t.total / n},
             {"bad_steps", double(bad_steps)}};
+  if (const int64_t batches = task_.batches_per_epoch(); batches > 0) {  // epochs as a fraction (the report marks them)
+    const DataPosition at = task_.data_position();
+    m.push_back({"epoch", double(at.epoch) + double(at.position) * s_.accumulate / double(batches * global_batch_)});
+  }
   std::string extra;  // tokens/s and MFU where they apply
   if (task_.tokens_per_sample() > 0) {
     const double tokens_per_s = samples_per_s * task_.tokens_per_sample();

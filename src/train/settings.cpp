@@ -46,6 +46,9 @@ const ConfigBinding<TrainerSettings>& bindings() {
         .at_least(1);
     b.integer("train.stop_at", &S::stop_at, "end this run after this step, with a checkpoint; 0: run to train.steps")
         .at_least(0);
+    b.boolean("train.report", &S::report,
+              "write RUN_DIR/report.html (meridian report: curves, ranks, findings, restarts) after each evaluation "
+              "and at the end, on a thread of its own");
     b.integer("train.health_every", &S::health_every, "steps between health reports (health.jsonl); 0: none")
         .at_least(0);
     b.choice("train.progress", &S::progress,

@@ -300,7 +300,8 @@ struct Trainer::Impl {
       const auto aside = Clock::now();  // evaluations and checkpoints are not training throughput
       // The evaluation first, so that the step's checkpoint holds its best record.
       bool improved = false;
-      if (evaluation_due(last)) {
+      const bool evaluated = evaluation_due(last);
+      if (evaluated) {
         summary.last_eval = evaluate();
         improved = judge(summary.last_eval);
         if (!last && !(summary.patience_stop = patience_exhausted()).empty()) {
@@ -308,7 +309,7 @@ struct Trainer::Impl {
           last = true;  // the end of the run: its at_end checkpoint
         }
       }
-      for (auto& hook : hooks) hook(*owner, StepEvent{step, last, stopping, improved});
+      for (auto& hook : hooks) hook(*owner, StepEvent{step, last, stopping, improved, evaluated});
       reporter->exclude(Clock::now() - aside);
       reporter->step(step, loss, grad_norm, bad_total, last || stopping, [&] {
         Metrics m = strategy->step_metrics(step - 1);

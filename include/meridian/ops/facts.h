@@ -133,6 +133,9 @@ struct AllreduceFacts {
   int64_t wrong = 0;  // elements that differ from the closed-form sum, over all ranks
 };
 
+// This process's build and libraries (meridian, LibTorch, MPI, NCCL, CUDA). Not collective.
+VersionFacts version_facts();
+
 // FNV-1a of the file's first `limit` bytes as 16 hex digits; "unreadable" when it cannot be opened.
 // Not collective; never throws for I/O errors.
 std::string file_hash(const std::string& path, size_t limit = SIZE_MAX);

@@ -91,10 +91,11 @@ struct TrainerState {
 // After each optimizer step, to every hook on every rank (all ranks agree on every field).
 struct StepEvent {
   int64_t steps_done = 0;
-  bool last = false;      // the last step of the run
-  bool stopping = false;  // the run ends here early (train.stop_at, or SIGTERM/SIGUSR1 on some rank before
-                          // the last step): run() returns after the hooks
-  bool best = false;      // this step's evaluation is the best so far (TrainerOptions::best): keep its weights
+  bool last = false;       // the last step of the run
+  bool stopping = false;   // the run ends here early (train.stop_at, or SIGTERM/SIGUSR1 on some rank before
+                           // the last step): run() returns after the hooks
+  bool best = false;       // this step's evaluation is the best so far (TrainerOptions::best): keep its weights
+  bool evaluated = false;  // an evaluation ran after this step (its metrics.csv rows are written)
 };
 
 // Installs handlers for SIGTERM and SIGUSR1 that ask running Trainers to stop after the current

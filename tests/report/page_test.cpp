@@ -1,0 +1,99 @@
+// The report page without a browser: downsampling keeps the extremes, the run directory's text
+// cannot end the page's script elements, and what is cut or missing is named.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "meridian/core/error.h"
+#include "meridian/report/report.h"
+
+namespace fs = std::filesystem;
+using meridian::report::downsample;
+
+TEST(Downsample, ShortCurvesAreKept) {
+  std::vector<double> x{1, 2, 3}, y{5, 4, 6};
+  downsample(x, y, 10);
+  EXPECT_EQ(x, (std::vector<double>{1, 2, 3}));
+  EXPECT_EQ(y, (std::vector<double>{5, 4, 6}));
+}
+
+TEST(Downsample, KeepsEndsAndEveryExtremeWithinTheLimit) {
+  std::mt19937 rng(7);
+  std::normal_distribution<double> noise;
+  std::vector<double> x, y;
+  for (int i = 0; i < 100000; ++i) x.push_back(i + 1), y.push_back(noise(rng));
+  y[31337] = 50, y[77777] = -40;  // spikes a plain stride would miss
+  const auto [lo, hi] = std::minmax_element(y.begin(), y.end());
+  const double low = *lo, high = *hi;
+  std::vector<double> ox = x, oy = y;
+  downsample(ox, oy, 2000);
+  EXPECT_LE(ox.size(), 2000u);
+  EXPECT_GE(ox.size(), 1900u);
+  EXPECT_EQ(ox.front(), 1);
+  EXPECT_EQ(ox.back(), 100000);
+  EXPECT_TRUE(std::is_sorted(ox.begin(), ox.end()));
+  EXPECT_EQ(*std::max_element(oy.begin(), oy.end()), high);
+  EXPECT_EQ(*std::min_element(oy.begin(), oy.end()), low);
+  EXPECT_NE(std::find(ox.begin(), ox.end(), 31338.0), ox.end());
+  // Every kept point is a point of the curve.
+  for (size_t i = 0; i < ox.size(); ++i) EXPECT_EQ(oy[i], y[size_t(ox[i]) - 1]);
+}
+
+TEST(Downsample, KeepsANaNStep) {
+  std::vector<double> x, y;
+  for (int i = 0; i < 10000; ++i) x.push_back(i), y.push_back(1.0);
+  y[4321] = NAN;
+  downsample(x, y, 100);
+  EXPECT_TRUE(std::any_of(y.begin(), y.end(), [](double v) { return std::isnan(v); }));
+}
+
+class RunDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() / ("meridian_report_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  void write(const std::string& name, const std::string& text) { std::ofstream(dir / name) << text; }
+  fs::path dir;
+};
+
+TEST_F(RunDir, TextFromTheRunCannotEndTheScriptElements) {
+  write("metrics.csv", "step,wall_time,name,value\n1,10.0,train/</script><b>,1\n");
+  write("config.yaml", "a: \"</script><script>alert(1)</script>\"\n");
+  const std::string page = meridian::report::render_page(dir.string());
+  EXPECT_EQ(page.find("</script><script>alert"), std::string::npos);
+  EXPECT_EQ(page.find("</script><b>"), std::string::npos);
+  EXPECT_NE(page.find("\\u003c/script\\u003e\\u003cscript\\u003ealert(1)"), std::string::npos);
+  EXPECT_NE(page.find("default-src 'none'"), std::string::npos);
+}
+
+TEST_F(RunDir, NamesWhatIsCutOrMissingAndInfersRestarts) {
+  // Steps 1..6, then a restart from step 4 (steps 5 and 6 lost), then steps 5..8 and a cut line.
+  std::string csv = "step,wall_time,name,value\n";
+  for (int s = 1; s <= 6; ++s) csv += std::to_string(s) + ",100,train/loss," + std::to_string(10 - s) + "\n";
+  for (int s = 5; s <= 8; ++s) csv += std::to_string(s) + ",200,train/loss," + std::to_string(20 - s) + "\n";
+  csv += "9,300,train/lo";
+  write("metrics.csv", csv);
+  meridian::report::PageStats stats;
+  const std::string page = meridian::report::render_page(dir.string(), &stats);
+  EXPECT_EQ(stats.metric_rows, 10);
+  ASSERT_EQ(stats.problems.size(), 4u);
+  EXPECT_NE(stats.problems[0].find("its last line (line 12) was cut short"), std::string::npos);
+  EXPECT_NE(stats.problems[1].find("health.jsonl is missing"), std::string::npos);
+  EXPECT_NE(stats.problems[2].find("attempts.jsonl is missing"), std::string::npos);
+  EXPECT_NE(stats.problems[3].find("config.yaml is missing"), std::string::npos);
+  // The resumed attempt's values win: step 5 is 15, not 5; the second attempt resumed at step 4, 2 lost.
+  EXPECT_NE(page.find("\"x\":[1.0,2.0,3.0,4.0,5.0,6.0,7.0,8.0],\"y\":[9.0,8.0,7.0,6.0,15.0,14.0,13.0,12.0]"),
+            std::string::npos);
+  EXPECT_NE(page.find("\"last_step\":6"), std::string::npos);
+  EXPECT_NE(page.find("\"lost\":2"), std::string::npos);
+}
+
+TEST_F(RunDir, NotADirectoryIsAUserError) {
+  EXPECT_THROW(meridian::report::render_page((dir / "none").string()), meridian::UserError);
+}
