@@ -2,6 +2,7 @@
 #include "meridian/report/report.h"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "commands.h"
 #include "meridian/comm/runtime.h"
@@ -28,6 +29,10 @@ Command report_command() {
     if (run.empty()) throw UserError("give a run directory: meridian report RUN_DIR [--out FILE.html]");
     std::string out = p["out"].as<std::string>();
     if (out.empty()) out = run + "/report.html";
+    if (!std::filesystem::is_directory(run)) throw UserError("'" + run + "' is not a directory (give a run directory)");
+    const auto parent = std::filesystem::absolute(out).parent_path();
+    if (!std::filesystem::is_directory(parent))
+      throw UserError("--out " + out + ": no directory " + parent.string() + " to write the page in");
     if (rt.rank() != 0) return 0;  // one page, from rank 0; the others have nothing to do
     const report::PageStats s = report::write_page(run, out);
     std::printf("report: wrote %s (%.1f KB; %lld metrics rows, %lld points shown)\n", out.c_str(), s.bytes / 1e3,

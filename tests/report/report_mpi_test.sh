@@ -10,7 +10,8 @@
 #     attempts files: the page opens, names what is cut or missing, and shows the config as text;
 #  3. a metrics.csv of a million rows: the page is under 10 MB (its size and the time to open it are
 #     printed, not asserted: this machine is shared);
-#  4. `meridian report` on what is not a run directory exits 2 naming it.
+#  4. `meridian report` on what is not a run directory, or with --out in a missing directory, exits 2
+#     naming it.
 set -u
 mpirun=$1 meridian=$2 src=$3 artifacts=$4
 source "$(dirname "$0")/../mpi_script_lib.sh"
@@ -172,4 +173,5 @@ echo "a million rows: page $((size / 1000)) KB, written in $(awk "BEGIN {printf 
 
 # 4. Not a run directory.
 expect_error "report of a missing directory" "is not a directory" "$meridian" report "$tmp/none"
+expect_error "report --out in a missing directory" "--out .*: no directory" "$meridian" report "$run" --out "$tmp/no/r.html"
 echo "PASS"
