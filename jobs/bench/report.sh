@@ -8,7 +8,7 @@
 #            a GPU node has idle cores for it)
 # Prints each run's mean step time (train/step_s over steps 6..N: the evaluations and the pages are
 # outside the steps, the page thread is not) and wall time per step between the first and the last
-# step, and how long `meridian report` takes for the run directory.
+# step, and how long `meridian report` takes to write the page of the run directory.
 # Usage: jobs/bench/report.sh [steps (default 40)] [build dir (default build)]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -59,8 +59,5 @@ for setup in fresh 1M; do
     run "$setup-off-$pair" false $big
     run "$setup-on-$pair" true $big
   done
-  start=$(date +%s.%N)
-  "$bin" report "$dir/$setup-on-1" --out "$dir/page.html" >/dev/null
-  echo "meridian report of $setup-on-1: $(awk "BEGIN {printf \"%.2f\", $(date +%s.%N) - $start}") s," \
-    "$(($(stat -c %s "$dir/page.html") / 1000)) KB"
+  "$bin" report "$dir/$setup-on-1" --out "$dir/page.html" | head -1
 done

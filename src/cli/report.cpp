@@ -1,6 +1,7 @@
 // `meridian report RUN_DIR [--out FILE.html]`: one self-contained HTML page of a run (report/report.h).
 #include "meridian/report/report.h"
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 
@@ -34,9 +35,11 @@ Command report_command() {
     if (!std::filesystem::is_directory(parent))
       throw UserError("--out " + out + ": no directory " + parent.string() + " to write the page in");
     if (rt.rank() != 0) return 0;  // one page, from rank 0; the others have nothing to do
+    const auto t0 = std::chrono::steady_clock::now();
     const report::PageStats s = report::write_page(run, out);
-    std::printf("report: wrote %s (%.1f KB; %lld metrics rows, %lld points shown)\n", out.c_str(), s.bytes / 1e3,
-                (long long)s.metric_rows, (long long)s.points_shown);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("report: wrote %s in %.2f s (%.1f KB; %lld metrics rows, %lld points shown)\n", out.c_str(), seconds,
+                s.bytes / 1e3, (long long)s.metric_rows, (long long)s.points_shown);
     for (const auto& problem : s.problems) std::printf("  missing or cut: %s\n", problem.c_str());
     return 0;
   };

@@ -1,5 +1,8 @@
 // The report page: the run's JSON, the page's script and style and uPlot inlined into page.html.
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -110,6 +113,9 @@ void PageWriter::request() {
 }
 
 void PageWriter::loop() {
+  // The lowest priority (nice 19: about 1.5 % of a core that a rank also wants): the page must not
+  // slow a step on a core it shares with a rank. Linux applies setpriority to this thread alone.
+  setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), 19);
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return pending_ || quit_; });

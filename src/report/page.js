@@ -25,6 +25,12 @@
     if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(2);
     return Number(v.toPrecision(digits || 4)).toString();
   }
+  // An axis tick: ticks are round numbers, so up to 6 significant digits show them all apart (10.005).
+  function tick(v) {
+    var a = Math.abs(v);
+    if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(1);
+    return Number(v.toPrecision(6)).toString();
+  }
   function when(t) {
     if (!t) return "–";
     var d = new Date(t * 1000);
@@ -144,7 +150,7 @@
       title: title, width: width, height: opts.height || 220, series: series, bands: opts.bands || [],
       scales: { x: { time: false }, y: opts.log ? { distr: 3 } : {} },
       legend: { show: list.length > 1 },
-      axes: [{ label: "step" }, { size: 64, values: function (u, vals) { return vals.map(function (v) { return num(v, 3); }); } }],
+      axes: [{ label: "step" }, { size: 64, values: function (u, vals) { return vals.map(tick); } }],
       hooks: { draw: [markLines] }
     }, align(list), box);
     return u;
