@@ -57,9 +57,10 @@ constexpr size_t kMaxPoints = 2000;
 void downsample(std::vector<double>& x, std::vector<double>& y, size_t max_points = kMaxPoints);
 
 // Rank 0 of `meridian train`: RUN_DIR/report.html rewritten on a thread of its own, so that no step
-// waits for it, at the lowest priority (nice 19: a rank on the same core keeps about 98.5 % of it). request() starts a write, or, while one runs, one more after it; finish() waits for
-// them and writes the final page. A page that cannot be written is a warning in the log: the report
-// never ends a run. Not thread-safe (one owner thread calls request and finish).
+// waits for it, at the lowest priority (nice 19: a rank on the same core keeps about 98.5 % of it).
+// request() starts a write, or, while one runs, one more after it; finish() waits for them and writes
+// the final page. A page that cannot be written is a warning in the log: the report never ends a
+// run. Not thread-safe (one owner thread calls request and finish).
 class PageWriter {
  public:
   explicit PageWriter(std::string run_dir);
