@@ -11,6 +11,8 @@
 // Why segments for the rest: Open MPI 4.1's MPI_Allreduce falls off a cliff on large messages
 // (measured here, 2 ranks: ~4-8 GB/s busbw at 1-4 MB, 0.25-0.39 GB/s at 64 MB); reducing in segments
 // of a few MB keeps every call in the fast regime. See `meridian bench comm --segment-bytes`.
+// How it waits: MPI's blocking calls, or, with MERIDIAN_MPI_WAIT=poll, nonblocking ones tested with
+// sleeps in between (mpi_wait.h), so that a waiting rank does not spin on a core it shares.
 #include <ATen/ATen.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -29,6 +31,7 @@
 #include "meridian/core/units.h"
 #include "mpi_check.h"
 #include "mpi_ring.h"
+#include "mpi_wait.h"
 #include "reduce_kernels.h"
 #include "work.h"
 
@@ -136,6 +139,7 @@ class MpiCommunicator final : public Communicator {
                   : ring_env && *ring_env ? parse_bytes(ring_env, "MERIDIAN_MPI_RING_BYTES")
                                           : kDefaultRingBytes;
     half_ops();
+    poll_waits();  // MERIDIAN_MPI_WAIT read here, on the caller's thread: a bad value is a UserError
     MERIDIAN_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
     MERIDIAN_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     ring_ = std::make_unique<MpiRing>(comm_, rank_, size_, std::min<size_t>(segment_bytes_, kRingPieceBytes));
@@ -208,7 +212,7 @@ class MpiCommunicator final : public Communicator {
               char* base = static_cast<char*>(tensor.data_ptr());
               for (int64_t off = 0; off < tensor.numel(); off += step) {
                 const int n = static_cast<int>(std::min(step, tensor.numel() - off));
-                MERIDIAN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, base + off * elem, n, type, mop, comm_));
+                detail::allreduce(base + off * elem, n, type, mop, comm_);
               }
               if (op == ReduceOp::Avg) tensor.div_(size_);
             },
@@ -226,7 +230,7 @@ class MpiCommunicator final : public Communicator {
               const size_t step = std::min<size_t>(segment_bytes_ * 4, INT32_MAX);
               for (size_t off = 0; off < bytes; off += step) {
                 const int n = static_cast<int>(std::min(step, bytes - off));
-                MERIDIAN_MPI_CHECK(MPI_Bcast(base + off, n, MPI_BYTE, root, comm_));
+                detail::broadcast(base + off, n, MPI_BYTE, root, comm_);
               }
             },
             nullptr};
@@ -238,11 +242,10 @@ class MpiCommunicator final : public Communicator {
     check_split(output, input, size_, "allgather");
     const int n = checked_count(input.numel(), "allgather");
     const MPI_Datatype type = mpi_type(input.scalar_type());
-    return {describe("allgather", input),
-            [this, input, output, n, type]() {
-              MERIDIAN_MPI_CHECK(MPI_Allgather(input.data_ptr(), n, type, output.data_ptr(), n, type, comm_));
-            },
-            nullptr};
+    return {
+        describe("allgather", input),
+        [this, input, output, n, type]() { detail::allgather(input.data_ptr(), n, type, output.data_ptr(), comm_); },
+        nullptr};
   }
 
   Task reduce_scatter_task(const at::Tensor& input, at::Tensor& output, ReduceOp op) {
@@ -262,7 +265,7 @@ class MpiCommunicator final : public Communicator {
               nullptr};
     return {describe("reduce_scatter", input, to_string(op)),
             [this, input, output, n, type, mop, op]() mutable {
-              MERIDIAN_MPI_CHECK(MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), n, type, mop, comm_));
+              detail::reduce_scatter_block(input.data_ptr(), output.data_ptr(), n, type, mop, comm_);
               if (op == ReduceOp::Avg) output.div_(size_);
             },
             nullptr};
@@ -274,7 +277,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   Task barrier_task() {
-    return {"barrier", [this]() { MERIDIAN_MPI_CHECK(MPI_Barrier(comm_)); }, nullptr};
+    return {"barrier", [this]() { detail::barrier(comm_); }, nullptr};
   }
 
   WorkPtr enqueue(Task task) {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "mpi_check.h"
+#include "mpi_wait.h"
 #include "reduce_kernels.h"
 
 namespace meridian::comm::detail {
@@ -41,10 +42,10 @@ void MpiRing::exchange(const char* send, int64_t send_bytes, char* recv, int64_t
         MPI_Isend(send + i * piece, n, MPI_BYTE, right_, kRingTag, comm_, &requests_[size_t(nrecv + i)]));
   }
   for (int64_t i = 0; i < nrecv; ++i) {  // in order: messages between two ranks arrive in order
-    MERIDIAN_MPI_CHECK(MPI_Wait(&requests_[i], MPI_STATUS_IGNORE));
+    wait(&requests_[i]);
     on_piece(i * piece, std::min(piece, recv_bytes - i * piece));
   }
-  MERIDIAN_MPI_CHECK(MPI_Waitall(int(nsend), requests_.data() + nrecv, MPI_STATUSES_IGNORE));
+  wait_all(int(nsend), requests_.data() + nrecv);
 }
 
 void MpiRing::allreduce(void* data, int64_t count, at::ScalarType type) {

@@ -29,6 +29,11 @@ done
 MERIDIAN_MPI_SEGMENT_BYTES=4X "$mpirun" --oversubscribe -np 2 -x MERIDIAN_MPI_SEGMENT_BYTES "$meridian" bench comm \
   --max-bytes 64 >"$tmp/o" 2>&1; rc=$?
 [[ $rc -eq 2 ]] && grep -q "MERIDIAN_MPI_SEGMENT_BYTES: '4X'" "$tmp/o" || { cat "$tmp/o"; fail "bad MERIDIAN_MPI_SEGMENT_BYTES: exit $rc"; }
+MERIDIAN_MPI_WAIT=spin "$mpirun" --oversubscribe -np 2 -x MERIDIAN_MPI_WAIT "$meridian" bench comm --max-bytes 8 \
+  >"$tmp/o" 2>&1
+rc=$?
+[[ $rc -eq 2 ]] && grep -q "MERIDIAN_MPI_WAIT: expected block or poll, got 'spin'" "$tmp/o" ||
+  { cat "$tmp/o"; fail "bad MERIDIAN_MPI_WAIT: exit $rc"; }
 "$meridian" frobnicate >"$tmp/o" 2>&1; rc=$?
 [[ $rc -eq 2 ]] && grep -q "unknown command 'frobnicate'" "$tmp/o" || fail "unknown command: exit $rc"
 "$mpirun" --oversubscribe -np 2 "$meridian" bench comm --ops alltoall >"$tmp/o" 2>&1; rc=$?

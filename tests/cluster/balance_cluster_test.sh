@@ -45,6 +45,10 @@ fail() { cleanup; echo "FAIL ($mode): $*"; exit 1; }
 vc_up "$id" $nodes 1gbit
 trap cleanup EXIT
 vc_mpirun_cmd
+# Waiting ranks sleep rather than spin (comm/mpi_wait.h), as docs/running.md advises where cores are
+# shared; MERIDIAN_MPI_WAIT=block measures MPI's spinning waits instead.
+export MERIDIAN_MPI_WAIT=${MERIDIAN_MPI_WAIT:-poll}
+VC_MPIRUN+=(-x MERIDIAN_MPI_WAIT)
 tmp=$VC_DIR
 "$meridian" prep synthetic --count 1024 --size 32 --vocab-size 300 --context-length 16 --out "$tmp/data.h5" \
   --log-level warn >/dev/null || fail "prep exited $?"

@@ -1,0 +1,31 @@
+// Private to comm/: how the MPI backend waits for its operations. Open MPI's blocking calls and
+// MPI_Wait spin in its progress loop (mpi_yield_when_idle only adds sched_yield), so a rank that
+// waits for a slower one keeps a core busy. Where cores are shared (two ranks or a neighbour on one
+// core, a CPU quota) that spinning takes the time the other side, or this rank's own next step,
+// needs. MERIDIAN_MPI_WAIT=poll makes every wait of the MPI backend a nonblocking operation tested
+// in a loop: without pause for 1 ms, then with sleeps between tests (from 20 us, doubling to 200 us),
+// so that a rank waiting for a slower one leaves its core to others, at the price of up to 200 us of
+// added latency on such a wait.
+// MERIDIAN_MPI_WAIT=block (the default) keeps MPI's blocking calls.
+#pragma once
+
+#include <mpi.h>
+
+namespace meridian::comm::detail {
+
+// From MERIDIAN_MPI_WAIT, read once ("block" or "poll"; UserError naming the variable otherwise).
+bool poll_waits();
+
+// Completes the requests: MPI_Waitall, or the sleeping test loop under poll_waits().
+void wait_all(int count, MPI_Request* requests);
+inline void wait(MPI_Request* request) { wait_all(1, request); }
+
+// The blocking collectives the backend uses, each as its nonblocking form plus wait() under
+// poll_waits(), else the blocking call. Same arguments and errors as MPI's.
+void allreduce(void* buffer, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm);
+void allgather(const void* in, int count, MPI_Datatype type, void* out, MPI_Comm comm);
+void broadcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm);
+void reduce_scatter_block(const void* in, void* out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm);
+void barrier(MPI_Comm comm);
+
+}  // namespace meridian::comm::detail
