@@ -139,9 +139,17 @@ class MpiCommunicator final : public Communicator {
                   : ring_env && *ring_env ? parse_bytes(ring_env, "MERIDIAN_MPI_RING_BYTES")
                                           : kDefaultRingBytes;
     half_ops();
-    poll_waits();  // MERIDIAN_MPI_WAIT read here, on the caller's thread: a bad value is a UserError
     MERIDIAN_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
     MERIDIAN_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    // MERIDIAN_MPI_WAIT, read here on the caller's thread (a bad value is a UserError), and the same
+    // on every rank: a nonblocking collective never matches a blocking one, mixed modes would hang.
+    const int poll = poll_waits() ? 1 : 0;
+    int modes[2] = {poll, -poll};
+    MERIDIAN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, modes, 2, MPI_INT, MPI_MAX, comm_));
+    if (modes[0] != -modes[1])
+      throw UserError(
+          "MERIDIAN_MPI_WAIT differs between ranks (poll on some, block on others): export it to every "
+          "rank (mpirun -x MERIDIAN_MPI_WAIT=poll)");
     ring_ = std::make_unique<MpiRing>(comm_, rank_, size_, std::min<size_t>(segment_bytes_, kRingPieceBytes));
     thread_ = std::thread([this] { progress(); });
   }

@@ -4,8 +4,10 @@
 // core, a CPU quota) that spinning takes the time the other side, or this rank's own next step,
 // needs. MERIDIAN_MPI_WAIT=poll makes every wait of the MPI backend a nonblocking operation tested
 // in a loop: without pause for 1 ms, then with sleeps between tests (from 20 us, doubling to 200 us),
-// so that a rank waiting for a slower one leaves its core to others, at the price of up to 200 us of
-// added latency on such a wait.
+// so that a rank waiting for a slower one leaves its core to others. The price, once a wait passes
+// 1 ms: up to 200 us per round of the operation (Open MPI advances a nonblocking collective a round
+// per test), here and at the ranks that wait for this one. Every rank must use the same mode (the
+// communicator checks): a nonblocking collective never matches a blocking one.
 // MERIDIAN_MPI_WAIT=block (the default) keeps MPI's blocking calls.
 #pragma once
 

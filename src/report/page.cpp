@@ -5,12 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "meridian/core/error.h"
-#include "meridian/core/files.h"
 #include "meridian/report/report.h"
 #include "report_assets.h"
 #include "run_data.h"
@@ -82,7 +83,25 @@ std::string render_page(const std::string& run_dir, PageStats* stats) {
 
 PageStats write_page(const std::string& run_dir, const std::string& out) {
   PageStats stats;
-  write_file_atomically(out, render_page(run_dir, &stats));
+  const std::string page = render_page(run_dir, &stats);
+  // A temporary name of this process and thread: `meridian report` on a running run writes the same
+  // page as its trainer's PageWriter may be writing.
+  static std::atomic<int> serial{0};
+  const std::string tmp = out + ".tmp." + std::to_string(getpid()) + "." + std::to_string(serial++);
+  {
+    std::ofstream f(tmp, std::ios::trunc | std::ios::binary);
+    f << page;
+    if (!f.flush()) {
+      std::remove(tmp.c_str());
+      throw SystemError("cannot write '" + tmp + "'");
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, out, ec);
+  if (ec) {
+    std::remove(tmp.c_str());
+    throw SystemError("cannot rename '" + tmp + "' to '" + out + "': " + ec.message());
+  }
   return stats;
 }
 

@@ -111,7 +111,6 @@
   var maxStep = 0;
   Object.keys(S).forEach(function (n) { var x = S[n].x; if (x.length) maxStep = Math.max(maxStep, x[x.length - 1]); });
   marks.forEach(function (m) { maxStep = Math.max(maxStep, m.step); });
-  if (lastStart.steps) maxStep = Math.max(maxStep, 0);
   var LINE_COLORS = { epoch: "#999", restart: "#d62728", eval: "#1f77b4" };
 
   // Dashed vertical lines at the epochs, restarts and evaluations on a step chart.
@@ -156,13 +155,25 @@
     return u;
   }
 
+  // Each panel on its own: one that fails (data no one foresaw) is named on the page, the others draw.
+  function guard(name, draw) {
+    try {
+      draw();
+    } catch (e) {
+      window.reportErrors.push(name + ": " + e);
+      var box = document.getElementById("page-errors");
+      box.hidden = false;
+      box.textContent = "Part of this page failed to draw: " + window.reportErrors.join("; ");
+    }
+  }
+
   // --- header and summary ----------------------------------------------------------------------------
   document.getElementById("run-path").textContent = D.run + " · written " + when(D.generated);
   document.title = "meridian report: " + String(D.run).split("/").filter(Boolean).pop();
-  (function summary() {
+  guard("summary", function () {
     var box = document.getElementById("summary");
     var status;
-    if (!attempts.length) status = S["train/loss"] ? "unknown (no attempts.jsonl)" : "no steps yet";
+    if (!attempts.length || lastStart.inferred) status = S["train/loss"] ? "unknown (no attempts.jsonl)" : "no steps yet";
     else if (lastEnd) status = lastEnd.status + (lastEnd.message ? ": " + lastEnd.message : "");
     else status = "running, or ended without a record (killed?)";
     var loss = last("train/loss"), steps = lastStart.steps;
@@ -179,7 +190,7 @@
     var dl = el("dl");
     facts.forEach(function (f) { dl.appendChild(el("dt", null, f[0])); dl.appendChild(el("dd", null, f[1])); });
     box.appendChild(dl);
-  })();
+  });
 
   if ((D.problems || []).length) {
     var p = document.getElementById("problems");
@@ -188,38 +199,40 @@
   }
 
   // --- curves --------------------------------------------------------------------------------------
-  var curves = document.getElementById("curves");
-  function one(name, label, opts) {
-    if (!S[name]) return;
-    chart(curves, label, [{ label: label, x: S[name].x, y: S[name].y }], opts);
-  }
-  var shown = { "train/epoch": 1, "train/bad_steps": 1, "train/samples_per_s_per_rank": 1,
-    "train/tokens_per_s_per_rank": 1, "train/data_s": 1, "train/forward_s": 1, "train/backward_s": 1, "train/comm_s": 1,
-    "train/optimizer_s": 1, "train/step_s": 1 };
-  [["train/loss", "loss"], ["train/lr", "learning rate"], ["train/grad_norm", "gradient norm"],
-    ["train/samples_per_s", "samples/s"], ["train/tokens_per_s", "tokens/s"], ["train/mfu", "MFU"]].forEach(function (c) {
-    one(c[0], c[1]);
-    shown[c[0]] = 1;
-  });
-  var shares = Object.keys(S).filter(function (n) { return n.indexOf("train/share_") === 0; }).sort();
-  if (shares.length) {
-    chart(curves, "batch shares (train.balance)", shares.map(function (n) {
-      return { label: "rank " + n.slice(12), x: S[n].x, y: S[n].y };
-    }));
-    shares.forEach(function (n) { shown[n] = 1; });
-  }
-  Object.keys(S).sort().forEach(function (n) {
-    if (n.indexOf("train/") === 0 && !shown[n]) one(n, n.slice(6));
-  });
-  if (!curves.children.length) curves.appendChild(el("p", { "class": "empty" }, "No training steps in metrics.csv."));
+  guard("curves", function () {
+    var curves = document.getElementById("curves");
+    function one(name, label, opts) {
+      if (!S[name]) return;
+      chart(curves, label, [{ label: label, x: S[name].x, y: S[name].y }], opts);
+    }
+    var shown = { "train/epoch": 1, "train/bad_steps": 1, "train/samples_per_s_per_rank": 1,
+      "train/tokens_per_s_per_rank": 1, "train/data_s": 1, "train/forward_s": 1, "train/backward_s": 1, "train/comm_s": 1,
+      "train/optimizer_s": 1, "train/step_s": 1 };
+    [["train/loss", "loss"], ["train/lr", "learning rate"], ["train/grad_norm", "gradient norm"],
+      ["train/samples_per_s", "samples/s"], ["train/tokens_per_s", "tokens/s"], ["train/mfu", "MFU"]].forEach(function (c) {
+      one(c[0], c[1]);
+      shown[c[0]] = 1;
+    });
+    var shares = Object.keys(S).filter(function (n) { return n.indexOf("train/share_") === 0; }).sort();
+    if (shares.length) {
+      chart(curves, "batch shares (train.balance)", shares.map(function (n) {
+        return { label: "rank " + n.slice(12), x: S[n].x, y: S[n].y };
+      }));
+      shares.forEach(function (n) { shown[n] = 1; });
+    }
+    Object.keys(S).sort().forEach(function (n) {
+      if (n.indexOf("train/") === 0 && !shown[n]) one(n, n.slice(6));
+    });
+    if (!curves.children.length) curves.appendChild(el("p", { "class": "empty" }, "No training steps in metrics.csv."));
 
-  var evals = document.getElementById("evals");
-  var evalNames = Object.keys(S).filter(function (n) { return n.indexOf("eval/") === 0; }).sort();
-  evalNames.forEach(function (n) { chart(evals, n.slice(5), [{ label: n.slice(5), x: S[n].x, y: S[n].y }]); });
-  if (!evalNames.length) evals.appendChild(el("p", { "class": "empty" }, "No evaluations (no data.eval, or none yet)."));
+    var evals = document.getElementById("evals");
+    var evalNames = Object.keys(S).filter(function (n) { return n.indexOf("eval/") === 0; }).sort();
+    evalNames.forEach(function (n) { chart(evals, n.slice(5), [{ label: n.slice(5), x: S[n].x, y: S[n].y }]); });
+    if (!evalNames.length) evals.appendChild(el("p", { "class": "empty" }, "No evaluations (no data.eval, or none yet)."));
+  });
 
   // --- where the time went: cumulative bands -------------------------------------------------------------
-  (function phases() {
+  guard("phases", function () {
     var target = document.getElementById("phases");
     var names = [["train/data_s", "data"], ["train/forward_s", "forward"], ["train/backward_s", "backward"],
       ["train/comm_s", "communication"], ["train/optimizer_s", "optimizer"]].filter(function (p) { return S[p[0]]; });
@@ -236,14 +249,14 @@
     // The lowest phase fills down to the axis; each band above fills between its line and the one below.
     var bands = [];
     for (var i = 1; i < list.length; i++) {
-      bands.push({ series: [i + 2, i + 1], fill: list[i].fill });
+      bands.push({ series: [i + 1, i], fill: list[i].fill });  // uPlot series i+1 is list[i] (0 is x)
       delete list[i].fill;
     }
     chart(target, "seconds per step (rank 0)", list, { wide: true, height: 260, bands: bands });
-  })();
+  });
 
   // --- per-rank heatmap ----------------------------------------------------------------------------
-  (function heatmap() {
+  guard("heatmap", function () {
     var target = document.getElementById("heatmap"), H = D.heatmap;
     if (!H || !H.steps.length) {
       target.appendChild(el("p", { "class": "empty" }, "No health reports (health.jsonl) to show the ranks."));
@@ -291,10 +304,10 @@
       " s (dark) of work per step: compute and the rank's own data wait, not its wait for the others (every rank's " +
       "whole step is the slowest one's). Outlined: a health finding at that report.");
     target.appendChild(legend);
-  })();
+  });
 
   // --- timeline and events -------------------------------------------------------------------------------
-  (function timeline() {
+  guard("timeline", function () {
     var target = document.getElementById("timeline");
     var W = 1100, H = 74, left = 20, right = 20, span = Math.max(1, maxStep);
     var s = svg("svg", { viewBox: "0 0 " + W + " " + H, width: "100%", "class": "timeline", role: "img" });
@@ -326,10 +339,10 @@
       row(tbody, [String(m.step), names[m.kind], m.text]).className = "ev-" + m.kind;
     });
     if (!tbody.children.length) row(tbody, ["–", "nothing", "no restarts, health findings or bad steps"]);
-  })();
+  });
 
   // --- attempts -----------------------------------------------------------------------------------
-  (function attemptsTable() {
+  guard("attemptsTable", function () {
     var tbody = document.querySelector("#attempts tbody");
     attempts.forEach(function (a, i) {
       var s = a.start, r = s.resumed_from, e = a.end;
@@ -349,10 +362,10 @@
       pre.textContent = D.errors.join("\n");
       box.appendChild(pre);
     }
-  })();
+  });
 
   // --- facts, checkpoints, config -------------------------------------------------------------------------
-  (function facts() {
+  guard("facts", function () {
     var tbody = document.querySelector("#facts tbody"), s = lastStart;
     function fact(k, v) { if (v !== undefined && v !== null && v !== "") row(tbody, [el("th", null, k), String(v)]); }
     fact("run directory", D.run);
@@ -362,12 +375,12 @@
     fact("parameters", s.parameters ? num(s.parameters / 1e6, 4) + " M" : null);
     fact("precision", s.precision);
     if (s.hosts) {
-      var count = {};
+      var count = Object.create(null);
       s.hosts.forEach(function (h, r) { (count[h] = count[h] || []).push(r); });
       fact("nodes", Object.keys(count).map(function (h) { return h + " (ranks " + count[h].join(", ") + ")"; }).join("; "));
     }
     if (s.devices) {
-      var kinds = {};
+      var kinds = Object.create(null);
       s.devices.forEach(function (d) { kinds[d] = (kinds[d] || 0) + 1; });
       fact("devices", Object.keys(kinds).map(function (d) { return kinds[d] + " × " + d; }).join(", "));
     }
@@ -385,6 +398,6 @@
     });
     if (!(D.checkpoints || []).length) row(cb, ["none", "", "", ""]);
     document.getElementById("config").textContent = D.config === null ? "(config.yaml is missing)" : D.config;
-  })();
+  });
   document.documentElement.setAttribute("data-drawn", "yes");
 })();

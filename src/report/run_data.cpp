@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -153,7 +154,8 @@ void read_health(const std::string& dir, json& out, std::vector<std::string>& pr
     const double step = r["step"].get<double>();
     while (!steps.empty() && steps.back() >= step) {  // a restart: the resumed attempt's reports win
       steps.pop_back();
-      for (auto& [rank, v] : per_rank) v.resize(steps.size());
+      for (auto& [rank, v] : per_rank)
+        if (v.size() > steps.size()) v.resize(steps.size());
     }
     steps.push_back(step);
     if (r.contains("ranks") && r["ranks"].is_array())
@@ -304,8 +306,10 @@ void read_checkpoints(const std::string& dir, json& out) {
   for (const auto& e : files) {
     const std::string name = e.path().filename().string();
     std::smatch m;
-    json c = {{"name", name}, {"bytes", double(e.file_size(ec))}};
-    if (std::regex_match(name, m, step_name)) c["step"] = std::stoll(m[1]);
+    const auto bytes = e.file_size(ec);
+    if (ec) continue;  // removed by retention while listed
+    json c = {{"name", name}, {"bytes", double(bytes)}};
+    if (std::regex_match(name, m, step_name) && m[1].length() < 19) c["step"] = std::stoll(m[1]);
     struct stat st {};
     if (stat(e.path().c_str(), &st) == 0) c["time"] = double(st.st_mtim.tv_sec);
     if (!latest.empty() && fs::path(latest).filename() == name) c["latest"] = true;
@@ -344,12 +348,21 @@ json read_run(const std::string& dir, PageStats& stats) {
   std::vector<StepMark> train_steps;
   out["run"] = fs::absolute(dir).lexically_normal().string();
   out["generated"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  read_metrics(dir, out, problems, stats, train_steps);
-  read_health(dir, out, problems);
-  read_attempts(dir, out, problems, train_steps);
-  read_config(dir, out, problems);
-  read_checkpoints(dir, out);
-  read_errors(dir, out);
+  // Each file on its own: one that holds what no reader foresaw (a field of another type, a file
+  // removed while listed) is named on the page and the others are still shown.
+  const auto guarded = [&](const char* what, const std::function<void()>& read) {
+    try {
+      read();
+    } catch (const std::exception& e) {
+      problems.push_back(std::string(what) + " could not be read: " + e.what());
+    }
+  };
+  guarded("metrics.csv", [&] { read_metrics(dir, out, problems, stats, train_steps); });
+  guarded("health.jsonl", [&] { read_health(dir, out, problems); });
+  guarded("attempts.jsonl", [&] { read_attempts(dir, out, problems, train_steps); });
+  guarded("config.yaml", [&] { read_config(dir, out, problems); });
+  guarded("checkpoints/", [&] { read_checkpoints(dir, out); });
+  guarded("logs/", [&] { read_errors(dir, out); });
   stats.problems = problems;
   out["problems"] = problems;
   return out;

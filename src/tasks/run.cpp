@@ -210,8 +210,16 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
   // Rank 0 records the attempt (attempts.jsonl) and keeps RUN_DIR/report.html up to date.
   const nlohmann::json start = run_dir.empty() ? nlohmann::json() : attempt_start(rt, run, trainer, settings);
   std::unique_ptr<report::PageWriter> page;
+  // The attempt records are rank 0's alone: one it cannot write is a warning, never the end of a run.
+  const auto record = [&](const nlohmann::json& r) {
+    try {
+      report::append_attempt(run_dir, r);
+    } catch (const std::exception& e) {
+      spdlog::warn("report: {}", e.what());
+    }
+  };
   if (rt.rank() == 0 && !run_dir.empty()) {
-    report::append_attempt(run_dir, start);
+    record(start);
     if (settings.report) {
       page = std::make_unique<report::PageWriter>(run_dir);
       trainer.add_step_hook([&page](train::Trainer&, const train::StepEvent& e) {
@@ -226,16 +234,13 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
     if (rt.rank() == 0 && !run_dir.empty()) {
       nlohmann::json end = {{"event", "end"}, {"step", trainer.step()}, {"status", "failed"}, {"message", e.what()}};
       end["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-      try {
-        report::append_attempt(run_dir, end);
-        if (page) page->finish();
-      } catch (const std::exception&) {  // the run's own error is the one to report
-      }
+      record(end);
+      if (page) page->finish();  // logs, never throws
     }
     throw;
   }
   if (rt.rank() == 0 && !run_dir.empty()) {
-    report::append_attempt(run_dir, attempt_end(summary, trainer.step(), run.checkpoint.best));
+    record(attempt_end(summary, trainer.step(), run.checkpoint.best));
     if (page) {
       const std::string path = page->finish();
       if (!path.empty()) spdlog::info("report: {}", path);

@@ -97,3 +97,18 @@ TEST_F(RunDir, NamesWhatIsCutOrMissingAndInfersRestarts) {
 TEST_F(RunDir, NotADirectoryIsAUserError) {
   EXPECT_THROW(meridian::report::render_page((dir / "none").string()), meridian::UserError);
 }
+
+TEST_F(RunDir, FieldsOfAnotherTypeAreNamedNotThrown) {
+  write("metrics.csv", "step,wall_time,name,value\n1,10.0,train/loss,1\n");
+  write("health.jsonl",
+        "{\"step\": 2, \"time\": \"soon\", \"ranks\": [{\"rank\": 0, \"host\": 5, \"step_s\": \"a\"}], "
+        "\"warnings\": [\"straggler: rank 0\", 7]}\n");
+  write("attempts.jsonl", "{\"event\": \"start\", \"time\": \"soon\"}\n{\"event\": \"end\", \"step\": \"x\"}\n");
+  meridian::report::PageStats stats;
+  std::string page;
+  ASSERT_NO_THROW(page = meridian::report::render_page(dir.string(), &stats));
+  std::string problems;
+  for (const auto& p : stats.problems) problems += p + "\n";
+  EXPECT_NE(problems.find("could not be read"), std::string::npos) << problems;
+  EXPECT_NE(page.find("\"train/loss\""), std::string::npos);  // the rest of the run is still shown
+}
