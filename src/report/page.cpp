@@ -7,11 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdio>
-#include <filesystem>
 #include <fstream>
 
 #include "meridian/core/error.h"
+#include "meridian/core/files.h"
 #include "meridian/report/report.h"
 #include "report_assets.h"
 #include "run_data.h"
@@ -84,24 +83,10 @@ std::string render_page(const std::string& run_dir, PageStats* stats) {
 PageStats write_page(const std::string& run_dir, const std::string& out) {
   PageStats stats;
   const std::string page = render_page(run_dir, &stats);
-  // A temporary name of this process and thread: `meridian report` on a running run writes the same
+  // A temporary name of this process and call: `meridian report` on a running run writes the same
   // page as its trainer's PageWriter may be writing.
   static std::atomic<int> serial{0};
-  const std::string tmp = out + ".tmp." + std::to_string(getpid()) + "." + std::to_string(serial++);
-  {
-    std::ofstream f(tmp, std::ios::trunc | std::ios::binary);
-    f << page;
-    if (!f.flush()) {
-      std::remove(tmp.c_str());
-      throw SystemError("cannot write '" + tmp + "'");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, out, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    throw SystemError("cannot rename '" + tmp + "' to '" + out + "': " + ec.message());
-  }
+  write_file_atomically(out, page, ".tmp." + std::to_string(getpid()) + "." + std::to_string(serial++));
   return stats;
 }
 
@@ -114,10 +99,12 @@ void append_attempt(const std::string& run_dir, const nlohmann::json& record) {
 
 PageWriter::PageWriter(std::string run_dir) : dir_(std::move(run_dir)), thread_([this] { loop(); }) {}
 
-PageWriter::~PageWriter() {
+PageWriter::~PageWriter() { stop(); }
+
+void PageWriter::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    quit_ = true;
+    quit_ = true;  // a write in progress ends first; none that is pending starts
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -158,12 +145,7 @@ bool PageWriter::write_now() {
 }
 
 std::string PageWriter::finish() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    quit_ = true;  // a write in progress ends first; none that is pending starts
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  stop();
   return write_now() ? dir_ + "/report.html" : "";
 }
 

@@ -52,6 +52,10 @@ std::string check_best(const Config& config, ckpt::CheckpointSettings& c, train:
   t.patience = 0;
   return note;
 }
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 // "cpu", or the GPU's name.
 std::string device_text(const comm::Runtime& rt) {
   if (!rt.device().is_cuda()) return "cpu";
@@ -70,7 +74,7 @@ nlohmann::json attempt_start(const comm::Runtime& rt, const ResolvedRun& run, tr
   const ops::VersionFacts v = ops::version_facts();
   nlohmann::json r = {
       {"event", "start"},
-      {"time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+      {"time", unix_seconds()},
       {"step", trainer.step()},
       {"steps", settings.steps},
       {"world_size", rt.size()},
@@ -88,16 +92,21 @@ nlohmann::json attempt_start(const comm::Runtime& rt, const ResolvedRun& run, tr
   return r;
 }
 
+// The attempt's end record for attempts.jsonl; `message` only when not empty.
+nlohmann::json attempt_end(int64_t step, const std::string& status, const std::string& message) {
+  nlohmann::json r = {{"event", "end"}, {"time", unix_seconds()}, {"step", step}, {"status", status}};
+  if (!message.empty()) r["message"] = message;
+  return r;
+}
+
+// ... of a run that returned: how it ended, and the best evaluation of `metric` (checkpoint.best).
 nlohmann::json attempt_end(const train::TrainSummary& summary, int64_t step, const std::string& metric) {
-  nlohmann::json r = {
-      {"event", "end"},
-      {"time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
-      {"step", step},
-      {"status", summary.signalled                ? "signalled"
-                 : summary.stopped                ? "stopped"
-                 : !summary.patience_stop.empty() ? "early stop"
-                                                  : "finished"}};
-  if (!summary.patience_stop.empty()) r["message"] = summary.patience_stop;
+  nlohmann::json r = attempt_end(step,
+                                 summary.signalled                ? "signalled"
+                                 : summary.stopped                ? "stopped"
+                                 : !summary.patience_stop.empty() ? "early stop"
+                                                                  : "finished",
+                                 summary.patience_stop);
   if (!metric.empty() && std::isfinite(summary.best.value))
     r["best"] = {{"metric", metric}, {"value", summary.best.value}, {"step", summary.best.step}};
   return r;
@@ -232,9 +241,7 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
     summary = trainer.run();
   } catch (const std::exception& e) {
     if (rt.rank() == 0 && !run_dir.empty()) {
-      nlohmann::json end = {{"event", "end"}, {"step", trainer.step()}, {"status", "failed"}, {"message", e.what()}};
-      end["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-      record(end);
+      record(attempt_end(trainer.step(), "failed", e.what()));
       if (page) page->finish();  // logs, never throws
     }
     throw;

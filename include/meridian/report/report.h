@@ -72,6 +72,7 @@ class PageWriter {
 
  private:
   void loop();
+  void stop();  // ends the thread after the write in progress
   bool write_now();
   std::string dir_;
   std::mutex mu_;
