@@ -28,17 +28,20 @@ if ((load)); then
   # The loop checks that this script is alive: killed with -9, it must not leave a core busy.
   taskset -c 0 sh -c "while kill -0 $$ 2>/dev/null; do :; done" &
   busy=$!
-  trap 'kill $busy 2>/dev/null' EXIT
 fi
 log=$(mktemp /tmp/meridian-flaky.XXXXXX)
+trap 'rm -f "$log.run"; [[ -n $busy ]] && kill "$busy" 2>/dev/null' EXIT
 echo "flaky.sh: $(wc -w <<<"$tests") test(s), $n run(s) each, one at a time$( ((load)) && echo ", beside a busy loop on core 0"); log $log"
 declare -A passed seconds longest
 for t in $tests; do passed[$t]=0 seconds[$t]=0 longest[$t]=0; done
 for ((i = 1; i <= n; i++)); do
   for t in $tests; do
     start=$(date +%s.%N)
-    (cd "$build" && ctest --output-on-failure -R "^${t}\$" --timeout 900) >>"$log" 2>&1 && passed[$t]=$((passed[$t] + 1)) ||
+    # -V: the whole output of every run is logged, and a test's "figures:" lines are printed.
+    (cd "$build" && ctest -V -R "^${t}\$" --timeout 900) >"$log.run" 2>&1 && passed[$t]=$((passed[$t] + 1)) ||
       echo "run $i: $t FAILED (output in $log)"
+    cat "$log.run" >>"$log"
+    grep -o "figures: .*" "$log.run" | sed "s/^/run $i: $t: /"
     took=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $start}")
     seconds[$t]=$(awk "BEGIN{print ${seconds[$t]} + $took}")
     longest[$t]=$(awk "BEGIN{print ($took > ${longest[$t]}) ? $took : ${longest[$t]}}")

@@ -11,8 +11,8 @@
 // Why segments for the rest: Open MPI 4.1's MPI_Allreduce falls off a cliff on large messages
 // (measured here, 2 ranks: ~4-8 GB/s busbw at 1-4 MB, 0.25-0.39 GB/s at 64 MB); reducing in segments
 // of a few MB keeps every call in the fast regime. See `meridian bench comm --segment-bytes`.
-// How it waits: MPI's blocking calls, or, with MERIDIAN_MPI_WAIT=poll, nonblocking ones tested with
-// sleeps in between (mpi_wait.h), so that a waiting rank does not spin on a core it shares.
+// How it waits: nonblocking calls tested with sleeps in between once 1 ms has passed (mpi_wait.h), so
+// that a waiting rank does not spin on a core it shares; MERIDIAN_MPI_WAIT=block: MPI's blocking calls.
 #include <ATen/ATen.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -148,8 +148,8 @@ class MpiCommunicator final : public Communicator {
     MERIDIAN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, modes, 2, MPI_INT, MPI_MAX, comm_));
     if (modes[0] != -modes[1])
       throw UserError(
-          "MERIDIAN_MPI_WAIT differs between ranks (poll on some, block on others): export it to every "
-          "rank (mpirun -x MERIDIAN_MPI_WAIT=poll)");
+          "MERIDIAN_MPI_WAIT differs between ranks (poll on some, block on others): set it the same on "
+          "every rank (mpirun -x MERIDIAN_MPI_WAIT=block), or on none (poll)");
     ring_ = std::make_unique<MpiRing>(comm_, rank_, size_, std::min<size_t>(segment_bytes_, kRingPieceBytes));
     thread_ = std::thread([this] { progress(); });
   }

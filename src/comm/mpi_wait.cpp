@@ -18,8 +18,8 @@ namespace {
 bool read_mode() {
   const char* env = std::getenv("MERIDIAN_MPI_WAIT");
   const std::string mode = env ? env : "";
-  if (mode.empty() || mode == "block") return false;
-  if (mode == "poll") return true;
+  if (mode.empty() || mode == "poll") return true;
+  if (mode == "block") return false;
   throw UserError("MERIDIAN_MPI_WAIT: expected block or poll, got '" + mode + "'");
 }
 }  // namespace

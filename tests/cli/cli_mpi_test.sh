@@ -34,9 +34,10 @@ MERIDIAN_MPI_WAIT=spin "$mpirun" --oversubscribe -np 2 -x MERIDIAN_MPI_WAIT "$me
 rc=$?
 [[ $rc -eq 2 ]] && grep -q "MERIDIAN_MPI_WAIT: expected block or poll, got 'spin'" "$tmp/o" ||
   { cat "$tmp/o"; fail "bad MERIDIAN_MPI_WAIT: exit $rc"; }
-# poll on one rank and not on the other would hang (nonblocking collectives never match blocking ones).
+# poll on one rank and block on the other would hang (nonblocking collectives never match blocking
+# ones). Explicit on both sides: the environment this test runs in may set it.
 "$mpirun" --oversubscribe -np 1 -x MERIDIAN_MPI_WAIT=poll "$meridian" bench comm --max-bytes 8 : \
-  -np 1 "$meridian" bench comm --max-bytes 8 >"$tmp/o" 2>&1
+  -np 1 -x MERIDIAN_MPI_WAIT=block "$meridian" bench comm --max-bytes 8 >"$tmp/o" 2>&1
 rc=$?
 [[ $rc -eq 2 ]] && grep -q "MERIDIAN_MPI_WAIT differs between ranks" "$tmp/o" ||
   { cat "$tmp/o"; fail "MERIDIAN_MPI_WAIT on one rank only: exit $rc"; }
