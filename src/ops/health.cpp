@@ -14,6 +14,7 @@
 
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
+#include "meridian/core/clock.h"
 #include "meridian/core/error.h"
 #include "meridian/core/stats.h"
 #include "meridian/ops/checks.h"
@@ -259,7 +260,7 @@ std::vector<std::string> HealthMonitor::report(int64_t step, const std::string& 
   if (!shares.empty()) spdlog::info("health at step {}: batch shares {}", step, shares);
   for (const auto& w : warnings) spdlog::warn("health at step {}: {}", step, w);
   if (file_.is_open()) {
-    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const double now = unix_seconds();
     file_ << nlohmann::json{{"step", step},        {"time", now},          {"ranks", ranks},
                             {"links", link_lines}, {"warnings", warnings}, {"shares", shares}}
                  .dump()

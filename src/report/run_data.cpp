@@ -13,6 +13,7 @@
 #include <regex>
 #include <sstream>
 
+#include "meridian/core/clock.h"
 #include "meridian/core/error.h"
 #include "meridian/report/report.h"
 
@@ -347,7 +348,7 @@ json read_run(const std::string& dir, PageStats& stats) {
   std::vector<std::string> problems;
   std::vector<StepMark> train_steps;
   out["run"] = fs::absolute(dir).lexically_normal().string();
-  out["generated"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  out["generated"] = unix_seconds();
   // Each file on its own: one that holds what no reader foresaw (a field of another type, a file
   // removed while listed) is named on the page and the others are still shown.
   const auto guarded = [&](const char* what, const std::function<void()>& read) {

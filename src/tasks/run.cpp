@@ -12,6 +12,7 @@
 #include "meridian/ckpt/checkpoint.h"
 #include "meridian/comm/probe.h"
 #include "meridian/comm/runtime.h"
+#include "meridian/core/clock.h"
 #include "meridian/core/error.h"
 #include "meridian/ops/facts.h"
 #include "meridian/ops/peak.h"
@@ -51,9 +52,6 @@ std::string check_best(const Config& config, ckpt::CheckpointSettings& c, train:
   c.best.clear();
   t.patience = 0;
   return note;
-}
-double unix_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // "cpu", or the GPU's name.

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iomanip>
 
+#include "meridian/core/clock.h"
 #include "meridian/core/error.h"
 #include "meridian/core/files.h"
 #include "meridian/train/tensorboard.h"
@@ -29,7 +30,7 @@ RunFiles::RunFiles(const std::string& run_dir, const std::string& config_yaml) :
 RunFiles::~RunFiles() = default;
 
 void RunFiles::write(int64_t step, const std::string& prefix, const Metrics& metrics) {
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = unix_seconds();
   for (const auto& [name, value] : metrics) {
     const std::string tag = prefix + "/" + name;
     csv_ << step << ',' << std::fixed << std::setprecision(3) << now << std::defaultfloat << std::setprecision(9) << ','

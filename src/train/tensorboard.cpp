@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <utility>
 
+#include "meridian/core/clock.h"
 #include "meridian/core/error.h"
 
 namespace meridian::train {
@@ -34,10 +35,6 @@ uint64_t load_le(const char* p, int bytes) {
   uint64_t v = 0;
   for (int i = 0; i < bytes; ++i) v |= uint64_t(uint8_t(p[i])) << (8 * i);
   return v;
-}
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 [[noreturn]] void throw_io_error(const std::string& path, const std::string& what, int err) {
@@ -170,7 +167,7 @@ EventWriter::EventWriter(const std::string& dir) {
   std::filesystem::create_directories(dir, ec);
   if (ec) throw SystemError(where() + " " + dir + ": cannot create the TensorBoard directory: " + ec.message());
   const std::string host = process_identity().host.empty() ? "localhost" : process_identity().host;
-  const double wall_time = now_seconds();
+  const double wall_time = unix_seconds();
   const std::string base =
       (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(int64_t(wall_time)) + "." + host))
           .string();
@@ -200,7 +197,7 @@ EventWriter::~EventWriter() {
 }
 
 void EventWriter::add_scalar(const std::string& tag, int64_t step, double value) {
-  add_scalar(tag, step, value, now_seconds());
+  add_scalar(tag, step, value, unix_seconds());
 }
 
 void EventWriter::add_scalar(const std::string& tag, int64_t step, double value, double wall_time) {
