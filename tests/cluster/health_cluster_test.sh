@@ -61,8 +61,10 @@ exec taskset -c \$core "$meridian" "\$@"
 PIN
   chmod +x "$tmp/pinned"
   program=$tmp/pinned
-  for _ in 1 2 3; do  # 3 loops: a quarter of the core (with 2, a clean-clone run once named no straggler)
-    vc_exec 2 taskset -c 1 sh -c 'while :; do :; done' &
+  # 3 loops: a quarter of the core (with 2, a clean-clone run once named no straggler). Each ends when
+  # this script does, even killed with -9 (a ctest timeout): it checks that the script is alive.
+  for _ in 1 2 3; do
+    vc_exec 2 taskset -c 1 sh -c "while kill -0 $$ 2>/dev/null; do :; done" &
     busy+=($!)
   done
 fi
