@@ -310,6 +310,7 @@ void read_checkpoints(const std::string& dir, json& out) {
     const auto bytes = e.file_size(ec);
     if (ec) continue;  // removed by retention while listed
     json c = {{"name", name}, {"bytes", double(bytes)}};
+    // At most 18 digits: within stoll's range (a longer name is listed without a step).
     if (std::regex_match(name, m, step_name) && m[1].length() < 19) c["step"] = std::stoll(m[1]);
     struct stat st {};
     if (stat(e.path().c_str(), &st) == 0) c["time"] = double(st.st_mtim.tv_sec);

@@ -34,14 +34,13 @@ case $mode in
   three) id=221 nodes=3 goal=0.85 batch=128 ;;
   *) echo "unknown mode '$mode'"; exit 1 ;;
 esac
-cgroups=()
+cg= g=  # the cgroup-v1 cpu hierarchy and the slow node's group in it (below)
 cleanup() {
-  for g in "${cgroups[@]}"; do
-    [[ -d $g ]] || continue
+  if [[ -n $g && -d $g ]]; then
     while read -r t; do echo "$t" >"$cg/tasks"; done <"$g/tasks" 2>/dev/null
     rmdir "$g" 2>/dev/null
-  done
-  [[ -n ${cg:-} ]] && umount "$cg" 2>/dev/null
+  fi
+  [[ -n $cg ]] && umount "$cg" 2>/dev/null
   vc_down
 }
 fail() { cleanup; echo "FAIL ($mode): $*"; exit 1; }
@@ -79,7 +78,6 @@ cg=$tmp/cpu
 mkdir -p "$cg" && mount -t cgroup -o cpu cgroup "$cg" 2>/dev/null || vc_skip "cannot mount the cgroup-v1 cpu controller"
 g=$cg/meridian-vc$id-slow
 mkdir -p "$g" || vc_skip "cannot make cgroup $g"
-cgroups+=("$g")
 echo 10000 >"$g/cpu.cfs_period_us"
 cap() { echo "$1" >"$g/cpu.cfs_quota_us"; }  # cap US|-1: the slow node's quota per 10 ms, or none
 cap $quota
