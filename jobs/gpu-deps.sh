@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes meridian's Debian-packaged dependencies usable on a machine where they cannot be installed
-# with apt (the lent GPU machine: Ubuntu-like, python3 + a CUDA PyTorch wheel, no MPI, no spdlog,
-# yaml-cpp or gtest dev packages, no network).
+# with apt (the lent GPU machine: Ubuntu-like, python3 + a CUDA PyTorch wheel, no MPI, no HDF5, OpenCV,
+# spdlog, yaml-cpp or gtest dev packages, no network).
 #
 # .gpudeps/ (git-ignored, so it must be carried explicitly) holds Debian 12 .deb files, fetched with
 # `apt-get download` on a Debian 12 machine (jobs/gpu-deps-fetch.sh, from jobs/gpu-deps.manifest);
@@ -9,11 +9,25 @@
 #   .gpudeps/*.deb                 Open MPI 4.1.4 (openmpi-bin, libopenmpi3, libopenmpi-dev, openmpi-common)
 #                                  and its libraries (pmix, hwloc, libevent, libfabric, ucx, psm, munge,
 #                                  pciaccess), spdlog + fmt, yaml-cpp, cxxopts, nlohmann-json, googletest,
-#                                  protobuf (TensorBoard files of the train area)
-#   .gpudeps/prefer-system/*.deb   libraries a host usually has (udev, uuid, atomic, numa, rdma-core, libnl):
-#                                  used only for the sonames the host's ld.so cache lacks
-#   .gpudeps/glibc-pre-2.36/*.deb  Debian 11 libevent, used instead of Debian 12's on hosts with glibc < 2.36
-#                                  (Debian 12's libevent_core needs arc4random@GLIBC_2.36; Ubuntu 22.04 has 2.35)
+#                                  protobuf (TensorBoard files of the train area); for the data area
+#                                  (MERIDIAN_WITH_DATA=ON): parallel HDF5 1.10 (libhdf5-openmpi-dev, its C and
+#                                  HL libraries, libaec/libsz), OpenCV 4.6 core/imgproc/imgcodecs (+ libopencv-dev
+#                                  for the CMake package; tbb; imgcodecs' jpeg, png, webp, tiff, openjp2, OpenEXR,
+#                                  gdcm), libtiff-dev, libturbojpeg0-dev, libarchive-dev, libsentencepiece-dev,
+#                                  and pkgconf (pkg-config, for the last three)
+#   .gpudeps/prefer-system/*.deb   libraries a host usually has (udev, uuid, atomic, numa, rdma-core, libnl;
+#                                  libcurl and its libraries, krb5, OpenSSL 3, libxml2 + ICU 72, libGLX + X11
+#                                  client libraries, LAPACK/BLAS + gfortran, libpng): used only for the sonames
+#                                  the host's ld.so cache lacks
+#   .gpudeps/glibc-pre-2.36/*.deb  Debian 11 libevent and libarchive, used instead of Debian 12's on hosts with
+#                                  glibc < 2.36 (Debian 12's libevent_core and libarchive need arc4random@GLIBC_2.36
+#                                  and arc4random_buf@GLIBC_2.36; Ubuntu 22.04 has 2.35)
+# Not carried: GDAL (libopencv_imgcodecs links libgdal.so.32, whose own dependencies - poppler, proj, spatialite,
+# netcdf, hdf4, ... - are some 40 MB of .debs). OpenCV calls GDAL only for cv::imread with IMREAD_LOAD_GDAL,
+# which meridian never passes, so the unpack builds a stand-in libgdal.so.32 (with the C compiler, cc or
+# $CC) defining the 14 functions imgcodecs imports, each returning 0 (GDALOpen fails cleanly).
+# Also not carried, as every Ubuntu host has them (apt and dpkg need them): glibc, libstdc++, zlib, bz2/lzma/
+# zstd/lz4, libmd, acl, gnutls/nettle/gmp/idn2/p11-kit/tasn1 (apt's https), and, with python3, libffi and expat.
 # Nothing is installed into /: every .deb is unpacked with `dpkg -x` into $MERIDIAN_DEPS_ROOT (/opt/deps),
 # once (a stamp file records what was unpacked), then the environment points there.
 #
@@ -21,7 +35,8 @@
 #   source jobs/gpu-deps.sh        unpack if needed and export the environment into the current shell
 #   bash jobs/gpu-deps.sh          unpack if needed and print the export lines (eval "$(bash jobs/gpu-deps.sh)")
 #   bash jobs/gpu-deps.sh --check  unpack if needed, then self-test: missing libraries (ldd), mpirun --version,
-#                                  mpicxx -showme, `mpirun -np 2 hostname`, and an MPI hello world built with
+#                                  mpicxx -showme, h5pcc (parallel?), pkg-config finds sentencepiece, turbojpeg,
+#                                  libarchive, opencv4, `mpirun -np 2 hostname`, and an MPI hello world built with
 #                                  mpicxx and run on 2 ranks (if a C++ compiler is present)
 # Then configure with:  cmake -S . -B build $MERIDIAN_GPU_CMAKE_ARGS ...   (deliberately unquoted)
 #
@@ -35,6 +50,15 @@
 #       would also find them first through PATH and CMAKE_PREFIX_PATH; pinning makes a system MPI unable
 #       to win). The wrappers only report relocated -I/-L paths while OPAL_PREFIX is set, so configure in
 #       a shell that sourced this file.
+#   -DHDF5_C_COMPILER_EXECUTABLE=<root>/usr/bin/h5pcc  the relocated parallel HDF5 wrapper (the configure takes
+#       /usr/bin/h5pcc where it exists, else FindHDF5 looks through PATH). Debian's h5pcc is a shell script with
+#       prefix=/usr and mpicc.openmpi hard-coded, linking the static libhdf5 plus -lcrypto -lcurl -lsz -lz by
+#       default; the unpack points it at <root>, at the relocated mpicc.openmpi, and makes it link the shared
+#       libhdf5 with only -ldl -lm (libhdf5.so records its own dependencies; a host has no libssl-dev, libcurl-dev,
+#       libaec-dev or zlib1g-dev links). FindHDF5 compiles and links a test program with it, then parses -show.
+#   -DOpenCV_DIR=<root>/usr/lib/x86_64-linux-gnu/cmake/opencv4  pinned like MPI. Debian's OpenCV package file
+#       lists every module and fails on a missing library file; the unpack drops the checks for the modules
+#       not carried (all but core, imgproc, imgcodecs).
 #   -DTorch_DIR=<wheel>/share/cmake/Torch and -DNCCL_ROOT=<site-packages>/nvidia/nccl  when python3 can
 #       import torch / has the nvidia-nccl wheel (skip with MERIDIAN_DEPS_TORCH=0).
 # Knobs: MERIDIAN_DEPS_ROOT (default /opt/deps), MERIDIAN_DEPS_SRC (default <repo>/.gpudeps), MERIDIAN_DEPS_TORCH,
@@ -66,7 +90,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SRC=${MERIDIAN_DEPS_SRC:-$REPO/.gpudeps}
 ROOT=${MERIDIAN_DEPS_ROOT:-/opt/deps}
 ARCH=x86_64-linux-gnu
-STAMP_VERSION=2
+STAMP_VERSION=3
 
 die() { echo "gpu-deps: $*" >&2; exit 2; }
 log() { echo "gpu-deps: $*" >&2; }
@@ -106,8 +130,14 @@ unpack() {
   log "unpacking the .debs of $SRC into $ROOT (glibc $GLIBC)"
   for deb in "$SRC"/*.deb; do dpkg -x "$deb" "$tmp"; done
   if [[ $OLD_GLIBC -eq 1 ]]; then
-    log "glibc $GLIBC < 2.36: using Debian 11's libevent"
+    log "glibc $GLIBC < 2.36: using Debian 11's libevent and libarchive"
     for deb in "$SRC"/glibc-pre-2.36/*.deb; do dpkg -x "$deb" "$tmp"; done
+    # libarchive-dev's link names Debian 12's file itself (libarchive.so -> libarchive.so.13.6.2), which the linker
+    # would then check against this glibc: point it at the soname, now 3.4.3 (meridian calls only what 3.4 has).
+    if [[ -e $tmp/usr/lib/$ARCH/libarchive.so.13.4.3 ]]; then
+      ln -sfn libarchive.so.13 "$tmp/usr/lib/$ARCH/libarchive.so"
+      rm -f "$tmp/usr/lib/$ARCH/libarchive.so.13.6.2"
+    fi
   fi
   mkdir -p "$tmp/prefer-system"
   for deb in "$SRC"/prefer-system/*.deb; do [[ -e $deb ]] && dpkg -x "$deb" "$tmp/prefer-system"; done
@@ -126,8 +156,52 @@ unpack() {
   rm -f "$tmp/usr/lib/$ARCH/hwloc/"{hwloc_gl.so,hwloc_opencl.so,hwloc_xml_libxml.so}
   # Debian's PMIx configuration hard-codes its plugin directory.
   sed -i -E "s#^(mca_base_component_path *= *)/usr/#\1$ROOT/usr/#" "$tmp/usr/lib/$ARCH/pmix2/share/pmix-mca-params.conf"
-  # pkg-config files hard-code /usr (the CMake package files are relocatable and need no edit).
-  find "$tmp" -name '*.pc' -type f -exec sed -i -E "s#^(prefix|exec_prefix|libdir|includedir)=/usr#\1=$ROOT/usr#" {} +
+  # pkg-config files hard-code /usr, in their variables or (hdf5-openmpi.pc) in -I/-L flags (the CMake package
+  # files are relocatable and need no edit, but for OpenCV's module checks below).
+  find "$tmp" -name '*.pc' -type f -exec sed -i -E -e "s#^(prefix|exec_prefix|libdir|includedir)=/usr#\1=$ROOT/usr#" \
+    -e "s#(-[IL]|^PluginDir=)/usr/#\1$ROOT/usr/#g" {} +
+
+  # Parallel HDF5's wrapper (see -DHDF5_C_COMPILER_EXECUTABLE above): relocated prefix and MPI wrapper, the shared
+  # libhdf5 by default, no static-only -l flags; h5pcc as update-alternatives would link it.
+  local h5=$tmp/usr/bin/h5pcc.openmpi
+  sed -i -E -e "s#^prefix=\"/usr\"#prefix=\"$ROOT/usr\"#" \
+    -e "s#^(CCBASE|CLINKERBASE)=\"mpicc.openmpi\"#\1=\"$ROOT/usr/bin/mpicc.openmpi\"#" \
+    -e 's#^STATIC_AVAILABLE="yes"#STATIC_AVAILABLE="no"#' -e 's#^H5BLD_LIBS=.*#H5BLD_LIBS="-ldl -lm "#' "$h5"
+  [[ $(grep -cE "^(prefix=\"$ROOT/usr\"|CCBASE=\"$ROOT/|CLINKERBASE=\"$ROOT/|STATIC_AVAILABLE=\"no\"|H5BLD_LIBS=\"-ldl -lm \")" "$h5") -eq 5 ]] ||
+    die "$h5 is not laid out as expected (Debian's libhdf5-openmpi-dev changed?): cannot relocate it"
+  ln -sfn h5pcc.openmpi "$tmp/usr/bin/h5pcc"
+
+  # OpenCV: Debian's package file (from libopencv-dev) imports all ~60 modules and stops with FATAL_ERROR when a
+  # module's library file is missing; only core, imgproc and imgcodecs are carried, so drop the others' checks
+  # (their imported targets stay defined, unused). The opencv_* tools need the missing modules: removed.
+  local cvm=$tmp/usr/lib/$ARCH/cmake/opencv4/OpenCVModules-release.cmake t p
+  while read -r t p; do
+    [[ -e $tmp/usr/$p ]] || sed -i -E "/^list\(APPEND _cmake_import_check_(targets $t|files_for_$t) /d" "$cvm"
+  done < <(sed -nE 's#^list\(APPEND _cmake_import_check_files_for_([A-Za-z0-9_]+) "\$\{_IMPORT_PREFIX\}/([^"]+)".*#\1 \2#p' "$cvm")
+  rm -f "$tmp"/usr/bin/opencv_*
+
+  # The libgdal.so.32 stand-in (see "Not carried" above). Its symbols: `nm -D --undefined-only` of Debian 12's
+  # libopencv_imgcodecs.so.406 (4.6.0+dfsg-12) that its libgdal.so.32 (3.6.2) defines, all functions, unversioned.
+  # imgcodecs is linked with -z now, so every one must exist for it to load.
+  local cc=${CC:-cc} i=0 sym
+  command -v "$cc" >/dev/null || cc=gcc
+  {
+    echo '/* Stand-in for libgdal.so.32, written by meridian jobs/gpu-deps.sh: OpenCV reaches GDAL only for IMREAD_LOAD_GDAL. */'
+    for sym in GDALAllRegister GDALClose GDALGetDataTypeName GDALOpen _ZN11GDALDataset13GetRasterBandEi \
+      _ZN11GDALDataset14GetRasterCountEv _ZN11GDALDataset14GetRasterXSizeEv _ZN11GDALDataset14GetRasterYSizeEv \
+      _ZN14GDALRasterBand17GetRasterDataTypeEv _ZN14GDALRasterBand8GetXSizeEv _ZN14GDALRasterBand8GetYSizeEv \
+      _ZN14GDALRasterBand8RasterIOE10GDALRWFlagiiiiPvii12GDALDataTypexxP20GDALRasterIOExtraArg \
+      _ZNK14GDALColorTable13GetColorEntryEi _ZNK14GDALColorTable24GetPaletteInterpretationEv; do
+      echo "long meridian_gdal_$i(void) __asm__(\"$sym\"); long meridian_gdal_$i(void) { return 0; }"
+      i=$((i + 1))
+    done
+  } >"$tmp/gdal-stand-in.c"
+  if ! command -v "$cc" >/dev/null; then
+    log "WARNING: no C compiler (cc, gcc or \$CC) for the libgdal.so.32 stand-in: OpenCV's imgcodecs will not load"
+  elif ! "$cc" -shared -fPIC -O2 -Wl,-soname,libgdal.so.32 -o "$tmp/usr/lib/$ARCH/libgdal.so.32" "$tmp/gdal-stand-in.c"; then
+    log "WARNING: building the libgdal.so.32 stand-in failed: OpenCV's imgcodecs will not load"
+  fi
+  rm -f "$tmp/gdal-stand-in.c"
 
   echo "$KEY" >"$tmp/.meridian-deps-stamp"
   if [[ -e $ROOT ]]; then rm -rf "$ROOT"; fi
@@ -149,7 +223,8 @@ if [[ -w $ROOT ]]; then
   mkdir -p "$FB"
   rdma_sys=0
   system_has libibverbs.so.1 && rdma_sys=1
-  for d in "$ROOT/prefer-system/lib/$ARCH" "$ROOT/prefer-system/usr/lib/$ARCH"; do
+  # (Debian installs LAPACK and BLAS in subdirectories, behind update-alternatives links.)
+  for d in "$ROOT/prefer-system/lib/$ARCH" "$ROOT/prefer-system/usr/lib/$ARCH" "$ROOT/prefer-system/usr/lib/$ARCH/"{lapack,blas}; do
     [[ -d $d ]] || continue
     for f in "$d"/lib*.so.*; do
       n=${f##*/}
@@ -202,6 +277,7 @@ P=$L/pmix2  # Debian configured PMIx with absolute libdir/datadir/sysconfdir, so
 LIBS="$L/openmpi/lib:$L:$ROOT/lib/$ARCH:$P/lib"
 [[ -n $FB_LIST ]] && LIBS+=":$FB"
 CMAKE_ARGS="-DMPI_C_COMPILER=$ROOT/usr/bin/mpicc -DMPI_CXX_COMPILER=$ROOT/usr/bin/mpicxx -DMPIEXEC_EXECUTABLE=$ROOT/usr/bin/mpirun"
+CMAKE_ARGS+=" -DHDF5_C_COMPILER_EXECUTABLE=$ROOT/usr/bin/h5pcc -DOpenCV_DIR=$L/cmake/opencv4"
 [[ -n $TORCH_DIR ]] && CMAKE_ARGS+=" -DTorch_DIR=$TORCH_DIR"
 [[ -n $NCCL_DIR ]] && CMAKE_ARGS+=" -DNCCL_ROOT=$NCCL_DIR"
 
@@ -247,7 +323,9 @@ echo "== missing libraries (ldd) =="
 missing=$(
   for f in "$ROOT"/usr/bin/{orterun,orted,opal_wrapper,ompi_info} "$L"/lib{mpi,mpi_cxx,open-pal,open-rte}.so.40 \
     "$L"/openmpi/lib/openmpi3/mca_*.so "$L"/pmix2/lib/libpmix.so.2 "$L"/pmix2/lib/pmix/*.so "$L"/hwloc/*.so \
-    "$L"/lib{spdlog.so.1.10,fmt.so.9,yaml-cpp.so.0.7,fabric.so.1,ucp.so.0}; do
+    "$L"/lib{spdlog.so.1.10,fmt.so.9,yaml-cpp.so.0.7,fabric.so.1,ucp.so.0} \
+    "$L"/lib{hdf5_openmpi.so.103,hdf5_openmpi_hl.so.100,opencv_core.so.406,opencv_imgproc.so.406} \
+    "$L"/lib{opencv_imgcodecs.so.406,tiff.so.6,turbojpeg.so.0,archive.so.13,sentencepiece.so.0,sentencepiece_train.so.0}; do
     ldd "$f" 2>&1 | grep -E 'not found' | sed "s|^|${f##*/}: |" || true
   done
 )
@@ -266,6 +344,13 @@ mpirun --version 2>&1 | sed -n 1p || fail=1
 ompi_info --path prefix 2>&1 | sed 's/^ *//' || fail=1
 ompi_info --path sysconfdir 2>&1 | sed 's/^ *//' || true
 echo "mpicxx -showme: $(mpicxx -showme 2>&1)"
+echo "== data area: h5pcc, pkg-config =="
+h5pcc -showconfig 2>&1 | grep -E 'HDF5 Version|Parallel HDF5' | sed 's/^ *//' || fail=1
+echo "h5pcc -show: $(h5pcc -show 2>&1)"
+for m in sentencepiece libturbojpeg libarchive opencv4; do
+  echo "pkg-config $m: $(pkg-config --modversion "$m" 2>&1)" || true
+  pkg-config --exists "$m" || fail=1
+done
 echo "== mpirun -np 2 --oversubscribe hostname =="
 out=$(timeout 120 mpirun -np 2 --oversubscribe hostname 2>&1) || fail=1
 echo "$out"

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package meridian needs to build, test and run.
-# Run it on each node (VM) of a cluster. Idempotent: packages already present are skipped by apt.
-# Usage: jobs/setup-node.sh            (as root, or as a user with sudo)
+# Installs everything meridian needs to build, test and run, on Debian 12:
+#  1. the Debian packages below (apt-get);
+#  2. meridian's Python environment, $MERIDIAN_VENV (default /opt/meridian/venv): PyTorch 2.15.0 with
+#     CUDA 13 (its LibTorch is what meridian builds against, and NCCL and the CUDA runtime come with it)
+#     and the packages of the tests' references, every version pinned in jobs/python-requirements.txt,
+#     from the Python package index. CMake, the tests and the job scripts find it there.
+# Run it on each node (VM) of a cluster (or once where the environment is on a shared file system).
+# Idempotent: a second run installs nothing (apt skips what is present; the environment records the
+# requirements it was made from).
+# Usage: jobs/setup-node.sh            (as root, or as a user with sudo; MERIDIAN_VENV=DIR for another place)
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
-  libtorch-dev                       # LibTorch (Debian: 1.13, CPU)
-  libopenblas0-openmp                # fast BLAS for Debian's LibTorch (15x over reference BLAS)
+  python3-venv                       # the project's Python environment: PyTorch 2.x with CUDA (below)
   libopenmpi-dev openmpi-bin         # MPI bootstrap, CPU collectives
   libhdf5-openmpi-dev hdf5-tools     # parallel HDF5 (MPI-IO)
   libopencv-dev                      # image decoding
@@ -20,13 +27,9 @@ PACKAGES=(
   nlohmann-json3-dev libyaml-cpp-dev
   libsentencepiece-dev sentencepiece
   libprotobuf-dev                    # TensorBoard event files (wire format written by hand)
-  python3-h5py                       # tests read checkpoints as users do (docs/formats.md)
-  python3-yaml                       # tests read resolved configs
   clang-format                       # the test suite checks the formatting (tests/tools/format_check.sh)
   slurm-wlm munge                    # Slurm + its authentication: tests/cluster/slurm_test.sh runs a one-node cluster
   iproute2 iputils-ping              # the virtual cluster of tests/cluster (namespaces, links, tc)
-  python3-torch                      # the PyTorch references of jobs/bench and tests (same 1.13 as LibTorch); not for the build
-  python3-sentencepiece              # the Hugging Face SigLIP reference of tests/models (its tokenizer rules)
   chromium fonts-dejavu-core         # tests/report opens the run report in headless Chromium; not for the build
 )
 
@@ -47,11 +50,35 @@ for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "setup-node.sh: all ${#PACKAGES[@]} packages already installed"
+  echo "setup-node.sh: all ${#PACKAGES[@]} Debian packages already installed"
+else
+  echo "setup-node.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The Python environment. Its stamp is the hash of the requirements file and the Python that made it:
+# when both match, nothing is downloaded.
+venv=${MERIDIAN_VENV:-/opt/meridian/venv}
+requirements=$root/jobs/python-requirements.txt
+python=/usr/bin/python3  # Debian's, which python3-venv belongs to
+stamp=$({ sha256sum <"$requirements"; "$python" --version; } | sha256sum | cut -c1-16)
+if [[ -f $venv/.meridian-stamp && $(cat "$venv/.meridian-stamp") == "$stamp" ]]; then
+  echo "setup-node.sh: Python environment $venv up to date ($(sed -n 's/^torch==//p' "$requirements"))"
   exit 0
 fi
-echo "setup-node.sh: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-echo "setup-node.sh: done"
+wheels=$(grep -c '==' "$requirements")
+echo "setup-node.sh: installing the Python environment $venv: $wheels pinned packages from the Python package index" \
+  "(jobs/python-requirements.txt), torch $(sed -n 's/^torch==//p' "$requirements") with CUDA 13 among them:" \
+  "about 3 GB to download, 5.5 GB on disk"
+start=$SECONDS
+if [[ ! -w $(dirname "$venv") && -n $SUDO ]]; then
+  $SUDO mkdir -p "$venv" && $SUDO chown "$(id -u):$(id -g)" "$venv"
+fi
+rm -f "$venv/.meridian-stamp"
+"$python" -m venv "$venv"
+"$venv/bin/pip" install --no-input --disable-pip-version-check --progress-bar off -q -r "$requirements"
+echo "$stamp" >"$venv/.meridian-stamp"
+echo "setup-node.sh: Python environment installed in $((SECONDS - start)) s ($(du -sh "$venv" | cut -f1) in $venv)"
+"$venv/bin/python" -c 'import torch; print("setup-node.sh: torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version(), "NCCL", ".".join(map(str, torch.cuda.nccl.version())))'

@@ -10,6 +10,7 @@
 # Environment: BENCH_DIR (default /tmp/meridian-bench-bf16) keeps the prepared data between runs.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/jobs/python-env.sh"
 steps=${1:-20}
 bin=${2:-$root/build}/meridian
 [[ -x $bin ]] || { echo "bf16.sh: $bin not found; build first" >&2; exit 2; }

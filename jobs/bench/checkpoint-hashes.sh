@@ -5,10 +5,11 @@
 # and resumed (its step-6 line equals siglip_ddp's: an exact resume); prints one SHA-256 per checkpoint
 # group (/model, /optim, /ema) over every dataset's name and bytes. Run it with two binaries and diff
 # the outputs: a refactoring that changes no numerics prints the same lines (docs/performance.md).
-# Needs mpirun and python3-h5py.
+# Needs mpirun and h5py (meridian's Python environment, jobs/setup-node.sh).
 set -eu
 meridian=$1 out=$2
 src=$(cd "$(dirname "$0")/../.." && pwd)
+source "$src/jobs/python-env.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$out/data"
 d=$out/data
@@ -36,7 +37,7 @@ run siglip_resumed siglip-tiny.yaml it.h5 --set model.image_size=64 --set train.
 run siglip_resumed siglip-tiny.yaml it.h5 --set model.image_size=64 --resume auto
 run detect detect-synthetic.yaml det.h5
 run detect_sgd detect-synthetic.yaml det.h5 --set optim.name=sgd
-/usr/bin/python3 - "$out" <<'PY'
+python3 - "$out" <<'PY'
 import glob, hashlib, os, sys
 import h5py
 for f in sorted(glob.glob(sys.argv[1] + "/*/checkpoints/step_00000006.h5")):

@@ -6,6 +6,7 @@
 # Usage: jobs/bench/comm-nodes.sh [--nodes "2 3"] [--rate 1gbit|none] [--sizes 1M,4M,16M] [--build DIR]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/jobs/python-env.sh"
 nodes="2 3" rate=1gbit sizes=1M,4M,16M build=$root/build
 while (($#)); do
   case $1 in
@@ -16,7 +17,7 @@ while (($#)); do
     *) echo "comm-nodes.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
-meridian=$build/meridian python=${PYTHON:-/usr/bin/python3}
+meridian=$build/meridian python=${PYTHON:-python3}
 [[ -x $meridian ]] || { echo "comm-nodes.sh: $meridian not found; build first" >&2; exit 2; }
 "$python" -c 'import torch.distributed' 2>/dev/null || { echo "comm-nodes.sh: $python has no torch" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1

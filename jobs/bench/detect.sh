@@ -12,6 +12,7 @@
 # /tmp/meridian-bench-detect), PARTS (default "1 2 3").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/jobs/python-env.sh"
 bin=${1:-$root/build}/meridian
 [[ -x $bin ]] || { echo "detect.sh: $bin not found; build first" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -36,7 +37,7 @@ if want 1; then
 fi
 
 if want 2; then
-  ref=(/usr/bin/python3 "$root/tests/detect/cocoeval_reference.py")
+  ref=(python3 "$root/tests/detect/cocoeval_reference.py")
   rm -rf "$dir/coco" && mkdir -p "$dir/coco"
   "${ref[@]}" images "$dir/coco/images" "$dir/coco/instances.json"
   "${mpi[@]}" "$bin" prep detection --images "$dir/coco/images" --coco "$dir/coco/instances.json" --size 64 \

@@ -7,14 +7,15 @@
 # starts (the "memory per rank" log line; ZeRO-3 allocates its optimizer state at the first step,
 # after loading) is the loading peak, printed per rank with the file size.
 # OLD_MERIDIAN (optional): a binary from before directory loading, given the same weights as one
-# .safetensors file (it read the whole file on every rank). Needs python3-torch; ~12 GB of memory.
+# .safetensors file (it read the whole file on every rank). Needs meridian's Python environment (torch); ~12 GB of memory.
 set -eu
 meridian=$1 work=$2 old=${3:-}
 src=$(cd "$(dirname "$0")/../.." && pwd)
+source "$src/jobs/python-env.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$work"
 if [[ ! -f $work/hf/config.json ]]; then
-  /usr/bin/python3 "$src/tests/models/hf_llama.py" make "$work/hf" --shape 2048,5632,18,32,4,32000 \
+  python3 "$src/tests/models/hf_llama.py" make "$work/hf" --shape 2048,5632,18,32,4,32000 \
     --shard-bytes 1000000000 --dtype bf16
 fi
 mpirun --oversubscribe -np 2 "$meridian" prep synthetic --kind text --count 64 --tokenizer "$work/hf" \
@@ -35,7 +36,7 @@ measure() {  # measure NAME BINARY CONFIG INIT: prints the loading peak and the 
     sleep 0.1
   done
   wait $launcher || { tail -5 "$work/$name.log"; exit 1; }
-  /usr/bin/python3 - "$work/$name.rss" "$name" <<'PY'
+  python3 - "$work/$name.rss" "$name" <<'PY'
 import collections, sys
 load, every, started = collections.defaultdict(int), collections.defaultdict(int), None
 for line in open(sys.argv[1]):
@@ -54,7 +55,7 @@ printf 'data: {seq_len: 16}\noptim: {zero: 3, warmup: 1}\ncheckpoint: {at_end: f
 du -b "$work"/hf/*.safetensors | awk '{s += $1} END {printf "weights: %.2f GiB in BF16\n", s / 2^30}'
 measure new "$meridian" "$work/sft.yaml" "$work/hf"
 if [[ -n $old ]]; then
-  [[ -f $work/one.safetensors ]] || /usr/bin/python3 - "$work" "$src" <<'PY'
+  [[ -f $work/one.safetensors ]] || python3 - "$work" "$src" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[2] + "/tests/models")
 from hf_siglip import read_weights, write_safetensors

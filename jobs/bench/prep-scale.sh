@@ -9,6 +9,7 @@
 # /tmp/meridian-bench-prep; needs about 6 GB), COUNTS (default "25000 100000").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/jobs/python-env.sh"
 bin=${1:-$root/build}/meridian
 [[ -x $bin ]] || { echo "prep-scale.sh: $bin not found; build first" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -34,7 +35,7 @@ done
 ucm=$root/../shared/data/ucm-captions
 if [[ -f $ucm/captions.jsonl ]]; then  # a captions file of N entries: UCM's 2,100 images over and over
   for n in $counts; do
-    /usr/bin/python3 - "$ucm/captions.jsonl" "$dir/captions$n.jsonl" "$n" <<'PY'
+    python3 - "$ucm/captions.jsonl" "$dir/captions$n.jsonl" "$n" <<'PY'
 import json, sys
 src = [json.loads(l) for l in open(sys.argv[1])]
 with open(sys.argv[2], "w") as out:
@@ -49,7 +50,7 @@ PY
 fi
 last=${counts##* }
 mkdir -p "$dir/shards"
-/usr/bin/python3 - "$dir/syn$last.h5" "$dir/shards" <<'PY'
+python3 - "$dir/syn$last.h5" "$dir/shards" <<'PY'
 import io, sys, tarfile, h5py
 f = h5py.File(sys.argv[1], "r")
 off, data, caps = f["image_offsets"][:], f["image_bytes"], f["captions"]

@@ -12,6 +12,7 @@
 # Usage: jobs/bench/report.sh [steps (default 40)] [build dir (default build)]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/jobs/python-env.sh"
 steps=${1:-40}
 bin=${2:-$root/build}/meridian
 [[ -x $bin ]] || { echo "report.sh: $bin not found; build first" >&2; exit 2; }
@@ -20,7 +21,7 @@ dir=$(mktemp -d /tmp/meridian-bench-report.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 mpirun --oversubscribe -np 2 "$bin" prep synthetic --kind image-text --count 512 --size 64 --out "$dir/it.h5" \
   --log-level warn >/dev/null
-/usr/bin/python3 - "$dir/big.csv" <<'PY'
+python3 - "$dir/big.csv" <<'PY'
 import math, sys
 names = ["loss", "lr", "grad_norm", "samples_per_s", "samples_per_s_per_rank", "data_s", "forward_s", "backward_s",
          "comm_s", "optimizer_s", "step_s", "bad_steps", "mfu", "epoch", "temperature"]
@@ -41,7 +42,7 @@ run() {
     --set train.steps="$steps" --set train.log_every=1 --set train.eval_every=5 --set train.health_every=10 \
     --set train.report="$report" --set checkpoint.every_steps=1000 --run-dir "$out" --log-level warn \
     >"$out.log" 2>&1 || { tail "$out.log"; exit 1; }
-  /usr/bin/python3 - "$out/metrics.csv" "$name" "$report" <<'PY'
+  python3 - "$out/metrics.csv" "$name" "$report" <<'PY'
 import sys
 rows = [l.split(",") for l in open(sys.argv[1]).read().splitlines()[1:]]
 rows = [(int(s), float(w), n, float(v)) for s, w, n, v in rows if int(s) > 0]

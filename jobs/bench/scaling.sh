@@ -12,11 +12,12 @@
 #                                     [--data FILE.h5] [--build DIR] [--keep-logs DIR]
 # --data: a dataset prepared at 128 px with a vocabulary of at most 520 (default: prepared once from
 #         ../shared/data/ucm-captions into $BENCH_DIR, default /tmp/meridian-bench-scaling).
-# Needs python3-torch (Debian's PyTorch 1.13, at /usr/bin/python3) for the reference.
+# Needs meridian's Python environment (jobs/setup-node.sh: the same PyTorch as the build) for the reference.
 # The nodes share this machine's cores: with more nodes than cores the ranks share them, which
 # bounds the efficiency (3 nodes on 2 cores: at most 2/3) for both programs alike.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/jobs/python-env.sh"
 steps=30 nodes="1 2 3" rates="none 10gbit 1gbit" data="" build=$root/build logs=""
 while (($#)); do
   case $1 in
@@ -30,10 +31,10 @@ while (($#)); do
   esac
 done
 meridian=$build/meridian
-python=${PYTHON:-/usr/bin/python3}
+python=${PYTHON:-python3}
 [[ -x $meridian ]] || { echo "scaling.sh: $meridian not found; build first" >&2; exit 2; }
 "$python" -c 'import torch.distributed' 2>/dev/null ||
-  { echo "scaling.sh: $python cannot import torch (apt-get install -y python3-torch)" >&2; exit 2; }
+  { echo "scaling.sh: $python cannot import torch (jobs/setup-node.sh installs it)" >&2; exit 2; }
 max_nodes=0
 for n in $nodes; do
   [[ $n =~ ^[1-9]$ ]] || { echo "scaling.sh: --nodes takes numbers 1-9, got '$n'" >&2; exit 2; }

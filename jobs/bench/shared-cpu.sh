@@ -11,6 +11,7 @@
 # Writes its datasets to ${TMPDIR:-/tmp}/meridian-shared-cpu.
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
+source "$src/jobs/python-env.sh"
 binaries=("$@")
 ((${#binaries[@]})) || { sed -n '2,11p' "$0"; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

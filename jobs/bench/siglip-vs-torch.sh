@@ -9,6 +9,7 @@
 # once from ../shared/data/ucm-captions into $BENCH_DIR, default /tmp/meridian-bench-train).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/jobs/python-env.sh"
 steps=${1:-30}
 bin=${2:-$root/build}/meridian
 [[ -x $bin ]] || { echo "siglip-vs-torch.sh: $bin not found; build first" >&2; exit 2; }

@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # PyTorch DDP (gloo) reference for the SigLIP tiny speed goal on one host: starts the ranks of
-# jobs/bench/siglip_torch_ref.py (the model written as PyTorch users write it) by hand (RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT;
-# torch.distributed.run from Debian's python3-torch 1.13 fails on Python 3.11), each pinned to one
+# jobs/bench/siglip_torch_ref.py (the model written as PyTorch users write it) by hand (RANK / WORLD_SIZE /
+# MASTER_ADDR / MASTER_PORT, as torch.distributed.run would set them), each pinned to one
 # core with taskset (as mpirun binds meridian's ranks) and one thread, and prints rank 0's output;
 # the last line is `torch_ddp samples/s <global> step_ms <mean> steps <n>`.
 # Usage: jobs/bench/torch-ddp-reference.sh [--steps N] [--warmup N] [--batch N] [--threads N] [--vocab N] [--bf16]
-# Environment: NP (ranks, default 2), PYTHON (default /usr/bin/python3, Debian's, which has torch),
+# Environment: NP (ranks, default 2), PYTHON (default python3 of meridian's environment: the same PyTorch
+#              as meridian's LibTorch),
 #              LOG_DIR (other ranks' output, default a temporary directory, kept on failure).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../python-env.sh"
 np=${NP:-2}
-python=${PYTHON:-/usr/bin/python3}
+python=${PYTHON:-python3}
 script=$here/siglip_torch_ref.py
 
 if ! "$python" -c 'import torch, torch.distributed' 2>/dev/null; then
-  echo "torch-ddp-reference.sh: $python cannot import torch; install it with: apt-get install -y python3-torch" \
-       "(Debian 12: PyTorch 1.13.1, the same version as meridian's LibTorch), or set PYTHON" >&2
+  echo "torch-ddp-reference.sh: $python cannot import torch; jobs/setup-node.sh installs meridian's Python" \
+       "environment (the same PyTorch as meridian's LibTorch), or set PYTHON" >&2
   exit 2
 fi
 command -v taskset >/dev/null || { echo "torch-ddp-reference.sh: taskset not found (apt-get install -y util-linux)" >&2; exit 2; }

@@ -20,6 +20,7 @@ Command info_command() {
         << rt.bound_cpus();
     const auto rows = rt.gather_to_root(row.str());
     const auto whys = rt.gather_to_root(rt.thread_choice().why);
+    const auto devices = rt.gather_to_root(rt.device_why());
     if (rt.rank() == 0) {
       std::cout << "world size " << rt.size() << ", " << rt.node_count() << " node(s), comm timeout "
                 << rt.comm_timeout_s() << " s\n"
@@ -29,6 +30,7 @@ Command info_command() {
                 << "\n";
       for (const auto& r : rows) std::cout << r << "\n";
       for (size_t r = 0; r < whys.size(); ++r) std::cout << "rank " << r << " threads " << whys[r] << "\n";
+      for (size_t r = 0; r < devices.size(); ++r) std::cout << "rank " << r << " device " << devices[r] << "\n";
     }
     return 0;
   };

@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "meridian/build_config.h"
 #include "meridian/comm/communicator.h"
+#include "meridian/comm/probe.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/core/log.h"
@@ -47,11 +48,7 @@ std::string version_text() {
   std::string s =
       std::string("meridian ") + MERIDIAN_VERSION + " (git " + MERIDIAN_GIT + ", " + MERIDIAN_BUILD_TYPE + ")\n";
   s += std::string("  LibTorch ") + TORCH_VERSION + "\n";
-#ifdef MERIDIAN_WITH_NCCL
-  s += std::string("  CUDA     compiled in (toolkit ") + MERIDIAN_CUDA_VERSION + ")\n";
-#else
-  s += "  CUDA     not compiled in\n";
-#endif
+  s += "  CUDA     yes: " + meridian::comm::cuda_build_text() + "\n";
   s += "  NCCL     " + meridian::comm::nccl_version() + "\n";
 #ifdef MERIDIAN_WITH_DATA
   s += "  " + meridian::data::hdf5_version() + "\n";

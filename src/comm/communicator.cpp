@@ -59,11 +59,6 @@ Backend default_backend(const Runtime& runtime) { return runtime.device().is_cud
 
 std::unique_ptr<Communicator> make_communicator(const Runtime& runtime, Backend backend) {
   if (backend == Backend::MPI) return detail::make_mpi_communicator(runtime, {});
-  if (!nccl_available()) {
-    throw UserError(
-        "the NCCL backend is not compiled into this build; reconfigure with -DMERIDIAN_NCCL=ON "
-        "(needs the CUDA toolkit and NCCL) or use the MPI backend");
-  }
   return detail::make_nccl_communicator(runtime);
 }
 

@@ -5,14 +5,8 @@
 // the NCCL stream, so later kernels read the results. A progress thread polls completion events and
 // ncclCommGetAsyncError; the watchdog ends the job (ncclCommAbort, then MPI_Abort) when an
 // operation hangs or NCCL reports an asynchronous error.
-#include "backends.h"
-#include "meridian/build_config.h"
-#include "meridian/comm/communicator.h"
-#include "meridian/core/error.h"
-
-#ifdef MERIDIAN_WITH_NCCL
-
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <spdlog/spdlog.h>
@@ -20,13 +14,12 @@
 #include <deque>
 #include <thread>
 
+#include "backends.h"
+#include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/comm/watchdog.h"
+#include "meridian/core/error.h"
 #include "work.h"
-
-#ifdef MERIDIAN_TORCH_CUDA
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 #define MERIDIAN_CUDA_CHECK(call)                                                                             \
   do {                                                                                                        \
@@ -86,12 +79,7 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 }
 
 cudaStream_t current_stream(int device) {
-#ifdef MERIDIAN_TORCH_CUDA
   return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
-#else
-  (void)device;
-  return cudaStreamLegacy;
-#endif
 }
 
 // Makes `device` current for a scope and restores the caller's device after, so the communicator
@@ -309,7 +297,6 @@ std::unique_ptr<Communicator> make_nccl_communicator(const Runtime& runtime) {
 }  // namespace meridian::comm::detail
 
 namespace meridian::comm {
-bool nccl_available() { return true; }
 std::string nccl_version() {
   int v = 0;
   ncclGetVersion(&v);
@@ -322,18 +309,3 @@ std::string nccl_version() {
   return s + ")";
 }
 }  // namespace meridian::comm
-
-#else  // !MERIDIAN_WITH_NCCL
-
-namespace meridian::comm::detail {
-std::unique_ptr<Communicator> make_nccl_communicator(const Runtime&) {
-  throw UserError("the NCCL backend is not compiled into this build (-DMERIDIAN_NCCL=ON)");
-}
-}  // namespace meridian::comm::detail
-
-namespace meridian::comm {
-bool nccl_available() { return false; }
-std::string nccl_version() { return "not compiled in"; }
-}  // namespace meridian::comm
-
-#endif

@@ -1,5 +1,7 @@
 #include "meridian/comm/probe.h"
 
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <cuda_runtime_api.h>
 #include <mpi.h>
 #include <torch/cuda.h>
 
@@ -15,10 +17,6 @@
 #include "meridian/core/error.h"
 #include "meridian/core/stats.h"
 #include "mpi_check.h"
-
-#ifdef MERIDIAN_WITH_NCCL
-#include <cuda_runtime_api.h>
-#endif
 
 namespace meridian::comm {
 
@@ -143,6 +141,14 @@ ClockOffset clock_offset_to_root(const Runtime& runtime, int samples) {
   return ClockOffset{mine[0], mine[1]};
 }
 
+std::string cuda_build_text() {
+  const auto& hooks = at::detail::getCUDAHooks();
+  const long cudnn = hooks.versionCuDNN();  // major*10000 + minor*100 + patch (cuDNN >= 9)
+  return "LibTorch's CUDA " + cuda_version_text(int(hooks.versionCUDART())) + ", cuDNN " +
+         std::to_string(cudnn / 10000) + "." + std::to_string(cudnn / 100 % 100) + "." + std::to_string(cudnn % 100) +
+         "; toolkit " + MERIDIAN_CUDA_VERSION + " at build";
+}
+
 std::string cuda_version_text(int code) {
   if (code <= 0) return "none";
   return std::to_string(code / 1000) + "." + std::to_string((code % 1000) / 10);
@@ -150,8 +156,7 @@ std::string cuda_version_text(int code) {
 
 GpuInventory local_gpus() {
   GpuInventory inv;
-#ifdef MERIDIAN_WITH_NCCL
-  // The CUDA runtime is linked (the NCCL backend needs it): versions and properties, no context.
+  // The CUDA runtime (LibTorch's): versions and properties, no context.
   inv.queryable = true;
   cudaDriverGetVersion(&inv.driver_version);  // 0 when no driver is installed
   cudaRuntimeGetVersion(&inv.runtime_version);
@@ -177,16 +182,6 @@ GpuInventory local_gpus() {
     }
     inv.gpus.push_back(gpu);
   }
-#elif defined(MERIDIAN_TORCH_CUDA)
-  // A CUDA LibTorch without the CUDA toolkit at build time: LibTorch counts the devices; names and
-  // versions need the CUDA runtime linked (configure with the toolkit, -DMERIDIAN_NCCL=ON).
-  inv.queryable = true;
-  const int count = static_cast<int>(torch::cuda::device_count());
-  for (int d = 0; d < count; ++d) inv.gpus.push_back(GpuInfo{"unknown", 0, 0, 0});
-  inv.note = "model, memory and versions unknown: built without the CUDA toolkit (-DMERIDIAN_NCCL=ON adds it)";
-#else
-  inv.note = "CUDA not compiled in";
-#endif
   return inv;
 }
 

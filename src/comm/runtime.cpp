@@ -1,17 +1,12 @@
 #include "meridian/comm/runtime.h"
 
 #include <ATen/Parallel.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <fcntl.h>
 #include <mpi.h>
+#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
-
-#include "meridian/build_config.h"
-#ifdef MERIDIAN_TORCH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
-#endif
-
-#include <fcntl.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,8 +23,8 @@
 #include <thread>
 
 #include "launcher.h"
-#include "meridian/build_config.h"
 #include "meridian/comm/mpi_interop.h"
+#include "meridian/comm/probe.h"
 #include "meridian/comm/watchdog.h"
 #include "meridian/core/cpu_usage.h"
 #include "meridian/core/error.h"
@@ -118,19 +113,27 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
   // Device. The check is local (GPUs per node differ between nodes) but the verdict is collective,
   // so every rank throws and finalises together instead of leaving others in a later collective.
   std::string device_error;
-  const int gpus = static_cast<int>(torch::cuda::device_count());
+  // --device cpu never touches CUDA (no driver query, no context): a CPU run starts as fast as it can.
+  const int gpus = options_.device == "cpu" ? 0 : static_cast<int>(torch::cuda::device_count());
+  // What CUDA said when it found no device ("cudaGetDeviceCount: no CUDA-capable device is detected").
+  const auto no_gpu = [&] {
+    const GpuInventory inv = local_gpus();
+    return inv.note.empty() ? "CUDA driver " + cuda_version_text(inv.driver_version) + ", 0 devices" : inv.note;
+  };
+  device_why_ = options_.device == "cpu" ? "cpu: --device cpu" : "";
+  if (options_.device == "auto" && gpus == 0)
+    device_why_ = "cpu: --device auto found no CUDA device (" + no_gpu() + ")";
   if (options_.device == "cuda" || (options_.device == "auto" && gpus > 0)) {
     if (gpus == 0) {
-      device_error = "--device cuda: no CUDA device is visible on " + host_ +
-                     (torch::cuda::is_available() ? "" : " (this LibTorch build has no CUDA support)");
+      device_error = "--device cuda: no CUDA device is visible on " + host_ + " (" + no_gpu() + ")";
     } else if (local_size_ > gpus) {
       device_error = "--device cuda: " + std::to_string(local_size_) + " ranks run on " + host_ + " but only " +
                      std::to_string(gpus) + " GPU(s) are visible (CUDA_VISIBLE_DEVICES); start one rank per GPU";
     } else {
       device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank_));
-#ifdef MERIDIAN_TORCH_CUDA
       c10::cuda::set_device(device_.index());  // the process's current device: torch's "cuda" means this GPU
-#endif
+      device_why_ = device_.str() + ": --device " + options_.device + ", local rank " + std::to_string(local_rank_) +
+                    " of " + std::to_string(gpus) + " visible GPU(s)";
     }
   } else if (options_.device != "cpu" && options_.device != "auto") {
     device_error = "--device: unknown device '" + options_.device + "' (expected auto, cpu or cuda)";

@@ -132,16 +132,6 @@ std::string nvidia_driver_release() {
   return nvidia_release(line);
 }
 
-std::string cuda_build_text() {
-#ifdef MERIDIAN_WITH_NCCL
-  return std::string("toolkit ") + MERIDIAN_CUDA_VERSION;
-#elif defined(MERIDIAN_TORCH_CUDA)
-  return "CUDA LibTorch, no toolkit";
-#else
-  return "not compiled in";
-#endif
-}
-
 std::map<std::string, std::string> env_facts() {
   std::map<std::string, std::string> env;
   for (char** e = environ; e && *e; ++e) {
@@ -228,7 +218,7 @@ VersionFacts version_facts() {
   v.torch = TORCH_VERSION;
   v.mpi = comm::mpi_library_version();
   v.nccl = comm::nccl_version();
-  v.cuda_build = cuda_build_text();
+  v.cuda_build = comm::cuda_build_text();
   return v;
 }
 }  // namespace meridian::ops

@@ -60,7 +60,7 @@ struct DistributedDataParallel::Impl {
   // place, so no copy in and no copy out. The accumulators are kept alive here (a parameter holds
   // only a weak reference) and their hooks find us through `alive`, cleared when we go away.
   bool views = false;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators;
   std::vector<uintptr_t> post_hook_keys;
   std::shared_ptr<Impl*> alive;
 

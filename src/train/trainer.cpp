@@ -94,6 +94,7 @@ struct Trainer::Impl {
     }
     if (rt.rank() == 0) spdlog::info("resolved config ({}):\n{}", o.config.origin(), o.config.dump());
     reporter = std::make_unique<Reporter>(rt.rank(), rt.size(), global_batch(), task, s, o);
+    spdlog::info("device {}", rt.device_why());
     if (rt.thread_choice().crowded)
       spdlog::warn("intra-op threads {}", rt.thread_choice().why);
     else

@@ -32,7 +32,7 @@ same() {  # same A B GROUP [h5diff options]
 }
 ck() { echo "$tmp/$1/checkpoints/step_000000$2.h5"; }
 close() {  # close A B: every /model dataset equal within 1e-5 (checksum attributes differ with the values)
-  /usr/bin/python3 - "$1" "$2" <<'PY'  # exit status: 0 when close
+  python3 - "$1" "$2" <<'PY'  # exit status: 0 when close
 import sys, h5py, numpy as np
 a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
 assert sorted(a["model"]) == sorted(b["model"])
@@ -59,7 +59,7 @@ reshard() {  # reshard N M SOURCE_RUN
   # The weights did move (the comparison is not of two copies of step 6).
   close "$(ck "$from" 06)" "$(ck "zero_${n}to${m}" 09)" >/dev/null 2>&1 && fail "$n -> $m: no update"
   # And the sharded state written on M ranks is the same state as the unsharded one (to rounding).
-  /usr/bin/python3 - "$(ck "zero_${n}to${m}" 09)" "$(ck "plain_${n}to${m}" 09)" <<'PY' || fail "$n -> $m: optimizer states differ"
+  python3 - "$(ck "zero_${n}to${m}" 09)" "$(ck "plain_${n}to${m}" 09)" <<'PY' || fail "$n -> $m: optimizer states differ"
 import sys, h5py, numpy as np
 z, p = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
 names = z.attrs["optim_flat"]

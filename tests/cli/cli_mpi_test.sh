@@ -7,7 +7,7 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
 out=$("$meridian" --version) || fail "--version exited $?"
 echo "$out"
-wants=("meridian " "LibTorch " "NCCL " "HDF5 " "MPI ")
+wants=("meridian " "LibTorch 2." "CUDA     yes: LibTorch's CUDA " ", cuDNN " "NCCL " "HDF5 " "MPI ")
 [[ $with_data == ON ]] && wants+=("(parallel)")
 for want in "${wants[@]}"; do
   grep -qF "$want" <<<"$out" || fail "--version lacks '$want'"
@@ -54,6 +54,19 @@ echo "$out"
 [[ $(grep -cE "^rank [01] threads [0-9]+: [0-9]+ cores on this machine for 2 ranks of the job" <<<"$out") -eq 2 ]] ||
   fail "info: no line per rank saying why it has its threads"
 [[ -f $tmp/run/logs/rank_0.log && -f $tmp/run/logs/rank_1.log ]] || fail "no per-rank log files in --run-dir"
+# The device: this suite runs on CPU ranks. --device auto says why it chose the CPU; --device cuda is
+# refused on every rank (exit 2), naming the device and what CUDA found.
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  echo "this machine has a GPU: the no-GPU checks of --device auto and --device cuda are skipped"
+else
+  echo "no GPU on this machine: --device auto must choose the CPU and say why, --device cuda must be refused"
+  [[ $(grep -cE "^rank [01] device cpu: --device auto found no CUDA device \(.+\)$" <<<"$out") -eq 2 ]] ||
+    fail "info: no line per rank saying why its device is the CPU"
+  "$mpirun" --oversubscribe -np 2 "$meridian" info --device cuda >"$tmp/o" 2>&1; rc=$?
+  [[ $rc -eq 2 ]] || { cat "$tmp/o"; fail "--device cuda without a GPU: exit $rc, expected 2"; }
+  grep -qE -- "--device cuda: no CUDA device is visible on \S+ \(.+\)" "$tmp/o" || { cat "$tmp/o"; fail "--device cuda: no message naming the device and what was found"; }
+  grep -m1 -E -- "--device cuda: no CUDA device" "$tmp/o"
+fi
 
 out=$("$mpirun" --oversubscribe -np 2 "$meridian" bench comm --min-bytes 4 --max-bytes 4M --factor 16 \
       --ops allreduce,broadcast,allgather,reduce_scatter --dtypes float32,bfloat16,int64 --iters 2 --warmup 1 \
@@ -116,7 +129,7 @@ PY
   for config in detect-synthetic lm-tiny siglip-tiny; do
     "$meridian" model --config "$configs/$config.yaml" >"$tmp/model_$config" 2>&1 ||
       { cat "$tmp/model_$config"; fail "model --config $config.yaml exited"; }
-    /usr/bin/python3 - "$tmp/model_$config" <<'PY' || { cat "$tmp/model_$config"; fail "model $config: rows do not add up"; }
+    python3 - "$tmp/model_$config" <<'PY' || { cat "$tmp/model_$config"; fail "model $config: rows do not add up"; }
 import re, sys
 lines = open(sys.argv[1]).read().splitlines()
 rows = [int(l.split()[-1].replace(",", "")) for l in lines[1:-1]]
@@ -125,7 +138,7 @@ assert rows and sum(rows) == total, (sum(rows), total)
 PY
   done
   lm_total=$((512 * 64 + 2 * (64 * 64 + 2 * 64 * 32 + 64 * 64 + 3 * 64 * 172 + 2 * 64) + 64))
-  grep -q "lm summary: .* $(/usr/bin/python3 -c "print(f'{$lm_total:,}')") parameters" "$tmp/model_lm-tiny" ||
+  grep -q "lm summary: .* $(python3 -c "print(f'{$lm_total:,}')") parameters" "$tmp/model_lm-tiny" ||
     { cat "$tmp/model_lm-tiny"; fail "model lm-tiny: not $lm_total parameters"; }
   "$meridian" model --config "$configs/lm-tiny.yaml" --image-size 640 >"$tmp/o" 2>&1; rc=$?
   [[ $rc -eq 2 ]] && grep -q -- "--image-size does not apply to task lm" "$tmp/o" || { cat "$tmp/o"; fail "model --image-size for lm: exit $rc"; }

@@ -122,14 +122,14 @@ solo_sum() {
   local k speeds=() r1 r2
   for ((k = 1; k <= nodes; k++)); do
     r1=$(rate "solo1_$k" 10 $steps) r2=$(rate "solo2_$k" 10 $steps)
-    speeds+=("$(/usr/bin/python3 -c "print(f'{($r1 + $r2) / 2:.2f}')")")
+    speeds+=("$(python3 -c "print(f'{($r1 + $r2) / 2:.2f}')")")
     echo "node $k alone: $r1, then $r2 samples/s" >&2
   done
-  /usr/bin/python3 -c "import sys; v = [float(x) for x in sys.argv[1:]]; print(*v, f'{sum(v):.2f}')" "${speeds[@]}"
+  python3 -c "import sys; v = [float(x) for x in sys.argv[1:]]; print(*v, f'{sum(v):.2f}')" "${speeds[@]}"
 }
 # rate NAME FROM TO: mean samples/s of the logged intervals ending after step FROM and up to TO.
 rate() {
-  /usr/bin/python3 - "$tmp/$1/metrics.csv" "$2" "$3" <<'PY'
+  python3 - "$tmp/$1/metrics.csv" "$2" "$3" <<'PY'
 import csv, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["name"] == "train/samples_per_s"]
 v = [float(r["value"]) for r in rows if int(sys.argv[2]) < int(r["step"]) <= int(sys.argv[3])]
@@ -197,7 +197,7 @@ fi
 # two vCPUs share a host core or its memory path), and node 1 alone ran at 392 and at 534 samples/s
 # in one test. So a fraction of the solo sum moves by more than the margin between the goal and
 # what balancing reaches (two nodes: 79-106 % in 8 runs; three: 85-91 % in 5; docs/performance.md).
-/usr/bin/python3 - "$even" "$bal" "$solo" "$goal" <<'PY'
+python3 - "$even" "$bal" "$solo" "$goal" <<'PY'
 import sys
 even, bal, solo, goal = map(float, sys.argv[1:])
 print(f"figures: even split {even:.2f} samples/s = {100 * even / solo:.0f} % of the solo sum; "

@@ -173,7 +173,7 @@ submit detect detect.sbatch -- --scale s --data "$tmp/det.h5" --set data.image_s
 grep -q "train: 4 steps, .* over 2 ranks" "$tmp/detect.out" || fail "detect: no summary of 4 steps over 2 ranks"
 grep -q "yolo12s.yaml" "$tmp/detect.out" || fail "detect: --scale s did not choose yolo12s.yaml"
 # lm-sft with its own recipe (jobs/configs/llama2-7b-sft.yaml) from a small Hugging Face Llama directory.
-/usr/bin/python3 "$src/tests/models/hf_llama.py" make "$tmp/hf_llama" >/dev/null || fail "the reference Llama"
+python3 "$src/tests/models/hf_llama.py" make "$tmp/hf_llama" >/dev/null || fail "the reference Llama"
 "$meridian" prep synthetic --kind text --count 64 --tokenizer "$tmp/hf_llama" --out "$tmp/sft.h5" --log-level warn \
   >/dev/null || fail "prep of the text set"
 PRECISION=float32 submit lm-sft lm-sft.sbatch -- --data "$tmp/sft.h5" --init "$tmp/hf_llama" --set train.epochs=0 \

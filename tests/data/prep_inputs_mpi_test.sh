@@ -25,7 +25,7 @@ bom=$'\xEF\xBB\xBF'
 
 # Three images: a 64 x 32, b and c 32 x 32 (24-bit BMP).
 mkdir -p "$tmp/images" "$tmp/labels" "$tmp/pixels" "$tmp/none"
-/usr/bin/python3 - "$tmp/images" <<'PY' || fail "could not write the images"
+python3 - "$tmp/images" <<'PY' || fail "could not write the images"
 import struct, sys
 for name, w, h in (("a", 64, 32), ("b", 32, 32), ("c", 32, 32)):
     row = (w * 3 + 3) & ~3
@@ -83,7 +83,7 @@ names:
 for split in train val; do
   expect 0 "wrote $tmp/y8_$split.h5" run prep detection --data-yaml "$tmp/cfg/data.yaml" --split $split --size 32 --out "$tmp/y8_$split.h5"
 done
-/usr/bin/python3 - "$tmp/y8_train.h5" "$tmp/y8_val.h5" <<'PY' || fail "data.yaml: wrong images, boxes or class names"
+python3 - "$tmp/y8_train.h5" "$tmp/y8_val.h5" <<'PY' || fail "data.yaml: wrong images, boxes or class names"
 import sys, h5py
 train, val = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
 names = lambda f: [n.decode() if isinstance(n, bytes) else n for n in f["class_names"][...]]
@@ -152,7 +152,7 @@ expect 0 "wrote $tmp/val.h5: 20 of 20 inputs" run "${hold[@]}" --holdout 20 --ho
 grep -qF "wrote $tmp/train.h5: 40 of 40 inputs" "$tmp/o" || { cat "$tmp/o"; fail "--holdout: 40 records in --out"; }
 expect 0 "wrote $tmp/val2.h5: 20 of 20" run "${hold[@]}" --holdout 20 --holdout-out "$tmp/val2.h5" --out "$tmp/train2.h5"
 expect 0 "60 of 60" "$meridian" prep text --jsonl "$tmp/many.jsonl" --tokenizer "$tmp/train.h5" --out "$tmp/all.h5"
-/usr/bin/python3 - "$tmp" <<'PY2' || fail "--holdout: wrong, unstable or differently tokenized records"
+python3 - "$tmp" <<'PY2' || fail "--holdout: wrong, unstable or differently tokenized records"
 import sys, h5py
 d = sys.argv[1]
 def docs(name):
@@ -217,7 +217,7 @@ make_fixture "train: {batch: 4, steps: 2}
 checkpoint: {every_steps: 0, at_end: false}"
 run prep synthetic --kind detection --count 24 --size 32 --out "$tmp/d.h5" >"$tmp/o" 2>&1 || { cat "$tmp/o"; fail "prep synthetic detection"; }
 unchunk() {  # SRC DST [no-captions | fixed-names]
-  /usr/bin/python3 - "$@" <<'PY'
+  python3 - "$@" <<'PY'
 import sys, h5py
 src, dst = sys.argv[1:3]
 change = sys.argv[3] if len(sys.argv) > 3 else ""
@@ -271,7 +271,7 @@ cat >"$tmp/dataset_rs.json" <<'JSON'
 JSON
 expect 0 "1 of 1 inputs" run prep image-text --images "$tmp/images" --captions "$tmp/dataset_rs.json" --split test \
   --size 32 --context-length 16 --captions-per-image 2 --vocab-size 40 --out "$tmp/karpathy.h5"
-/usr/bin/python3 - "$tmp/karpathy.h5" <<'PY' || fail "Karpathy captions: wrong names or captions"
+python3 - "$tmp/karpathy.h5" <<'PY' || fail "Karpathy captions: wrong names or captions"
 import sys, h5py
 f = h5py.File(sys.argv[1], "r")
 names = [n.decode() for n in f["names"][...]]
@@ -290,7 +290,7 @@ expect 0 "3 of 3 inputs" run prep image-text --images "$tmp/scenes" --class-fold
   --captions-per-image 1 --vocab-size 40 --out "$tmp/folders.h5"
 grep -qF -- "--class-folders: 1 folder(s) of $tmp/scenes without images, left out of the classes (zero-shot scores over the 2 classes with images): Forest" \
   "$tmp/o" || { cat "$tmp/o"; fail "class folders: the empty folder Forest is not named"; }
-/usr/bin/python3 - "$tmp/folders.h5" <<'PY' || fail "class folders: wrong labels, classes or captions"
+python3 - "$tmp/folders.h5" <<'PY' || fail "class folders: wrong labels, classes or captions"
 import sys, h5py
 f = h5py.File(sys.argv[1], "r")
 classes = [c.decode() for c in f["class_names"][...]]
@@ -302,7 +302,7 @@ PY
 printf 'dense_residential: apartment blocks\n' >"$tmp/names.yaml"
 expect 0 "3 of 3 inputs" run prep image-text --images "$tmp/scenes" --class-folders --class-names "$tmp/names.yaml" \
   --size 32 --context-length 16 --captions-per-image 1 --vocab-size 40 --out "$tmp/renamed.h5"
-/usr/bin/python3 - "$tmp/renamed.h5" <<'PY' || fail "--class-names: wrong classes or captions"
+python3 - "$tmp/renamed.h5" <<'PY' || fail "--class-names: wrong classes or captions"
 import sys, h5py
 f = h5py.File(sys.argv[1], "r")
 classes = [c.decode() for c in f["class_names"][...]]

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A second implementation of pycocotools' COCOeval for boxes (iouType "bbox"), written with numpy from
 pycocotools' published algorithm (COCOeval.computeIoU / evaluateImg / accumulate / summarize and
 maskUtils.iou), not from meridian's C++ (pycocotools itself is not in Debian). It works on COCO-style

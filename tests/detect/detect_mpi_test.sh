@@ -63,7 +63,7 @@ done
 
 # 3. A YOLO-txt dataset on disk: prep detection, train, predict.
 mkdir -p "$tmp/yolo/images/sub" "$tmp/yolo/labels/sub"
-/usr/bin/python3 - "$tmp/yolo" <<'PY' || fail "could not write the YOLO dataset"
+python3 - "$tmp/yolo" <<'PY' || fail "could not write the YOLO dataset"
 import random, struct, sys
 root = sys.argv[1]
 def bmp(path, w, h, pixels):  # 24-bit BMP, rows bottom-up, BGR

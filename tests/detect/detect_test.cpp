@@ -354,7 +354,7 @@ TEST(CocoMap, AgreesWithTheCocoEvalReference) {
   const auto file =
       std::filesystem::temp_directory_path() /
       ("meridian_cocoeval_" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + ".json");
-  const std::string cmd = "/usr/bin/python3 " + std::string(MERIDIAN_SOURCE_DIR) +
+  const std::string cmd = std::string(MERIDIAN_PYTHON) + " " + std::string(MERIDIAN_SOURCE_DIR) +
                           "/tests/detect/cocoeval_reference.py cases " + file.string();
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   nlohmann::json cases;

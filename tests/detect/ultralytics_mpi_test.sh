@@ -24,7 +24,7 @@
 #     file writes the checkpoint's labels; weights without a YAML and --classes exit 2.
 set -u
 mpirun=$1 meridian=$2 src=$3
-ref=(/usr/bin/python3 "$src/tests/models/ultralytics_yolo.py")
+ref=(python3 "$src/tests/models/ultralytics_yolo.py")
 # shellcheck source=tests/mpi_script_lib.sh
 source "$src/tests/mpi_script_lib.sh"
 run() { "$mpirun" --oversubscribe -np 2 "$meridian" "$@"; }
@@ -49,7 +49,7 @@ echo "$out" | grep -q "class head is for other classes than this model's 5: .* t
   { echo "$out"; fail "no notice that the class head starts from initialisation"; }
 ck=$tmp/ft/checkpoints/step_00000003.h5
 [[ -f $ck ]] || fail "no checkpoint after train --init"
-/usr/bin/python3 - "$ck" "$tmp/coco/model.safetensors" "$src/tests/models" <<'PY' || fail "the run did not start from the file's weights"
+python3 - "$ck" "$tmp/coco/model.safetensors" "$src/tests/models" <<'PY' || fail "the run did not start from the file's weights"
 import sys, h5py, torch
 sys.path.insert(0, sys.argv[3])
 from hf_siglip import read_safetensors
@@ -80,7 +80,7 @@ run eval --checkpoint "$tmp/mine/checkpoints/step_00000001.h5" --data "$tmp/det.
   { cat "$tmp/mine.log"; fail "eval needed the model YAML file"; }
 
 # 3. Bad weight files.
-/usr/bin/python3 - "$tmp/coco/model.safetensors" "$tmp" "$src/tests/models" <<'PY' || fail "could not write the bad files"
+python3 - "$tmp/coco/model.safetensors" "$tmp" "$src/tests/models" <<'PY' || fail "could not write the bad files"
 import sys, torch
 sys.path.insert(0, sys.argv[3])
 from hf_siglip import read_safetensors, write_safetensors
@@ -98,7 +98,7 @@ expect_error "a missing file" "task.init.*does not exist" init "$tmp/none.safete
 expect_error "a directory" "task.init.*is a directory; task detect starts from one .safetensors file" init "$tmp/coco"
 
 # 4. COCO results JSON in the original images' pixels.
-coco_ref=(/usr/bin/python3 "$src/tests/detect/cocoeval_reference.py")
+coco_ref=(python3 "$src/tests/detect/cocoeval_reference.py")
 "${coco_ref[@]}" images "$tmp/cimg" "$tmp/cimg.json" || fail "the reference could not write the COCO images"
 run prep detection --images "$tmp/cimg" --coco "$tmp/cimg.json" --size 64 --out "$tmp/coco.h5" --log-level warn \
   >/dev/null || fail "prep --coco"
@@ -110,7 +110,7 @@ ev=$(run eval --checkpoint "$tmp/c/checkpoints/step_00000150.h5" --data "$tmp/co
   --json "$tmp/metrics.json" --log-level warn 2>&1) || { echo "$ev"; fail "eval --save-json exited"; }
 echo "$ev" | grep "^eval:"
 "${coco_ref[@]}" score "$tmp/cimg.json" "$tmp/results.json" >"$tmp/ref.json" || fail "the reference could not score the results"
-/usr/bin/python3 - "$tmp/cimg.json" "$tmp/results.json" "$tmp/metrics.json" "$tmp/ref.json" <<'PY' || fail "the results JSON"
+python3 - "$tmp/cimg.json" "$tmp/results.json" "$tmp/metrics.json" "$tmp/ref.json" <<'PY' || fail "the results JSON"
 import json, sys
 ann, res, ours, ref = (json.load(open(p)) for p in sys.argv[1:5])
 sizes = {im["id"]: (im["width"], im["height"]) for im in ann["images"]}
@@ -137,7 +137,7 @@ grep -q "eval: Ultralytics weights $tmp/cexp/model.safetensors (task detect) wit
 out=$(run train --config "$tmp/small.yaml" --data "$tmp/coco.h5" --init "$tmp/cexp/model.safetensors" \
   --set model.yaml="$tmp/cexp/yolo11.yaml" --set data.eval="$tmp/coco.h5" --set train.eval_at_start=true \
   --set train.steps=1 --set data.augment=false --run-dir "$tmp/c0" 2>&1) || { echo "$out"; fail "train --init the export"; }
-/usr/bin/python3 - "$tmp/metrics.json" "$tmp/m_pub.json" "$tmp/c0/metrics.csv" <<'PY' || fail "eval --model of the weights"
+python3 - "$tmp/metrics.json" "$tmp/m_pub.json" "$tmp/c0/metrics.csv" <<'PY' || fail "eval --model of the weights"
 import csv, json, sys
 ck, pub = (json.load(open(p))["metrics"] for p in sys.argv[1:3])
 step0 = {r["name"][5:]: float(r["value"]) for r in csv.DictReader(open(sys.argv[3])) if r["step"] == "0" and r["name"].startswith("eval/")}

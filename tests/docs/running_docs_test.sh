@@ -16,7 +16,7 @@ work=$tmp/work
 mkdir -p "$work/build" "$work/models"
 ln -s "$meridian" "$work/build/meridian"
 ln -s "$src/jobs" "$work/jobs"
-py=/usr/bin/python3
+py=python3
 $py "$src/tests/models/hf_siglip.py" make "$work/models/siglip-base-256" --seed 1 --dtype bf16 >/dev/null ||
   fail "the SigLIP stand-in"
 $py "$src/tests/models/hf_llama.py" make "$work/models/Llama-2-7b-hf" --seed 1 --dtype bf16 >/dev/null ||

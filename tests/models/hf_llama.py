@@ -2,7 +2,7 @@
 """A second implementation of Hugging Face's Llama, for tests: written from transformers'
 modeling_llama.py, configuration_llama.py and the Llama-2 chat template semantics, and Stanford
 Alpaca's train.py tokenisation, with torch.nn modules and sentencepiece's Python encoder; not from
-meridian's code. Needs python3-torch, python3-sentencepiece and python3-h5py (jobs/setup-node.sh).
+meridian's code. Needs torch, sentencepiece and h5py (meridian's Python environment, jobs/setup-node.sh).
 
   hf_llama.py make DIR [--seed N] [--shard-bytes B] [--dtype bf16|f16|f32] [--tie]
                    [--shape HIDDEN,INTERMEDIATE,LAYERS,HEADS,KV_HEADS,VOCAB]

@@ -18,13 +18,13 @@
 #     tensors, an explicit model key disagreeing with config.json, export over a directory.
 set -u
 mpirun=$1 meridian=$2 src=$3
-ref=(/usr/bin/python3 "$src/tests/models/hf_llama.py")
+ref=(python3 "$src/tests/models/hf_llama.py")
 # shellcheck source=tests/mpi_script_lib.sh
 source "$src/tests/mpi_script_lib.sh"
 run() { "$mpirun" --oversubscribe -np 2 "$meridian" "$@" --log-level warn; }
 run_info() { "$mpirun" --oversubscribe -np 2 "$meridian" "$@" --log-level info; }
 close() {  # close A.json B_LOSS WHAT: |a - b| <= 1e-5 and the same token count
-  /usr/bin/python3 - "$@" <<'PY' || fail "$3: meridian's loss differs from the reference"
+  python3 - "$@" <<'PY' || fail "$3: meridian's loss differs from the reference"
 import json, sys
 m = json.load(open(sys.argv[1]))["metrics"]
 loss, tokens = float(sys.argv[2].split()[1]), int(sys.argv[2].split()[3])
@@ -71,7 +71,7 @@ expect_error "a system message in the mistral template" "chat.jsonl.*mistral cha
 # tokenizer_config.json's add_bos_token false: no bos before instructions and plain text (as
 # tokenizer(text) then adds none); the chat templates write theirs.
 cp -r "$tmp/hf" "$tmp/nobos"
-/usr/bin/python3 -c 'import json, sys; p = sys.argv[1]; c = json.load(open(p)); c["add_bos_token"] = False; json.dump(c, open(p, "w"))' \
+python3 -c 'import json, sys; p = sys.argv[1]; c = json.load(open(p)); c["add_bos_token"] = False; json.dump(c, open(p, "w"))' \
   "$tmp/nobos/tokenizer_config.json"
 for set in alpaca.json chat.jsonl; do
   run prep text --jsonl "$tmp/$set" --tokenizer "$tmp/nobos" --out "$tmp/nobos_$set.h5" >/dev/null || fail "prep text $set (no bos) exited $?"
@@ -89,7 +89,7 @@ printf 'task: {name: lm}\ntrain: {batch: 2, steps: 1, eval_at_start: true, healt
   >"$tmp/step0.yaml"
 run train --config "$tmp/step0.yaml" --data "$tmp/alpaca.json.h5" --init "$tmp/hf" --set data.eval="$tmp/chat.jsonl.h5" \
   --run-dir "$tmp/step0" >/dev/null || fail "train --init with eval_at_start exited $?"
-/usr/bin/python3 - "$tmp/e0m.json" "$tmp/step0/metrics.csv" <<'PY' || fail "eval --model differs from train --init's step-0 evaluation"
+python3 - "$tmp/e0m.json" "$tmp/step0/metrics.csv" <<'PY' || fail "eval --model differs from train --init's step-0 evaluation"
 import csv, json, sys
 mine = json.load(open(sys.argv[1]))["metrics"]
 step0 = {r["name"][5:]: float(r["value"]) for r in csv.DictReader(open(sys.argv[2])) if r["step"] == "0" and r["name"].startswith("eval/")}

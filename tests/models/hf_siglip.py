@@ -2,7 +2,7 @@
 """A second implementation of Hugging Face's SigLIP, for tests: written from transformers'
 modeling_siglip.py, configuration_siglip.py, tokenization_siglip.py and image_processing_siglip.py
 semantics with torch.nn modules (nn.MultiheadAttention in the pooling head, as transformers has it),
-not from meridian's code. Needs python3-torch and python3-sentencepiece (jobs/setup-node.sh).
+not from meridian's code. Needs torch and sentencepiece (meridian's Python environment, jobs/setup-node.sh).
 
   hf_siglip.py make DIR [--seed N] [--shard-bytes B] [--dtype bf16|f16|f32]
       a random small SiglipModel in the layout of a published one: config.json, the weights as

@@ -17,7 +17,7 @@
 #     directory.
 set -u
 mpirun=$1 meridian=$2 src=$3
-ref=(/usr/bin/python3 "$src/tests/models/hf_siglip.py")
+ref=(python3 "$src/tests/models/hf_siglip.py")
 # shellcheck source=tests/mpi_script_lib.sh
 source "$src/tests/mpi_script_lib.sh"
 run() { "$mpirun" --oversubscribe -np 2 "$meridian" "$@" --log-level warn; }
@@ -54,7 +54,7 @@ grep -q '"torch_dtype": "bfloat16"' "$tmp/exp16/config.json" || fail "bf16 expor
 "${ref[@]}" same "$tmp/exp16" "$ck" --bf16 || fail "the bf16 export is not the checkpoint rounded to bfloat16"
 run embed --model "$ck" --images "$tmp/img" --out "$tmp/img_ck.h5" || fail "embed from the checkpoint exited $?"
 run embed --model "$tmp/exp" --images "$tmp/img" --out "$tmp/img_exp.h5" || fail "embed from the export exited $?"
-/usr/bin/python3 - "$tmp/img_ck.h5" "$tmp/img_exp.h5" <<'PY' || fail "the export embeds differently from its checkpoint"
+python3 - "$tmp/img_ck.h5" "$tmp/img_exp.h5" <<'PY' || fail "the export embeds differently from its checkpoint"
 import sys, h5py, numpy as np
 a, b = (h5py.File(p, "r")["embeddings"][...] for p in sys.argv[1:3])
 sys.exit(0 if a.shape == b.shape and np.array_equal(a, b) else 1)
@@ -66,7 +66,7 @@ out=$("$mpirun" --oversubscribe -np 2 "$meridian" eval --model "$tmp/hf" --data 
   { echo "$out"; fail "eval --model DIR exited"; }
 grep -q "eval: Hugging Face SiglipModel directory $tmp/hf (task siglip, published weights)" <<<"$out" ||
   { echo "$out"; fail "eval does not say what it loaded"; }
-/usr/bin/python3 - "$tmp/e0.json" "$tmp/run/metrics.csv" <<'PY' || fail "eval --model differs from train --init's step-0 evaluation"
+python3 - "$tmp/e0.json" "$tmp/run/metrics.csv" <<'PY' || fail "eval --model differs from train --init's step-0 evaluation"
 import csv, json, sys
 mine = json.load(open(sys.argv[1]))["metrics"]
 step0 = {r["name"][5:]: float(r["value"]) for r in csv.DictReader(open(sys.argv[2]))

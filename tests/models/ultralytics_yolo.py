@@ -1,11 +1,11 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A second implementation of Ultralytics' YOLO detection models (YOLOv8, YOLO11, YOLO12), written
 with torch.nn from Ultralytics' module semantics (ultralytics/nn/modules/{conv,block,head}.py and
 parse_model in ultralytics/nn/tasks.py), not from meridian's C++. It reads the same model YAML
 (jobs/configs/ultralytics/*.yaml) and builds modules whose state_dict names are Ultralytics'
 (model.0.conv.weight, model.22.cv2.0.0.bn.running_mean, ...).
 
-Usage (python3-torch and python3-yaml; no Ultralytics needed):
+Usage (torch and yaml, as in meridian's Python environment; no Ultralytics needed):
   ultralytics_yolo.py count YAML SCALE [--nc N]
       prints the parameter count (Ultralytics' model.info() figure: parameters, not buffers)
   ultralytics_yolo.py make DIR --yaml YAML --scale S --nc N --seed K --size PX [--batch B]

@@ -114,9 +114,9 @@ std::string yaml_file(const std::string& family) { return kSource + "/jobs/confi
 // tests/models/ultralytics_yolo.py `make`: dir/model.safetensors and dir/io.safetensors.
 void reference_make(const fs::path& dir, const std::string& family, const std::string& scale, int64_t nc, int seed,
                     int size) {
-  const std::string cmd = "/usr/bin/python3 " + kSource + "/tests/models/ultralytics_yolo.py make " + dir.string() +
-                          " --yaml " + yaml_file(family) + " --scale " + scale + " --nc " + std::to_string(nc) +
-                          " --seed " + std::to_string(seed) + " --size " + std::to_string(size);
+  const std::string cmd = std::string(MERIDIAN_PYTHON) + " " + kSource + "/tests/models/ultralytics_yolo.py make " +
+                          dir.string() + " --yaml " + yaml_file(family) + " --scale " + scale + " --nc " +
+                          std::to_string(nc) + " --seed " + std::to_string(seed) + " --size " + std::to_string(size);
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 

@@ -32,10 +32,10 @@ std::vector<RankFacts> healthy(int nodes, int per_node) {
       f.gpu.inventory.note = "CPU-only build";
       f.versions = {"meridian 0.1.0 (git abc, Release)",
                     "00112233aabbccdd",
-                    "1.13.1",
+                    "2.15.0",
                     "Open MPI v4.1.4",
                     "none",
-                    "not compiled in"};
+                    "LibTorch's CUDA 13.2, cuDNN 9.26.0; toolkit 13.0.88 at build"};
       f.env = {{"OMPI_MCA_btl_tcp_if_include", "eth0"}};
       const std::string address = "198.18.0." + std::to_string(n + 1);
       f.network = {{address}, {"eth0 " + address}};

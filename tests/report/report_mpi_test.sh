@@ -28,7 +28,7 @@ probe() {
   timeout 120 chromium "${flags[@]}" --window-size=1400,2200 --dump-dom "file://$tmp/check.html?page=$page" \
     >"$out.dom" 2>"$out.stderr" || { tail -5 "$out.stderr"; fail "chromium exited $? on $page"; }
   grep "CONSOLE" "$out.stderr" >"$out.console"
-  /usr/bin/python3 - "$out.dom" "$out" <<'PY' || fail "no probe result in $out.dom"
+  python3 - "$out.dom" "$out" <<'PY' || fail "no probe result in $out.dom"
 import html, json, re, sys
 m = re.search(r'<pre id="result">(.*?)</pre>', open(sys.argv[1]).read(), re.S)
 text = html.unescape(m.group(1)) if m else ""
@@ -79,7 +79,7 @@ echo "attempt 1 killed after step $killed_last; attempt 2 $resumed"
 
 probe "$run/report.html" "$tmp/run.json" "$artifacts/report.png"
 [[ -s $artifacts/report.png ]] || fail "no screenshot"
-/usr/bin/python3 - "$tmp/run.json" "$tmp/run.json.console" "$resume_path" "$resume_step" "$killed_last" <<'PY' ||
+python3 - "$tmp/run.json" "$tmp/run.json.console" "$resume_path" "$resume_step" "$killed_last" <<'PY' ||
 import json, sys
 r = json.load(open(sys.argv[1]))
 console = open(sys.argv[2]).read().strip()
@@ -132,7 +132,7 @@ printf 'model:\n  name: "</script><script>document.title=\\"pwned\\"</script><im
 "$meridian" report "$bad" >"$tmp/bad.out" 2>&1 || { cat "$tmp/bad.out"; fail "meridian report of a cut run exited $?"; }
 cat "$tmp/bad.out"
 probe "$bad/report.html" "$tmp/bad.json"
-/usr/bin/python3 - "$tmp/bad.json" "$tmp/bad.json.console" "$bad/config.yaml" <<'PY' || fail "the page of a cut run"
+python3 - "$tmp/bad.json" "$tmp/bad.json.console" "$bad/config.yaml" <<'PY' || fail "the page of a cut run"
 import json, sys
 r = json.load(open(sys.argv[1]))
 console = open(sys.argv[2]).read().strip()
@@ -154,7 +154,7 @@ PY
 # 3. A million rows (66,667 steps of 15 metrics): a page under 10 MB.
 big=$tmp/big
 mkdir -p "$big"
-/usr/bin/python3 - "$big/metrics.csv" <<'PY'
+python3 - "$big/metrics.csv" <<'PY'
 import math, sys
 names = ["loss", "lr", "grad_norm", "samples_per_s", "samples_per_s_per_rank", "data_s", "forward_s", "backward_s",
          "comm_s", "optimizer_s", "step_s", "bad_steps", "mfu", "epoch", "temperature"]
@@ -174,7 +174,7 @@ grep -q "1000000 metrics rows" "$tmp/big.out" || { cat "$tmp/big.out"; fail "not
 size=$(stat -c %s "$big/report.html")
 ((size < 10000000)) || fail "the page of a million rows is $size bytes (over 10 MB)"
 probe "$big/report.html" "$tmp/big.json"
-open_ms=$(/usr/bin/python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(round(r['load_ms'])) if r.get('drawn') == 'yes' else sys.exit(1)" "$tmp/big.json") ||
+open_ms=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(round(r['load_ms'])) if r.get('drawn') == 'yes' else sys.exit(1)" "$tmp/big.json") ||
   fail "the page of a million rows did not draw"
 [[ -s $tmp/big.json.console ]] && { cat "$tmp/big.json.console"; fail "the console of the big page is not silent"; }
 echo "a million rows: page $((size / 1000)) KB, written in $(awk "BEGIN {printf \"%.1f\", $t1 - $t0}") s, opened and drawn in $open_ms ms"

@@ -35,7 +35,7 @@ ck() { echo "$tmp/$1/checkpoints/step_0000000$2.h5"; }
 # same_update NAME ZERO EVEN UNEVEN TOLERANCE: the two updates from ZERO's weights differ by at most
 # TOLERANCE x the largest of them.
 same_update() {
-  /usr/bin/python3 - "$@" <<'PY' || fail "$1: the uneven shares' update is not the even split's"
+  python3 - "$@" <<'PY' || fail "$1: the uneven shares' update is not the even split's"
 import sys, h5py, numpy as np
 name, tol = sys.argv[1], float(sys.argv[5])
 zero, even, uneven = (h5py.File(p, "r")["model"] for p in sys.argv[2:5])

@@ -49,7 +49,7 @@ task() {
   local f32 bf16
   f32=$(final_loss "$name-f32") bf16=$(final_loss "$name-bf16")
   [[ -n $f32 && -n $bf16 ]] || fail "$name: no final loss"
-  /usr/bin/python3 -c "import sys; f, b, t = $f32, $bf16, $tolerance; d = abs(b - f) / f
+  python3 -c "import sys; f, b, t = $f32, $bf16, $tolerance; d = abs(b - f) / f
 print(f'$name: loss after 8 steps float32 {f}, bf16 {b}: {100 * d:.2f} % apart (tolerance {100 * t:.0f} %)')
 sys.exit(0 if d <= t else 1)" || fail "$name: bf16 loss beyond the tolerance of float32's"
   # Stopped after 4 and resumed: the same bits as 8 straight.
@@ -66,7 +66,7 @@ sys.exit(0 if d <= t else 1)" || fail "$name: bf16 loss beyond the tolerance of 
   evald=$("$mpirun" --oversubscribe -np 2 "$meridian" eval --model "$(ck "$name-bf16" 8)" --data "$tmp/$data" 2>&1) ||
     { echo "$evald" | tail; fail "$name: eval of the bf16 checkpoint exited"; }
   grep -q "in bf16 (train.precision)" <<<"$evald" || fail "$name: eval does not say it runs in bf16"
-  /usr/bin/python3 - "$logged" "$(grep -E '^eval: ' <<<"$evald" | tail -1)" <<'PY' || fail "$name: eval in bf16 differs from training's evaluation"
+  python3 - "$logged" "$(grep -E '^eval: ' <<<"$evald" | tail -1)" <<'PY' || fail "$name: eval in bf16 differs from training's evaluation"
 import re, sys
 pairs = lambda t: {k: float(v) for k, v in re.findall(r"(\w+) ([0-9.eE+-]+)", t)}
 logged, evald = pairs(sys.argv[1]), pairs(sys.argv[2].removeprefix("eval: "))
@@ -91,7 +91,7 @@ task detect-synthetic.yaml det.h5 0.03 --set train.ema=0
 out=$("$mpirun" --oversubscribe -np 2 "$meridian" generate --model "$(ck lm-tiny-bf16 8)" --prompt "Name a colour." \
   --max-new-tokens 8 2>&1) || { echo "$out" | tail; fail "generate in bf16 exited"; }
 grep -q "in bf16" <<<"$out" || fail "generate does not say it runs in bf16"
-/usr/bin/python3 "$src/tests/docs/standins.py" "$tmp/standins" >/dev/null || fail "standins.py failed"
+python3 "$src/tests/docs/standins.py" "$tmp/standins" >/dev/null || fail "standins.py failed"
 ln -s "$tmp/standins/AID/Airport" "$tmp/images"  # 4 PNG files
 out=$("$mpirun" --oversubscribe -np 2 "$meridian" predict --model "$(ck detect-synthetic-bf16 8)" --images "$tmp/images" \
   --out "$tmp/pred" 2>&1) || { echo "$out" | tail; fail "detect predict in bf16 exited"; }

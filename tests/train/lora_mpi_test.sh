@@ -27,7 +27,7 @@ run lora_ddp "${lora[@]}"
 run lora_z3 "${lora[@]}" --set optim.zero=3 --set train.activation_checkpointing=true
 "$meridian" export --checkpoint "$(ck lora_ddp)" --out "$tmp/merged.safetensors" >"$tmp/export.log" 2>&1 ||
   { cat "$tmp/export.log"; fail "export of a LoRA run"; }
-/usr/bin/python3 - "$(ck lora_ddp)" "$(ck lora_z3)" "$tmp/base.safetensors" "$tmp/merged.safetensors" <<'PY' || fail "LoRA checks"
+python3 - "$(ck lora_ddp)" "$(ck lora_z3)" "$tmp/base.safetensors" "$tmp/merged.safetensors" <<'PY' || fail "LoRA checks"
 import json, struct, sys
 import h5py, numpy as np
 
@@ -71,7 +71,7 @@ PY
 # checkpoint's base weights are the file's rounded to bfloat16 (torch's rounding), the adapters
 # float32 and trained.
 run lora_bf3 "${lora[@]}" --set optim.zero=3 --set train.precision=bf16
-/usr/bin/python3 - "$(ck lora_bf3)" "$tmp/base.safetensors" "$src/tests/models" <<'PY' || fail "LoRA with a bfloat16 base"
+python3 - "$(ck lora_bf3)" "$tmp/base.safetensors" "$src/tests/models" <<'PY' || fail "LoRA with a bfloat16 base"
 import sys
 import h5py, torch
 sys.path.insert(0, sys.argv[3])

@@ -43,7 +43,7 @@ close() {  # close A B: /model within 1e-6 but for rounding noise that AdamW amp
   # (lm-tiny on 4 ranks: one gate_proj element 2.2e-6 apart after 4 steps, every other within
   # 1.6e-7). A real error (a wrong reduction, a misplaced shard) moves many elements by ~lr = 3e-3:
   # at most 1 element in 10,000 may be beyond 1e-6, and none beyond 1e-4.
-  /usr/bin/python3 - "$1" "$2" <<'PY' || fail "$1 vs $2: /model not within 1e-6 (but for amplified rounding)"
+  python3 - "$1" "$2" <<'PY' || fail "$1 vs $2: /model not within 1e-6 (but for amplified rounding)"
 import sys, h5py, numpy as np
 a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
 assert sorted(a["model"]) == sorted(b["model"])
@@ -112,7 +112,7 @@ same "$(ck lm_bf1 4)" "$(ck lm_bf3 4)" /model
 run 2 lm_bf3_split "${lm[@]}" --set train.precision=bf16 --set optim.zero=3 --set train.stop_at=2
 run 2 lm_bf3_split "${lm[@]}" --set train.precision=bf16 --set optim.zero=3 --resume auto
 for group in /model /optim; do same "$(ck lm_bf3 4)" "$(ck lm_bf3_split 4)" $group; done
-/usr/bin/python3 - "$(ck lm_bf3 4)" "$(ck lm_z3_false 4)" "$tmp/lm_bf3/metrics.csv" "$tmp/lm_z3_false/metrics.csv" <<'PY' ||
+python3 - "$(ck lm_bf3 4)" "$(ck lm_z3_false 4)" "$tmp/lm_bf3/metrics.csv" "$tmp/lm_z3_false/metrics.csv" <<'PY' ||
 import csv, sys, h5py, numpy as np
 bf, fp = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
 assert all(bf["model"][n].dtype == np.float32 for n in bf["model"]), "masters not float32"

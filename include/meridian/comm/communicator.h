@@ -83,13 +83,11 @@ class Communicator {
 double blocked_seconds();
 
 // Collective over the runtime's world. MPI: any CPU tensor; NCCL: CUDA tensors on the runtime's
-// device, available when built with NCCL (UserError otherwise, naming the build option).
+// device.
 std::unique_ptr<Communicator> make_communicator(const Runtime& runtime, Backend backend);
 // The backend matching the runtime's device: NCCL on CUDA, MPI on CPU.
 Backend default_backend(const Runtime& runtime);
-// True when this build has the NCCL backend compiled in.
-bool nccl_available();
-// "NCCL 2.28.9" or "not compiled in".
+// "NCCL 2.30.7 (loaded)", with the version built against where it differs. Not collective.
 std::string nccl_version();
 
 }  // namespace meridian::comm

@@ -66,4 +66,9 @@ GpuInventory local_gpus();
 // 12040 -> "12.4"; 0 -> "none".
 std::string cuda_version_text(int code);
 
+// What this build runs on CUDA with: "LibTorch's CUDA 13.2, cuDNN 9.26.0; toolkit 13.0.88 at build"
+// (LibTorch's compile-time versions, the toolkit meridian's headers came from). Not collective; any
+// thread; creates no CUDA context and needs no GPU.
+std::string cuda_build_text();
+
 }  // namespace meridian::comm

@@ -71,6 +71,9 @@ class Runtime {
   int node_count() const { return node_count_; }
   const std::string& host() const { return host_; }
   const c10::Device& device() const { return device_; }
+  // Why device() is what it is: "cpu: --device auto found no CUDA device (cudaGetDeviceCount: ...)",
+  // "cuda:1: --device auto, local rank 1 of 4 visible GPU(s)".
+  const std::string& device_why() const { return device_why_; }
   int threads() const { return threads_; }
   // Why threads() is what it is, and the OpenMP wait policy (choose_threads's `why`); `crowded`: more
   // threads than free cores.
@@ -111,6 +114,7 @@ class Runtime {
   ThreadChoice thread_choice_;
   std::vector<int> machine_pids_;
   c10::Device device_{c10::kCPU};
+  std::string device_why_;
   bool owns_mpi_ = false;
   std::unique_ptr<Watchdog> watchdog_;
 };

@@ -69,7 +69,7 @@ struct VersionFacts {
   std::string torch;       // LibTorch's version
   std::string mpi;         // the MPI library's version string
   std::string nccl;        // NCCL's version, or why there is none
-  std::string cuda_build;  // "toolkit 12.4", "CUDA LibTorch, no toolkit", "not compiled in"
+  std::string cuda_build;  // comm::cuda_build_text(): LibTorch's CUDA and cuDNN, the toolkit at build
 };
 
 struct NetworkFacts {
