@@ -58,6 +58,13 @@ else
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# The CUDA toolkit (nvcc, headers) is not a Debian 12 package at the version LibTorch needs: say so
+# now rather than at the configure.
+if [[ ! -x ${CUDAToolkit_ROOT:-/usr/local/cuda}/bin/nvcc ]] && ! command -v nvcc >/dev/null; then
+  echo "setup-node.sh: WARNING: no CUDA toolkit (nvcc) in ${CUDAToolkit_ROOT:-/usr/local/cuda} or on the PATH;" \
+    "the build needs one (CUDA 13, as built against here: NVIDIA's installer or apt repository); set CUDAToolkit_ROOT to it" >&2
+fi
+
 # The Python environment. Its stamp is the hash of the requirements file and the Python that made it:
 # when both match, nothing is downloaded.
 venv=${MERIDIAN_VENV:-/opt/meridian/venv}
