@@ -65,7 +65,10 @@ for model in lm siglip detect; do
     set -- $variant
     [ "$model" = detect ] && [ "$2" = true ] && continue  # the detector has no blocks
     run 2 "${model}_z$1_$2" "${args[@]}" --set optim.zero=$1 --set train.activation_checkpointing=$2
-    if [ "$2" = false ]; then
+    # SigLIP under ZeRO-3 on LibTorch 2.15: the text position embedding's gradient rounds differently
+    # from DDP's (1 ulp in about 1 of 10 elements after 4 steps, every other tensor bit-identical;
+    # identical on 1.13): held to `close`, the bound that catches a wrong reduction or shard.
+    if [ "$2" = false ] && ! [ "$model$1" = siglip3 ]; then
       same "$(ck "${model}_ddp" 4)" "$(ck "${model}_z$1_$2" 4)" /model
     else  # the recomputed block hands its input gradient over in another memory layout: rounding
       close "$(ck "${model}_ddp" 4)" "$(ck "${model}_z$1_$2" 4)"
