@@ -29,9 +29,11 @@ struct Peak {
 double published_peak(const std::string& gpu_name, bool bf16);
 
 // Collective (a barrier, then every rank measures at once, as they train: ranks sharing a machine
-// share its memory bandwidth): the mean over ranks of each device's peak in bf16 or float32: the
-// table's for a known GPU, else measured by gemm_rate (1024^3 on a CPU, 8192^3 on a GPU). Every rank
-// returns the same flops; the source is this rank's. Leaves the global random generator as it was.
+// share its memory bandwidth): the best over ranks of each device's peak in bf16 or float32: the
+// table's for a known GPU, else measured by gemm_rate (1024^3 on a CPU, 8192^3 on a GPU). The best,
+// not the mean: a rank measured while another process held its core would understate the device (MFU
+// over 100 %); the source names a slowest rank below 90 % of the best. Every rank returns the same
+// flops; the source is this rank's. Leaves the global random generator as it was.
 Peak device_peak(const comm::Runtime& runtime, bool bf16);
 
 // Which path bf16 takes on CPU ranks, for the log of a bf16 run: `bf16_flops` (device_peak's bf16)
