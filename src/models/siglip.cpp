@@ -35,8 +35,9 @@ double block_flops(double t, const TowerConfig& c) {
 // Shortest text that reads back as the same double (1e-06, 0.5).
 std::string fmt_number(double v) { return fmt::format("{}", v); }
 
-// In float32 for a bf16 input on a CPU: LibTorch 1.13's bf16 GELU kernel there is 2-3x slower than
-// the float one, and the casts cost less (SigLIP tiny's bf16 step 20-35 % faster, docs/performance.md).
+// In float32 for a bf16 input on a CPU: LibTorch 1.13's bf16 GELU kernel there was 2-3x slower than
+// the float one (SigLIP tiny's bf16 step 20-35 % faster this way). On 2.15 the two paths are within
+// 5 % (docs/performance.md, "PyTorch 2.15 with CUDA"); the float32 one stays, for its rounding.
 at::Tensor gelu_tanh(const at::Tensor& x) {
   if (x.scalar_type() != at::kBFloat16 || !x.is_cpu()) return at::gelu(x, "tanh");
   return at::gelu(x.to(at::kFloat), "tanh").to(at::kBFloat16);
