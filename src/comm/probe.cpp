@@ -3,7 +3,6 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <cuda_runtime_api.h>
 #include <mpi.h>
-#include <torch/cuda.h>
 
 #include <algorithm>
 #include <chrono>
