@@ -229,9 +229,16 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [[ $BUILD_MODE == build ]]; then
   deps_need=deps
   [[ ${STATUS[deps]} == skipped ]] && deps_need=""  # a dry run builds with this machine's packages
+  # A dry run with the carried packages hides this machine's own copies from CMake and pkg-config, so
+  # the build uses the unpacked ones, as the GPU machine must.
+  HIDE=()
+  if ((DRY)) && [[ ${STATUS[deps]} == ok ]]; then
+    HIDE=("-DCMAKE_IGNORE_PREFIX_PATH=/usr;/")
+    export PKG_CONFIG_LIBDIR=$PKG_CONFIG_PATH
+  fi
   # shellcheck disable=SC2086  # MERIDIAN_GPU_CMAKE_ARGS is deliberately word-split
   step configure 120 --needs "$deps_need" -- cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    ${MERIDIAN_GPU_CMAKE_ARGS:-}
+    ${MERIDIAN_GPU_CMAKE_ARGS:-} "${HIDE[@]}"
   step build 420 --needs configure -- cmake --build "$BUILD" -j "$(nproc)"
 else
   record configure skipped 0 "" "existing build $BUILD"
