@@ -11,6 +11,7 @@
 
 #include "meridian/comm/probe.h"
 #include "meridian/comm/runtime.h"
+#include "meridian/core/cpu_usage.h"
 
 namespace meridian::ops {
 
@@ -70,10 +71,14 @@ Peak device_peak(const comm::Runtime& rt, bool bf16) {
       mine = {published_peak(gpu->name, bf16), gpu->name + "'s published " + dtype + " dense peak"};
   }
   rt.barrier();
+  core::CpuShare load;  // what else ran on this machine's cores while this rank measured
   if (mine.flops <= 0) {
     const int64_t n = device.is_cuda() ? 8192 : 1024;
     const int threads = device.is_cuda() ? 0 : at::get_num_threads();
+    core::CpuWindow window;
+    window.open(rt.machine_pids());
     mine.flops = gemm_rate(device, bf16 ? at::kBFloat16 : at::kFloat, n, device.is_cuda() ? 5 : 8);
+    if (!device.is_cuda()) load = window.close();
     mine.source = fmt::format("measured: {}^3 {} GEMM on {}{}", n, dtype, device.str(),
                               threads ? fmt::format(", {} thread(s)", threads) : "");
   }
@@ -89,6 +94,15 @@ Peak device_peak(const comm::Runtime& rt, bool bf16) {
         " (the slowest measured {:.0f} % of it: a core busy with another process at the time, "
         "or a slower device)",
         100.0 * double(slowest) / double(best));
+  // A CPU measured while processes outside the job kept its cores busy (a one-rank run has no other
+  // rank to take the best of): the peak may be low and MFU high, and the log says so, on every rank.
+  const double others = double(rt.max(int64_t(load.others_cores * 100))) / 100;
+  const double steal = double(rt.max(int64_t(load.steal_pct * 100))) / 100;
+  if (others >= core::kSharedOthersCores || steal >= core::kSharedStealPct)
+    peak.source += fmt::format(
+        "; measured under load: other processes kept up to {:.1f} cores busy{}, so the peak may be below this "
+        "machine's usual rate and MFU above its true value (`meridian bench gemm` on an idle machine gives the rate)",
+        others, steal >= core::kSharedStealPct ? fmt::format(" and the hypervisor stole {:.0f} %", steal) : "");
   return peak;
 }
 

@@ -109,6 +109,17 @@ echo "$out"
   fail "bench gemm: not one row per rank with both rates"
 grep -qE "^MFU peak per device: float32 [0-9.]+ GFLOP/s .*; bf16 [0-9.]+ GFLOP/s" <<<"$out" ||
   fail "bench gemm: no MFU peak line"
+# A peak measured while another process keeps a core busy (a busy loop here) says so: one rank has no
+# other to take the best of, and its MFU would read high.
+bash -c 'while :; do :; done' &
+busy=$!
+out=$("$mpirun" --oversubscribe -np 1 "$meridian" bench gemm --size 64 --iters 1 2>&1)
+rc=$?
+kill "$busy"
+[[ $rc == 0 ]] || { echo "$out"; fail "bench gemm beside a busy loop exited $rc"; }
+grep -qE "measured under load: other processes kept up to [0-9.]+ cores busy" <<<"$out" ||
+  { echo "$out"; fail "bench gemm: a peak measured beside a busy loop does not say it was measured under load"; }
+echo "ok: $(grep -oE "measured under load: other processes kept up to [0-9.]+ cores busy" <<<"$out" | head -1)"
 expect_error "train.precision fp8" "field 'train.precision': expected one of float32 or bf16, got 'fp8'" \
   "$mpirun" --oversubscribe -np 2 "$meridian" train --config "$src/jobs/configs/lm-tiny.yaml" --data "$tmp/text.h5" \
   --set train.precision=fp8
