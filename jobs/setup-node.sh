@@ -67,7 +67,8 @@ fi
 
 # The Python environment. Its stamp is the hash of the requirements file and the Python that made it:
 # when both match, nothing is downloaded.
-venv=${MERIDIAN_VENV:-/opt/meridian/venv}
+source "$root/jobs/python-env.sh"  # MERIDIAN_VENV and its default, shared with the job scripts
+venv=$MERIDIAN_VENV
 requirements=$root/jobs/python-requirements.txt
 python=/usr/bin/python3  # Debian's, which python3-venv belongs to
 stamp=$({ sha256sum <"$requirements"; "$python" --version; } | sha256sum | cut -c1-16)
