@@ -12,8 +12,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-mkdir -p .gpudeps/prefer-system .gpudeps/glibc-pre-2.36
-grep -q '^/.gpudeps/' .git/info/exclude 2>/dev/null || echo '/.gpudeps/' >>.git/info/exclude
+mkdir -p .gpudeps/prefer-system .gpudeps/glibc-pre-2.36  # git-ignored (.gitignore); works without a .git too
 
 # apt-get download names a version with an epoch 1%3a2.1.5-2: plain characters travel more safely.
 deb_name() { echo "${1}_${2//:/_}_${3}.deb"; }  # deb_name PACKAGE VERSION ARCH

@@ -14,7 +14,9 @@ trap 'rm -rf "$tmp"' EXIT
 
 if ! compgen -G "$src/.gpudeps/*.deb" >/dev/null; then
   echo "no .gpudeps here: fetching (jobs/gpu-deps-fetch.sh)"
-  bash "$src/jobs/gpu-deps-fetch.sh" >"$tmp/fetch.log" 2>&1 || { tail -20 "$tmp/fetch.log"; fail "gpu-deps-fetch.sh exited $?"; }
+  rc=0
+  bash "$src/jobs/gpu-deps-fetch.sh" >"$tmp/fetch.log" 2>&1 || rc=$?
+  ((rc == 0)) || { tail -20 "$tmp/fetch.log"; fail "gpu-deps-fetch.sh exited $rc"; }
 fi
 echo ".gpudeps: $(du -sb "$src/.gpudeps" | cut -f1) bytes in $(find "$src/.gpudeps" -name '*.deb' | wc -l) packages"
 (($(du -sb "$src/.gpudeps" | cut -f1) < 64 * 1024 * 1024)) || fail ".gpudeps is over the 64 MiB a device run carries"
