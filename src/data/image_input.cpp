@@ -155,17 +155,20 @@ at::Tensor model_pixels(const std::string& dir, const std::vector<std::string>& 
     } catch (const SkipImage& e) {
       throw DataError((fs::path(dir) / names[i]).string(), "image", e.reason);
     }
-    cv::Mat sized = rgb;
+    if (!rgb.isContinuous()) rgb = rgb.clone();
+    at::Tensor hwc = at::from_blob(rgb.data, {rgb.rows, rgb.cols, 3}, at::kByte);
     if (rgb.cols != p.width || rgb.rows != p.height) {
-      const bool shrink = p.width < rgb.cols && p.height < rgb.rows;
-      const int filter = p.resample == 0   ? cv::INTER_NEAREST
-                         : shrink          ? cv::INTER_AREA
-                         : p.resample == 2 ? cv::INTER_LINEAR
-                                           : cv::INTER_CUBIC;
-      cv::resize(rgb, sized, cv::Size(p.width, p.height), 0, 0, filter);
+      // As SiglipImageProcessor (transformers' torchvision backend) resizes: torchvision's resize of the
+      // uint8 image, antialiased for bilinear and bicubic (PIL's filters), by the same ATen kernels:
+      // OpenCV's INTER_AREA and INTER_CUBIC differ from them by up to 16 grey levels.
+      const auto nchw = hwc.permute({2, 0, 1}).unsqueeze(0).contiguous();  // [1, 3, h, w] uint8
+      const std::vector<int64_t> size{p.height, p.width};
+      const auto resized = p.resample == 0   ? at::upsample_nearest2d(nchw, size)
+                           : p.resample == 2 ? at::_upsample_bilinear2d_aa(nchw, size, false)
+                                             : at::_upsample_bicubic2d_aa(nchw, size, false);
+      hwc = resized[0].permute({1, 2, 0});
     }
-    if (!sized.isContinuous()) sized = sized.clone();
-    const auto hwc = at::from_blob(sized.data, {p.height, p.width, 3}, at::kByte).to(at::kFloat);
+    hwc = hwc.to(at::kFloat);
     const auto mean = at::tensor({p.mean[0], p.mean[1], p.mean[2]}, at::kFloat);
     const auto std = at::tensor({p.std[0], p.std[1], p.std[2]}, at::kFloat);
     out[int64_t(i)].copy_(((hwc * p.rescale - mean) / std).permute({2, 0, 1}));

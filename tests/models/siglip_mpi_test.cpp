@@ -149,7 +149,7 @@ TEST_F(Siglip, TinyPresetShapesParametersAndFlops) {
 }
 
 TEST_F(Siglip, PublishedPresetsHaveThePublishedParameterCounts) {
-  // Counted by tests/models/hf_siglip.py (transformers' SiglipModel built in PyTorch) for each
+  // Counted with transformers' SiglipModel itself (5.25, built on the meta device) for each
   // published config.json: google/siglip-base-patch16-224/256/384, large-patch16-256, so400m-patch14-384.
   const auto preset = [](const char* file, int64_t image_size = 0) {
     auto config = meridian::Config::load_file(std::string(MERIDIAN_SOURCE_DIR "/jobs/configs/") + file);

@@ -75,7 +75,7 @@ python3 - "$(ck lora_bf3)" "$tmp/base.safetensors" "$src/tests/models" <<'PY' ||
 import sys
 import h5py, torch
 sys.path.insert(0, sys.argv[3])
-from hf_siglip import read_safetensors  # safetensors by hand, written from the format's specification
+from hf_siglip import read_safetensors  # the safetensors library's reader
 model, base = h5py.File(sys.argv[1], "r")["model"], read_safetensors(sys.argv[2])
 for n in model:
     raw = model[n][()]  # bfloat16 tensors are stored as their uint16 bits

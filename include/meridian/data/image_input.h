@@ -64,9 +64,9 @@ struct ImageProcessing {
 };
 
 // The images `names` (relative to `dir`) as float32 [N, 3, height, width]: decoded as RGB, resized to
-// height x width without a crop (as SiglipImageProcessor; enlarging with the resample filter,
-// shrinking with OpenCV's pixel-area average, near PIL's antialiased filters but not equal to them),
-// then (value * rescale - mean) / std per channel. DataError naming the file when one cannot be decoded.
+// height x width without a crop as SiglipImageProcessor does (torchvision's resize of the uint8 image
+// with the resample filter, antialiased for bilinear and bicubic: the same ATen kernels), then
+// (value * rescale - mean) / std per channel. DataError naming the file when one cannot be decoded.
 at::Tensor model_pixels(const std::string& dir, const std::vector<std::string>& names, const ImageProcessing& p);
 
 }  // namespace meridian::data
