@@ -180,6 +180,7 @@ void Finisher::write_tokenizer(const Tokenizer& tokenizer) {
   h5::write_attr(group, "lower_case", int64_t(tokenizer.rules().lower_case));
   h5::write_attr(group, "strip_punctuation", int64_t(tokenizer.rules().strip_punctuation));
   h5::write_attr(group, "add_bos", int64_t(tokenizer.rules().add_bos));
+  h5::write_attr(group, "prefix", int64_t(tokenizer.rules().prefix));
 }
 
 void Finisher::write_image_format(const std::string& encoding, int64_t height, int64_t width) {

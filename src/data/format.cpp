@@ -118,6 +118,11 @@ Tokenizer read_tokenizer(hid_t file, const std::string& path, std::string* model
   rules.pad_id = int(h5::read_attr_int(group, "pad_id").value_or(-1));
   rules.eos_id = int(h5::read_attr_int(group, "eos_id").value_or(-1));
   rules.add_bos = h5::read_attr_int(group, "add_bos").value_or(1) != 0;  // absent before 2026-12-04: always
+  // Absent before 2026-12-06: kModel.
+  const int64_t prefix = h5::read_attr_int(group, "prefix").value_or(0);
+  if (prefix < 0 || prefix > int64_t(TextRules::Prefix::kNever))
+    throw DataError(path, "/tokenizer attribute 'prefix'", std::to_string(prefix) + " is not 0, 1, 2 or 3");
+  rules.prefix = TextRules::Prefix(prefix);
   for (const auto& [id, name] : {std::pair{rules.pad_id, "pad_id"}, std::pair{rules.eos_id, "eos_id"}})
     if (id < -1 || id >= tok.vocab_size())
       throw DataError(path, std::string("/tokenizer attribute '") + name + "'",

@@ -25,7 +25,8 @@ std::string agree_error(const comm::Runtime& rt, const std::string& mine) {
 Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o,
                            const std::function<std::vector<std::string>()>& corpus, bool keep_whitespace) {
   std::string bytes, error;
-  int32_t rules[5] = {0, 0, -1, -1, 1};  // lower_case, strip_punctuation, pad_id, eos_id, add_bos (TextRules)
+  // lower_case, strip_punctuation, pad_id, eos_id, add_bos, prefix (TextRules)
+  int32_t rules[6] = {0, 0, -1, -1, 1, 0};
   if (rt.rank() == 0) {
     try {
       std::optional<Tokenizer> tok;
@@ -45,6 +46,7 @@ Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o,
       bytes = tok->model_bytes();
       rules[0] = tok->rules().lower_case, rules[1] = tok->rules().strip_punctuation;
       rules[2] = tok->rules().pad_id, rules[3] = tok->rules().eos_id, rules[4] = tok->rules().add_bos;
+      rules[5] = int32_t(tok->rules().prefix);
     } catch (const UserError& e) {
       error = e.what();
     }
@@ -58,7 +60,7 @@ Tokenizer shared_tokenizer(const comm::Runtime& rt, const PrepCommon& o,
   rt.broadcast_bytes(rules, sizeof rules, 0);
   TextRules r;
   r.lower_case = rules[0] != 0, r.strip_punctuation = rules[1] != 0, r.pad_id = rules[2], r.eos_id = rules[3];
-  r.add_bos = rules[4] != 0;
+  r.add_bos = rules[4] != 0, r.prefix = TextRules::Prefix(rules[5]);
   return Tokenizer::from_bytes(bytes, o.tokenizer.empty() ? "trained tokenizer" : o.tokenizer).with_rules(r);
 }
 

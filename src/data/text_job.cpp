@@ -35,9 +35,11 @@ RoundDocs tokenize_round(const comm::Runtime& rt, const TextJob& job, const Toke
         const bool bos =
             e.bos == TextExchange::Bos::kAlways || (e.bos == TextExchange::Bos::kTokenizer && tok.adds_bos());
         if (bos && tok.bos_id() >= 0) d.tokens.push_back(tok.bos_id()), d.mask.push_back(0);
-        // The joined text at once; the prompt's own length says where the loss starts.
-        const size_t prompt = e.prompt.empty() ? 0 : tok.ids(e.prompt).size();
-        const auto ids = tok.ids(e.prompt + e.response);
+        // The joined text at once; the prompt's own length says where the loss starts. A chat
+        // template's exchange follows its bos or the eos before it (the "▁" before it: Tokenizer::ids).
+        const bool after_special = e.bos != TextExchange::Bos::kTokenizer;
+        const size_t prompt = e.prompt.empty() ? 0 : tok.ids(e.prompt, after_special).size();
+        const auto ids = tok.ids(e.prompt + e.response, after_special);
         for (size_t k = 0; k < ids.size(); ++k) d.tokens.push_back(ids[k]), d.mask.push_back(k >= prompt);
         if (tok.eos_id() >= 0) d.tokens.push_back(tok.eos_id()), d.mask.push_back(1);
       }

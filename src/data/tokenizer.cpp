@@ -95,12 +95,65 @@ std::string apply_rules(const std::string& text, const TextRules& rules) {
   if (rules.strip_punctuation && !out.empty() && out.back() == ' ') out.pop_back();
   return out;
 }
+// The SentencePiece model `bytes` with normalizer_spec.add_dummy_prefix false: protobuf merges a
+// repeated embedded message field into the one before, so the field appended (ModelProto field 3,
+// NormalizerSpec; its field 3, add_dummy_prefix, = 0) overrides that one flag.
+void* without_dummy_prefix(const std::string& bytes, const std::string& origin) {
+  const std::string patched = bytes + std::string("\x1a\x02\x18\x00", 4);
+  char err[512] = {0};
+  void* sp = shim().load(patched.data(), patched.size(), err, sizeof(err));
+  if (!sp) throw DataError(origin, "tokenizer", std::string("not a SentencePiece model: ") + err);
+  return sp;
+}
+
+// Whether tokenizer.json's post_processor (a TemplateProcessing, alone or in a Sequence) puts the
+// special token `bos` before the text: what tokenizer(text) adds in transformers 5.
+bool post_processor_adds_bos(const std::string& path, const std::string& bos) {
+  const nlohmann::json j = read_json_object(path, "tokenizer");
+  const auto it = j.find("post_processor");
+  if (it == j.end() || it->is_null()) return false;
+  std::vector<nlohmann::json> processors{*it};
+  if (it->value("type", std::string()) == "Sequence" && it->contains("processors"))
+    processors = (*it)["processors"].get<std::vector<nlohmann::json>>();
+  for (const auto& p : processors) {
+    if (!p.is_object() || p.value("type", std::string()) != "TemplateProcessing" || !p.contains("single")) continue;
+    if (!p["single"].is_array()) throw DataError(path, "post_processor.single", "is not a list");
+    for (const auto& part : p["single"]) {
+      if (part.contains("Sequence")) break;  // the text itself: what came before it is all
+      if (part.contains("SpecialToken") && part["SpecialToken"].value("id", std::string()) == bos) return true;
+    }
+  }
+  return false;
+}
+
+// Whether `s` is UTF-8 as Rust's String::from_utf8 takes it (no overlong forms, surrogates or
+// code points above U+10FFFF).
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
+    for (int k = 1; k < n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b >> 6) != 0x2) return false;
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n;
+  }
+  return true;
+}
+
 }  // namespace
 
 struct Tokenizer::Model {
   void* sp = nullptr;
+  void* raw = nullptr;  // the same model without SentencePiece's dummy prefix (TextRules::prefix not kModel)
   ~Model() {
     if (sp) shim().free(sp);
+    if (raw) shim().free(raw);
   }
 };
 
@@ -165,6 +218,7 @@ std::string Tokenizer::decode(const int32_t* ids, int length) const {
     if (ids[i] == eos_id() || ids[i] == raw_pad) break;
     v.push_back(ids[i]);
   }
+  if (rules_.prefix != TextRules::Prefix::kModel) return metaspace_decode(v);
   std::string text(4 * v.size() + 16, '\0');
   size_t n = shim().decode(model_->sp, v.data(), int(v.size()), text.data(), text.size());
   if (n > text.size()) {
@@ -173,6 +227,42 @@ std::string Tokenizer::decode(const int32_t* ids, int length) const {
   }
   text.resize(n);
   return text;
+}
+
+// transformers 5's LlamaTokenizer.decode(ids, skip_special_tokens=True): special tokens (bos, unk)
+// left out, "▁" as a space, each run of byte pieces <0xNN> as its bytes when they are valid UTF-8,
+// else one U+FFFD per byte (tokenizers' ByteFallback), then one leading space removed (Strip).
+std::string Tokenizer::metaspace_decode(const std::vector<int32_t>& ids) const {
+  std::string out, bytes;
+  const auto flush = [&] {
+    if (valid_utf8(bytes)) {
+      out += bytes;
+    } else {
+      for (size_t i = 0; i < bytes.size(); ++i) out += "\xef\xbf\xbd";
+    }
+    bytes.clear();
+  };
+  const int unk = piece_id("<unk>");
+  for (const int32_t id : ids) {
+    if (id == bos_id() || (unk >= 0 && id == unk)) continue;
+    const std::string p = piece(id);
+    if (p.size() == 6 && p.compare(0, 3, "<0x") == 0 && p[5] == '>' &&
+        std::isxdigit(static_cast<unsigned char>(p[3])) && std::isxdigit(static_cast<unsigned char>(p[4]))) {
+      bytes.push_back(char(std::stoi(p.substr(3, 2), nullptr, 16)));
+      continue;
+    }
+    flush();
+    for (size_t at = 0; at < p.size();) {
+      if (p.compare(at, 3, "\xe2\x96\x81") == 0) {
+        out.push_back(' '), at += 3;
+      } else {
+        out.push_back(p[at++]);
+      }
+    }
+  }
+  flush();
+  if (rules_.prefix != TextRules::Prefix::kNever && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  return out;
 }
 
 int Tokenizer::vocab_size() const { return shim().piece_size(model_->sp); }
@@ -190,6 +280,13 @@ std::string Tokenizer::piece(int id) const { return shim().id_to_piece(model_->s
 Tokenizer Tokenizer::with_rules(const TextRules& rules) const {
   Tokenizer t = *this;
   t.rules_ = rules;
+  if (rules.prefix != TextRules::Prefix::kModel && !t.model_->raw) {  // its own model, the one shared unchanged
+    auto m = std::make_shared<Model>();
+    m->sp = shim().load(bytes_.data(), bytes_.size(), nullptr, 0);
+    if (!m->sp) throw DataError("tokenizer", "model", "cannot be loaded again");
+    m->raw = without_dummy_prefix(bytes_, "tokenizer");
+    t.model_ = m;
+  }
   return t;
 }
 
@@ -223,17 +320,28 @@ Tokenizer Tokenizer::from_hf_dir(const std::string& dir) {
     if (id < 0) throw DataError(config_path, field, "'" + text + "' is not a piece of " + model);
     return id;
   };
+  const auto flag = [&](const char* field, bool fallback) {
+    const auto it = config.find(field);
+    if (it == config.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) throw DataError(config_path, field, "is not true or false");
+    return it->get<bool>();
+  };
   TextRules rules;
   if (is_llama) {  // LlamaTokenizer: the text as it is; bos from the model (tokenizer_config's bos_token checked)
     rules.eos_id = piece("eos_token");
     if (rules.eos_id < 0) throw DataError(config_path, "eos_token", "is null: fine-tuning needs an end of sequence");
     if (config.contains("bos_token") && piece("bos_token") != t.bos_id())
       throw DataError(config_path, "bos_token", "is not the bos piece of " + model);
-    const auto add_bos = config.find("add_bos_token");  // LlamaTokenizer's default: true
-    if (add_bos != config.end() && !add_bos->is_null()) {
-      if (!add_bos->is_boolean()) throw DataError(config_path, "add_bos_token", "is not true or false");
-      rules.add_bos = add_bos->get<bool>();
-    }
+    // As transformers 5: tokenizer.json's post-processor says whether bos goes first (add_bos_token
+    // of tokenizer_config.json is then not read); without it add_bos_token, default false.
+    const std::string fast = (std::filesystem::path(dir) / "tokenizer.json").string();
+    rules.add_bos = std::filesystem::exists(fast) ? post_processor_adds_bos(fast, t.piece(t.bos_id()))
+                                                  : flag("add_bos_token", false);
+    // The "▁" before each section (tokenizers' Metaspace as LlamaTokenizer builds it).
+    rules.prefix = !flag("add_prefix_space", true) ? TextRules::Prefix::kNever
+                   : flag("legacy", false)         ? TextRules::Prefix::kAlways
+                                                   : TextRules::Prefix::kFirst;
+
     // A pad added on top of the model (e.g. "<pad>" as id 32000) is no piece: prep pads nothing, so the
     // model's own pad (or 0) stays.
     const auto pad = config.find("pad_token");
@@ -241,7 +349,7 @@ Tokenizer Tokenizer::from_hf_dir(const std::string& dir) {
       const std::string text = pad->is_string() ? pad->get<std::string>() : pad->value("content", std::string());
       if (t.piece_id(text) >= 0) rules.pad_id = t.piece_id(text);
     }
-    return t.with_rules(rules);
+    return t.with_rules(rules);  // with the model without its dummy prefix (Tokenizer::ids)
   }
   const auto lower = config.find("do_lower_case");
   rules.lower_case = lower == config.end() || !lower->is_boolean() || lower->get<bool>();
@@ -252,12 +360,22 @@ Tokenizer Tokenizer::from_hf_dir(const std::string& dir) {
 }
 int Tokenizer::bos_id() const { return shim().bos_id(model_->sp); }
 
-std::vector<int32_t> Tokenizer::ids(const std::string& text) const {
+std::vector<int32_t> Tokenizer::ids(const std::string& raw_text, bool after_special) const {
+  void* sp = model_->sp;
+  std::string text = raw_text;
+  if (rules_.prefix != TextRules::Prefix::kModel && model_->raw) {
+    // Metaspace: "▁" first unless the text starts with one (a space) or the scheme puts none here.
+    sp = model_->raw;
+    const bool starts_with_space = text.rfind(' ', 0) == 0 || text.rfind("\xe2\x96\x81", 0) == 0;
+    const bool prepend =
+        rules_.prefix == TextRules::Prefix::kAlways || (rules_.prefix == TextRules::Prefix::kFirst && !after_special);
+    if (!text.empty() && !starts_with_space && prepend) text = " " + text;
+  }
   std::vector<int32_t> out(text.size() + 16);
-  const int n = shim().encode(model_->sp, text.data(), text.size(), out.data(), int(out.size()));
+  const int n = shim().encode(sp, text.data(), text.size(), out.data(), int(out.size()));
   if (n > int(out.size())) {
     out.resize(n);
-    shim().encode(model_->sp, text.data(), text.size(), out.data(), n);
+    shim().encode(sp, text.data(), text.size(), out.data(), n);
   }
   out.resize(n);
   return out;

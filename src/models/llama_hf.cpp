@@ -54,7 +54,21 @@ std::vector<HfConfigKey> llama_config_keys(const nlohmann::json& config, const s
   add("model.kv_heads", number("num_key_value_heads", heads), "num_key_value_heads");
   add("model.hidden", number("intermediate_size", 11008), "intermediate_size");
   add("model.max_seq_len", number("max_position_embeddings", 2048), "max_position_embeddings");
-  keys.push_back({"model.rope_theta", fmt::format("{}", number("rope_theta", 10000)), "rope_theta"});
+  // transformers 5 writes rope_parameters {"rope_type", "rope_theta"} in place of rope_theta and rope_scaling.
+  double theta = number("rope_theta", 10000);
+  std::string theta_field = "rope_theta";
+  if (const auto rope = config.find("rope_parameters"); rope != config.end() && !rope->is_null()) {
+    if (!rope->is_object()) throw DataError(origin, "rope_parameters", "is not an object (" + rope->dump() + ")");
+    const auto type = rope->find("rope_type");
+    if (type != rope->end() && !(type->is_string() && type->get<std::string>() == "default"))
+      throw DataError(origin, "rope_parameters",
+                      "is " + rope->dump() + "; meridian's Llama has plain RoPE (rope_type \"default\")");
+    if (const auto t = rope->find("rope_theta"); t != rope->end() && !t->is_null()) {
+      if (!t->is_number()) throw DataError(origin, "rope_parameters.rope_theta", "is not a number (" + t->dump() + ")");
+      theta = t->get<double>(), theta_field = "rope_parameters.rope_theta";
+    }
+  }
+  keys.push_back({"model.rope_theta", fmt::format("{}", theta), theta_field});
   keys.push_back({"model.norm_eps", fmt::format("{}", number("rms_norm_eps", 1e-6)), "rms_norm_eps"});
   keys.push_back({"model.tie_embeddings", flag("tie_word_embeddings") ? "true" : "false", "tie_word_embeddings"});
   return keys;

@@ -1,276 +1,199 @@
 #!/usr/bin/env python3
-"""A second implementation of Hugging Face's Llama, for tests: written from transformers'
-modeling_llama.py, configuration_llama.py and the Llama-2 chat template semantics, and Stanford
-Alpaca's train.py tokenisation, with torch.nn modules and sentencepiece's Python encoder; not from
-meridian's code. Needs torch, sentencepiece and h5py (meridian's Python environment, jobs/setup-node.sh).
+"""Hugging Face's Llama for tests, from the real libraries: transformers (LlamaConfig,
+LlamaForCausalLM, LlamaTokenizer, apply_chat_template, generate), tokenizers, safetensors and
+sentencepiece's trainer. Needs meridian's Python environment (jobs/python-requirements.txt).
 
   hf_llama.py make DIR [--seed N] [--shard-bytes B] [--dtype bf16|f16|f32] [--tie]
-                   [--shape HIDDEN,INTERMEDIATE,LAYERS,HEADS,KV_HEADS,VOCAB]
-      a random small LlamaForCausalLM in the layout of a published one (meta-llama/Llama-2-7b-hf):
-      config.json, the weights as safetensors shards with model.safetensors.index.json (one
-      model.safetensors when they fit) and a rotary_emb.inv_freq buffer per layer as older
-      checkpoints have, tokenizer.model (a byte-fallback BPE SentencePiece model like Llama's:
-      unk 0, bos 1, eos 2), tokenizer_config.json, special_tokens_map.json, generation_config.json.
-      --shape: other sizes (32,48,2,4,2,<the tokenizer's>; e.g. llama-1b's for the loading benchmark).
-  hf_llama.py ids MODEL_DIR RECORDS DATASET.h5 [--chat-template llama-2|mistral]
-      the documents of RECORDS (a JSON array or JSON Lines of Alpaca {instruction, input?, output},
-      chat {messages} or {text} records) tokenised as Hugging Face fine-tuning scripts do (bos +
-      the joined prompt and response + eos, no loss on bos and the prompt's own tokens; a chat in the
-      Llama-2 template, one such exchange per assistant turn; or Mistral-Instruct's template, rendered
-      and split at <s> and </s> as transformers does) with sentencepiece's Python encoder,
-      against the dataset's /tokens, /loss_mask and /doc_offsets; exit 1 on any difference.
-  hf_llama.py loss MODEL_DIR DATASET.h5 --seq-len L
-      this forward's mean next-token cross-entropy over the dataset's pack windows of L tokens
-      (meridian's data.mode pack: window k holds tokens [kL, kL + L], targets with loss only, none
-      across a document start); prints "loss <value> tokens <count>".
-  hf_llama.py generate MODEL_DIR PROMPT none|llama-2 N
-      this forward's greedy continuation of PROMPT (as it is, or in Llama-2-chat's template for one
-      user turn) by at most N tokens, stopping at eos; prints "<count> tokens: <text>".
+                   [--shape HIDDEN,INTERMEDIATE,LAYERS,HEADS,KV_HEADS,VOCAB] [--no-bos-copy DIR2]
+      a random small LlamaForCausalLM built by transformers from a LlamaConfig (32,48,2,4,2 and the
+      tokenizer's vocabulary unless --shape; rope_theta 20000, so a reader that ignores
+      rope_parameters shows), its weights drawn off their defaults (norm weights not 1), saved by
+      save_pretrained as safetensors shards of at most B bytes (default 20000) with
+      model.safetensors.index.json, plus a rotary_emb.inv_freq tensor per layer added to the shards
+      and the index afterwards, as older checkpoints have. The tokenizer: a byte-fallback BPE
+      SentencePiece model trained like Llama's (unk 0, bos 1, eos 2) wrapped by transformers'
+      LlamaTokenizer (add_bos_token, legacy false) with Llama-2-chat's chat_template, saved by
+      save_pretrained (tokenizer.json, and the template in tokenizer_config.json, as published
+      Llama-2-chat has), and tokenizer.model beside it, as published Llama repositories have (it
+      is no longer written by transformers 5). --no-bos-copy: DIR2, the same model with the
+      tokenizer saved with add_bos_token false (tokenizer.json's post-processor writes no bos) and
+      "legacy": true in tokenizer_config.json (a "▁" before every text after a special token).
+  hf_llama.py check SPEC
+      every comparison SPEC lists (one per line, fields separated by tabs), in one process:
+        ids MODEL_DIR RECORDS DATASET.h5 TEMPLATE
+            the dataset's /tokens, /loss_mask, /doc_offsets equal the records tokenised by the
+            directory's tokenizer: Alpaca {instruction, input?, output} as Stanford Alpaca's
+            train.py does (tokenizer(source + output + eos_token), no loss on the source's tokens),
+            {text} the same with an empty source, {messages} by apply_chat_template with the
+            directory's chat_template (TEMPLATE default) or Mistral-7B-Instruct-v0.1's (mistral),
+            with loss on each assistant turn (the ids the rendering of the conversation up to the
+            turn adds to its rendering up to the user turn before it).
+        refuses MODEL_DIR RECORDS TEMPLATE
+            apply_chat_template raises on some record of RECORDS (meridian refuses them too).
+        loss MODEL_DIR DATASET.h5 SEQ_LEN MERIDIAN_EVAL.json WHAT
+            LlamaForCausalLM.from_pretrained (float32; no missing or unexpected keys) over the
+            dataset's pack windows (window k: tokens [kL, kL + L], targets with loss only, none
+            across a document start): the mean cross-entropy of its logits (float64) equals
+            meridian's eval_loss to 1e-5 over the same token count; transformers' own loss
+            (labels=) agrees to 1e-5 too.
+        generate MODEL_DIR PROMPT none|llama-2 N MERIDIAN_OUTPUT
+            model.generate(do_sample=False, max_new_tokens=N) of tokenizer(PROMPT), or of
+            apply_chat_template of one user turn: the same prompt and generated token ids as meridian
+            generate logged (--log-level debug), and the same line "generated (N tokens, greedy):
+            TEXT" (TEXT: tokenizer.decode(skip_special_tokens=True)).
+        same DIR CHECKPOINT.h5
+            the directory's tensors (safetensors) are the checkpoint's model/<name>: names, shapes,
+            values equal.
+      prints each measured difference; exit 1 when any check fails.
   hf_llama.py same DIR CHECKPOINT.h5
-      exit 0 when the directory holds the checkpoint's weights (model/<name>): the same names and
-      shapes, values equal.
-  hf_llama.py break SRC DST shard|index|missing|shape|config
-      a copy of the model directory SRC with one fault: a shard file gone, the index naming a tensor
-      no shard has, a tensor missing (from its shard and the index), a tensor of the wrong shape,
-      config.json's intermediate_size disagreeing with the tensors. Prints the name the error must
-      mention.
+      the `same` check alone.
+  hf_llama.py break SRC DST FAULT...
+      copies of the model directory SRC, each with one fault (with several faults DST_FAULT each,
+      else DST): shard (a shard file gone), index (the index naming a tensor no shard has), missing
+      (a tensor gone from its shard and the index), shape (a tensor of the wrong shape), config
+      (config.json's intermediate_size disagreeing with the tensors). Prints "FAULT NAME" per
+      fault, NAME the tensor or file the error must mention. Uses safetensors, not transformers.
 """
 import json
-import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 
-import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_siglip import faulty_copy, read_weights, write_weights  # noqa: E402 (safetensors by hand)
-
-
-# ---- the model (transformers' LlamaForCausalLM semantics and names).
-class RMSNorm(nn.Module):
-    def __init__(self, dim, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x):
-        h = x.to(torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
-
-
-def rotate_half(x):
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-    return torch.cat((-x2, x1), dim=-1)
-
-
-class Attention(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.heads, self.kv_heads = c["num_attention_heads"], c.get("num_key_value_heads", c["num_attention_heads"])
-        self.head_dim = c["hidden_size"] // self.heads
-        self.q_proj = nn.Linear(c["hidden_size"], self.heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(c["hidden_size"], self.kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(c["hidden_size"], self.kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, c["hidden_size"], bias=False)
-
-    def forward(self, x, cos, sin):
-        b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        groups = self.heads // self.kv_heads  # repeat_kv
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        scores = q @ k.transpose(2, 3) / math.sqrt(self.head_dim)
-        scores = scores + torch.full((t, t), float("-inf")).triu(1)
-        attn = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        return self.o_proj((attn @ v).transpose(1, 2).reshape(b, t, -1))
+# Mistral-7B-Instruct-v0.1's chat_template (its tokenizer_config.json): one bos, "[INST] user [/INST]",
+# the answer as it is followed by eos; no system message.
+MISTRAL_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token }}"
+    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}")
+# Llama-2-7b-chat-hf's chat_template (its tokenizer_config.json).
+LLAMA2_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+    "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}"
+    "{% set system_message = false %}{% endif %}{% for message in loop_messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if loop.index0 == 0 and system_message != false %}"
+    "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+    "{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}"
+    "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+    "{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}")
+# Stanford Alpaca's PROMPT_DICT (train.py).
+PROMPT_INPUT = ("Below is an instruction that describes a task, paired with an input that provides further context. "
+                "Write a response that appropriately completes the request.\n\n"
+                "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n")
+PROMPT_NO_INPUT = ("Below is an instruction that describes a task. Write a response that appropriately completes the "
+                   "request.\n\n### Instruction:\n{instruction}\n\n### Response:\n")
 
 
-class MLP(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.gate_proj = nn.Linear(c["hidden_size"], c["intermediate_size"], bias=False)
-        self.up_proj = nn.Linear(c["hidden_size"], c["intermediate_size"], bias=False)
-        self.down_proj = nn.Linear(c["intermediate_size"], c["hidden_size"], bias=False)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+# ---- safetensors directories (the safetensors library; no transformers).
+def weight_files(d):
+    index = f"{d}/model.safetensors.index.json"
+    if os.path.exists(index):
+        return json.load(open(index)), sorted(set(json.load(open(index))["weight_map"].values()))
+    return None, ["model.safetensors"]
 
 
-class Layer(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.self_attn, self.mlp = Attention(c), MLP(c)
-        self.input_layernorm = RMSNorm(c["hidden_size"], c.get("rms_norm_eps", 1e-6))
-        self.post_attention_layernorm = RMSNorm(c["hidden_size"], c.get("rms_norm_eps", 1e-6))
-
-    def forward(self, x, cos, sin):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+def read_weights(d):
+    from safetensors.torch import load_file
+    out = {}
+    for f in weight_files(d)[1]:
+        out.update(load_file(f"{d}/{f}"))
+    return out
 
 
-class Decoder(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
-        self.layers = nn.ModuleList([Layer(c) for _ in range(c["num_hidden_layers"])])
-        self.norm = RMSNorm(c["hidden_size"], c.get("rms_norm_eps", 1e-6))
+def add_inv_freq(d, config):
+    """rotary_emb.inv_freq per layer, as checkpoints written before transformers 4.3x carry, into the
+    shard holding the layer's o_proj (and the index)."""
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    index, files = weight_files(d)
+    head = config.hidden_size // config.num_attention_heads
+    inv = 1.0 / (config.rope_parameters["rope_theta"] ** (torch.arange(0, head, 2).float() / head))
+    for f in files:
+        with safe_open(f"{d}/{f}", "pt") as s:
+            tensors = {k: s.get_tensor(k) for k in s.keys()}
+            meta = s.metadata()
+        extra = {k.replace("o_proj.weight", "rotary_emb.inv_freq"): inv.clone()
+                 for k in tensors if k.endswith("self_attn.o_proj.weight")}
+        if extra:
+            save_file({**tensors, **extra}, f"{d}/{f}", metadata=meta)
+            if index:
+                index["weight_map"].update({k: f for k in extra})
+    if index:
+        json.dump(index, open(f"{d}/model.safetensors.index.json", "w"), indent=2)
 
 
-class Llama(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.c = c
-        self.model = Decoder(c)
-        self.tied = c.get("tie_word_embeddings", False)
-        if not self.tied:
-            self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
+def make(d, seed, shard_bytes, dtype, tie, shape=None, no_bos_copy=None):
+    import numpy as np
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, LlamaTokenizer
 
-    def forward(self, tokens):
-        d = self.c["hidden_size"] // self.c["num_attention_heads"]
-        inv_freq = 1.0 / (self.c.get("rope_theta", 10000.0) ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
-        freqs = torch.outer(torch.arange(tokens.shape[1]).float(), inv_freq)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos(), emb.sin()
-        x = self.model.embed_tokens(tokens)
-        for layer in self.model.layers:
-            x = layer(x, cos, sin)
-        x = self.model.norm(x)
-        return x @ self.model.embed_tokens.weight.t() if self.tied else self.lm_head(x)
-
-
-def load_model(d):
-    c = json.load(open(f"{d}/config.json"))
-    model = Llama(c)
-    weights = {k: v for k, v in read_weights(d).items() if not k.endswith("rotary_emb.inv_freq")}
-    if model.tied:
-        weights.pop("lm_head.weight", None)
-    model.load_state_dict({k: v.float() for k, v in weights.items()}, strict=True)
-    return model.eval()
-
-
-def make(d, seed, shard_bytes, dtype, tie, shape=None):
     torch.manual_seed(seed)
     os.makedirs(d, exist_ok=True)
     rng = np.random.default_rng(seed)
     words = ("the a river runway field harbor forest road bridge count add reverse letters words numbers answer "
              "question Write explain list three two one green blue aerial image shows many few cars planes").split()
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as corpus:
-        for _ in range(600):
-            corpus.write(" ".join(rng.choice(words, size=rng.integers(3, 14))) + ".\n")
-    # As Llama's tokenizer.model: BPE with byte fallback, the text as it is (identity normaliser,
-    # a dummy prefix space, whitespace kept), digits split; unk 0, bos 1, eos 2, no pad.
-    subprocess.run(["spm_train", f"--input={corpus.name}", f"--model_prefix={d}/tokenizer", "--vocab_size=400",
-                    "--model_type=bpe", "--byte_fallback=true", "--normalization_rule_name=identity",
-                    "--add_dummy_prefix=true", "--remove_extra_whitespaces=false", "--split_digits=true",
-                    "--unk_id=0", "--bos_id=1", "--eos_id=2", "--pad_id=-1", "--character_coverage=1.0",
-                    "--allow_whitespace_only_pieces=true", "--hard_vocab_limit=false", "--minloglevel=2"],
-                   check=True, capture_output=True)
-    os.unlink(corpus.name)
-    os.unlink(f"{d}/tokenizer.vocab")
-    import sentencepiece as spm
-    vocab = spm.SentencePieceProcessor(model_file=f"{d}/tokenizer.model").get_piece_size()
-    hidden, inter, layers, heads, kv, vocab = shape or (32, 48, 2, 4, 2, vocab)
-    config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab, "hidden_size": hidden,
-        "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": heads,
-        "num_key_value_heads": kv,
-        "max_position_embeddings": 128, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "hidden_act": "silu",
-        "tie_word_embeddings": tie, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": None,
-        "rope_scaling": None, "attention_bias": False, "initializer_range": 0.02, "pretraining_tp": 1,
-        "torch_dtype": {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[dtype], "use_cache": True,
-    }
-    model = Llama(config)
+    stage = tempfile.mkdtemp()
+    try:
+        with open(f"{stage}/corpus.txt", "w") as corpus:
+            for _ in range(600):
+                corpus.write(" ".join(rng.choice(words, size=rng.integers(3, 14))) + ".\n")
+        # As Llama's tokenizer.model: BPE with byte fallback, the text as it is (identity normaliser,
+        # a dummy prefix space, whitespace kept), digits split; unk 0, bos 1, eos 2, no pad.
+        subprocess.run(["spm_train", f"--input={stage}/corpus.txt", f"--model_prefix={stage}/tokenizer",
+                        "--vocab_size=400", "--model_type=bpe", "--byte_fallback=true",
+                        "--normalization_rule_name=identity", "--add_dummy_prefix=true",
+                        "--remove_extra_whitespaces=false", "--split_digits=true", "--unk_id=0", "--bos_id=1",
+                        "--eos_id=2", "--pad_id=-1", "--character_coverage=1.0",
+                        "--allow_whitespace_only_pieces=true", "--hard_vocab_limit=false", "--minloglevel=2"],
+                       check=True, capture_output=True)
+        # transformers converts tokenizer.model (SentencePieceExtractor) when it loads a directory with it.
+        json.dump({"tokenizer_class": "LlamaTokenizer"}, open(f"{stage}/tokenizer_config.json", "w"))
+        tok = LlamaTokenizer.from_pretrained(stage, add_bos_token=True, add_eos_token=False, legacy=False)
+        tok.chat_template = LLAMA2_TEMPLATE
+        tok.save_pretrained(d, save_jinja_files=False)
+        shutil.copy(f"{stage}/tokenizer.model", f"{d}/tokenizer.model")
+        if no_bos_copy:
+            os.makedirs(no_bos_copy, exist_ok=True)
+            nobos = LlamaTokenizer.from_pretrained(stage, add_bos_token=False, add_eos_token=False, legacy=True)
+            nobos.chat_template = LLAMA2_TEMPLATE
+            nobos.save_pretrained(no_bos_copy, save_jinja_files=False)
+            shutil.copy(f"{stage}/tokenizer.model", f"{no_bos_copy}/tokenizer.model")
+            path = f"{no_bos_copy}/tokenizer_config.json"  # save_pretrained drops legacy (v5 default false)
+            json.dump({**json.load(open(path)), "legacy": True}, open(path, "w"), indent=2)
+    finally:
+        shutil.rmtree(stage)
+
+    hidden, inter, layers, heads, kv, vocab = shape or (32, 48, 2, 4, 2, len(tok))
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=128,
+                         rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 20000.0},
+                         tie_word_embeddings=tie, bos_token_id=1, eos_token_id=2, pad_token_id=None)
+    model = LlamaForCausalLM(config)
     with torch.no_grad():
-        for name, p in model.named_parameters():  # norms off 1, so a wrong norm shows
+        for name, p in model.named_parameters():  # off transformers' init (std 0.02, norms 1), so a wrong norm shows
             p.copy_(torch.randn_like(p) * (0.2 if p.dim() > 1 else 0.1) + (1.0 if name.endswith("norm.weight") else 0))
-    store = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[dtype]
-    tensors = []
-    for k, v in model.state_dict().items():
-        tensors.append((k, v.detach().to(store)))
-        if k.endswith("self_attn.o_proj.weight"):  # a buffer older exports carry
-            d_head = config["hidden_size"] // config["num_attention_heads"]
-            inv = 1.0 / (10000 ** (torch.arange(0, d_head, 2).float() / d_head))
-            tensors.append((k.replace("o_proj.weight", "rotary_emb.inv_freq"), inv))
-    shards = write_weights(d, tensors, shard_bytes)
-    json.dump(config, open(f"{d}/config.json", "w"), indent=2)
-    added = lambda s: {"__type": "AddedToken", "content": s, "lstrip": False, "normalized": False,  # noqa: E731
-                       "rstrip": False, "single_word": False}
-    json.dump({"add_bos_token": True, "add_eos_token": False, "bos_token": added("<s>"), "eos_token": added("</s>"),
-               "unk_token": added("<unk>"), "pad_token": None, "clean_up_tokenization_spaces": False,
-               "legacy": True, "model_max_length": 1000000000000000019884624838656,
-               "tokenizer_class": "LlamaTokenizer", "sp_model_kwargs": {}},
-              open(f"{d}/tokenizer_config.json", "w"), indent=2)
-    json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"},
-              open(f"{d}/special_tokens_map.json", "w"), indent=2)
-    json.dump({"_from_model_config": True, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
-               "temperature": 0.6, "top_p": 0.9, "max_length": 4096, "do_sample": True},
-              open(f"{d}/generation_config.json", "w"), indent=2)
-    print(f"{d}: {sum(p.numel() for p in model.parameters())} parameters, vocab {vocab}, {len(shards)} weight "
-          f"file(s), {dtype}")
+    # As published Llama-2's generation_config.json (generate with do_sample=False overrides it).
+    model.generation_config.do_sample, model.generation_config.temperature = True, 0.6
+    model.generation_config.top_p, model.generation_config.max_length = 0.9, 4096
+    model.to({"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[dtype])
+    model.save_pretrained(d, max_shard_size=shard_bytes)
+    add_inv_freq(d, config)
+    if no_bos_copy:
+        for f in os.listdir(d):
+            if not f.startswith("tokenizer"):
+                shutil.copy(f"{d}/{f}", f"{no_bos_copy}/{f}")
+    print(f"{d}: {model.num_parameters()} parameters, vocab {vocab}, {len(weight_files(d)[1])} weight file(s), "
+          f"{dtype}")
 
 
-# ---- the data (Stanford Alpaca's PROMPT_DICT and train.py; transformers' Llama-2 chat template).
-def alpaca_prompt(r):
-    if r.get("input", ""):
-        return ("Below is an instruction that describes a task, paired with an input that provides further context. "
-                "Write a response that appropriately completes the request.\n\n"
-                f"### Instruction:\n{r['instruction']}\n\n### Input:\n{r['input']}\n\n### Response:\n")
-    return ("Below is an instruction that describes a task. Write a response that appropriately completes the "
-            f"request.\n\n### Instruction:\n{r['instruction']}\n\n### Response:\n")
-
-
-def mistral_ids(sp, messages):
-    """Mistral-7B-Instruct's chat template as transformers renders and tokenises it: the Jinja
-    {{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}{{ '[INST] ' + m.content + ' [/INST]' }}
-    {% else %}{{ m.content + eos_token }}{% endif %}{% endfor %}, then the string split at the special
-    tokens <s> and </s> and each piece between encoded by SentencePiece (LlamaTokenizer, legacy).
-    Loss on the answers and their eos. Returns (ids, mask)."""
-    assert all(m["role"] == ("user" if i % 2 == 0 else "assistant") for i, m in enumerate(messages))
-    text = "<s>"
-    for m in messages:
-        text += "[INST] " + m["content"] + " [/INST]" if m["role"] == "user" else m["content"] + "</s>"
-    ids, mask = [], []
-    for piece in re.split(r"(<s>|</s>)", text):
-        if piece in ("<s>", "</s>"):
-            ids.append(sp.bos_id() if piece == "<s>" else sp.eos_id())
-            mask.append(int(piece == "</s>"))
-        elif piece:
-            prompt = piece[:piece.index(" [/INST]") + len(" [/INST]")]
-            joined = sp.encode(piece)
-            source = len(sp.encode(prompt))
-            ids += joined
-            mask += [0] * source + [1] * (len(joined) - source)
-    return ids, mask
-
-
-def exchanges(r):
-    """(prompt, response, bos) triples, each to become [bos] + ids(prompt + response) + eos: a chat
-    template writes its bos_token itself; tokenizer(text) adds one when add_bos_token (None)."""
-    if "messages" in r:
-        m = r["messages"]
-        system = m[0]["content"] if m[0]["role"] == "system" else None
-        turns = m[1:] if system is not None else m
-        out = []
-        for i in range(0, len(turns), 2):  # {{ bos + '[INST] ' + content.strip() + ' [/INST]' }} ...
-            content = turns[i]["content"]
-            if i == 0 and system is not None:
-                content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content
-            out.append(("[INST] " + content.strip() + " [/INST]", " " + turns[i + 1]["content"].strip() + " ", True))
-        return out
-    if "instruction" in r:
-        return [(alpaca_prompt(r), r["output"], None)]
-    return [("", r["text"], None)]
-
-
+# ---- the comparisons.
 def read_records(path):
     text = open(path, encoding="utf-8").read()
     if text.lstrip().startswith("["):
@@ -278,100 +201,200 @@ def read_records(path):
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def ids(model_dir, records, dataset, template="llama-2"):
-    import h5py
-    import sentencepiece as spm
+def chat_ids(tok, messages, template):
+    def render(m):
+        out = tok.apply_chat_template(m, tokenize=True, chat_template=template)
+        return list(out["input_ids"] if hasattr(out, "keys") else out)
 
-    sp = spm.SentencePieceProcessor(model_file=f"{model_dir}/tokenizer.model")
-    add_bos = json.load(open(f"{model_dir}/tokenizer_config.json")).get("add_bos_token", True)  # LlamaTokenizer's default
-    want_tokens, want_mask, want_offsets = [], [], [0]
-    for r in read_records(records):
-        if template == "mistral" and "messages" in r:
-            chat_ids, chat_mask = mistral_ids(sp, r["messages"])
-            want_tokens += chat_ids
-            want_mask += chat_mask
-            want_offsets.append(len(want_tokens))
+    ids = render(messages)
+    mask = [0] * len(ids)
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
             continue
-        for prompt, response, bos in exchanges(r):
-            joined = sp.encode(prompt + response)
-            source = len(sp.encode(prompt)) if prompt else 0
-            head = [sp.bos_id()] if (add_bos if bos is None else bos) else []
-            want_tokens += head + joined + [sp.eos_id()]
-            want_mask += [0] * len(head) + [0] * source + [1] * (len(joined) - source) + [1]
-        want_offsets.append(len(want_tokens))
-    with h5py.File(dataset, "r") as f:
-        tokens, mask, offsets = f["tokens"][...].tolist(), f["loss_mask"][...].tolist(), f["doc_offsets"][...].tolist()
-    for name, got, want in (("doc_offsets", offsets, want_offsets), ("tokens", tokens, want_tokens),
-                            ("loss_mask", mask, want_mask)):
-        if got != want:
-            at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-            print(f"FAIL: {name} differs at {at} (lengths {len(got)} vs {len(want)}): {got[at:at + 8]} vs "
-                  f"{want[at:at + 8]}")
-            return 1
-    print(f"{len(want_offsets) - 1} documents, {len(want_tokens)} tokens, {sum(want_mask)} with loss: equal")
-    return 0
+        before, through = render(messages[:i]), render(messages[:i + 1])
+        if ids[:len(before)] != before or ids[:len(through)] != through:
+            raise AssertionError(f"the rendering up to message {i} is not a prefix of the conversation's ids")
+        mask[len(before):len(through)] = [1] * (len(through) - len(before))
+    return ids, mask
 
 
-def loss(model_dir, dataset, seq_len):
-    import h5py
+class Check:
+    def __init__(self):
+        self.failures = []
+        self.tokenizers, self.models = {}, {}
 
-    with h5py.File(dataset, "r") as f:
-        tokens = torch.from_numpy(f["tokens"][...].astype(np.int64))
-        mask = torch.from_numpy(f["loss_mask"][...].astype(bool))
-        starts = set(f["doc_offsets"][...].tolist())
-    model = load_model(model_dir)
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for k in range((len(tokens) - 1) // seq_len):
-            a = k * seq_len
-            x = tokens[a:a + seq_len]
-            target = tokens[a + 1:a + seq_len + 1].clone()
-            keep = torch.tensor([bool(mask[a + t + 1]) and (a + t + 1) not in starts for t in range(seq_len)])
-            target[~keep] = -100
-            logits = model(x.unsqueeze(0))[0]
-            total += F.cross_entropy(logits.double(), target, ignore_index=-100, reduction="sum").item()
-            count += int(keep.sum())
-    print(f"loss {total / max(count, 1):.10f} tokens {count}")
-    return 0
+    def fail(self, what):
+        print(f"FAIL: {what}")
+        self.failures.append(what)
+
+    def tokenizer(self, d):
+        from transformers import AutoTokenizer
+        if d not in self.tokenizers:
+            self.tokenizers[d] = AutoTokenizer.from_pretrained(d)
+        return self.tokenizers[d]
+
+    def model(self, d):
+        import torch
+        from transformers import LlamaForCausalLM
+        if d not in self.models:
+            model, info = LlamaForCausalLM.from_pretrained(d, dtype=torch.float32, output_loading_info=True)
+            bad = {k: v for k, v in info.items() if v}
+            print(f"{d}: LlamaForCausalLM.from_pretrained loading info: "
+                  f"{bad or 'no missing, unexpected or mismatched keys'}")
+            if bad:
+                self.fail(f"{d}: from_pretrained: {bad}")
+            self.models[d] = model.eval()
+        return self.models[d]
+
+    def ids(self, model_dir, records, dataset, template):
+        import h5py
+        tok = self.tokenizer(model_dir)
+        chat = MISTRAL_TEMPLATE if template == "mistral" else None
+        want_tokens, want_mask, want_offsets = [], [], [0]
+        for r in read_records(records):
+            if "messages" in r:
+                ids, mask = chat_ids(tok, r["messages"], chat)
+            else:  # Stanford Alpaca's train.py: tokenizer(source + target) with target = output + eos_token
+                if "instruction" in r:
+                    source = (PROMPT_INPUT if r.get("input", "") != "" else PROMPT_NO_INPUT).format_map(r)
+                    target = r["output"]
+                else:
+                    source, target = "", r["text"]
+                ids = tok(source + target + tok.eos_token)["input_ids"]
+                prompt = len(tok(source)["input_ids"])
+                mask = [0] * prompt + [1] * (len(ids) - prompt)
+            want_tokens += ids
+            want_mask += mask
+            want_offsets.append(len(want_tokens))
+        with h5py.File(dataset, "r") as f:
+            got = {k: f[k][...].tolist() for k in ("doc_offsets", "tokens", "loss_mask")}
+        what = f"{os.path.basename(dataset)} ({template} template, {os.path.basename(model_dir)})"
+        for name, want in (("doc_offsets", want_offsets), ("tokens", want_tokens), ("loss_mask", want_mask)):
+            if got[name] != want:
+                at = next((i for i, (a, b) in enumerate(zip(got[name], want)) if a != b),
+                          min(len(got[name]), len(want)))
+                return self.fail(f"{what}: {name} differs from transformers' at {at} (lengths {len(got[name])} vs "
+                                 f"{len(want)}): meridian {got[name][at:at + 8]}, transformers {want[at:at + 8]}")
+        print(f"{what}: {len(want_offsets) - 1} documents, {len(want_tokens)} tokens, {sum(want_mask)} with loss: "
+              f"equal to transformers' (0 differences)")
+
+    def refuses(self, model_dir, records, template):
+        tok = self.tokenizer(model_dir)
+        errors = []
+        for r in read_records(records):
+            if "messages" in r:
+                try:
+                    tok.apply_chat_template(r["messages"], tokenize=False,
+                                            chat_template=MISTRAL_TEMPLATE if template == "mistral" else None)
+                except Exception as e:  # jinja2's TemplateError from raise_exception
+                    errors.append(str(e))
+        if not errors:
+            return self.fail(f"{records}: apply_chat_template ({template}) renders every record; meridian refuses")
+        print(f"{os.path.basename(records)} ({template}): apply_chat_template refuses it too: {errors[0]}")
+
+    def loss(self, model_dir, dataset, seq_len, meridian_json, what):
+        import h5py
+        import numpy as np
+        import torch
+        import torch.nn.functional as F
+        seq_len = int(seq_len)
+        with h5py.File(dataset, "r") as f:
+            tokens = torch.from_numpy(f["tokens"][...].astype(np.int64))
+            mask = f["loss_mask"][...].astype(bool)
+            starts = set(f["doc_offsets"][...].tolist())
+        windows = (len(tokens) - 1) // seq_len
+        x = torch.stack([tokens[k * seq_len:k * seq_len + seq_len + 1] for k in range(windows)])  # [W, L + 1]
+        labels = x.clone()
+        for k in range(windows):
+            for t in range(1, seq_len + 1):
+                at = k * seq_len + t
+                if not mask[at] or at in starts:
+                    labels[k, t] = -100
+        model = self.model(model_dir)
+        with torch.no_grad():
+            out = model(input_ids=x, labels=labels)  # transformers shifts the labels itself
+        logits, target = out.logits[:, :-1].double(), labels[:, 1:]
+        total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100,
+                                reduction="sum").item()
+        count = int((target != -100).sum())
+        ref = total / max(count, 1)
+        m = json.load(open(meridian_json))["metrics"]
+        err, own = abs(m["eval_loss"] - ref), abs(out.loss.item() - ref)
+        print(f"{what}: {windows} windows of {seq_len}: meridian eval_loss {m['eval_loss']:.8f} "
+              f"({int(m['eval_tokens'])} tokens), transformers {ref:.8f} ({count} tokens): |difference| {err:.2e} "
+              f"(tolerance 1e-5); transformers' own loss (labels=) {out.loss.item():.8f}, {own:.2e} from it")
+        if not (err <= 1e-5 and own <= 1e-5 and int(m["eval_tokens"]) == count):
+            self.fail(f"{what}: meridian's loss differs from transformers'")
+
+    def generate(self, model_dir, prompt, template, n, meridian_output):
+        import torch
+        tok, model = self.tokenizer(model_dir), self.model(model_dir)
+        if template == "none":
+            ids = tok(prompt)["input_ids"]
+        else:
+            out = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=True,
+                                          add_generation_prompt=True)
+            ids = list(out["input_ids"] if hasattr(out, "keys") else out)
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            y = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=int(n),
+                               pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
+        if y and y[-1] == tok.eos_token_id:
+            y = y[:-1]
+        text = tok.decode(y, skip_special_tokens=True)
+        want = f"generated ({len(y)} tokens, greedy): {text}"
+        # split("\n"), not splitlines(): byte-fallback text may hold \x1c-\x1e, which splitlines() breaks at
+        out = open(meridian_output, encoding="utf-8").read()
+        lines = [ln for ln in out.split("\n") if ln.startswith("generated (")]
+        got = lines[0] if lines else "(no 'generated' line)"
+        m = re.search(r"token ids of the prompt \[([0-9, ]*)\], generated \[([0-9, ]*)\]", out)
+        got_ids = [[int(v) for v in g.split(",") if v.strip()] for g in m.groups()] if m else None
+        print(f"generate ({template}): transformers: prompt {ids}, generated {y} '{text}'; meridian: "
+              f"{got_ids or '(no token ids logged)'} {got}")
+        if got_ids != [ids, y] or got != want:
+            self.fail(f"generate ({template}): meridian {got_ids} '{got}', transformers {[ids, y]} '{want}'")
+
+    def same(self, d, checkpoint):
+        import h5py
+        import torch
+        mine = read_weights(d)
+        with h5py.File(checkpoint, "r") as f:
+            theirs = {k: torch.from_numpy(f["model"][k][...]) for k in f["model"].keys()}
+        if sorted(mine) != sorted(theirs):
+            return self.fail(f"{d}: names differ from {checkpoint}: {sorted(set(mine) ^ set(theirs))[:10]}")
+        shaped = [k for k in mine if mine[k].shape == theirs[k].shape]
+        bad = [k for k in mine if k not in shaped or not torch.equal(mine[k].float(), theirs[k].float())]
+        err = max((float((mine[k].float() - theirs[k].float()).abs().max()) for k in shaped), default=float("nan"))
+        print(f"{d}: {len(mine)} tensors, {len(bad)} differ from the checkpoint's (max |difference| {err:.1e})")
+        if bad:
+            self.fail(f"{d}: tensors differ from the checkpoint's: {bad[:5]}")
 
 
-def generate(model_dir, prompt, template, max_new):
-    """Greedy continuation of `prompt` put in `template` (none, or llama-2: transformers' chat template for
-    one user turn, "[INST] " + content.strip() + " [/INST]"), with the bos tokenizer_config.json asks for."""
-    import sentencepiece as spm
-
-    sp = spm.SentencePieceProcessor(model_file=f"{model_dir}/tokenizer.model")
-    cfg = json.load(open(f"{model_dir}/tokenizer_config.json")) if os.path.exists(f"{model_dir}/tokenizer_config.json") else {}
-    text = prompt if template == "none" else "[INST] " + prompt.strip() + " [/INST]"
-    ids = ([sp.bos_id()] if cfg.get("add_bos_token", True) else []) + sp.encode(text)
-    model, out = load_model(model_dir), []
-    with torch.no_grad():
-        for _ in range(max_new):
-            nxt = int(model(torch.tensor([ids + out]))[0, -1].argmax())
-            if nxt == sp.eos_id():
-                break
-            out.append(nxt)
-    print(f"{len(out)} tokens: {sp.decode(out)}")
-    return 0
-
-
-def same(d, checkpoint):
-    import h5py
-
-    mine = read_weights(d)
-    with h5py.File(checkpoint, "r") as f:
-        theirs = {k: torch.from_numpy(f["model"][k][...]) for k in f["model"].keys()}
-    if sorted(mine) != sorted(theirs):
-        print("FAIL: names differ:", sorted(set(mine) ^ set(theirs))[:10])
-        return 1
-    bad = [k for k in mine if mine[k].shape != theirs[k].shape or not torch.equal(mine[k].float(), theirs[k].float())]
-    print(f"{len(mine)} tensors, {len(bad)} differ from the checkpoint {bad[:5]}")
-    return 1 if bad else 0
+def check(spec):
+    c = Check()
+    for line in open(spec, encoding="utf-8").read().splitlines():
+        if line.strip():
+            kind, *args = line.split("\t")
+            try:
+                getattr(c, kind)(*args)
+            except Exception as e:  # a check that cannot run fails; the others still run
+                c.fail(f"{kind} {args}: {type(e).__name__}: {e}")
+    print(f"{len(c.failures)} check(s) failed" if c.failures else "every check passed")
+    return 1 if c.failures else 0
 
 
 def corrupt(src, dst, fault):
-    index, save_index, rewrite = faulty_copy(src, dst)
+    import torch  # noqa: F401 (safetensors.torch)
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    shutil.copytree(src, dst)
+    index = json.load(open(f"{dst}/model.safetensors.index.json"))
     wm = index["weight_map"]
+
+    def rewrite(file, change):
+        with safe_open(f"{dst}/{file}", "pt") as s:
+            tensors, meta = {k: s.get_tensor(k) for k in s.keys()}, s.metadata()
+        save_file(dict(change(list(tensors.items()))), f"{dst}/{file}", metadata=meta)
 
     if fault == "shard":
         name = list(dict.fromkeys(wm.values()))[-1]
@@ -390,8 +413,10 @@ def corrupt(src, dst, fault):
         config["intermediate_size"] = 56
         json.dump(config, open(f"{dst}/config.json", "w"))
         name = "model.layers.0.mlp.gate_proj.weight"
-    save_index()
-    print(name)
+    else:
+        raise SystemExit(f"break: unknown fault {fault}")
+    json.dump(index, open(f"{dst}/model.safetensors.index.json", "w"), indent=2)
+    print(fault, name)
 
 
 def main(argv):
@@ -401,19 +426,18 @@ def main(argv):
         args = dict(zip(rest[0::2], rest[1::2]))
         shape = tuple(int(v) for v in args["--shape"].split(",")) if "--shape" in args else None
         make(argv[2], int(args.get("--seed", 0)), int(args.get("--shard-bytes", 20000)), args.get("--dtype", "bf16"),
-             "--tie" in argv, shape)
+             "--tie" in argv, shape, args.get("--no-bos-copy"))
         return 0
-    if cmd == "ids":
-        return ids(argv[2], argv[3], argv[4], argv[argv.index("--chat-template") + 1] if "--chat-template" in argv
-                   else "llama-2")
-    if cmd == "loss":
-        return loss(argv[2], argv[3], int(argv[argv.index("--seq-len") + 1]))
+    if cmd == "check":
+        return check(argv[2])
     if cmd == "same":
-        return same(argv[2], argv[3])
-    if cmd == "generate":
-        return generate(argv[2], argv[3], argv[4], int(argv[5]))
+        c = Check()
+        c.same(argv[2], argv[3])
+        return 1 if c.failures else 0
     if cmd == "break":
-        corrupt(argv[2], argv[3], argv[4])
+        faults = argv[4:]
+        for fault in faults:
+            corrupt(argv[2], argv[3] if len(faults) == 1 else f"{argv[3]}_{fault}", fault)
         return 0
     print(__doc__)
     return 2

@@ -17,6 +17,14 @@ struct TextRules {
       false;                     // canonicalize_text: ASCII punctuation removed, whitespace runs to one space, trimmed
   int pad_id = -1, eos_id = -1;  // -1: the SentencePiece model's own
   bool add_bos = true;           // bos before each text when the model has one (add_bos_token)
+  // Where a "▁" (a space) goes before a section of text, a section being the text before, between or
+  // after special tokens. kModel: SentencePiece's own dummy prefix, before every section. The others
+  // are transformers 5's LlamaTokenizer (tokenizers' Metaspace pre-tokenizer, prepend_scheme): only
+  // before a section that does not already start with a space, and kAlways before every section
+  // ("legacy": true), kFirst before the input's first only, none after a special token such as a
+  // chat template's <s> or </s> (legacy false, transformers 5's default), kNever none
+  // (add_prefix_space false).
+  enum class Prefix { kModel, kAlways, kFirst, kNever } prefix = Prefix::kModel;
 };
 
 class Tokenizer {
@@ -26,9 +34,12 @@ class Tokenizer {
   static Tokenizer from_file(const std::string& path);
   // A Hugging Face tokenizer directory: spiece.model with the rules of tokenizer_config.json
   // (SiglipTokenizer: do_lower_case, default true; punctuation stripped; eos_token and pad_token,
-  // default "</s>", looked up as pieces), or tokenizer.model (LlamaTokenizer: the text unchanged;
-  // bos the model's, which bos_token must name, added unless add_bos_token is false; eos_token,
-  // default "</s>"; pad_token when not null).
+  // default "</s>", looked up as pieces), or tokenizer.model (LlamaTokenizer as transformers 5 reads
+  // the directory: the text unchanged but for the "▁" before each section (TextRules::prefix, from
+  // legacy and add_prefix_space); bos the model's, which bos_token must name, added when
+  // tokenizer.json's post_processor writes it (tokenizer.json present: add_bos_token is not read),
+  // else when add_bos_token is true (default false); eos_token, default "</s>"; pad_token when not
+  // null).
   // DataError naming the file and field when both models are missing (tokenizer.json alone is not
   // read), the config is not JSON, or a token is no piece.
   static Tokenizer from_hf_dir(const std::string& dir);
@@ -46,18 +57,24 @@ class Tokenizer {
   // Writes the ids of `text` (after the rules) then eos into out[0..context_length), truncating the text so eos stays
   // last, and pads with pad_id(). Returns the length before padding (<= context_length).
   int encode(const std::string& text, int context_length, int32_t* out) const;
-  std::string decode(const int32_t* ids, int length) const;  // stops at eos/pad
+  // Stops at eos/pad. With a prefix rule (TextRules::prefix not kModel): as transformers 5's
+  // LlamaTokenizer.decode(skip_special_tokens=True), else SentencePiece's own decoding (they differ
+  // on byte pieces that are not UTF-8: one U+FFFD per byte here).
+  std::string decode(const int32_t* ids, int length) const;
 
   int vocab_size() const;
   int pad_id() const;  // the rules' pad, else the model's pad piece, or 0 when it has none
   int eos_id() const;  // the rules' eos, else the model's; -1 when it has none (then nothing is appended)
   int bos_id() const;  // -1 when the model has none
-  // Whether a bos goes before each text (the model has one and add_bos_token is not false).
+  // Whether a bos goes before each text (the model has one and TextRules::add_bos).
   bool adds_bos() const { return rules_.add_bos && bos_id() >= 0; }
-  std::vector<int32_t> ids(const std::string& text) const;  // the pieces of `text`, nothing added
+  // The pieces of `text`, nothing added; after_special: the text follows a special token (a chat
+  // template's bos or eos), which decides the "▁" before it (TextRules::prefix).
+  std::vector<int32_t> ids(const std::string& text, bool after_special = false) const;
   const std::string& model_bytes() const { return bytes_; }
 
  private:
+  std::string metaspace_decode(const std::vector<int32_t>& ids) const;
   struct Model;
   std::shared_ptr<Model> model_;
   std::string bytes_;

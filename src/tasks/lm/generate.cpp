@@ -3,6 +3,10 @@
 // user names.
 #include "meridian/models/generate.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
 #include <filesystem>
 
 #include "meridian/data/format.h"
@@ -23,7 +27,7 @@ data::Tokenizer load_tokenizer(const std::string& path) {
 
 // The prompt as `chat_template` puts it to the model (one user turn, no system prompt):
 //   alpaca          the template prep text trains with (data::alpaca_prompt)
-//   llama-2         "[INST] {prompt, trimmed} [/INST]" (Llama-2-chat's; the bos the tokenizer adds)
+//   llama-2         "[INST] {prompt, trimmed} [/INST]" (Llama-2-chat's, after its bos_token)
 //   mistral         "[INST] {prompt} [/INST]" (Mistral-Instruct's; the same for one turn)
 //   none            the text itself
 std::string templated(const std::string& chat_template, const std::string& prompt, const std::string& input) {
@@ -53,9 +57,12 @@ GenerateResult generate_lm(const ModelSource& source, const GenerateOptions& o, 
   models::Llama model = lm_model(source, device, false);
   model->eval();
 
+  // A chat template writes its bos_token itself, the text after it (apply_chat_template); otherwise
+  // the prompt is tokenizer(text), with the bos the tokenizer adds.
+  const bool chat = chat_template == "llama-2" || chat_template == "mistral";
   std::vector<int64_t> ids;
-  if (tok.adds_bos()) ids.push_back(tok.bos_id());
-  for (int32_t id : tok.ids(r.prompt)) ids.push_back(id);
+  if (chat ? tok.bos_id() >= 0 : tok.adds_bos()) ids.push_back(tok.bos_id());
+  for (int32_t id : tok.ids(r.prompt, /*after_special=*/chat && tok.bos_id() >= 0)) ids.push_back(id);
   r.prompt_tokens = int64_t(ids.size());
   models::SamplingOptions so;
   so.max_new_tokens = o.max_new_tokens;
@@ -66,6 +73,8 @@ GenerateResult generate_lm(const ModelSource& source, const GenerateOptions& o, 
   std::vector<int32_t> generated;
   for (int64_t id : models::generate(model, ids, so)) generated.push_back(int32_t(id));
   r.tokens = int64_t(generated.size());
+  spdlog::debug("generate: token ids of the prompt [{}], generated [{}]", fmt::join(ids, ", "),
+                fmt::join(generated, ", "));
   r.text = tok.decode(generated.data(), int(generated.size()));
   return r;
 }

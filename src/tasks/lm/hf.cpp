@@ -107,7 +107,10 @@ HfExport export_hf_llama(const std::string& checkpoint, const std::string& out, 
     tc["model_max_length"] = model->config().max_seq_len;
     tc["add_bos_token"] = tok.adds_bos();
     tc["add_eos_token"] = false;
-    tc["legacy"] = true;  // SentencePiece's own encoding of the text, as prep text tokenised it
+    // The "▁" before a text after a special token, as prep text tokenised it (TextRules::prefix; a
+    // prep-trained tokenizer's: SentencePiece's own, before every text, the nearest being legacy).
+    tc["legacy"] = tok.rules().prefix != data::TextRules::Prefix::kFirst;
+    if (tok.rules().prefix == data::TextRules::Prefix::kNever) tc["add_prefix_space"] = false;
     tc["pad_token"] = nullptr;
     dir.write_json("tokenizer_config.json", tc);
     dir.write_json("special_tokens_map.json", special);
