@@ -24,7 +24,7 @@ precision=${PRECISION:-bf16}
 mkdir -p "$dir"
 if [[ ! -f $dir/sft.h5 || $(cat "$dir/shape" 2>/dev/null) != "$shape" ]]; then
   rm -rf "$dir/hf" "$dir/sft.h5"
-  python3 "$root/tests/models/hf_llama.py" make "$dir/hf" --shape "$shape" --tie --dtype f32 >/dev/null
+  python3 "$root/tests/models/hf_llama.py" make "$dir/hf" --shape "$shape" --tie --dtype f32 --shard-bytes 1000000000 >/dev/null
   mpirun --oversubscribe -np 2 "$bin" prep synthetic --kind text --count 4000 --tokenizer "$dir/hf" --out "$dir/sft.h5" \
     --log-level warn >/dev/null
   echo "$shape" >"$dir/shape"
