@@ -3,10 +3,10 @@
 #  1. jobs/configs/detect-synthetic.yaml (YOLO12n) on `prep synthetic --kind detection --count 2000
 #     --size 128`, evaluated on 200 held-out scenes (--seed 7) every 600 steps, then `meridian eval`
 #     on the final checkpoint (AP by size, AP75) and the per-class AP;
-#  2. COCO-style real files: tests/detect/cocoeval_reference.py's 12 non-square images with a COCO
+#  2. COCO-style real files: tests/detect/coco_reference.py's 12 non-square images with a COCO
 #     instances file (ids from 101, categories 3 and 9) through prep --coco, yolo11n trained 150
 #     steps from random weights (optim.name auto, the detect default, with lr 0.01 and no EMA as the
-#     test does), evaluated with eval --save-json and scored again by the numpy COCOeval;
+#     test does), evaluated with eval --save-json and scored again by pycocotools' COCOeval;
 #  3. `meridian model` of every shipped YAML at n (parameters, GFLOPs at 640).
 # Usage: jobs/bench/detect.sh [build dir (default build)]. Environment: BENCH_DIR (default
 # /tmp/meridian-bench-detect), PARTS (default "1 2 3").
@@ -37,7 +37,7 @@ if want 1; then
 fi
 
 if want 2; then
-  ref=(python3 "$root/tests/detect/cocoeval_reference.py")
+  ref=(python3 "$root/tests/detect/coco_reference.py")
   rm -rf "$dir/coco" && mkdir -p "$dir/coco"
   "${ref[@]}" images "$dir/coco/images" "$dir/coco/instances.json"
   "${mpi[@]}" "$bin" prep detection --images "$dir/coco/images" --coco "$dir/coco/instances.json" --size 64 \
@@ -49,7 +49,7 @@ if want 2; then
     --set checkpoint.every_steps=150 2>&1 | grep -E "optim.name auto|step +(50|100|150)/|^train:"
   "${mpi[@]}" "$bin" eval --checkpoint "$dir/coco/run/checkpoints/step_00000150.h5" --data "$dir/coco/coco.h5" \
     --save-json "$dir/coco/results.json" --log-level warn
-  echo "numpy COCOeval on the results JSON: $("${ref[@]}" score "$dir/coco/instances.json" "$dir/coco/results.json")"
+  echo "pycocotools' COCOeval on the results JSON: $("${ref[@]}" score "$dir/coco/instances.json" "$dir/coco/results.json" 2>/dev/null)"
 fi
 
 if want 3; then

@@ -14,7 +14,7 @@
 namespace meridian::detect {
 namespace {
 
-constexpr char kMagic[8] = {'M', 'D', 'M', 'A', 'P', '2', 0, 0};
+constexpr char kMagic[8] = {'M', 'D', 'M', 'A', 'P', '3', 0, 0};
 constexpr int kRecallPoints = 101;
 
 std::vector<float> boxes_to_vector(const at::Tensor& t, const char* what) {
@@ -167,8 +167,9 @@ const std::vector<AreaRange>& coco_area_ranges() {
 
 void MapAccumulator::add_image(const at::Tensor& gt_boxes, const at::Tensor& gt_classes, const at::Tensor& det_boxes,
                                const at::Tensor& det_scores, const at::Tensor& det_classes, const at::Tensor& gt_crowd,
-                               const at::Tensor& gt_areas) {
+                               const at::Tensor& gt_areas, int64_t image_id) {
   Image img;
+  img.image_id = image_id;
   img.gt_boxes = boxes_to_vector(gt_boxes, "gt_boxes");
   const int64_t ng = gt_boxes.size(0);
   img.gt_classes = classes_to_vector(gt_classes, ng, "gt_classes");
@@ -217,11 +218,18 @@ MapResult MapAccumulator::compute(int num_classes, int max_dets) const {
   for (const Image& img : images_)
     for (size_t g = 0; g < img.gt_classes.size(); ++g)
       if (!img.gt_crowd[g]) ++r.num_gt[size_t(img.gt_classes[g])];
+  // COCOeval's image order (np.unique(imgIds): ascending id), which decides between equal scores on
+  // different images; images of equal id keep the order they were added in.
+  std::vector<size_t> image_order(images_.size());
+  std::iota(image_order.begin(), image_order.end(), size_t{0});
+  std::stable_sort(image_order.begin(), image_order.end(),
+                   [&](size_t x, size_t y) { return images_[x].image_id < images_[y].image_id; });
   // ap[range][class][threshold]
   std::vector<std::vector<std::vector<double>>> ap(ranges.size(), std::vector<std::vector<double>>(nc));
   for (size_t c = 0; c < nc; ++c) {
     std::vector<std::vector<Evaluated>> per_range(ranges.size());
-    for (const Image& img : images_) {
+    for (size_t image : image_order) {
+      const Image& img = images_[image];
       std::vector<size_t> gts, dets;
       for (size_t g = 0; g < img.gt_classes.size(); ++g)
         if (img.gt_classes[g] == int64_t(c)) gts.push_back(g);
@@ -306,6 +314,7 @@ std::string MapAccumulator::serialize() const {
   for (const Image& img : images_) {
     const uint64_t counts[2] = {img.gt_classes.size(), img.det_classes.size()};
     put(out, counts, 2);
+    put(out, &img.image_id, 1);
     put(out, img.gt_boxes.data(), img.gt_boxes.size());
     put(out, img.gt_classes.data(), img.gt_classes.size());
     put(out, img.gt_crowd.data(), img.gt_crowd.size());
@@ -330,12 +339,14 @@ void MapAccumulator::merge(const std::string& bytes) {
     uint64_t counts[2];
     rd.get(counts, 2);
     // Sizes are checked against the remaining bytes before anything is allocated.
-    const uint64_t need = counts[0] * (4 * sizeof(float) + sizeof(int64_t) + sizeof(uint8_t) + sizeof(float)) +
+    const uint64_t need = sizeof(int64_t) +  // the image id
+                          counts[0] * (4 * sizeof(float) + sizeof(int64_t) + sizeof(uint8_t) + sizeof(float)) +
                           counts[1] * (4 * sizeof(float) + sizeof(float) + sizeof(int64_t));
     if (counts[0] > bytes.size() || counts[1] > bytes.size() || need > bytes.size() - rd.pos)
       throw std::invalid_argument("MapAccumulator::merge: truncated serialization (" + std::to_string(bytes.size()) +
                                   " bytes)");
     Image img;
+    rd.get(&img.image_id, 1);
     img.gt_boxes.resize(4 * counts[0]);
     img.gt_classes.resize(counts[0]);
     img.gt_crowd.resize(counts[0]);

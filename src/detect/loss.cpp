@@ -165,9 +165,17 @@ Assignment assign(const at::Tensor& pred_scores_in, const at::Tensor& pred_boxes
   const auto pboxes = pred_boxes_in.to(at::kFloat);
   const auto points = anchor_points.to(dev, at::kFloat);
 
-  // Candidates: anchor centre strictly (eps) inside the gt box. [B, M, A]
+  // Candidates: anchor centre strictly (eps) inside the gt box, its sides widened to at least
+  // min_side about its centre (Ultralytics' select_candidates_in_gts, through xywh as it does). [B, M, A]
+  auto candidate_boxes = gt;
+  if (o.min_side > 0) {
+    const auto centre = (gt.narrow(-1, 0, 2) + gt.narrow(-1, 2, 2)) / 2;
+    auto wh = gt.narrow(-1, 2, 2) - gt.narrow(-1, 0, 2);
+    wh = at::where(wh.lt(o.min_side).logical_and(valid.unsqueeze(-1)), at::full({}, o.min_side, f32), wh);
+    candidate_boxes = at::cat({centre - wh / 2, centre + wh / 2}, -1);
+  }
   const auto p = points.view({1, 1, na, 2});
-  const auto lt = gt.narrow(-1, 0, 2).unsqueeze(2), rb = gt.narrow(-1, 2, 2).unsqueeze(2);
+  const auto lt = candidate_boxes.narrow(-1, 0, 2).unsqueeze(2), rb = candidate_boxes.narrow(-1, 2, 2).unsqueeze(2);
   const auto inside = at::cat({p - lt, rb - p}, -1).amin(-1).gt(o.eps);
   const auto candidate = inside.logical_and(valid.unsqueeze(-1));
 
@@ -186,11 +194,11 @@ Assignment assign(const at::Tensor& pred_scores_in, const at::Tensor& pred_boxes
   in_topk.scatter_(-1, topk_idx, true);
   auto positive = in_topk.logical_and(candidate);  // [B, M, A]
 
-  // An anchor positive for several gts keeps the gt with the highest CIoU.
+  // An anchor positive for several gts goes to the gt with the highest CIoU among every gt it is a
+  // candidate of (Ultralytics' select_highest_overlaps: not only those it is in the top k of).
   auto count = positive.sum(1);  // [B, A]
   if (count.max().item<int64_t>() > 1) {
-    const auto best =
-        at::where(positive, overlaps, at::full({}, -1.0, f32)).argmax(1);  // [B, A], among its positive gts
+    const auto best = std::get<1>(overlaps.max(1));  // [B, A]
     const auto is_best = at::zeros_like(positive).scatter_(1, best.unsqueeze(1), true);
     positive = at::where(count.gt(1).unsqueeze(1), is_best, positive);
   }
@@ -228,8 +236,10 @@ DetectionLoss detection_loss(const std::vector<at::Tensor>& levels, const std::v
   const auto grid = anchors.points / stride;          // anchor centres in stride units
 
   const auto pred_boxes = dist2bbox(dfl_decode(distri, reg_max), grid);  // [B, A, 4] stride units
+  AssignerOptions assigner = o.assigner;
+  if (assigner.min_side < 0) assigner.min_side = double(strides.size() > 1 ? strides[1] : strides.at(0));
   const auto a = assign(logits.detach().sigmoid(), pred_boxes.detach() * stride, anchors.points, gt_boxes, gt_classes,
-                        gt_offsets, o.assigner);
+                        gt_offsets, assigner);
   const auto local_sum = at::clamp_min(a.target_scores.sum(), 1.0);
   // S and B of the whole global batch with `comm`, this rank's otherwise.
   at::Tensor score_sum = local_sum;

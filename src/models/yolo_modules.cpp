@@ -234,9 +234,9 @@ DetectImpl::DetectImpl(int64_t nc, int64_t reg_max, const std::vector<int64_t>& 
       }
     }
     auto cls_out = cls->add(torch::nn::Conv2d(torch::nn::Conv2dOptions(c3, nc, 1)));
-    {  // Ultralytics' Detect.bias_init: box logits 1.0, classes ~5 objects per 640 px image
+    {  // Ultralytics' Detect.bias_init (8.4): box logits 2.0, classes ~5 objects per 640 px image
       at::NoGradGuard no_grad;
-      box_out->bias.fill_(1.0);
+      box_out->bias.fill_(2.0);
       cls_out->bias.fill_(std::log(5.0 / double(nc) / std::pow(640.0 / double(strides[i]), 2)));
     }
     cv2_->push_back(box);

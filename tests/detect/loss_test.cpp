@@ -1,21 +1,30 @@
 // Detection loss, assigner and decoding against closed forms and hand-made cases: CIoU by hand in
 // double, distance <-> box round trips, DFL as -log p on integer bins, anchors, the task-aligned
 // assigner (candidates, top-k, the shared anchor, images without boxes), the loss without boxes
-// (pure BCE against zeros), gradients, and a tiny Yolo that overfits two images and is decoded.
+// (pure BCE against zeros), gradients, and a tiny Yolo that overfits two images and is decoded; and
+// against the real ultralytics package: its v8DetectionLoss (tests/models/ultralytics_yolo.py loss, one
+// Python process) on the same head levels and targets gives meridian's box, cls and dfl terms, total
+// and gradient w.r.t. every level, to 1e-4 (relative to the value, or to the largest gradient).
 #include "meridian/detect/loss.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/autograd.h>
 #include <torch/optim/adamw.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
+#include <map>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "meridian/detect/boxes.h"
+#include "meridian/models/safetensors.h"
 #include "meridian/models/yolo.h"
 
 namespace meridian::detect {
@@ -171,6 +180,59 @@ TEST(DetectAssigner, SharedAnchorGoesToTheHigherIouBoxAndEmptyImagesGetNothing) 
   EXPECT_THROW(assign(scores, pred, points, gt, cls, at::tensor({int64_t{0}, int64_t{1}, int64_t{1}})),
                std::invalid_argument);  // offsets do not cover M
   EXPECT_THROW(assign(scores, pred, points, gt, at::tensor({int64_t{0}, int64_t{2}}), offsets), std::invalid_argument);
+}
+
+// Ultralytics' v8DetectionLoss with its defaults (box 7.5, cls 0.5, dfl 1.5) on random levels of
+// batches of 4 (4 classes, 64 px): one image without boxes; small overlapping boxes (its assigner
+// widens sides under 16 px when it picks candidates); a large box around smaller ones (an anchor of
+// two boxes goes to the one it overlaps best of all it is inside); no box at all. Normalisation:
+// Ultralytics returns (box, cls, dfl) * B and the detached items (box, cls, dfl) without B; its
+// trainer backpropagates the sum of the first, so meridian's total (= (box + cls + dfl) * B) is that
+// sum and meridian's box, cls, dfl are the items.
+TEST(DetectLoss, EqualsUltralyticsV8DetectionLoss) {
+  namespace fs = std::filesystem;
+  const fs::path file = fs::temp_directory_path() / ("meridian_v8loss_" + std::to_string(::getpid()) + ".safetensors");
+  const std::string cmd = std::string(MERIDIAN_PYTHON) + " " + MERIDIAN_SOURCE_DIR +
+                          "/tests/models/ultralytics_yolo.py loss " + file.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::map<std::string, at::Tensor> ref;
+  for (auto& [name, t] : models::load_safetensors(file.string())) ref[name] = t;
+  fs::remove(file);
+  for (const std::string c : {"boxes", "crowded", "nested", "empty"}) {
+    SCOPED_TRACE(c);
+    std::vector<at::Tensor> levels;
+    for (int l = 0; l < 3; ++l)
+      levels.push_back(ref.at(c + ".level." + std::to_string(l)).clone().requires_grad_(true));
+    std::vector<int64_t> strides;
+    for (int l = 0; l < 3; ++l) strides.push_back(int64_t(ref.at(c + ".strides")[l].item<float>()));
+    const auto loss =
+        detection_loss(levels, strides, ref.at(c + ".gt_boxes"), ref.at(c + ".gt_classes"), ref.at(c + ".gt_offsets"));
+    const auto items = ref.at(c + ".items");
+    const double want_total = ref.at(c + ".total").item<double>();
+    double worst = 0;
+    const auto compare = [&](const char* what, double ours, double theirs) {
+      const double rel = std::abs(ours - theirs) / std::max(1.0, std::abs(theirs));
+      worst = std::max(worst, rel);
+      EXPECT_LE(rel, 1e-4) << what << ": meridian " << ours << ", Ultralytics " << theirs;
+    };
+    compare("box", loss.box.item<double>(), items[0].item<double>());
+    compare("cls", loss.cls.item<double>(), items[1].item<double>());
+    compare("dfl", loss.dfl.item<double>(), items[2].item<double>());
+    compare("total", loss.total.item<double>(), want_total);
+    const auto grads = torch::autograd::grad({loss.total}, levels);
+    double grad_worst = 0;
+    for (int l = 0; l < 3; ++l) {
+      const auto& want = ref.at(c + ".grad." + std::to_string(l));
+      const double scale = std::max(1e-12, want.abs().max().item<double>());
+      const double diff = (grads[size_t(l)] - want).abs().max().item<double>() / scale;
+      grad_worst = std::max(grad_worst, diff);
+      EXPECT_LE(diff, 1e-4) << "gradient of level " << l;
+    }
+    std::cout << "[ v8DetectionLoss " << c << " ] box " << loss.box.item<double>() << " cls " << loss.cls.item<double>()
+              << " dfl " << loss.dfl.item<double>() << " total " << loss.total.item<double>()
+              << ": max relative |meridian - Ultralytics| " << worst << " (terms, total), " << grad_worst
+              << " (gradients, relative to each level's largest)\n";
+  }
 }
 
 TEST(DetectLoss, WithoutBoxesItIsTheBceOfAllZeroTargets) {

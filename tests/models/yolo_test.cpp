@@ -1,12 +1,15 @@
-// The Ultralytics YOLO models (yolov8, yolo11, yolo12 built from their model YAMLs) against
-// references computed another way: the parameter counts Ultralytics publishes; the raw head outputs
-// of tests/models/ultralytics_yolo.py (a PyTorch implementation of Ultralytics' modules, not of this
-// code) on a random model it writes in Ultralytics' state_dict names, to 1e-4; FLOPs against
-// Ultralytics' published GFLOPs; weight files with missing, unknown and misshapen tensors and another
-// class count; model.yaml / model.scale resolution and the errors that name the YAML and its row;
-// model.sync_bn: the same parameter and buffer names with SyncBatchNorm2d, and on one rank (a
-// one-rank communicator written here, whose reductions are the identity) the same outputs, gradients
-// and running statistics as with BatchNorm2d, with one allreduce per normalisation each way.
+// The Ultralytics YOLO models (yolov8, yolo11, yolo12 built from their model YAMLs) against the real
+// ultralytics package (tests/models/ultralytics_yolo.py, one Python process for the whole file): the
+// parameter counts Ultralytics publishes; the state_dict names and shapes (buffers included) and the
+// parameter counts of the DetectionModels Ultralytics builds from its own yolov8n.yaml, yolo11n.yaml
+// and yolo12n.yaml equal meridian's; the raw head outputs of Ultralytics' DetectionModel (random
+// weights and BatchNorm statistics, loaded here by name) equal meridian's forward, to 1e-3 of the
+// outputs in float32 and 1e-12 in float64; FLOPs against Ultralytics' published GFLOPs; weight files
+// with missing, unknown and misshapen tensors and another class count; model.yaml / model.scale
+// resolution and the errors that name the YAML and its row; model.sync_bn: the same parameter and
+// buffer names with SyncBatchNorm2d, and on one rank (a one-rank communicator written here, whose
+// reductions are the identity) the same outputs, gradients and running statistics as with
+// BatchNorm2d, with one allreduce per normalisation each way.
 #include "meridian/models/yolo.h"
 
 #include <gtest/gtest.h>
@@ -111,13 +114,56 @@ struct TempDir {
 const std::string kSource = MERIDIAN_SOURCE_DIR;
 std::string yaml_file(const std::string& family) { return kSource + "/jobs/configs/ultralytics/" + family + ".yaml"; }
 
-// tests/models/ultralytics_yolo.py `make`: dir/model.safetensors and dir/io.safetensors.
-void reference_make(const fs::path& dir, const std::string& family, const std::string& scale, int64_t nc, int seed,
-                    int size) {
-  const std::string cmd = std::string(MERIDIAN_PYTHON) + " " + kSource + "/tests/models/ultralytics_yolo.py make " +
-                          dir.string() + " --yaml " + yaml_file(family) + " --scale " + scale + " --nc " +
-                          std::to_string(nc) + " --seed " + std::to_string(seed) + " --size " + std::to_string(size);
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+// Ultralytics' models for this file, made once by one `ultralytics_yolo.py make` (each a directory
+// with model.safetensors, io.safetensors and info.json; see that script): built from Ultralytics' own
+// model YAMLs (yolo11n.yaml: its yolo11.yaml at scale n) with random weights.
+struct Reference {
+  std::string family, scale;
+  int64_t nc;
+  int seed, size;
+  double width = 0;  // 0: the scale's; else a narrower model of the scale (cheaper, the same modules)
+  std::string name() const {
+    return family + scale + "_nc" + std::to_string(nc) + "_" + std::to_string(size) + (width > 0 ? "_narrow" : "");
+  }
+  models::YoloConfig config() const {
+    auto c = models::YoloConfig::builtin(family, scale, nc);
+    if (width > 0) c.width = width;
+    return c;
+  }
+};
+const std::vector<Reference> kReferences{
+    // HeadOutputs: YOLOv8's class branch, C2f; C3k2, C3k, C2PSA, DWConv branch; C3k2's C3k forced at
+    // m; A2C2f with 4 areas; residual A2C2f, mlp_ratio 1.2 and depth 1 at l. m and l at width 0.25
+    // (the scale's letter still decides C3k and A2C2f's options; 20-26M parameters cost a minute here).
+    {"yolov8", "n", 3, 11, 64},
+    {"yolo11", "n", 5, 11, 64},
+    {"yolo11", "m", 2, 11, 64, 0.25},
+    {"yolo12", "n", 4, 11, 64},
+    {"yolo12", "l", 7, 11, 64, 0.25},
+    // Names, shapes and counts at nc 80 (yolo11n also for the weight-file cases).
+    {"yolov8", "n", 80, 3, 32},
+    {"yolo11", "n", 80, 3, 32},
+    {"yolo12", "n", 80, 3, 32}};
+
+// The directory of one reference (made on first use, all together); "" when the script failed.
+fs::path reference(const Reference& r) {
+  static TempDir dir;
+  static const bool made = [] {
+    std::string cmd = std::string(MERIDIAN_PYTHON) + " " + kSource + "/tests/models/ultralytics_yolo.py make";
+    for (const auto& k : kReferences)
+      cmd += " --case " + (dir.path / k.name()).string() + ":" + k.family + k.scale + ".yaml::" + std::to_string(k.nc) +
+             ":" + std::to_string(k.seed) + ":" + std::to_string(k.size) +
+             (k.width > 0 ? ":" + std::to_string(k.width) : "");
+    const int rc = std::system(cmd.c_str());
+    EXPECT_EQ(rc, 0) << cmd;
+    return rc == 0;
+  }();
+  return made ? dir.path / r.name() : fs::path();
+}
+
+nlohmann::json read_json(const fs::path& file) {
+  std::ifstream in(file);
+  return nlohmann::json::parse(in);
 }
 
 std::map<std::string, at::Tensor> read_all(const fs::path& file) {
@@ -127,15 +173,13 @@ std::map<std::string, at::Tensor> read_all(const fs::path& file) {
 }
 }  // namespace
 
-// Ultralytics' model.info() for nc 80: YOLOv8 and YOLO11 as their YAMLs' summaries say. YOLO12 as
-// Ultralytics' modules build it (its YAML's summaries are 18,432 x width^2-ish lower: the original
-// YOLOv12 code's 5x5 positional convolution; jobs/configs/ultralytics/yolo12.yaml says more); the
-// Python reference gives the same counts (checked in HeadOutputs below for the scales it runs).
+// Ultralytics' model.info() for nc 80, as its YAMLs' summaries say (ultralytics 8.4 builds exactly
+// these; the scales Ultralytics builds here are checked in UltralyticsBuildsTheSameModels below).
 TEST(Yolo, PublishedParameterCounts) {
   const std::map<std::string, int64_t> published{
       {"yolov8n", 3157200}, {"yolov8s", 11166560}, {"yolov8m", 25902640}, {"yolov8l", 43691520}, {"yolov8x", 68229648},
       {"yolo11n", 2624080}, {"yolo11s", 9458752},  {"yolo11m", 20114688}, {"yolo11l", 25372160}, {"yolo11x", 56966176},
-      {"yolo12n", 2572336}, {"yolo12s", 9164288},  {"yolo12m", 19719936}, {"yolo12l", 25971552}, {"yolo12x", 58132512}};
+      {"yolo12n", 2602288}, {"yolo12s", 9284096},  {"yolo12m", 20199168}, {"yolo12l", 26450784}, {"yolo12x", 59210784}};
   for (const auto& [name, count] : published) {
     const auto c = parse("model:\n  yaml: " + name + ".yaml\n");
     EXPECT_EQ(c.scale, name.substr(name.size() - 1)) << name;
@@ -175,30 +219,64 @@ TEST(Yolo, OutputsStridesAndBiasPriors) {
   }
   EXPECT_THROW(model->forward(torch::rand({1, 3, 80, 64})), std::invalid_argument);
   EXPECT_THROW(model->forward(torch::rand({1, 1, 64, 64})), std::invalid_argument);
-  // Detect.bias_init: box 1.0, class log(5 / nc / (640 / stride)^2).
+  // Detect.bias_init: box 2.0, class log(5 / nc / (640 / stride)^2) (Ultralytics' own values are
+  // checked in UltralyticsBuildsTheSameModels).
   const auto params = model->named_parameters();
-  EXPECT_FLOAT_EQ(params["model.23.cv2.0.2.bias"][0].item<float>(), 1.0f);
+  EXPECT_FLOAT_EQ(params["model.23.cv2.0.2.bias"][0].item<float>(), 2.0f);
   EXPECT_NEAR(params["model.23.cv3.2.2.bias"][3].item<double>(), std::log(5.0 / 5.0 / std::pow(640.0 / 32.0, 2)), 1e-5);
 }
 
-// The raw head outputs of the PyTorch reference's random model, loaded by name. Runs yolov8n (YOLOv8's
-// class branch, C2f), yolo11n (C3k2, C3k, C2PSA, DWConv branch), yolo11m (C3k2's C3k forced at m),
-// yolo12n (A2C2f with 4 areas, grouped Convs) and yolo12l (residual A2C2f, mlp_ratio 1.2).
-TEST(Yolo, HeadOutputsEqualTheUltralyticsReference) {
-  struct Case {
-    const char* family;
-    const char* scale;
-    int64_t nc;
-  };
-  for (const Case& k : {Case{"yolov8", "n", 3}, Case{"yolo11", "n", 5}, Case{"yolo11", "m", 2}, Case{"yolo12", "n", 4},
-                        Case{"yolo12", "l", 7}}) {
-    SCOPED_TRACE(std::string(k.family) + k.scale);
-    TempDir dir;
-    reference_make(dir.path, k.family, k.scale, k.nc, 11, 64);
-    models::Yolo model(models::YoloConfig::builtin(k.family, k.scale, k.nc));
-    EXPECT_TRUE(models::load_ultralytics_weights(*model, (dir.path / "model.safetensors").string()).empty());
+// The DetectionModels Ultralytics builds from its yolov8n.yaml, yolo11n.yaml and yolo12n.yaml (and
+// the other references' scales and class counts): every state_dict tensor's name and shape, buffers
+// included, is meridian's, the parameter counts are equal, and so are Detect.bias_init's values.
+TEST(Yolo, UltralyticsBuildsTheSameModels) {
+  for (const auto& r : kReferences) {
+    SCOPED_TRACE(r.name());
+    const fs::path dir = reference(r);
+    ASSERT_FALSE(dir.empty());
+    std::map<std::string, std::vector<int64_t>> theirs, ours;
+    for (const auto& [name, t] : read_all(dir / "model.safetensors")) theirs[name] = t.sizes().vec();
+    models::Yolo model(r.config());
+    for (const auto& p : model->named_parameters()) ours[p.key()] = p.value().sizes().vec();
+    for (const auto& b : model->named_buffers()) ours[b.key()] = b.value().sizes().vec();
+    for (const auto& [name, shape] : theirs) {
+      const auto it = ours.find(name);
+      if (it == ours.end())
+        ADD_FAILURE() << "Ultralytics' " << name << " " << c10::str(at::IntArrayRef(shape)) << " is not meridian's";
+      else
+        EXPECT_EQ(it->second, shape) << name;
+    }
+    for (const auto& [name, shape] : ours)
+      EXPECT_TRUE(theirs.count(name)) << "meridian's " << name << " is not Ultralytics'";
+    const auto info = read_json(dir / "info.json");
+    const int64_t count = info["parameters"].get<int64_t>();
+    // Detect.bias_init as Ultralytics builds it: the last convolution of each level's box and class branch.
+    const auto params = model->named_parameters();
+    const std::string head = "model." + std::to_string(model->detect_index());
+    for (size_t l = 0; l < 3; ++l) {
+      const auto box = params[head + ".cv2." + std::to_string(l) + ".2.bias"];
+      const auto cls = params[head + ".cv3." + std::to_string(l) + ".2.bias"];
+      EXPECT_TRUE(torch::allclose(box, at::full_like(box, info["bias_init"]["box"][l].get<double>()))) << "level " << l;
+      EXPECT_TRUE(torch::allclose(cls, at::full_like(cls, info["bias_init"]["cls"][l].get<double>()))) << "level " << l;
+    }
+    std::cout << "[ " << r.name() << " ] " << theirs.size() << " tensors; parameters: Ultralytics " << count
+              << ", meridian " << parameter_count(*model) << "\n";
+    EXPECT_EQ(parameter_count(*model), count);
+    EXPECT_EQ(theirs.size(), ours.size());
+  }
+}
+
+// The raw head outputs of Ultralytics' DetectionModel with random weights, loaded by name.
+TEST(Yolo, HeadOutputsEqualUltralytics) {
+  for (const auto& k : kReferences) {
+    if (k.size != 64) continue;
+    SCOPED_TRACE(k.name());
+    const fs::path dir = reference(k);
+    ASSERT_FALSE(dir.empty());
+    models::Yolo model(k.config());
+    EXPECT_TRUE(models::load_ultralytics_weights(*model, (dir / "model.safetensors").string()).empty());
     model->eval();
-    const auto io = read_all(dir.path / "io.safetensors");
+    const auto io = read_all(dir / "io.safetensors");
     at::NoGradGuard no_grad;
     // float32, as trained: within a float32 forward's summation-order differences over a deep model
     // (relative to the outputs); float64: the same semantics to rounding.
@@ -214,8 +292,8 @@ TEST(Yolo, HeadOutputsEqualTheUltralyticsReference) {
       const double scale = std::max(1.0, want64.abs().max().item<double>());
       const double diff = (levels[l] - want).abs().max().item<double>();
       const double diff64 = (levels64[l] - want64).abs().max().item<double>();
-      std::cout << "[ " << k.family << k.scale << " ] level " << l << ": max |meridian - reference| " << diff
-                << " in float32, " << diff64 << " in float64 (outputs up to " << scale << ")\n";
+      std::cout << "[ " << k.name() << " ] level " << l << ": max |meridian - Ultralytics| " << diff << " in float32, "
+                << diff64 << " in float64 (outputs up to " << scale << ")\n";
       EXPECT_LE(diff, 1e-3 * scale) << "level " << l;
       EXPECT_LE(diff64, 1e-12 * scale) << "level " << l;
     }
@@ -225,9 +303,10 @@ TEST(Yolo, HeadOutputsEqualTheUltralyticsReference) {
 // Another class count: the class head's tensors of another shape keep their initialisation (and are
 // named); everything else loads. Bad files are named with the tensor.
 TEST(Yolo, WeightFilesWithOtherClassesAndBadTensors) {
-  TempDir dir;
-  reference_make(dir.path, "yolo11", "n", 80, 3, 32);
-  const std::string file = (dir.path / "model.safetensors").string();
+  TempDir dir;  // the bad files
+  const fs::path made = reference({"yolo11", "n", 80, 3, 32});
+  ASSERT_FALSE(made.empty());
+  const std::string file = (made / "model.safetensors").string();
   torch::manual_seed(1);
   models::Yolo model(models::YoloConfig::builtin("yolo11", "n", 5));
   const auto before = model->named_parameters()["model.23.cv3.1.2.weight"].clone();

@@ -10,7 +10,8 @@
 //    ground truth once a non-ignored one is matched; a crowd region's IoU is the intersection over
 //    the detection's area (it can match many detections). A detection matched to ignored ground
 //    truth, or unmatched with its box area outside the range, is ignored;
-//  * per class, the detections of all images (image order) sorted by descending score (stable):
+//  * per class, the detections of all images (in ascending image id, as COCOeval's np.unique(imgIds);
+//    equal ids in the order added) sorted by descending score (stable):
 //    cumulative TP and FP (ignored ones count as neither), recall = TP / (non-ignored ground truth),
 //    precision = TP / (TP + FP + 2^-52), made monotone from the right and sampled at the 101 recall
 //    points 0:0.01:1 (the first recall >= the point; 0 past the last); AP = the mean of the samples.
@@ -47,18 +48,20 @@ const std::vector<AreaRange>& coco_area_ranges();
 // The 10 COCO IoU thresholds 0.50, 0.55, ..., 0.95 (numpy.linspace(.5, .95, 10) bit for bit).
 std::vector<double> coco_iou_thresholds();
 
-// Collects ground truth and detections image by image; compute() scores them. Images keep the order
-// they were added in (which decides ties between equal scores, as in pycocotools).
+// Collects ground truth and detections image by image; compute() scores them. compute() takes the
+// images in ascending image id, those of equal id (e.g. all -1) in the order they were added: that
+// order decides between equal scores on different images, as COCOeval's sorted imgIds do.
 struct MapAccumulator {
   // gt_boxes [G,4] xyxy, gt_classes [G] (integer, >= 0), det_boxes [D,4], det_scores [D] (finite),
   // det_classes [D] (integer, >= 0); optional gt_crowd [G] (integer or bool, nonzero: an iscrowd
   // region) and gt_areas [G] (COCO's annotation area, e.g. of the segmentation; undefined: the box
-  // areas). Boxes in the coordinates the areas are meant in (COCO: original image pixels). Any
-  // device; copied to CPU (boxes, scores and areas as float32). std::invalid_argument (nothing
-  // added) for a wrong shape or dtype, a negative class, a non-finite score or area.
+  // areas); image_id: COCO's image id (-1: none). Boxes in the coordinates the areas are meant in
+  // (COCO: original image pixels). Any device; copied to CPU (boxes, scores and areas as float32).
+  // std::invalid_argument (nothing added) for a wrong shape or dtype, a negative class, a non-finite
+  // score or area.
   void add_image(const at::Tensor& gt_boxes, const at::Tensor& gt_classes, const at::Tensor& det_boxes,
                  const at::Tensor& det_scores, const at::Tensor& det_classes, const at::Tensor& gt_crowd = {},
-                 const at::Tensor& gt_areas = {});
+                 const at::Tensor& gt_areas = {}, int64_t image_id = -1);
 
   // Scores classes 0..num_classes-1 with at most max_dets detections per image and class (COCO's
   // maxDets, 100). std::invalid_argument when num_classes < 1, max_dets < 1 or a class id (ground
@@ -75,6 +78,7 @@ struct MapAccumulator {
   int64_t num_images() const { return static_cast<int64_t>(images_.size()); }
 
   struct Image {
+    int64_t image_id = -1;
     std::vector<float> gt_boxes;  // 4 per box
     std::vector<int64_t> gt_classes;
     std::vector<uint8_t> gt_crowd;

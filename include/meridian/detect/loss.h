@@ -54,6 +54,11 @@ struct AssignerOptions {
   double alpha = 0.5;  // exponent of the class score in the alignment metric
   double beta = 6.0;   // exponent of the CIoU in the alignment metric
   double eps = 1e-9;   // an anchor centre must be more than eps inside a box to be its candidate
+  // gt sides shorter than this are widened to it about the box centre when choosing candidates (not
+  // for the targets); assign() widens only when > 0. detection_loss replaces a value < 0 by the
+  // second level's stride (the first's with one level), as Ultralytics' TaskAlignedAssigner does
+  // (16 for strides 8, 16, 32).
+  double min_side = -1;
 };
 
 struct Assignment {
@@ -68,9 +73,10 @@ struct Assignment {
 // [B, A, 4] (decoded, pixels), anchor_points [A, 2] pixels; ground truth as flat gt_boxes [M, 4]
 // pixels xyxy, gt_classes [M] int64 in [0, C), gt_offsets [B + 1] int64 (image b owns rows
 // offsets[b] .. offsets[b+1]-1). For each gt the candidates are the anchors whose centre is inside
-// it; alignment = score_of_gt_class^alpha * max(CIoU, 0)^beta; the topk anchors by alignment (among
-// candidates) become positives; an anchor positive for several gts keeps the one with the highest
-// CIoU; target score = alignment / (max alignment of that gt) * (max CIoU of that gt) on the gt's
+// it (its sides widened to options.min_side when > 0); alignment = score_of_gt_class^alpha *
+// max(CIoU, 0)^beta; the topk anchors by alignment (among candidates) become positives; an anchor
+// positive for several gts goes to the gt with the highest CIoU among all gts it is a candidate of
+// (Ultralytics' TaskAlignedAssigner, 8.4); target score = alignment / (max alignment of that gt) * (max CIoU of that gt) on the gt's
 // class. No gradient flows (inputs are detached). std::invalid_argument on inconsistent shapes,
 // offsets that do not cover M rows, or a class outside [0, C).
 Assignment assign(const at::Tensor& pred_scores, const at::Tensor& pred_boxes, const at::Tensor& anchor_points,
