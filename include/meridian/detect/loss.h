@@ -76,8 +76,8 @@ struct Assignment {
 // it (its sides widened to options.min_side when > 0); alignment = score_of_gt_class^alpha *
 // max(CIoU, 0)^beta; the topk anchors by alignment (among candidates) become positives; an anchor
 // positive for several gts goes to the gt with the highest CIoU among all gts it is a candidate of
-// (Ultralytics' TaskAlignedAssigner, 8.4); target score = alignment / (max alignment of that gt) * (max CIoU of that gt) on the gt's
-// class. No gradient flows (inputs are detached). std::invalid_argument on inconsistent shapes,
+// (Ultralytics' TaskAlignedAssigner, 8.4); target score = alignment / (max alignment of that gt) *
+// (max CIoU of that gt) on the gt's class. No gradient flows (inputs are detached). std::invalid_argument on inconsistent shapes,
 // offsets that do not cover M rows, or a class outside [0, C).
 Assignment assign(const at::Tensor& pred_scores, const at::Tensor& pred_boxes, const at::Tensor& anchor_points,
                   const at::Tensor& gt_boxes, const at::Tensor& gt_classes, const at::Tensor& gt_offsets,
