@@ -77,8 +77,8 @@ struct Assignment {
 // max(CIoU, 0)^beta; the topk anchors by alignment (among candidates) become positives; an anchor
 // positive for several gts goes to the gt with the highest CIoU among all gts it is a candidate of
 // (Ultralytics' TaskAlignedAssigner, 8.4); target score = alignment / (max alignment of that gt) *
-// (max CIoU of that gt) on the gt's class. No gradient flows (inputs are detached). std::invalid_argument on inconsistent shapes,
-// offsets that do not cover M rows, or a class outside [0, C).
+// (max CIoU of that gt) on the gt's class. No gradient flows (inputs are detached). std::invalid_argument on
+// inconsistent shapes, offsets that do not cover M rows, or a class outside [0, C).
 Assignment assign(const at::Tensor& pred_scores, const at::Tensor& pred_boxes, const at::Tensor& anchor_points,
                   const at::Tensor& gt_boxes, const at::Tensor& gt_classes, const at::Tensor& gt_offsets,
                   const AssignerOptions& options = {});
