@@ -79,7 +79,7 @@ fi
 wheels=$(grep -c '==' "$requirements")
 echo "setup-node.sh: installing the Python environment $venv: $wheels pinned packages from the Python package index" \
   "(jobs/python-requirements.txt), torch $(sed -n 's/^torch==//p' "$requirements") with CUDA 13 among them:" \
-  "about 3 GB to download, 5.5 GB on disk"
+  "about 3.3 GB to download, 6.4 GB on disk"
 start=$SECONDS
 if [[ ! -w $(dirname "$venv") && -n $SUDO ]]; then
   $SUDO mkdir -p "$venv" && $SUDO chown "$(id -u):$(id -g)" "$venv"
