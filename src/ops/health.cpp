@@ -87,17 +87,20 @@ const Nvml& nvml() {
 }  // namespace
 
 std::string cpu_shared_cause(const RankInterval& r) {
-  const std::string others = r.others_cores >= core::kSharedOthersCores
-                                 ? fmt::format(", other processes kept {:.1f} cores busy", r.others_cores)
-                                 : "";
+  // Every cause measured, not the first: a hypervisor's steal and another tenant's threads can come
+  // together, and the user acts on each differently.
+  std::vector<std::string> causes;
   if (r.steal_pct >= core::kSharedStealPct)
-    return fmt::format("CPU shared: {:.0f} % steal (the hypervisor ran other VMs on this VM's cores){}", r.steal_pct,
-                       others);
+    causes.push_back(fmt::format("{:.0f} % steal (the hypervisor ran other VMs on this VM's cores)", r.steal_pct));
   if (r.cores > 0 && r.runnable > r.cores + core::kSharedRunnableExcess)
-    return fmt::format("CPU shared: {:.1f} runnable threads on {} cores{}", r.runnable, r.cores, others);
-  if (r.cores > 0 && r.others_cores >= core::kSharedOthersCores)
-    return fmt::format("CPU shared: other processes kept {:.1f} of {} cores busy", r.others_cores, r.cores);
-  return "";
+    causes.push_back(fmt::format("{:.1f} runnable threads on {} cores", r.runnable, r.cores));
+  if (r.others_cores >= core::kSharedOthersCores && (r.cores > 0 || !causes.empty()))
+    causes.push_back(causes.empty()
+                         ? fmt::format("other processes kept {:.1f} of {} cores busy", r.others_cores, r.cores)
+                         : fmt::format("other processes kept {:.1f} cores busy", r.others_cores));
+  std::string out;
+  for (const auto& c : causes) out += (out.empty() ? "CPU shared: " : ", ") + c;
+  return out;
 }
 
 std::vector<std::string> HealthRules::judge(const std::vector<RankInterval>& ranks) {

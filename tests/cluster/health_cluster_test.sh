@@ -100,7 +100,8 @@ case $mode in
       fail "an input straggler reported as network or compute"
     ;;
   cpu)
-    grep -qE ": straggler: rank 1 on $n2 .*; CPU shared: [0-9.]+ runnable threads on 2 cores, other processes kept" \
+    # The hypervisor's steal, when this VM's host is busy, is named first (CI saw 8-12 %).
+    grep -qE ": straggler: rank 1 on $n2 .*; CPU shared: ([0-9]+ % steal [^;]*, )?[0-9.]+ runnable threads on 2 cores, other processes kept" \
       <<<"$warnings" || fail "no straggler warning naming rank 1 on $n2 with its shared CPU as the cause"
     grep -E ": [a-z ]+:" <<<"$warnings" | grep -vqE "rank 1 on $n2 " && fail "a warning names another rank"
     ;;

@@ -93,6 +93,11 @@ TEST(HealthRules, AStragglersSharedCpuIsNamedAsTheCause) {
   EXPECT_EQ(cpu_shared_cause(r), "CPU shared: other processes kept 1.0 of 2 cores busy");
   r.steal_pct = 12.4, r.others_cores = 0;
   EXPECT_EQ(cpu_shared_cause(r), "CPU shared: 12 % steal (the hypervisor ran other VMs on this VM's cores)");
+  r.runnable = 4.0, r.others_cores = 0.8;  // steal and another tenant at once: both named
+  EXPECT_EQ(
+      cpu_shared_cause(r),
+      "CPU shared: 12 % steal (the hypervisor ran other VMs on this VM's cores), 4.0 runnable threads on 2 cores, "
+      "other processes kept 0.8 cores busy");
 
   HealthRules rules;
   auto ranks = with_compute(steady(3), 1, 0.250);
