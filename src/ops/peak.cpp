@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -55,6 +56,15 @@ double gemm_rate(c10::Device device, at::ScalarType dtype, int64_t n, int iters)
   return 2.0 * double(n) * double(n) * double(n) / best;
 }
 
+int64_t cpu_gemm_size(int threads) {
+  // 512^3 per thread: at 1 and 2 threads 512^3 measured what 1024^3 did on this VM (float32 94-101
+  // against 87-94 GFLOP/s on one thread, bf16 220-224 against 207-215) at an eighth of the work,
+  // which every `train` start paid (0.5 s of a rank's CPU at one thread). More threads share a
+  // larger product: the same work per thread, a multiple of 128, at most 2048^3.
+  const double n = 512.0 * std::cbrt(double(std::max(1, threads)));
+  return std::clamp<int64_t>(int64_t(std::lround(n / 128)) * 128, 512, 2048);
+}
+
 double published_peak(const std::string& gpu_name, bool bf16) {
   for (const auto& p : kPublished)
     if (gpu_name.find(p.name) != std::string::npos) return bf16 ? p.bf16 : p.float32;
@@ -73,8 +83,8 @@ Peak device_peak(const comm::Runtime& rt, bool bf16) {
   rt.barrier();
   core::CpuShare load;  // what else ran on this machine's cores while this rank measured
   if (mine.flops <= 0) {
-    const int64_t n = device.is_cuda() ? 8192 : 1024;
     const int threads = device.is_cuda() ? 0 : at::get_num_threads();
+    const int64_t n = device.is_cuda() ? 8192 : cpu_gemm_size(threads);
     core::CpuWindow window;
     window.open(rt.machine_pids());
     mine.flops = gemm_rate(device, bf16 ? at::kBFloat16 : at::kFloat, n, device.is_cuda() ? 5 : 8);

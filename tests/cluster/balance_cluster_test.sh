@@ -11,11 +11,14 @@
 # before and after the balanced run, and averaged: this VM's speed drifts by up to 20 % between
 # minutes (node 1 alone: 504-623 samples/s in one afternoon), which one measurement would take as a
 # gain or a loss of the balancer.
-#   two     2 nodes; node 2 capped at half a core (a CPU quota, as a hypervisor's CPU limit or a
-#           container's quota makes a slow VM). Balanced against the solo sum (the issue's goal:
-#           90 %), printed beside the even split's (see the end: not asserted). Then a run where the cap starts
-#           only after step 11 and ends after step 31: node 1 takes at least 58 % by step 26, and by
-#           step 50 its share fell back by 5 points at least, to within 10 of even.
+#   two     (ctest) 2 nodes; node 2 capped at half a core (a CPU quota, as a hypervisor's CPU limit
+#           or a container's quota makes a slow VM) only after step 11, and freed after step 31:
+#           node 1 takes at least 58 % by step 26, and by step 50 its share fell back by 5 points at
+#           least, to within 10 of even.
+#   two-figures  2 nodes, node 2 capped throughout: balanced against the solo sum (the issue's goal:
+#           90 %), printed beside the even split's (see the end: not asserted). Not a ctest test (it
+#           asserts nothing and took 70 s of the suite's time alone): run by hand
+#           (docs/performance.md, "Uneven nodes").
 #   three   3 nodes on 2 cores: node 1 has core 0; node 3 shares core 1 with node 2 under a CPU
 #           quota of a third of a core (cgroup cpu.cfs_quota_us), node 2 has the rest: speeds 1, 2/3
 #           and 1/3. Balanced against the solo sum (goal 85 %), printed. Not a ctest test: run by
@@ -30,7 +33,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/vcluster.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 case $mode in
-  two) id=220 nodes=2 goal=0.90 batch=192 ;;
+  two | two-figures) id=220 nodes=2 goal=0.90 batch=192 ;;
   three) id=221 nodes=3 goal=0.85 batch=128 ;;
   *) echo "unknown mode '$mode'"; exit 1 ;;
 esac
@@ -152,14 +155,6 @@ wait_for() {
 
 steps=20
 if [[ $mode == two ]]; then
-  solos 1
-  train even 2 --set train.steps=$steps
-  train balanced 2 --set train.steps=30 --set train.balance=auto
-  solos 2
-  even=$(rate even 10 $steps) bal=$(rate balanced 15 30)
-  grep "batch shares at" "$tmp/balanced.out" | sed 's/.*\] //'
-  read -r s1 s2 solo <<<"$(solo_sum)"
-  echo "figures: solo node 1 $s1, solo node 2 (half a core) $s2, sum $solo samples/s"
   # A node slowed mid-run and freed again: no cap until step 11, capped until step 31, free to 50.
   cap -1
   (
@@ -181,13 +176,20 @@ if [[ $mode == two ]]; then
   [[ ${loaded%%/*} -ge 58 ]] || fail "the slow node was not absorbed by step 26 (shares $loaded %, node 1 first)"
   ((${freed%%/*} <= ${loaded%%/*} - 5 && ${freed%%/*} >= 40 && ${freed%%/*} <= 60)) ||
     fail "the recovered node did not get its share back by step 50 (shares $freed %, $loaded % under the cap)"
+  echo "PASS ($mode)"
+  exit 0
+fi
+# two-figures and three: the solo speeds around the even and the balanced run.
+solos 1
+train even $nodes --set train.steps=$steps
+train balanced $nodes --set train.steps=30 --set train.balance=auto
+solos 2
+even=$(rate even 10 $steps) bal=$(rate balanced 15 30)
+grep "batch shares at" "$tmp/balanced.out" | sed 's/.*\] //'
+if [[ $mode == two-figures ]]; then
+  read -r s1 s2 solo <<<"$(solo_sum)"
+  echo "figures: solo node 1 $s1, solo node 2 (half a core) $s2, sum $solo samples/s"
 else
-  solos 1
-  train even 3 --set train.steps=$steps
-  train balanced 3 --set train.steps=30 --set train.balance=auto
-  solos 2
-  even=$(rate even 10 $steps) bal=$(rate balanced 15 30)
-  grep "batch shares at" "$tmp/balanced.out" | sed 's/.*\] //'
   read -r s1 s2 s3 solo <<<"$(solo_sum)"
   echo "figures: solo nodes $s1, $s2 (core 1 less node 3's third), $s3 (a third of a core), sum $solo samples/s"
 fi
