@@ -41,9 +41,62 @@ bool cpu_has_native_bf16() {
   return cpuinfo_has_native_bf16(in);
 }
 
+namespace {
+
+double read_number(const std::string& path) {  // a file holding one number; -1 for "max", absent or unreadable
+  std::ifstream in(path);
+  double v = -1;
+  return in >> v ? v : -1;
+}
+
+double stat_field(const std::string& path, const std::string& key) {  // "key value" lines of memory.stat
+  std::ifstream in(path);
+  std::string k;
+  double v = 0;
+  while (in >> k >> v)
+    if (k == key) return v;
+  return 0;
+}
+
+}  // namespace
+
+MemoryFacts within_cgroup(MemoryFacts host, double limit, double usage, double inactive_file,
+                          const std::string& group) {
+  if (limit <= 0 || (host.total > 0 && limit >= host.total)) return host;
+  const double free = std::max(0.0, limit - std::max(0.0, usage - inactive_file));
+  host.total = limit;
+  host.available = host.available >= 0 ? std::min(host.available, free) : free;
+  host.limit = "cgroup memory limit of " + group;
+  return host;
+}
+
 MemoryFacts memory_facts() {
-  std::ifstream in("/proc/meminfo");
-  return parse_meminfo(in);
+  std::ifstream meminfo("/proc/meminfo");
+  MemoryFacts m = parse_meminfo(meminfo);
+  std::ifstream cgroups("/proc/self/cgroup");
+  for (std::string line; std::getline(cgroups, line);) {
+    // "0::/path" (v2) or "N:memory:/path" (v1, memory among its controllers)
+    const auto a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = "," + line.substr(a + 1, b - a - 1) + ",", group = line.substr(b + 1);
+    if (controllers == ",," &&
+        std::ifstream("/sys/fs/cgroup/cgroup.controllers")) {  // v2: the smallest limit up the tree
+      const std::string dir = "/sys/fs/cgroup" + (group == "/" ? "" : group);
+      double limit = -1;
+      for (std::string g = group; !g.empty(); g = g == "/" ? "" : g.substr(0, std::max<size_t>(1, g.rfind('/')))) {
+        const double l = read_number("/sys/fs/cgroup" + (g == "/" ? "" : g) + "/memory.max");
+        if (l > 0 && (limit < 0 || l < limit)) limit = l;
+      }
+      m = within_cgroup(m, limit, read_number(dir + "/memory.current"),
+                        stat_field(dir + "/memory.stat", "inactive_file"), group);
+    } else if (controllers.find(",memory,") != std::string::npos) {  // v1
+      const std::string dir = "/sys/fs/cgroup/memory" + (group == "/" ? "" : group);
+      m = within_cgroup(m, stat_field(dir + "/memory.stat", "hierarchical_memory_limit"),
+                        read_number(dir + "/memory.usage_in_bytes"),
+                        stat_field(dir + "/memory.stat", "total_inactive_file"), group);
+    }
+  }
+  return m;
 }
 
 MemoryFacts parse_meminfo(std::istream& in) {

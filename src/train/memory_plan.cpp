@@ -249,10 +249,11 @@ void check_memory_fits(const comm::Runtime& rt, const ZeroMemoryReport& report,
       mine = fmt::format(
           "out of memory: optim.zero {} needs {:.2f} GiB per rank before activations (parameters {:.2f}, "
           "gradients {:.2f}, optimizer state {:.2f}, buffers {:.2f}); the {} rank(s) on {} need {:.2f} GiB more "
-          "than the parameters already allocated, and {:.2f} GiB is available there. {}",
+          "than the parameters already allocated, and {:.2f} GiB is available there{}. {}",
           report.stage, double(report.total()) / gib, double(report.parameter_bytes) / gib,
           double(report.gradient_bytes) / gib, double(report.optimizer_bytes) / gib, double(report.buffer_bytes) / gib,
           rt.local_size(), rt.host(), more / gib, memory.available / gib,
+          memory.limit.empty() ? "" : " (" + memory.limit + ")",
           fits.empty() ? "No ZeRO stage fits either: use more nodes or a smaller model."
                        : "Stages that fit: " + fits + " (with train.activation_checkpointing for the activations).");
     }

@@ -65,6 +65,28 @@ TEST(Facts, MeminfoTotalAndAvailableInBytes) {
   EXPECT_EQ(none.available, -1);
 }
 
+TEST(Facts, CgroupMemoryLimitLowersTotalAndAvailable) {
+  const double gib = double(1 << 30);
+  MemoryFacts host;
+  host.total = 16 * gib;
+  host.available = 12 * gib;
+  // A 4 GiB job holding 3 GiB, 1 GiB of it inactive page cache: 2 GiB free.
+  auto m = within_cgroup(host, 4 * gib, 3 * gib, 1 * gib, "/slurm/job_7");
+  EXPECT_DOUBLE_EQ(m.total, 4 * gib);
+  EXPECT_DOUBLE_EQ(m.available, 2 * gib);
+  EXPECT_EQ(m.limit, "cgroup memory limit of /slurm/job_7");
+  // The host's available memory still bounds it; usage beyond the limit gives 0, not a negative.
+  host.available = 1 * gib;
+  EXPECT_DOUBLE_EQ(within_cgroup(host, 4 * gib, 3 * gib, 1 * gib, "/g").available, 1 * gib);
+  EXPECT_DOUBLE_EQ(within_cgroup(host, 4 * gib, 5 * gib, 0, "/g").available, 0);
+  // No limit (v1's 2^63 - 4096, v2's "max" read as -1, or none at all): the host's facts unchanged.
+  for (const double none : {9223372036854771712.0, -1.0, 0.0}) {
+    m = within_cgroup(host, none, 3 * gib, 0, "/g");
+    EXPECT_DOUBLE_EQ(m.total, 16 * gib);
+    EXPECT_TRUE(m.limit.empty());
+  }
+}
+
 TEST(Facts, CpuinfoNativeBf16FromTheFirstFlagsLine) {
   EXPECT_TRUE(cpuinfo("processor\t: 0\nflags\t\t: fpu vme avx512f avx512_bf16 sse\n"));
   EXPECT_TRUE(cpuinfo("processor\t: 0\nflags\t\t: fpu amx_bf16 amx_tile\n"));

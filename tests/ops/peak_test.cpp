@@ -1,7 +1,7 @@
 // ops::cpu_gemm_size: the GEMM that measures a CPU's peak keeps the work per thread at 512^3.
-#include <gtest/gtest.h>
-
 #include "meridian/ops/peak.h"
+
+#include <gtest/gtest.h>
 
 namespace meridian::ops {
 

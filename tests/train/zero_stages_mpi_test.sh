@@ -13,7 +13,9 @@
 #    ranks as ZeRO-3 and as DDP ends at the same model (1e-6), resumed as ZeRO-1 on 2 ranks at the
 #    straight DDP run's exact model; a DDP checkpoint resumed as ZeRO-3 likewise;
 #  - optim.offload (ZeRO-3 state in host memory) gives the same bits as without it;
-#  - a config whose DDP state does not fit in this machine's memory is refused on every rank.
+#  - a config whose DDP state does not fit in memory is refused on every rank, with the parameters
+#    allocated but not the gradients or the optimizer state: in a 2 GiB memory cgroup (as a Slurm
+#    job's or a container's limit), where one can be made, else beyond this machine's memory.
 set -u
 mpirun=$1 meridian=$2 src=$3
 source "$(dirname "$0")/../mpi_script_lib.sh"
@@ -147,12 +149,29 @@ grep -q "offloaded to host memory" "$tmp/lm_z3_off.log" "$tmp/lm_off_log.log" 2>
   fail "optim.offload with optim.zero 2 ran"
 [ "$(grep -c 'optim.offload.*needs optim.zero 3' "$tmp/off2.log")" -ge 1 ] || { cat "$tmp/off2.log"; fail "no optim.offload message"; }
 
-# A model whose DDP state cannot fit: refused on every rank before anything is allocated.
-avail_gib=$(awk '/MemAvailable/ {print int($2 / 1048576)}' /proc/meminfo)
-# 16 bytes per parameter on each of 2 ranks for 8 GiB more than is available; 16,779,264 per layer.
-layers=$(( (avail_gib + 8) * 1024 * 1024 * 1024 / 16 / 2 / 16779264 + 1 ))
-"$mpirun" --oversubscribe -np 2 "$meridian" train --config "$src/jobs/configs/lm-tiny.yaml" --data "$tmp/text.h5" \
+# A model whose DDP state cannot fit: refused on every rank once the parameters are allocated, before
+# the gradients and the optimizer state. In a memory cgroup of 2 GiB (v1 here; meridian reads v1 and
+# v2 limits) the model is small (random initialisation of a model beyond this machine's memory took
+# 13 s per rank and 8 GiB); without one (not root), beyond the machine's MemAvailable.
+cg=/sys/fs/cgroup/memory/meridian-zero-$$ limit_gib=2 incg=()
+if mkdir "$cg" 2>/dev/null && echo $((limit_gib << 30)) >"$cg/memory.limit_in_bytes"; then
+  # (Removed once empty: ranks that MPI_Abort ended may outlive mpirun by a moment.)
+  drop_cg() { for _ in $(seq 50); do rmdir "$cg" 2>/dev/null && return; sleep 0.1; done; echo "cannot remove $cg"; }
+  trap 'drop_cg; rm -rf "$tmp"' EXIT
+  incg=(sh -c 'echo $$ >"$0/tasks" && exec "$@"' "$cg")
+  within="cgroup memory limit of /meridian-zero-$$"
+else
+  rmdir "$cg" 2>/dev/null
+  limit_gib=$(awk '/MemAvailable/ {print int($2 / 1048576)}' /proc/meminfo)
+  within="GiB is available there"
+fi
+# 12 bytes per parameter beyond the allocated 4 (gradients, Adam's two moments) on each of 2 ranks
+# for 1 GiB more than the limit; 16,779,264 parameters per layer.
+layers=$(( (limit_gib + 1) * 1024 * 1024 * 1024 / 12 / 2 / 16779264 + 1 ))
+"${incg[@]}" "$mpirun" --oversubscribe -np 2 "$meridian" train --config "$src/jobs/configs/lm-tiny.yaml" --data "$tmp/text.h5" \
   --set model.dim=1024 --set model.hidden=4096 --set model.heads=8 --set model.kv_heads=8 --set "model.layers=$layers" \
-  --set train.steps=1 >"$tmp/oom.log" 2>&1 && fail "a model beyond this machine's memory ran"
-[ "$(grep -c 'out of memory: optim.zero 0 needs' "$tmp/oom.log")" = 2 ] || { tail -20 "$tmp/oom.log"; fail "no out-of-memory message on both ranks"; }
+  --set train.steps=1 >"$tmp/oom.log" 2>&1 && fail "a model beyond the memory limit ran"
+[ "$(grep -c "out of memory: optim.zero 0 needs .*$within" "$tmp/oom.log")" = 2 ] ||
+  { tail -20 "$tmp/oom.log"; fail "no out-of-memory message on both ranks naming the limit ($within)"; }
+echo "out of memory: $layers layers refused within $limit_gib GiB"
 echo PASS

@@ -23,9 +23,16 @@ namespace meridian::ops {
 
 struct MemoryFacts {
   double total = -1, available = -1;  // bytes, from /proc/meminfo; -1 when unreadable
+  std::string limit;  // "" or the cgroup whose memory limit lowered them ("cgroup memory limit of /slurm/uid_0/job_7")
 };
-// Not collective: this host's memory now (parse_meminfo of /proc/meminfo).
+// Not collective: this process's memory now: /proc/meminfo (parse_meminfo), lowered to its cgroup's
+// limit where it has one (cgroup v2 memory.max of its group and their parents, or v1's
+// hierarchical_memory_limit: a Slurm job's or a container's memory), less what the group holds
+// but its inactive page cache.
 MemoryFacts memory_facts();
+// `host` lowered to a cgroup limit of `limit` bytes (<= 0 or beyond the host: no limit) holding `usage`
+// bytes of which `inactive_file` is reclaimable page cache; `group` names it in `limit`.
+MemoryFacts within_cgroup(MemoryFacts host, double limit, double usage, double inactive_file, const std::string& group);
 // MemTotal and MemAvailable of a /proc/meminfo text ("MemTotal:  16384 kB" lines) in bytes; -1 for
 // each one missing.
 MemoryFacts parse_meminfo(std::istream& meminfo);
