@@ -7,6 +7,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <vector>
 
 #include "meridian/core/error.h"
 
@@ -25,6 +28,29 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 
 namespace meridian::test {
 comm::Runtime& runtime() { return *g_runtime; }
+
+namespace {
+std::vector<std::string> g_temp_dirs;  // rank 0's shared_temp_dir()s, removed after the last test
+
+class RemoveTempDirs : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    runtime().barrier();
+    for (const auto& dir : g_temp_dirs) std::filesystem::remove_all(dir);
+  }
+};
+}  // namespace
+
+std::string shared_temp_dir(const std::string& prefix) {
+  std::string dir;
+  if (runtime().rank() == 0) {
+    std::string pattern = (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
+    if (!mkdtemp(pattern.data())) throw std::runtime_error("shared_temp_dir: mkdtemp " + pattern + " failed");
+    dir = pattern;
+    g_temp_dirs.push_back(dir);
+  }
+  return runtime().allgather(dir)[0];
+}
 }  // namespace meridian::test
 
 int main(int argc, char** argv) {
@@ -41,6 +67,7 @@ int main(int argc, char** argv) {
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new FailurePrinter);
   }
+  ::testing::AddGlobalTestEnvironment(new meridian::test::RemoveTempDirs);
   const int rc = RUN_ALL_TESTS();
   const bool ok = rt.all_true(rc == 0);
   if (rt.rank() == 0) std::printf("[mpi verdict] %s on all %d ranks\n", ok ? "PASSED" : "FAILED", rt.size());

@@ -29,14 +29,10 @@ namespace ckpt = meridian::ckpt;
 
 namespace {
 
-// A scratch file name, the same on every rank (one host under mpirun in these tests).
+// A scratch file name in a new directory, the same on every rank (removed after the last test, or
+// with remove_scratch).
 std::string scratch_file(const std::string& name) {
-  std::string dir;
-  if (runtime().rank() == 0) {
-    char pattern[] = "/tmp/meridian-file-XXXXXX";
-    dir = mkdtemp(pattern);
-  }
-  return runtime().allgather(dir)[0] + "/" + name;
+  return meridian::test::shared_temp_dir("meridian-file") + "/" + name;
 }
 
 void remove_scratch(const std::string& path) {

@@ -50,15 +50,7 @@ class TinyLm : public train::Task {
   at::Tensor tokens_;
 };
 
-inline std::string temp_dir() {
-  // Rank 0 names it, every rank uses it (one host under mpirun in these tests).
-  std::string dir;
-  if (runtime().rank() == 0) {
-    char pattern[] = "/tmp/meridian-strategy-XXXXXX";
-    dir = mkdtemp(pattern);
-  }
-  return runtime().allgather(dir)[0];
-}
+inline std::string temp_dir() { return meridian::test::shared_temp_dir("meridian-strategy"); }
 
 struct Run {
   std::unique_ptr<TinyLm> task;

@@ -26,29 +26,9 @@ using meridian::test::runtime;
 namespace data = meridian::data;
 
 const std::string& meridian::test::shared_dir() {
-  static std::string dir = [] {
-    char buf[256] = {0};
-    if (runtime().rank() == 0) {
-      std::string tmpl = (fs::temp_directory_path() / "meridian_data_test_XXXXXX").string();
-      std::snprintf(buf, sizeof(buf), "%s", mkdtemp(tmpl.data()));
-    }
-    runtime().broadcast_bytes(buf, sizeof(buf), 0);
-    return std::string(buf);
-  }();
+  static const std::string dir = shared_temp_dir("meridian_data_test");
   return dir;
 }
-
-namespace {
-// Removes the shared directory after the last test, while MPI is still up.
-class Cleanup : public ::testing::Environment {
- public:
-  void TearDown() override {
-    runtime().barrier();
-    if (runtime().rank() == 0 && !meridian::test::shared_dir().empty()) fs::remove_all(meridian::test::shared_dir());
-  }
-};
-::testing::Environment* const kCleanup = ::testing::AddGlobalTestEnvironment(new Cleanup);
-}  // namespace
 
 namespace {
 

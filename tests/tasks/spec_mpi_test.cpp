@@ -29,26 +29,9 @@ namespace {
 
 // A directory every rank sees, removed after the last test.
 const std::string& shared_dir() {
-  static const std::string dir = [] {
-    char buf[256] = {0};
-    if (runtime().rank() == 0) {
-      std::string tmpl = (fs::temp_directory_path() / "meridian_tasks_test_XXXXXX").string();
-      std::snprintf(buf, sizeof(buf), "%s", mkdtemp(tmpl.data()));
-    }
-    runtime().broadcast_bytes(buf, sizeof(buf), 0);
-    return std::string(buf);
-  }();
+  static const std::string dir = meridian::test::shared_temp_dir("meridian_tasks_test");
   return dir;
 }
-
-class Cleanup : public ::testing::Environment {
- public:
-  void TearDown() override {
-    runtime().barrier();
-    if (runtime().rank() == 0) fs::remove_all(shared_dir());
-  }
-};
-::testing::Environment* const kCleanup = ::testing::AddGlobalTestEnvironment(new Cleanup);
 
 // Each task's tiny dataset and config (the smallest the models take).
 struct Case {
