@@ -30,7 +30,7 @@ Command bench_gemm_command() {
     const int iters = p["iters"].as<int>();
     if (n < 0 || n > 65536) throw UserError("bench gemm: --size " + std::to_string(n) + " is not in 0..65536");
     if (iters < 1) throw UserError("bench gemm: --iters must be at least 1");
-    if (n == 0) n = device.is_cuda() ? 8192 : ops::cpu_gemm_size(at::get_num_threads());
+    if (n == 0) n = ops::peak_gemm_size(device, at::get_num_threads());
     rt.barrier();
     const double f32 = ops::gemm_rate(device, at::kFloat, n, iters);
     rt.barrier();

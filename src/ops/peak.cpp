@@ -56,7 +56,8 @@ double gemm_rate(c10::Device device, at::ScalarType dtype, int64_t n, int iters)
   return 2.0 * double(n) * double(n) * double(n) / best;
 }
 
-int64_t cpu_gemm_size(int threads) {
+int64_t peak_gemm_size(c10::Device device, int threads) {
+  if (device.is_cuda()) return 8192;
   // 512^3 per thread: at 1 and 2 threads 512^3 measured what 1024^3 did on this VM (float32 94-101
   // against 87-94 GFLOP/s on one thread, bf16 220-224 against 207-215) at an eighth of the work,
   // which every `train` start paid (0.5 s of a rank's CPU at one thread). More threads share a
@@ -84,7 +85,7 @@ Peak device_peak(const comm::Runtime& rt, bool bf16) {
   core::CpuShare load;  // what else ran on this machine's cores while this rank measured
   if (mine.flops <= 0) {
     const int threads = device.is_cuda() ? 0 : at::get_num_threads();
-    const int64_t n = device.is_cuda() ? 8192 : cpu_gemm_size(threads);
+    const int64_t n = peak_gemm_size(device, threads);
     core::CpuWindow window;
     window.open(rt.machine_pids());
     mine.flops = gemm_rate(device, bf16 ? at::kBFloat16 : at::kFloat, n, device.is_cuda() ? 5 : 8);

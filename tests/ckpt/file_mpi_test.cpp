@@ -12,7 +12,6 @@
 #include <torch/torch.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <string>

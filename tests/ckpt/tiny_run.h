@@ -6,7 +6,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include <cstdlib>
 #include <memory>
 #include <string>
 

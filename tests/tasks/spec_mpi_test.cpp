@@ -7,7 +7,6 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <map>

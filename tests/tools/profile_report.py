@@ -28,7 +28,7 @@ def ninja_inputs(build, output):
     inputs, section = [], None
     for line in text.splitlines()[1:]:
         stripped = line.strip()
-        if stripped in ("input: phony", "outputs:") or stripped.startswith("input:"):
+        if stripped.startswith("input:") or stripped == "outputs:":
             section = "in" if stripped.startswith("input:") else "out"
             continue
         if section == "in" and stripped:

@@ -19,9 +19,10 @@ namespace meridian::ops {
 // not a busy moment of the machine).
 double gemm_rate(c10::Device device, at::ScalarType dtype, int64_t n, int iters);
 
-// Not collective: n of the GEMM that measures a CPU's peak at `threads` intra-op threads: 512 per
-// thread of work (n^3 / threads = 512^3), a multiple of 128 from 512 to 2048.
-int64_t cpu_gemm_size(int threads);
+// Not collective: n of the GEMM that measures `device`'s peak (device_peak, bench gemm): 8192 on a GPU;
+// on a CPU at `threads` intra-op threads, 512 per thread of work (n^3 / threads = 512^3), a multiple of
+// 128 from 512 to 2048.
+int64_t peak_gemm_size(c10::Device device, int threads);
 
 struct Peak {
   double flops = 0;    // per device, FLOP/s
@@ -34,7 +35,7 @@ double published_peak(const std::string& gpu_name, bool bf16);
 
 // Collective (a barrier, then every rank measures at once, as they train: ranks sharing a machine
 // share its memory bandwidth): the best over ranks of each device's peak in bf16 or float32: the
-// table's for a known GPU, else measured by gemm_rate (n: cpu_gemm_size on a CPU, 8192 on a GPU). The
+// table's for a known GPU, else measured by gemm_rate (n: peak_gemm_size). The
 // best, not the mean: a rank measured while another process held its core would understate the device (MFU
 // over 100 %); the source names a slowest rank below 90 % of the best. Every rank returns the same
 // flops; the source is this rank's. Leaves the global random generator as it was.
