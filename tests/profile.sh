@@ -20,7 +20,7 @@ while [[ $# -gt 0 ]]; do
     --keep) keep=1; shift ;;
     -R) select=(-R "$2"); shift 2 ;;
     -j) jobs=$2; shift 2 ;;
-    -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "profile.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
