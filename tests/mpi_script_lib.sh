@@ -1,11 +1,25 @@
 # Shared by the mpirun script tests (source it after setting mpirun= and meridian=): fail, a
-# temporary directory removed on exit, and a small synthetic instruction set.
+# temporary directory removed on exit, the suite's small synthetic datasets and expect_error.
 fail() { echo "FAIL: $*"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-prep_text() {  # prep_text OUT: 200 synthetic instruction records, written by 2 ranks
-  "$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --kind text --count 200 --out "$1" --log-level warn \
-    >/dev/null || fail "prep exited $?"
+# synthetic NAME...: the suite's small synthetic datasets (tests/fixtures/synthetic_data.sh: text.h5,
+# 200 instruction records; it.h5, 32 image-text pairs of 64 px; det.h5, 32 detection images of 64 px)
+# in $tmp: copied from the ctest fixture's directory (MERIDIAN_TEST_DATA) when it has them, else made.
+synthetic() {
+  local name
+  for name in "$@"; do
+    if [[ -n ${MERIDIAN_TEST_DATA:-} && -f $MERIDIAN_TEST_DATA/$name ]]; then
+      cp "$MERIDIAN_TEST_DATA/$name" "$tmp/$name" || fail "cannot copy $MERIDIAN_TEST_DATA/$name"
+    else
+      if [[ ! -f $tmp/synthetic/$name ]]; then
+        local made
+        made=$(bash "$(dirname "${BASH_SOURCE[0]}")/fixtures/synthetic_data.sh" "$mpirun" "$meridian" "$tmp/synthetic") ||
+          { echo "$made"; fail "the synthetic datasets could not be made"; }
+      fi
+      cp "$tmp/synthetic/$name" "$tmp/$name" || fail "no $name"
+    fi
+  done
 }
 # expect_error WHAT PATTERN COMMAND...: the command exits 2 and its output matches PATTERN.
 expect_error() {  # expect_error WHAT PATTERN COMMAND...

@@ -90,18 +90,7 @@ std::string default_run_dir(const comm::Runtime& rt) {
 }  // namespace
 
 void apply_overrides(const cxxopts::ParseResult& p, Config& config) {
-  if (!p.count("set")) return;
-  // The overrides alone are checked too (eval and generate change a saved config, which train checked).
-  Config overrides = Config::parse("", "--set");
-  if (!config.text("task.name").empty())
-    overrides.set("task.name", config.text("task.name"), config.source("task.name"));
-  for (const auto& kv : p["set"].as<std::vector<std::string>>()) {
-    const auto eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) throw UserError("--set: expected key=value, got '" + kv + "'");
-    config.set(kv.substr(0, eq), kv.substr(eq + 1), "--set");
-    overrides.set(kv.substr(0, eq), kv.substr(eq + 1), "--set");
-  }
-  tasks::validate_config(overrides);
+  if (p.count("set")) tasks::apply_overrides(config, p["set"].as<std::vector<std::string>>());
 }
 
 std::string metrics_text(const std::vector<std::pair<std::string, double>>& m) {

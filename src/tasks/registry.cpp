@@ -168,6 +168,20 @@ void validate_config(Config& config) {
   });
 }
 
+void apply_overrides(Config& config, const std::vector<std::string>& sets) {
+  if (sets.empty()) return;
+  Config overrides = Config::parse("", "--set");
+  if (!config.text("task.name").empty())
+    overrides.set("task.name", config.text("task.name"), config.source("task.name"));
+  for (const auto& kv : sets) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) throw UserError("--set: expected key=value, got '" + kv + "'");
+    config.set(kv.substr(0, eq), kv.substr(eq + 1), "--set");
+    overrides.set(kv.substr(0, eq), kv.substr(eq + 1), "--set");
+  }
+  validate_config(overrides);
+}
+
 std::string config_reference() {
   std::string out =
       "# Config reference\n\n"

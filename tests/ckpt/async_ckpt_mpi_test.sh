@@ -9,7 +9,7 @@
 set -u
 mpirun=$1 meridian=$2 src=$3
 source "$(dirname "$0")/../mpi_script_lib.sh"
-prep_text "$tmp/text.h5"
+synthetic text.h5
 args=(train --config "$src/jobs/configs/lm-tiny.yaml" --data "$tmp/text.h5" --set train.batch=4 --set data.seq_len=64
   --set train.steps=6 --set optim.lr=3e-3 --set optim.warmup=1 --set checkpoint.every_steps=2 --set checkpoint.keep_last=10
   --set train.health_every=0 --set train.log_every=100)

@@ -12,10 +12,9 @@
 #  - a plain AdamW checkpoint resumes into ZeRO the same way.
 set -u
 mpirun=$1 meridian=$2 src=$3
-fail() { echo "FAIL: $*"; exit 1; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-"$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --kind text --count 200 --out "$tmp/text.h5" --log-level warn \
-  >/dev/null || fail "prep exited $?"
+# shellcheck source=tests/mpi_script_lib.sh
+source "$(dirname "$0")/../mpi_script_lib.sh"
+synthetic text.h5
 # train NP RUN_DIR [--set ...]: 12 steps, global batch 8, a checkpoint every 3 steps, ZeRO on.
 train() {
   local np=$1 dir=$2

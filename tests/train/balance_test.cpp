@@ -4,7 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <regex>
 #include <stdexcept>
+
+#include "meridian/core/config.h"
+#include "meridian/core/error.h"
+#include "meridian/train/settings.h"
 
 namespace meridian::train {
 namespace {
@@ -47,6 +52,36 @@ TEST(BalanceShares, ParsedFromText) {
   EXPECT_EQ(parse_shares("7, 3 ,2"), (std::vector<int64_t>{7, 3, 2}));
   EXPECT_THROW(parse_shares("4,x"), std::invalid_argument);
   EXPECT_THROW(parse_shares("4,2.5"), std::invalid_argument);
+}
+
+// The balance keys' bad values, as `meridian train` meets them with 2 ranks of train.batch 4: the
+// schema's check of the train: keys, then the Balancer (tests/train/balance_mpi_test.sh shows one end
+// to end: exit 2 on every rank).
+TEST(Balancer, BadSettingsNameTheKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"balance_max: 3", "train.balance_max.*below train.batch 4"},
+      {"balance_every: 0", "train.balance_every"},
+      {"balance_threshold: 1", "train.balance_threshold"},
+      {"balance_threshold: -0.1", "train.balance_threshold"},
+      {"balance: sometimes", "train.balance.*off or auto"},
+      {"balance_shares: '5,2'", "train.balance_shares.*sum to 7, not the global micro-batch 8"},
+      {"balance_shares: '4,2,2'", "train.balance_shares.*3 shares for 2 ranks"},
+      {"balance_shares: '0,8'", "train.balance_shares.*a share of 0, outside \\[1, 7\\]"},
+      {"balance_shares: '4,x'", "train.balance_shares.*'x' is not an integer"},
+  };
+  ConfigSchema schema;
+  TrainerSettings::declare(schema);
+  for (const auto& [setting, pattern] : cases) {
+    std::string message;
+    try {
+      Config config = Config::parse("train: {" + setting + "}", "t.yaml");
+      schema.check(config);
+      Balancer(0, 2, 4, TrainerSettings::from_config(config), config);
+    } catch (const UserError& e) {
+      message = e.what();
+    }
+    EXPECT_TRUE(std::regex_search(message, std::regex(pattern))) << setting << ": '" << message << "'";
+  }
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 set -u
 mpirun=$1 meridian=$2 src=$3
 source "$(dirname "$0")/../mpi_script_lib.sh"
-prep_text "$tmp/text.h5"
+synthetic text.h5
 run() {  # run NAME [--set ...]
   local name=$1
   shift

@@ -19,11 +19,7 @@
 set -u
 mpirun=$1 meridian=$2 src=$3
 source "$(dirname "$0")/../mpi_script_lib.sh"
-prep_text "$tmp/text.h5"
-"$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --kind image-text --count 32 --size 64 --out "$tmp/it.h5" \
-  --log-level warn >/dev/null || fail "prep image-text exited $?"
-"$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --kind detection --count 32 --size 64 --out "$tmp/det.h5" \
-  --log-level warn >/dev/null || fail "prep detection exited $?"
+synthetic text.h5 it.h5 det.h5
 
 # run NP NAME CONFIG DATA [--set ...]: 4 steps, a checkpoint every 2, global batch 8.
 run() {

@@ -47,6 +47,12 @@ ConfigSchema config_schema(const std::string& task);
 // and restricts its reads to the declared keys.
 void validate_config(Config& config);
 
+// Not collective: applies each `key=value` of `sets` (the CLI's --set, in order) to `config`, each
+// recorded as coming from "--set". The overrides alone are checked against the schema too (under
+// `config`'s task.name), so a bad key names --set even where `config` is a checkpoint's saved config
+// that is not checked again. UserError for an item without `=`; ConfigError as validate_config.
+void apply_overrides(Config& config, const std::vector<std::string>& sets);
+
 // Not collective: when task.init names a Hugging Face model directory (task siglip), sets the model:
 // keys its config.json gives (models::siglip_config_keys), each recorded as coming from that file's
 // field. ConfigError naming the key, where it was given and the config.json field when a key the
