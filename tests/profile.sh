@@ -2,7 +2,7 @@
 # Usage: tests/profile.sh [--build DIR] [--keep] [-R REGEX] [-j N]
 # Where the test command's time goes. Builds from scratch in DIR (default build-profile/, removed first
 # unless --keep) as tests/run.sh does, then runs the suite once with ctest as tests/run.sh runs it (-j
-# 2 x cores, RUN_SERIAL honoured), each test under `perf stat` (tests/tools/profile_report.py reads
+# 3 x cores, RUN_SERIAL honoured), each test under `perf stat` (tests/tools/profile_report.py reads
 # what it wrote). Prints:
 #   - the build: its wall time, each unity batch and the slowest objects with their compile time, the
 #     links, and the critical path (the chain of steps, each waiting on the one before, that ended last);
@@ -13,7 +13,7 @@
 # Needs perf (linux-perf) and root or perf_event_paranoid <= 0 for the scheduler tracepoints.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$root/build-profile keep=0 jobs=$((2 * $(nproc))) select=()
+build=$root/build-profile keep=0 jobs=$((3 * $(nproc))) select=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build) build=$(realpath -m "$2"); shift 2 ;;
