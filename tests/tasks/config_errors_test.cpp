@@ -56,15 +56,18 @@ TEST(ConfigErrors, ASetKeyNamesSetAndNearestKey) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"train.bach=16", "--set: field 'train.bach': unknown key; did you mean 'train.batch'?"},
       {"optim.lrr=1e-3", "--set: field 'optim.lrr': unknown key; did you mean 'optim.lr'?"},
-      {"checkpoint.every_step=1", "--set: field 'checkpoint.every_step': unknown key; did you mean 'checkpoint.every_steps'?"},
+      {"checkpoint.every_step=1",
+       "--set: field 'checkpoint.every_step': unknown key; did you mean 'checkpoint.every_steps'?"},
       {"data.drop_last=false",
-       "--set: field 'data.drop_last': unknown key (the keys of 'data': data.train, data.eval, data.augment, data.workers)"},
+       "--set: field 'data.drop_last': unknown key (the keys of 'data': data.train, data.eval, data.augment, "
+       "data.workers)"},
       {"optim.lr=abc", "--set: field 'optim.lr': expected a number > 0, got 'abc'"},
       {"task.conf=0.3", "--set: field 'task.conf': not a key of task siglip (task.name); it is a key of task detect"},
       {"task.name=segment", "--set: field 'task.name': expected one of siglip, lm or detect, got 'segment'"},
       {"optim.lr", "--set: expected key=value, got 'optim.lr'"},
   };
-  for (const auto& [set, expected] : cases) EXPECT_MESSAGE(error_of(demo, "demo.yaml", {"train.steps=3", set}), expected);
+  for (const auto& [set, expected] : cases)
+    EXPECT_MESSAGE(error_of(demo, "demo.yaml", {"train.steps=3", set}), expected);
 }
 
 TEST(ConfigErrors, EveryPresetPassesTheSchema) {
