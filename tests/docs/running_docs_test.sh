@@ -6,7 +6,7 @@
 # layouts: models/siglip-base-256 and models/Llama-2-7b-hf (tests/models/hf_siglip.py and
 # hf_llama.py), yolo11n.safetensors (tests/models/ultralytics_yolo.py), ucm/, AID/, queries.txt,
 # alpaca_data.json and datasets/mydata/ (tests/docs/standins.py). mpirun gets --oversubscribe. A block
-# that fails, or a marked block the page lost, fails the test naming it. Blocks that need a cluster,
+# that fails, or a marked block the page lost (the list of names below), fails the test naming it. Blocks that need a cluster,
 # Slurm, a download or hours (unmarked) are covered by the cluster and Slurm tests, or not at all.
 set -u
 mpirun=$1 meridian=$2 src=$3
@@ -44,8 +44,14 @@ for i, line in enumerate(lines):
     print("\n".join(lines[i + 2:end]))
     print("@@END")
 PY
-names=$(grep -c "^@@BLOCK" "$tmp/blocks")
-(( names >= ${MIN_BLOCKS:-8} )) || fail "only $names marked blocks in docs/running.md (the page lost its marks?)"
+# The marked blocks the page must have, in its order: a block that vanished, was renamed or moved fails
+# the test naming it (a new one must be added here).
+expected="llama-data siglip-data siglip-published siglip-train siglip-report siglip-export siglip-embed yolo-data
+yolo-published"
+found=$(sed -n 's/^@@BLOCK \([^ ]*\) .*/\1/p' "$tmp/blocks")
+[[ $(echo $found) == "$(echo $expected)" ]] ||
+  fail "docs/running.md's marked blocks are '$(echo $found)', expected '$(echo $expected)'$(
+    for b in $expected; do grep -qx "$b" <<<"$found" || printf '; missing: %s' "$b"; done)"
 ran=0
 while IFS= read -r header; do
   [[ $header == "@@BLOCK "* ]] || continue
@@ -60,8 +66,8 @@ $body" 2>&1 </dev/null) || rc=$?
   ran=$((ran + 1))
 done <"$tmp/blocks"
 # What the blocks were to make is there.
-for f in alpaca.h5 alpaca-val.h5 ucm-train.h5 aid.h5 aid-airport.csv runs/ucm-ft/checkpoints/best.h5 models/ucm-ft/config.json \
-  ucm-images.h5 queries.h5 det-train.h5 det-val.h5 predictions/labels/img_0.txt; do
+for f in alpaca.h5 alpaca-val.h5 ucm-train.h5 aid.h5 aid-airport.csv runs/ucm-ft/checkpoints/best.h5 ucm-ft.html \
+  models/ucm-ft/config.json ucm-images.h5 queries.h5 det-train.h5 det-val.h5 predictions/labels/img_0.txt; do
   [[ -e $work/$f ]] || fail "after the blocks, $f is missing"
 done
 echo "$ran marked blocks of docs/running.md ran as written"
