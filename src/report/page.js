@@ -161,6 +161,7 @@
       draw();
     } catch (e) {
       window.reportErrors.push(name + ": " + e);
+      console.error("meridian report: the " + name + " panel failed to draw: " + e);  // for headless checks
       var box = document.getElementById("page-errors");
       box.hidden = false;
       box.textContent = "Part of this page failed to draw: " + window.reportErrors.join("; ");

@@ -41,6 +41,14 @@ PY
   fi
 }
 
+# The console check's positive control: a page that logs on purpose must show in the console lines, or
+# a Chromium that stopped logging them would let every console check below pass unseen.
+printf '<!DOCTYPE html><html><body><script>console.log("meridian console control")</script></body></html>' \
+  >"$tmp/control.html"
+probe "$tmp/control.html" "$tmp/control.json"
+grep -q "meridian console control" "$tmp/control.json.console" ||
+  fail "chromium did not log a page's console message (--enable-logging=stderr): the console checks cannot see errors"
+
 # 1. A real run: evaluations, a straggler, a kill and a resume.
 "$mpirun" --oversubscribe -np 2 "$meridian" prep synthetic --kind image-text --count 64 --size 64 --out "$tmp/it.h5" \
   --log-level warn >/dev/null || fail "prep exited $?"
@@ -140,6 +148,7 @@ config = open(sys.argv[3]).read()
 bad = []
 if r.get("drawn") != "yes": bad.append("the page's script did not finish")
 if console: bad.append("the console shows: " + console)
+if r.get("errors") or r.get("errorBoxShown"): bad.append(f"the page caught errors: {r.get('errors')}")
 if r["title"] == "pwned" or r["images"] or r["scripts"] != 4: bad.append(f"markup from config.yaml ran: {r['title']}, "
                                                                        f"{r['images']} img, {r['scripts']} scripts")
 if r["config"] != config: bad.append(f"the config is not shown as its text: {r['config']!r}")
@@ -174,8 +183,21 @@ grep -q "1000000 metrics rows" "$tmp/big.out" || { cat "$tmp/big.out"; fail "not
 size=$(stat -c %s "$big/report.html")
 ((size < 10000000)) || fail "the page of a million rows is $size bytes (over 10 MB)"
 probe "$big/report.html" "$tmp/big.json"
-open_ms=$(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(round(r['load_ms'])) if r.get('drawn') == 'yes' else sys.exit(1)" "$tmp/big.json") ||
-  fail "the page of a million rows did not draw"
+open_ms=$(python3 - "$tmp/big.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+bad = []
+if r.get("drawn") != "yes": bad.append("the page's script did not finish")
+if r.get("errors") or r.get("errorBoxShown"): bad.append(f"the page caught errors: {r.get('errors')}")
+charts = {c["chart"]: c for c in r.get("canvases", [])}
+for want in ["loss", "learning rate", "samples/s"]:
+    c = charts.get(want)
+    if not c: bad.append(f"no chart '{want}'")
+    elif c["painted"] < 0.01 * c["pixels"]: bad.append(f"chart '{want}' is empty ({c['painted']} pixels painted)")
+for b in bad: print("FAIL:", b, file=sys.stderr)
+sys.exit(1) if bad else print(round(r["load_ms"]))
+PY
+) || fail "the page of a million rows did not draw every chart"
 [[ -s $tmp/big.json.console ]] && { cat "$tmp/big.json.console"; fail "the console of the big page is not silent"; }
 echo "a million rows: page $((size / 1000)) KB, written in $(awk "BEGIN {printf \"%.1f\", $t1 - $t0}") s, opened and drawn in $open_ms ms"
 
