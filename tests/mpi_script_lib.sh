@@ -7,18 +7,15 @@ trap 'rm -rf "$tmp"' EXIT
 # 200 instruction records; it.h5, 32 image-text pairs of 64 px; det.h5, 32 detection images of 64 px)
 # in $tmp: copied from the ctest fixture's directory (MERIDIAN_TEST_DATA) when it has them, else made.
 synthetic() {
-  local name
+  local name from
   for name in "$@"; do
-    if [[ -n ${MERIDIAN_TEST_DATA:-} && -f $MERIDIAN_TEST_DATA/$name ]]; then
-      cp "$MERIDIAN_TEST_DATA/$name" "$tmp/$name" || fail "cannot copy $MERIDIAN_TEST_DATA/$name"
-    else
-      if [[ ! -f $tmp/synthetic/$name ]]; then
-        local made
-        made=$(bash "$(dirname "${BASH_SOURCE[0]}")/fixtures/synthetic_data.sh" "$mpirun" "$meridian" "$tmp/synthetic") ||
-          { echo "$made"; fail "the synthetic datasets could not be made"; }
-      fi
-      cp "$tmp/synthetic/$name" "$tmp/$name" || fail "no $name"
+    from=${MERIDIAN_TEST_DATA:-}
+    if [[ -z $from || ! -f $from/$name ]]; then
+      from=$tmp/synthetic
+      [[ -f $from/$name ]] || bash "$(dirname "${BASH_SOURCE[0]}")/fixtures/synthetic_data.sh" "$mpirun" "$meridian" \
+        "$from" >"$tmp/synthetic.log" 2>&1 || { cat "$tmp/synthetic.log"; fail "the synthetic datasets could not be made"; }
     fi
+    cp "$from/$name" "$tmp/$name" || fail "cannot copy $from/$name"
   done
 }
 # expect_error WHAT PATTERN COMMAND...: the command exits 2 and its output matches PATTERN.

@@ -15,8 +15,8 @@ mpirun=$1 meridian=$2 with_data=${3:-ON} mode=${4:-all}
 [[ $mode == speed || $mode == faults || $mode == all ]] || { echo "unknown mode '$mode' (speed, faults or all)"; exit 1; }
 speed() { [[ $mode != faults ]]; }
 faults() { [[ $mode != speed ]]; }
-fail() { echo "FAIL: $*"; exit 1; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/mpi_script_lib.sh
+source "$(dirname "$0")/../mpi_script_lib.sh"
 
 # Each rank records meridian's exit code and exits 0 itself, so that mpirun does not kill the ranks
 # still finishing when the first one exits non-zero: the test sees every rank's code.

@@ -39,17 +39,6 @@ doctor() {
   ((rc == want)) || fail "$what: doctor exited $rc, expected $want"
 }
 
-if [[ $mode != speed ]]; then
-# 0. info.
-# Without OMP_NUM_THREADS (ctest sets 1 for the tests that share the cores): info chooses the threads.
-(unset OMP_NUM_THREADS; vc_mpirun -np 3 "$meridian" info) >"$VC_DIR/o" 2>&1 || fail "info exited $?"
-for n in "$n1" "$n2" "$n3"; do grep -q "$n" "$VC_DIR/o" || fail "info does not list $n"; done
-grep -qE '3 nodes?' "$VC_DIR/o" || fail "info does not count 3 nodes"
-# 3 nodes on this machine's cores: one kernel (boot id), so its cores split over all 3 ranks, whatever MPI's node count says.
-[[ $(grep -cE "^rank [0-2] threads [0-9]+: [0-9]+ cores on this machine for 3 ranks of the job \(ranks of other nodes share this machine: the same kernel boot id\)" "$VC_DIR/o") -eq 3 ]] ||
-  { cat "$VC_DIR/o"; fail "info: the 3 nodes' ranks are not seen as sharing one machine"; }
-fi
-
 if [[ $mode != config ]]; then
 # 1. Healthy.
 doctor 0 healthy -x NCCL_SOCKET_IFNAME=eth0
@@ -68,6 +57,15 @@ vc_rate 3 1gbit
 fi
 
 if [[ $mode != speed ]]; then
+# 0. info.
+# Without OMP_NUM_THREADS (ctest sets 1 for the tests that share the cores): info chooses the threads.
+(unset OMP_NUM_THREADS; vc_mpirun -np 3 "$meridian" info) >"$VC_DIR/o" 2>&1 || fail "info exited $?"
+for n in "$n1" "$n2" "$n3"; do grep -q "$n" "$VC_DIR/o" || fail "info does not list $n"; done
+grep -qE '3 nodes?' "$VC_DIR/o" || fail "info does not count 3 nodes"
+# 3 nodes on this machine's cores: one kernel (boot id), so its cores split over all 3 ranks, whatever MPI's node count says.
+[[ $(grep -cE "^rank [0-2] threads [0-9]+: [0-9]+ cores on this machine for 3 ranks of the job \(ranks of other nodes share this machine: the same kernel boot id\)" "$VC_DIR/o") -eq 3 ]] ||
+  { cat "$VC_DIR/o"; fail "info: the 3 nodes' ranks are not seen as sharing one machine"; }
+
 # 3. Node 3's NIC has another name; Open MPI goes by subnet, NCCL by name.
 vc_rename_iface 3 ens5
 VC_MPI_IFACE=198.18.$VC_ID.0/24 doctor 1 "interface name" -x NCCL_SOCKET_IFNAME=eth0

@@ -161,7 +161,8 @@ run predict --checkpoint "$tmp/c/checkpoints/step_00000150.h5" --images "$tmp/ci
 run predict --model "$tmp/cexp/model.safetensors" --images "$tmp/cimg" --out "$tmp/pred_pub" --size 64 --log-level warn \
   >/dev/null || fail "predict --model exited $?"
 # The labels are compared below: they must hold boxes (an empty file per image would compare equal).
-boxes=$(cat "$tmp/pred_ck/labels"/*.txt 2>/dev/null | grep -c .)
+boxes_in() { cat "$1"/*.txt 2>/dev/null | grep -c .; }  # boxes_in LABEL_DIR: the boxes predict wrote there
+boxes=$(boxes_in "$tmp/pred_ck/labels")
 images=$(ls "$tmp/cimg" | grep -c .)
 ((boxes >= images)) || fail "predict --checkpoint wrote $boxes box(es) for $images images of the training set it fits"
 diff -r "$tmp/pred_ck/labels" "$tmp/pred_pub/labels" >/dev/null || fail "predict --model wrote other labels than the checkpoint"
@@ -218,7 +219,7 @@ ev=$(run eval --model "$tmp/cexp/model.safetensors" --data "$tmp/yds.h5" --json 
   { echo "$ev"; fail "eval --model on the Ultralytics dataset exited"; }
 run predict --model "$tmp/cexp/model.safetensors" --images "$tmp/yds/images/val" --out "$tmp/pred_yds" --size 64 \
   --conf 0.1 --iou 0.7 --max-det 300 --log-level warn >/dev/null || fail "predict on the Ultralytics dataset exited $?"
-[[ $(cat "$tmp/pred_yds/labels"/*.txt 2>/dev/null | grep -c .) -gt 0 ]] || fail "predict wrote no box on the Ultralytics dataset"
+(($(boxes_in "$tmp/pred_yds/labels") > 0)) || fail "predict wrote no box on the Ultralytics dataset"
 "${ref[@]}" check --export "$tmp/exp" --checkpoint "$ck" --weights "$tmp/cexp" --images "$tmp/yds/images/val" \
   --labels "$tmp/pred_yds/labels" --conf 0.1 --iou 0.7 --max-det 300 --data "$tmp/yds/data.yaml" --metrics "$tmp/m_yds.json" ||
   fail "Ultralytics does not load the export as the checkpoint's weights, or predicts or scores otherwise than meridian"

@@ -6,8 +6,9 @@
 # layouts: models/siglip-base-256 and models/Llama-2-7b-hf (tests/models/hf_siglip.py and
 # hf_llama.py), yolo11n.safetensors (tests/models/ultralytics_yolo.py), ucm/, AID/, queries.txt,
 # alpaca_data.json and datasets/mydata/ (tests/docs/standins.py). mpirun gets --oversubscribe. A block
-# that fails, or a marked block the page lost (the list of names below), fails the test naming it. Blocks that need a cluster,
-# Slurm, a download or hours (unmarked) are covered by the cluster and Slurm tests, or not at all.
+# that fails, or a marked block the page lost (the list of names below), fails the test naming it.
+# Blocks that need a cluster, Slurm, a download or hours (unmarked) are covered by the cluster and
+# Slurm tests, or not at all.
 set -u
 mpirun=$1 meridian=$2 src=$3
 # shellcheck source=tests/mpi_script_lib.sh
