@@ -8,7 +8,9 @@
 # Run it on each node (VM) of a cluster (or once where the environment is on a shared file system).
 # Idempotent: a second run installs nothing (apt skips what is present; the environment records the
 # requirements it was made from).
-# Usage: jobs/setup-node.sh            (as root, or as a user with sudo; MERIDIAN_VENV=DIR for another place)
+# Usage: jobs/setup-node.sh [--fuzz]   (as root, or as a user with sudo; MERIDIAN_VENV=DIR for another place)
+#   --fuzz: also clang and libFuzzer, for tests/fuzz/build.sh and tests/sanitize.sh (developers; the test
+#           command needs neither)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -32,6 +34,12 @@ PACKAGES=(
   iproute2 iputils-ping              # the virtual cluster of tests/cluster (namespaces, links, tc)
   chromium fonts-dejavu-core         # tests/report opens the run report in headless Chromium; not for the build
 )
+if [[ ${1:-} == --fuzz ]]; then
+  PACKAGES+=(clang libfuzzer-14-dev)  # the fuzz targets' libFuzzer build, ASan/UBSan/TSan (tests/fuzz)
+elif [[ $# -gt 0 ]]; then
+  echo "setup-node.sh: unknown argument '$1' (the only option is --fuzz)" >&2
+  exit 2
+fi
 
 if [[ ! -r /etc/os-release ]] || ! grep -qiE '^(ID|ID_LIKE)=.*debian' /etc/os-release; then
   echo "setup-node.sh: this script installs Debian 12 packages with apt-get; this system is not Debian-based." >&2

@@ -11,13 +11,14 @@
 namespace meridian::h5::detail {
 // The innermost message on HDF5's error stack (empty if none).
 std::string h5_error_message();
+
+// The call's result, or (negative) the error thrown. A function rather than a lambda in the macro, so
+// that the call may name structured bindings (a lambda cannot capture them before C++20's clang 16).
+template <typename T>
+T checked(T rc, const char* call, const char* file, int line) {
+  if (rc < 0) ::meridian::detail::throw_check_failure("HDF5", call, h5_error_message(), file, line);
+  return rc;
+}
 }  // namespace meridian::h5::detail
 
-#define MERIDIAN_H5_CHECK(call)                                                                                    \
-  ([&]() {                                                                                                         \
-    const auto meridian_h5_rc_ = (call);                                                                           \
-    if (meridian_h5_rc_ < 0)                                                                                       \
-      ::meridian::detail::throw_check_failure("HDF5", #call, ::meridian::h5::detail::h5_error_message(), __FILE__, \
-                                              __LINE__);                                                           \
-    return meridian_h5_rc_;                                                                                        \
-  }())
+#define MERIDIAN_H5_CHECK(call) ::meridian::h5::detail::checked((call), #call, __FILE__, __LINE__)

@@ -395,7 +395,7 @@ void load_into(torch::nn::Module& module, const NamedTensors& tensors,
   lazy.reserve(tensors.size());
   for (const auto& [name, t] : tensors) {
     if (!t.defined()) throw std::invalid_argument("load_into: " + source + ": tensor '" + name + "' is undefined");
-    lazy.push_back({name, t.sizes().vec(), t.scalar_type(), [t] { return t; }});
+    lazy.push_back({name, t.sizes().vec(), t.scalar_type(), [t = t] { return t; }});
   }
   load_into(module, lazy, map_name, source);
 }

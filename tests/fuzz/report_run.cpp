@@ -1,0 +1,34 @@
+// A run directory as `meridian report` reads it: metrics.csv, health.jsonl, attempts.jsonl,
+// config.yaml and a rank's log. The first byte chooses which file holds the input; the others are the
+// seed run's (tests/fuzz/base/run). The page never throws for what the directory holds.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "fuzz.h"
+#include "meridian/report/report.h"
+
+using namespace meridian;
+namespace fs = std::filesystem;
+
+MERIDIAN_FUZZ_TARGET(report_run) {
+  static const char* names[] = {"metrics.csv", "health.jsonl", "attempts.jsonl", "config.yaml", "logs/rank_0.log"};
+  const std::string dir = fuzz::scratch() + "/run";
+  static const bool copied = [&] {
+    fs::copy(MERIDIAN_FUZZ_BASE "/run", dir, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    return true;
+  }();
+  (void)copied;
+  const char* name = names[fuzz::take_choice(bytes, 5)];
+  const std::string original = fuzz::scratch() + "/original";
+  fs::copy_file(dir + "/" + name, original, fs::copy_options::overwrite_existing);
+  fuzz::write(std::string("run/") + name, bytes);
+  try {
+    report::PageStats stats;
+    report::render_page(dir, &stats);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fuzz report_run: render_page threw for %s: %s\n", name, e.what());
+    std::abort();
+  }
+  fs::copy_file(original, dir + "/" + name, fs::copy_options::overwrite_existing);
+}
