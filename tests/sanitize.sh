@@ -16,7 +16,7 @@ build=${1:-$root/build-sanitize}
 shift || true
 flags="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
-  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined"
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DMERIDIAN_SANITIZE=ON
 cmake --build "$build" -j "$(nproc)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export ASAN_OPTIONS=detect_leaks=0:protect_shadow_gap=0:abort_on_error=1

@@ -25,7 +25,8 @@ void collect_leaves(const YAML::Node& node, const std::string& prefix, std::vect
   }
 }
 
-// YAML forbids a key twice in one map; yaml-cpp keeps both pairs and lookups see only the first.
+// YAML forbids a key twice in one map; yaml-cpp keeps both pairs and lookups see only the first. Keys
+// other than scalars are refused too (what reads the config takes every key as a name).
 // Throws ConfigError naming the origin, the dotted key (maps inside lists: the index in the path) and,
 // for a file (`lines`), the lines of both occurrences.
 void refuse_duplicate_keys(const YAML::Node& node, const std::string& prefix, const std::string& origin, bool lines) {
@@ -37,8 +38,11 @@ void refuse_duplicate_keys(const YAML::Node& node, const std::string& prefix, co
   if (!node.IsMap()) return;
   std::map<std::string, int> first_line;
   for (const auto& kv : node) {
-    const std::string key = kv.first.Scalar();
     const int line = kv.first.Mark().line + 1;
+    if (!kv.first.IsScalar())  // `? [a, b]: 1`, `~: 1`: YAML allows any node as a key
+      throw ConfigError(lines ? origin + " line " + std::to_string(line) : origin, path("<key>"),
+                        "a key that is not a plain name (a list, a map or null); keys are names like lr");
+    const std::string key = kv.first.Scalar();
     const auto [it, inserted] = first_line.emplace(key, line);
     if (!inserted) {
       if (!lines) throw ConfigError(origin, path(key), "duplicate key; a key may appear once in a map");

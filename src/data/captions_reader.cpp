@@ -103,7 +103,9 @@ void read_captions(const std::string& file, const std::function<void(CaptionEntr
       if (line.empty() || line == "\r") continue;
       auto f = csv_fields(line, file, lineno);
       if (col.empty()) {
-        for (size_t i = 0; i < f.size(); ++i) col[f[i]] = i;
+        for (size_t i = 0; i < f.size(); ++i)
+          if (!col.emplace(f[i], i).second)
+            throw DataError(file, "line 1", "the header names the column '" + f[i] + "' twice");
         if (!col.count("image") || !col.count("caption"))
           throw DataError(file, "line 1", "the header must name the columns 'image' and 'caption'");
         continue;

@@ -9,6 +9,7 @@
 
 #include "image_decode.h"
 #include "meridian/core/error.h"
+#include "meridian/core/json_file.h"
 #include "yolo_reader.h"
 
 namespace meridian::data {
@@ -62,7 +63,7 @@ CocoImages read_coco(const std::string& path, std::vector<std::string>& class_na
       if (!e.is_object() || !e.contains("id") || !e.contains("file_name"))
         throw DataError(path, "images", "each needs 'id' and 'file_name'");
       const int64_t i = int64_t(ids.size());
-      ids.push_back(e["id"].get<int64_t>());
+      ids.push_back(json_integer(e["id"], path, "images[" + std::to_string(i) + "].id"));
       if (keep(i)) {
         kept_at[ids.back()] = i;
         out.kept[i].file = e["file_name"].get<std::string>();
@@ -74,13 +75,13 @@ CocoImages read_coco(const std::string& path, std::vector<std::string>& class_na
       if (!e.is_object() || !e.contains("image_id") || !e.contains("bbox") || !e.contains("category_id") ||
           !e["bbox"].is_array() || e["bbox"].size() != 4)
         throw DataError(path, where, "needs 'image_id', 'category_id' and 'bbox' [x, y, w, h]");
-      const int64_t image = e["image_id"].get<int64_t>();
+      const int64_t image = json_integer(e["image_id"], path, where + ".image_id");
       const auto& b = e["bbox"];
       Box box{image,
-              e["category_id"].get<int64_t>(),
+              json_integer(e["category_id"], path, where + ".category_id"),
               n,
               {b[0].get<double>(), b[1].get<double>(), b[2].get<double>(), b[3].get<double>()},
-              e.value("iscrowd", 0) == 1,
+              e.contains("iscrowd") && json_integer(e["iscrowd"], path, where + ".iscrowd") == 1,
               0.0};
       box.area = e.contains("area") ? e["area"].get<double>() : box.bbox[2] * box.bbox[3];
       if (!images_seen || kept_at.count(image)) {
@@ -93,7 +94,7 @@ CocoImages read_coco(const std::string& path, std::vector<std::string>& class_na
       where = "categories";
       if (!e.is_object() || !e.contains("id") || !e.contains("name"))
         throw DataError(path, "categories", "each needs 'id' and 'name'");
-      categories[e["id"].get<int64_t>()] = e["name"].get<std::string>();
+      categories[json_integer(e["id"], path, "categories.id")] = e["name"].get<std::string>();
     }
   };
   std::string list;  // the top-level list being read

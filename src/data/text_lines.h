@@ -54,7 +54,7 @@ inline void for_each_json_line(TextLines& in, const std::string& file,
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
       throw DataError(file, where, std::string("not valid JSON: ") + e.what());
     }
     visit(j, where);

@@ -135,7 +135,7 @@ void read_text_records(const std::string& file, const std::string& split, const 
     nlohmann::json array;
     try {
       array = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
       throw DataError(file, "file", std::string("starts with '[' but is not a valid JSON array: ") + e.what());
     }
     for (size_t i = 0; i < array.size(); ++i) {

@@ -50,7 +50,13 @@ std::string shim_path() {
 const Shim& shim() {
   static const Shim s = [] {
     const std::string path = shim_path();
+#ifdef MERIDIAN_SANITIZE
+    // Sanitizer builds: the sanitizers refuse RTLD_DEEPBIND, so the (uninstrumented) module gets a
+    // link-map namespace of its own, with its own copies of the C++ runtime and protobuf.
+    void* handle = dlmopen(LM_ID_NEWLM, path.c_str(), RTLD_NOW | RTLD_LOCAL);
+#else
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+#endif
     if (!handle) {
       throw SystemError(std::string("cannot load the SentencePiece module ") + path + ": " + dlerror() +
                         " (set MERIDIAN_SPM_SHIM to libmeridian_spm.so)");

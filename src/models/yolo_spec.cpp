@@ -136,13 +136,14 @@ std::string stem(const std::string& path) { return std::filesystem::path(path).s
 // The YAML model.yaml names and the scale its name carries.
 std::pair<YoloSpec, std::string> resolve_yaml(const std::string& given, const std::string& origin) {
   namespace fs = std::filesystem;
-  if (fs::is_regular_file(given)) {  // its family without a scale letter (export names the YAML after it)
+  std::error_code ec;                    // a name the system cannot look up (too long, a bad component) is no file
+  if (fs::is_regular_file(given, ec)) {  // its family without a scale letter (export names the YAML after it)
     const auto [unified_name, letter] = split_scale(given);
     return {YoloSpec::parse(read_text(given, origin), given, stem(unified_name.empty() ? given : unified_name)),
             letter};
   }
   const auto [unified, letter] = split_scale(given);
-  if (!unified.empty() && fs::is_regular_file(unified))
+  if (!unified.empty() && fs::is_regular_file(unified, ec))
     return {YoloSpec::parse(read_text(unified, origin), unified, stem(unified)), letter};
   for (const auto& [name, scale] : {std::pair{given, std::string()}, std::pair{unified, letter}}) {
     if (name.empty() || name.find('/') != std::string::npos) continue;

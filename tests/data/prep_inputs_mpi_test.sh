@@ -125,7 +125,7 @@ for want in "skipped $tmp/coco.json: annotations[1]: bbox [40, 0, 10, 10] is not
   grep -qF "$want" "$tmp/o" || { cat "$tmp/o"; fail "COCO: no '$want'"; }
 done
 sed 's/"id": 7/"id": "seven"/' "$tmp/coco.json" >"$tmp/coco_type.json"
-expect 2 "$tmp/coco_type.json: categories: a value of the wrong type" \
+expect 2 "$tmp/coco_type.json: categories.id: expected an integer, got \"seven\"" \
   "$meridian" prep detection --images "$tmp/images" --coco "$tmp/coco_type.json" --size 32 --out "$tmp/t.h5"
 
 # Captions: CSV and JSONL with a byte-order mark; an empty file and a split without entries are named.

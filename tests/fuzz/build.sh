@@ -10,6 +10,6 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$src/build-fuzz}
 flags="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
 cmake -S "$src" -B "$out" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Fuzz \
-  -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" -DMERIDIAN_BUILD_TESTS=OFF -DMERIDIAN_FUZZ=ON >"$out.configure.log" 2>&1 ||
+  -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" -DMERIDIAN_BUILD_TESTS=OFF -DMERIDIAN_FUZZ=ON -DMERIDIAN_SANITIZE=ON >"$out.configure.log" 2>&1 ||
   { tail -30 "$out.configure.log"; exit 1; }
 ninja -C "$out" fuzz_targets

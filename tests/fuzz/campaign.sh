@@ -2,9 +2,10 @@
 # A fuzzing campaign: each target of tests/fuzz/build.sh's build runs under libFuzzer for SECONDS,
 # two at a time, from its seed corpus and regression cases, with the limits of issue 55: an input
 # slower than 1 s is a hang, over 2 GB of memory an out-of-memory. New inputs go to OUT/<target>/corpus
-# (the committed corpus is not changed); a finding stops that target and lands in OUT/<target>/ as
-# crash-*, timeout-*, oom-* or leak-* (add it to regressions/<target>/ with its fix). Prints a table:
-# executions, coverage (edges: libFuzzer's cov), features, seconds, findings.
+# (the committed corpus is not changed). libFuzzer runs in fork mode, going on after a finding; each
+# lands in OUT/<target>/ as crash-*, timeout-* or oom-* (add it to regressions/<target>/ with its fix;
+# OUT/<target>/log has the sanitizer's report). Prints a table: executions, coverage (edges:
+# libFuzzer's cov), features, seconds, findings.
 #
 #   tests/fuzz/campaign.sh BUILD SECONDS OUT [TARGET...]     (no TARGET: every target)
 set -uo pipefail
@@ -34,9 +35,9 @@ run() {
   # detect_leaks=0: LibTorch, OpenCV and HDF5 keep process-lifetime caches that LeakSanitizer reports
   # at every exit (not per input); meridian's own objects are RAII.
   ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    OMP_NUM_THREADS=1 "$build/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=1 -rss_limit_mb=2048 \
-    -malloc_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$dir/" ${dict:+-dict=$dict} "$dir/corpus" \
-    >"$dir/log" 2>&1
+    OMP_NUM_THREADS=1 "$build/fuzz/fuzz_$t" -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
+    -max_total_time="$seconds" -timeout=1 -rss_limit_mb=2048 -malloc_limit_mb=2048 -artifact_prefix="$dir/" \
+    ${dict:+-dict=$dict} "$dir/corpus" >"$dir/log" 2>&1
   echo "$t exit $?"
 }
 export -f run dict_of
@@ -46,11 +47,11 @@ printf '%s\n' "${targets[@]}" | xargs -P 2 -I{} bash -c 'run {}'
 printf '| target | executions | edges (cov) | features | seconds | findings |\n|---|---:|---:|---:|---:|---|\n'
 for t in "${targets[@]}"; do
   log=$out/$t/log
-  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  last=$(grep -E '^#[0-9]+' "$log" | tail -1)
+  last=$(grep -aE '^#[0-9]+: cov:' "$log" | tail -1)  # fork mode: "#N: cov: C ft: F corp: ... time: Ts"
+  execs=$(sed -n 's/^#\([0-9]*\):.*/\1/p' <<<"$last")
   cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
   ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
-  secs=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)
-  findings=$(cd "$out/$t" && ls crash-* timeout-* oom-* leak-* slow-unit-* 2>/dev/null | tr '\n' ' ')
-  printf '| %s | %s | %s | %s | %s | %s |\n' "$t" "${execs:-?}" "${cov:-?}" "${ft:-?}" "${secs:-?}" "${findings:-none}"
+  secs=$(sed -n 's/.* time: \([0-9]*\)s.*/\1/p' <<<"$last")
+  findings=$(cd "$out/$t" && ls crash-* timeout-* oom-* leak-* 2>/dev/null | wc -l)
+  printf '| %s | %s | %s | %s | %s | %s |\n' "$t" "${execs:-?}" "${cov:-?}" "${ft:-?}" "${secs:-?}" "$findings"
 done
