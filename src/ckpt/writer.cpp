@@ -250,7 +250,7 @@ void Writer::close() {
       at += 4;
       const size_t before = crcs[i].size();
       crcs[i].resize(before + n);
-      std::memcpy(crcs[i].data() + before, from.data() + at, size_t(n) * 4);
+      if (n > 0) std::memcpy(crcs[i].data() + before, from.data() + at, size_t(n) * 4);  // data() may be null
       at += size_t(n) * 4;
     }
   }

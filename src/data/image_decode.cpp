@@ -129,7 +129,7 @@ tsize_t tiff_read(thandle_t h, tdata_t out, tsize_t n) {
   auto* t = static_cast<TiffBytes*>(h);
   const toff_t left = t->at < t->bytes->size() ? t->bytes->size() - t->at : 0;
   const tsize_t k = tsize_t(std::min<toff_t>(left, toff_t(std::max<tsize_t>(n, 0))));
-  std::memcpy(out, t->bytes->data() + t->at, size_t(k));
+  if (k > 0) std::memcpy(out, t->bytes->data() + t->at, size_t(k));
   t->at += toff_t(k);
   return k;
 }

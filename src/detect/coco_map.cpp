@@ -148,7 +148,7 @@ struct Reader {
     if (count > (s.size() - pos) / sizeof(T))
       throw std::invalid_argument("MapAccumulator::merge: truncated serialization (" + std::to_string(s.size()) +
                                   " bytes)");
-    std::memcpy(data, s.data() + pos, bytes);
+    if (bytes > 0) std::memcpy(data, s.data() + pos, bytes);  // an empty vector's data() may be null
     pos += bytes;
   }
 };
