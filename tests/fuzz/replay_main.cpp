@@ -1,7 +1,12 @@
 // meridian_fuzz_replay TARGET PATH...: runs fuzz target TARGET (fuzz.h) on every file of PATH (a
 // file, or a directory walked recursively, in name order), as libFuzzer runs a corpus. Fails (exit 1)
 // on an input slower than MERIDIAN_FUZZ_LIMIT_S seconds (default 10: a hang, not a speed verdict);
-// an escaped exception or a crash aborts. `--list` prints the targets.
+// an escaped exception or a crash aborts. Without AddressSanitizer (which reserves terabytes of
+// address space), the process may map at most 2 GB more than it had at start, as libFuzzer's
+// -rss_limit_mb=2048 allows: an input that makes a reader allocate more fails here too (std::bad_alloc
+// escapes), even where the kernel would have overcommitted it. `--list` prints the targets.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +20,27 @@
 #include "fuzz.h"
 
 namespace fs = std::filesystem;
+
+namespace {
+// The address space mapped now (/proc/self/status VmSize), in bytes; 0 when unknown.
+uint64_t mapped_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  uint64_t kb = 0;
+  while (in >> key)
+    if (key == "VmSize:" && in >> kb) return kb << 10;
+  return 0;
+}
+
+void limit_memory() {
+#if !defined(__SANITIZE_ADDRESS__)
+  if (const uint64_t now = mapped_bytes()) {
+    const rlimit limit{now + (uint64_t(2) << 30), now + (uint64_t(2) << 30)};
+    setrlimit(RLIMIT_AS, &limit);
+  }
+#endif
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   auto& targets = meridian::fuzz::registry();
@@ -41,6 +67,7 @@ int main(int argc, char** argv) {
     }
   }
   std::sort(inputs.begin(), inputs.end());
+  limit_memory();
   if (inputs.empty()) {
     std::fprintf(stderr, "%s: no inputs under the paths given\n", argv[1]);
     return 2;
