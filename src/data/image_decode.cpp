@@ -177,10 +177,11 @@ TiffLayout tiff_layout(TIFF* t) {
 void check_declared(uint64_t width, uint64_t height, uint64_t bytes_per_pixel, size_t file_bytes) {
   if (width > (uint64_t(1) << 31) || height > (uint64_t(1) << 31))
     throw SkipImage{"declares " + std::to_string(width) + " x " + std::to_string(height) + " pixels"};
-  const uint64_t decoded = width * height * std::max<uint64_t>(bytes_per_pixel, 3);
-  if (decoded > (uint64_t(64) << 20) && decoded / 2048 > file_bytes)
+  // In double: 2^31 x 2^31 pixels of a TIFF's up to 65535 bands of 16 bits overflow 64-bit integers.
+  const double decoded = double(width) * double(height) * double(std::max<uint64_t>(bytes_per_pixel, 3));
+  if (decoded > double(uint64_t(64) << 20) && decoded / 2048 > double(file_bytes))
     throw SkipImage{"declares " + std::to_string(width) + " x " + std::to_string(height) + " pixels (" +
-                    std::to_string(decoded >> 20) + " MiB decoded) in " + std::to_string(file_bytes) +
+                    std::to_string(uint64_t(decoded / (1 << 20))) + " MiB decoded) in " + std::to_string(file_bytes) +
                     " bytes: more than any image compresses (a decompression bomb, or a corrupt header)"};
 }
 
