@@ -35,7 +35,7 @@ PACKAGES=(
   chromium fonts-dejavu-core         # tests/report opens the run report in headless Chromium; not for the build
 )
 if [[ ${1:-} == --fuzz ]]; then
-  PACKAGES+=(clang libfuzzer-14-dev)  # the fuzz targets' libFuzzer build, ASan/UBSan/TSan (tests/fuzz)
+  PACKAGES+=(clang libfuzzer-14-dev time)  # the fuzz targets' libFuzzer build, ASan/UBSan/TSan (tests/fuzz); time for the campaign's CPU seconds
 elif [[ $# -gt 0 ]]; then
   echo "setup-node.sh: unknown argument '$1' (the only option is --fuzz)" >&2
   exit 2

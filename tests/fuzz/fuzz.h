@@ -28,6 +28,10 @@ using TargetFn = void (*)(std::string bytes);
 // reported (its type and message) and aborts.
 void run_one(const char* target, TargetFn fn, const uint8_t* data, size_t size);
 
+// A finding: prints `what` and aborts (the crash libFuzzer records with its input). With
+// MERIDIAN_FUZZ_LOG=FILE the message is also appended to FILE (tests/fuzz/campaign.sh sets it).
+[[noreturn]] void finding(const char* target, const std::string& what, size_t size);
+
 // A scratch directory of this process (under /dev/shm when it exists), made on first use and
 // removed at exit; targets write the input there under the file name the reader expects.
 const std::string& scratch();

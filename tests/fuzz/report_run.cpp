@@ -1,8 +1,6 @@
 // A run directory as `meridian report` reads it: metrics.csv, health.jsonl, attempts.jsonl,
 // config.yaml and a rank's log. The first byte chooses which file holds the input; the others are the
 // seed run's (tests/fuzz/base/run). The page never throws for what the directory holds.
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 
 #include "fuzz.h"
@@ -27,8 +25,9 @@ MERIDIAN_FUZZ_TARGET(report_run) {
     report::PageStats stats;
     report::render_page(dir, &stats);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fuzz report_run: render_page threw for %s: %s\n", name, e.what());
-    std::abort();
+    fuzz::finding("report_run", std::string("render_page threw for ") + name + ": " + e.what(), bytes.size());
+  } catch (...) {
+    fuzz::finding("report_run", std::string("render_page threw a non-std exception for ") + name, bytes.size());
   }
   fs::copy_file(original, dir + "/" + name, fs::copy_options::overwrite_existing);
 }
