@@ -1,5 +1,7 @@
 #include "fuzz.h"
 
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,9 +10,6 @@
 #include <fstream>
 #include <map>
 #include <typeinfo>
-
-#include <c10/core/CPUAllocator.h>
-#include <c10/util/Exception.h>
 
 #include "meridian/core/error.h"
 
@@ -37,8 +36,8 @@ struct CappedAllocator final : c10::Allocator {
   explicit CappedAllocator(c10::Allocator* b) : base(b) {}
   c10::DataPtr allocate(size_t n) override {
     tensor_bytes += n;
-    TORCH_CHECK(tensor_bytes <= kTensorCap, "the fuzz harness's size cap: this input's tensors pass ",
-                kTensorCap >> 20, " MB (", n, " bytes asked)");
+    TORCH_CHECK(tensor_bytes <= kTensorCap, "the fuzz harness's size cap: this input's tensors pass ", kTensorCap >> 20,
+                " MB (", n, " bytes asked)");
     return base->allocate(n);
   }
   c10::DeleterFnPtr raw_deleter() const override { return base->raw_deleter(); }
@@ -74,7 +73,8 @@ void run_one(const char* target, TargetFn fn, const uint8_t* data, size_t size) 
   } catch (const SystemError& e) {
     refused(target, e.what());
   } catch (const std::exception& e) {
-    finding(target, std::string("an exception other than meridian's escaped the reader: ") + typeid(e).name() + ": " + e.what(),
+    finding(target,
+            std::string("an exception other than meridian's escaped the reader: ") + typeid(e).name() + ": " + e.what(),
             size);
   } catch (...) {
     finding(target, "a non-std exception escaped the reader", size);
