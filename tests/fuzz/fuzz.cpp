@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <typeinfo>
 
@@ -111,6 +112,22 @@ std::string write(const std::string& name, const std::string& bytes) {
     std::abort();
   }
   return path;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) {
+    std::fprintf(stderr, "fuzz: cannot read %s\n", path.c_str());
+    std::abort();
+  }
+  return bytes;
+}
+
+std::string copy_dir(const std::string& from, const std::string& name) {
+  for (const auto& e : fs::recursive_directory_iterator(from))
+    if (e.is_regular_file()) write(name + "/" + fs::relative(e.path(), from).string(), read(e.path().string()));
+  return scratch() + "/" + name;
 }
 
 size_t take_choice(std::string& bytes, size_t n) {

@@ -37,6 +37,13 @@ void run_one(const char* target, TargetFn fn, const uint8_t* data, size_t size);
 const std::string& scratch();
 // Writes `bytes` to scratch()/<name> (replacing it) and returns the path.
 std::string write(const std::string& name, const std::string& bytes);
+// A file's bytes. With write, what the targets use to set up their directories: C++ streams retry a
+// read or write that libFuzzer's SIGALRM (its -timeout clock) interrupts; std::filesystem::copy_file
+// fails with EINTR instead (a harness crash the campaign once reported for report_run).
+std::string read(const std::string& path);
+// Copies the directory `from` (tests/fuzz/base/...) to scratch()/<name>, file by file through read and
+// write; returns the copy's path.
+std::string copy_dir(const std::string& from, const std::string& name);
 
 // The first byte of the input chooses among `n` variants (which file of a directory, which split):
 // returns it modulo n and removes it from `bytes`; 0 for an empty input.

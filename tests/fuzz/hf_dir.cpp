@@ -23,22 +23,23 @@ MERIDIAN_FUZZ_TARGET(hf_dir) {
   const std::string family = families[c % 2], file = files[c / 2];
   const std::string dir = fuzz::scratch() + "/" + family;
   static bool copied[2] = {false, false};
-  if (!copied[c % 2]) fs::copy(std::string(MERIDIAN_FUZZ_BASE "/") + family, dir, fs::copy_options::recursive);
+  if (!copied[c % 2]) fuzz::copy_dir(std::string(MERIDIAN_FUZZ_BASE "/") + family, family);
   copied[c % 2] = true;
-  const std::string original = fuzz::scratch() + "/original";
-  const bool existed = fs::exists(dir + "/" + file);
-  if (existed) fs::copy_file(dir + "/" + file, original, fs::copy_options::overwrite_existing);
-  fuzz::write(family + "/" + file, bytes);
+  // The input replaces one file; the original is written back (or the file removed) after.
+  const std::string base_file = std::string(MERIDIAN_FUZZ_BASE "/") + family + "/" + file;
+  const bool existed = fs::exists(base_file);
   struct Restore {
-    std::string from, to;
+    std::string name, original;
     bool existed;
+    std::error_code ec;
     ~Restore() {
       if (existed)
-        fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+        fuzz::write(name, original);
       else
-        fs::remove(to);
+        fs::remove(fuzz::scratch() + "/" + name, ec);
     }
-  } restore{original, dir + "/" + file, existed};
+  } restore{family + "/" + file, existed ? fuzz::read(base_file) : std::string(), existed};
+  fuzz::write(family + "/" + file, bytes);
 
   const tasks::ModelSource source = tasks::open_model(dir, "eval");
   if (family == "siglip")

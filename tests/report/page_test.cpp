@@ -6,7 +6,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "meridian/core/error.h"
 #include "meridian/report/report.h"
@@ -111,4 +114,33 @@ TEST_F(RunDir, FieldsOfAnotherTypeAreNamedNotThrown) {
   for (const auto& p : stats.problems) problems += p + "\n";
   EXPECT_NE(problems.find("could not be read"), std::string::npos) << problems;
   EXPECT_NE(page.find("\"train/loss\""), std::string::npos);  // the rest of the run is still shown
+}
+
+// PageWriter: the background thread renders while the run appends; finish() ends it and writes the
+// final page, which holds every step appended before it.
+TEST_F(RunDir, PageWriterRendersInTheBackgroundWhileTheRunAppends) {
+  write("metrics.csv", "step,wall_time,name,value\n");
+  meridian::report::PageWriter writer(dir.string());
+  for (int s = 1; s <= 100; ++s) {
+    std::ofstream(dir / "metrics.csv", std::ios::app) << s << ",1.0,train/loss," << s << "\n";
+    writer.request();
+  }
+  ASSERT_EQ(writer.finish(), (dir / "report.html").string());
+  std::ifstream in(dir / "report.html");
+  const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(page.find("99.0,100.0]"), std::string::npos);
+  EXPECT_NE(page.find("</html>"), std::string::npos);
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"metrics.csv", "report.html"}));  // no temporary left
+}
+
+TEST_F(RunDir, PageWriterDestroyedWithoutFinishEndsItsThread) {
+  for (int i = 0; i < 20; ++i) {
+    meridian::report::PageWriter writer(dir.string());
+    writer.request();
+  }  // each destructor waits for the write in progress and starts no other
+  for (const auto& e : fs::directory_iterator(dir))  // a page written whole, or none; no temporary
+    EXPECT_EQ(e.path().filename(), "report.html");
 }
