@@ -2,6 +2,8 @@
 
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
+#include <atomic>
+#include <memory>
 #include <optional>
 
 #include "jpeg.h"
@@ -21,6 +23,7 @@ struct RawBatch {
   std::vector<int64_t> repeat;                 // for each sampled position, index into rows (duplicates with padding)
   at::Tensor images, tokens, lengths, labels;  // as read: [R, H, W, 3], [R, K, L], [R, K], [R]
   EncodedRows encoded;                         // jpeg files: the images' bytes, decoded into `images` by finish
+  std::shared_ptr<void> lease;                 // the read buffers' slot (Loader::Impl), given back when this goes
 };
 
 }  // namespace
@@ -77,31 +80,48 @@ struct Loader::Impl {
 
   Impl(const LoaderOptions& options) : o(options) {}
 
-  // Reused read buffers (batch-sized), so steady state allocates nothing: a slot is free when no
-  // tensor but the slot's own views its storage. Touched by the I/O thread only.
+  // Reused read buffers (batch-sized), so steady state allocates nothing. A slot is free once the
+  // RawBatch read into it is gone (its lease given back, after the finish step's last use of the
+  // buffers) and no tensor but the slot's own views its storage (a batch handed out without a copy).
+  // `slots` is the I/O thread's alone.
   struct Slot {
     at::Tensor images, tokens, lengths, labels;
+    std::atomic<bool> leased{false};  // release-stored by the thread that drops the RawBatch
     bool free() const {
+      if (leased.load(std::memory_order_acquire)) return false;
       for (const auto* t : {&images, &tokens, &lengths, &labels})
         if (t->storage().use_count() > 1) return false;
+      // use_count() is a relaxed load. LibTorch drops a reference with an acq_rel decrement, so this
+      // fence orders the reads of whoever held the storage before the writes of the next read.
+      std::atomic_thread_fence(std::memory_order_acquire);
       return true;
     }
   };
-  std::vector<std::unique_ptr<Slot>> slots;
+  std::vector<std::shared_ptr<Slot>> slots;
 
-  // A free slot, or a new one when the consumer still holds all of them (no waiting, no deadlock).
-  const Slot& free_slot() {
+  // A free slot, or a new one when the consumer still holds all of them (no waiting, no deadlock),
+  // leased to `b`.
+  const Slot& lease_slot(RawBatch& b) {
+    std::shared_ptr<Slot> slot;
     for (const auto& s : slots)
-      if (s->free()) return *s;
-    const auto& info = reader->info();
-    auto s = std::make_unique<Slot>();
-    const int64_t B = sampler->max_share();
-    s->images = at::empty({B, info.height, info.width, info.channels}, at::kByte);
-    s->tokens = at::empty({B, info.captions_per_sample, info.context_length}, at::kInt);
-    s->lengths = at::empty({B, info.captions_per_sample}, at::kInt);
-    s->labels = at::empty({B}, at::kInt);
-    slots.push_back(std::move(s));
-    return *slots.back();
+      if (s->free()) {
+        slot = s;
+        break;
+      }
+    if (!slot) {
+      const auto& info = reader->info();
+      slot = std::make_shared<Slot>();
+      const int64_t B = sampler->max_share();
+      slot->images = at::empty({B, info.height, info.width, info.channels}, at::kByte);
+      slot->tokens = at::empty({B, info.captions_per_sample, info.context_length}, at::kInt);
+      slot->lengths = at::empty({B, info.captions_per_sample}, at::kInt);
+      slot->labels = at::empty({B}, at::kInt);
+      slots.push_back(slot);
+    }
+    slot->leased.store(true, std::memory_order_relaxed);
+    // The lease keeps the slot alive past set_shares' clear (a stopped pipeline drops its batches).
+    b.lease = std::shared_ptr<void>(nullptr, [slot](void*) { slot->leased.store(false, std::memory_order_release); });
+    return *slot;
   }
 
   // The batch's rows (sorted; one HDF5 read per run of consecutive rows) into a free slot.
@@ -115,7 +135,7 @@ struct Loader::Impl {
     std::sort(sorted.begin(), sorted.end());
     for (int64_t r : sorted) b.repeat.push_back(std::lower_bound(b.rows.begin(), b.rows.end(), r) - b.rows.begin());
     const int64_t R = int64_t(b.rows.size());
-    const Slot& slot = free_slot();
+    const Slot& slot = lease_slot(b);
     b.images = slot.images.narrow(0, 0, R);
     b.tokens = slot.tokens.narrow(0, 0, R);
     b.lengths = slot.lengths.narrow(0, 0, R);
