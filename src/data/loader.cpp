@@ -1,9 +1,9 @@
 #include "meridian/data/loader.h"
 
-#include <opencv2/core.hpp>
-#include <opencv2/imgproc.hpp>
 #include <atomic>
 #include <memory>
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
 #include <optional>
 
 #include "jpeg.h"
