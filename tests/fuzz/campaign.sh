@@ -5,8 +5,9 @@
 # (the committed corpus is not changed). libFuzzer runs in fork mode, going on after a finding; each
 # lands in OUT/<target>/ as crash-*, timeout-* or oom-* (add it to regressions/<target>/ with its fix).
 # Fork mode keeps no child's report, so the sanitizers write theirs to OUT/<target>/asan.PID and
-# ubsan.PID, and the harness its oracle's message (an escaped exception) to OUT/<target>/findings.log. Prints a table: executions, coverage (edges:
-# libFuzzer's cov), features, seconds, CPU seconds (the fuzzer and its fork children), findings.
+# ubsan.PID, and the harness its oracle's message (an escaped exception) to OUT/<target>/findings.log.
+# Prints a table: executions, coverage (edges: libFuzzer's cov), features, seconds, CPU seconds (the
+# fuzzer and its fork children), findings.
 #
 #   tests/fuzz/campaign.sh BUILD SECONDS OUT [TARGET...]     (no TARGET: every target)
 set -uo pipefail
