@@ -105,43 +105,53 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
   });
   int sharing = 0;
   for (auto& m : masks) sharing += CPU_EQUAL(&m, &mask) ? 1 : 0;
+  // Each local rank's CUDA_VISIBLE_DEVICES: whether the node's ranks share their GPUs or each has its own.
+  struct VisibleEnv {
+    char set;
+    char value[255];
+  };
+  VisibleEnv env{};
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) {
+    env.set = 1;
+    std::snprintf(env.value, sizeof env.value, "%s", v);
+  }
+  std::vector<VisibleEnv> envs(local_size_);
+  watched("allgather of CUDA_VISIBLE_DEVICES (node topology)", [&] {
+    MERIDIAN_MPI_CHECK(MPI_Allgather(&env, sizeof env, MPI_BYTE, envs.data(), sizeof env, MPI_BYTE, node_comm));
+  });
   MPI_Comm_free(&node_comm);
   int leader = local_rank_ == 0 ? 1 : 0;
   watched("allreduce of node leaders (node topology)",
           [&] { MERIDIAN_MPI_CHECK(MPI_Allreduce(&leader, &node_count_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD)); });
 
-  // Device. The check is local (GPUs per node differ between nodes) but the verdict is collective,
+  // Device. The choice is local (GPUs per node differ between nodes) but the verdict is collective,
   // so every rank throws and finalises together instead of leaving others in a later collective.
-  std::string device_error;
+  DeviceInputs din;
+  din.requested = options_.device;
   // --device cpu never touches CUDA (no driver query, no context): a CPU run starts as fast as it can.
-  const int gpus = options_.device == "cpu" ? 0 : static_cast<int>(torch::cuda::device_count());
-  // What CUDA said when it found no device ("cudaGetDeviceCount: no CUDA-capable device is detected").
-  const auto no_gpu = [&] {
+  din.visible = options_.device == "cpu" ? 0 : static_cast<int>(torch::cuda::device_count());
+  din.local_rank = local_rank_;
+  din.local_size = local_size_;
+  for (const auto& e : envs)
+    din.visible_env.push_back(e.set ? std::optional<std::string>(std::string(e.value, strnlen(e.value, sizeof e.value)))
+                                    : std::nullopt);
+  din.host = host_;
+  if (options_.device != "cpu" && din.visible == 0) {
     const GpuInventory inv = local_gpus();
-    return inv.note.empty() ? "CUDA driver " + cuda_version_text(inv.driver_version) + ", 0 devices" : inv.note;
-  };
-  device_why_ = options_.device == "cpu" ? "cpu: --device cpu" : "";
-  if (options_.device == "auto" && gpus == 0)
-    device_why_ = "cpu: --device auto found no CUDA device (" + no_gpu() + ")";
-  if (options_.device == "cuda" || (options_.device == "auto" && gpus > 0)) {
-    if (gpus == 0) {
-      device_error = "--device cuda: no CUDA device is visible on " + host_ + " (" + no_gpu() + ")";
-    } else if (local_size_ > gpus) {
-      device_error = "--device cuda: " + std::to_string(local_size_) + " ranks run on " + host_ + " but only " +
-                     std::to_string(gpus) + " GPU(s) are visible (CUDA_VISIBLE_DEVICES); start one rank per GPU";
-    } else {
-      device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank_));
-      c10::cuda::set_device(device_.index());  // the process's current device: torch's "cuda" means this GPU
-      device_why_ = device_.str() + ": --device " + options_.device + ", local rank " + std::to_string(local_rank_) +
-                    " of " + std::to_string(gpus) + " visible GPU(s)";
-    }
-  } else if (options_.device != "cpu" && options_.device != "auto") {
-    device_error = "--device: unknown device '" + options_.device + "' (expected auto, cpu or cuda)";
+    din.no_gpus = inv.note.empty() ? "CUDA driver " + cuda_version_text(inv.driver_version) + ", 0 devices" : inv.note;
   }
-  if (!all_true(device_error.empty())) {
-    if (device_error.empty()) device_error = "--device: device selection failed on another rank (see its message)";
+  const DeviceChoice choice = choose_device(din);
+  device_why_ = choice.why;
+  if (choice.error.empty() && choice.cuda_index >= 0) {
+    device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(choice.cuda_index));
+    c10::cuda::set_device(device_.index());  // the process's current device: torch's "cuda" means this GPU
+  }
+  if (!all_true(choice.error.empty())) {
+    const std::string message = choice.error.empty()
+                                    ? "--device: device selection failed on another rank (see its message)"
+                                    : choice.error;
     if (owns_mpi_) MPI_Finalize();
-    throw UserError(device_error);
+    throw UserError(message);
   }
 
   // The machine: ranks that share this kernel (its boot id) share its cores, whatever node MPI counts
@@ -188,6 +198,70 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
   thread_choice_ = choose_threads(in);
   threads_ = thread_choice_.threads;
   at::set_num_threads(threads_);
+}
+
+DeviceChoice choose_device(const DeviceInputs& in) {
+  DeviceChoice c;
+  const auto env_text = [](const std::optional<std::string>& v) {
+    return v ? "CUDA_VISIBLE_DEVICES=" + (v->empty() ? std::string("''") : *v) : std::string("CUDA_VISIBLE_DEVICES unset");
+  };
+  const std::string mine = in.local_rank < int(in.visible_env.size()) ? env_text(in.visible_env[size_t(in.local_rank)])
+                                                                     : env_text(std::nullopt);
+  if (in.requested == "cpu") {
+    c.why = "cpu: --device cpu";
+    return c;
+  }
+  if (in.requested != "auto" && in.requested != "cuda") {
+    c.error = "--device: unknown device '" + in.requested + "' (expected auto, cpu or cuda)";
+    return c;
+  }
+  if (in.visible == 0) {
+    const std::string what = " (" + in.no_gpus + "; " + mine + ")";
+    if (in.requested == "cuda")
+      c.error = "--device cuda: no CUDA device is visible on " + in.host + what;
+    else
+      c.why = "cpu: --device auto found no CUDA device" + what;
+    return c;
+  }
+  const std::string flag = "--device " + in.requested + ": ";
+  const auto& envs = in.visible_env;
+  const bool shared = std::all_of(envs.begin(), envs.end(), [&](const auto& e) { return e == envs.front(); });
+  if (shared) {  // mpirun, srun --gpus-per-node: the node's ranks split the GPUs they all see
+    if (in.local_size > in.visible) {
+      c.error = flag + std::to_string(in.local_size) + " ranks run on " + in.host + " and all see the same " +
+                std::to_string(in.visible) + " GPU(s) (" + mine + "): start at most " + std::to_string(in.visible) +
+                " rank(s) per node (one per GPU), or give each rank a GPU of its own through CUDA_VISIBLE_DEVICES "
+                "(Slurm: --gpus-per-task=1)";
+      return c;
+    }
+    c.cuda_index = in.local_rank;
+    c.why = fmt::format("cuda:{}: local rank {} of the node's {} rank(s), which all see the same {} GPU(s) ({})",
+                        in.local_rank, in.local_rank, in.local_size, in.visible, mine);
+    return c;
+  }
+  // Each rank its own GPUs (Slurm --gpus-per-task, wrappers): its first one. Two ranks on one GPU
+  // would fail in NCCL ("duplicate GPU") or share its memory and time.
+  std::map<std::string, int> first_owner;
+  for (size_t r = 0; r < envs.size(); ++r) {
+    if (!envs[r]) {
+      c.error = flag + "CUDA_VISIBLE_DEVICES is set for some ranks on " + in.host + " but not for local rank " +
+                std::to_string(r) + ": set it for every rank (each its own GPUs) or for none";
+      return c;
+    }
+    const std::string first = envs[r]->substr(0, envs[r]->find(','));
+    const auto [it, fresh] = first_owner.emplace(first, int(r));
+    if (!fresh) {
+      c.error = flag + "local ranks " + std::to_string(it->second) + " and " + std::to_string(r) + " on " + in.host +
+                " would both use GPU '" + first + "', the first of their CUDA_VISIBLE_DEVICES ('" +
+                *envs[size_t(it->second)] + "' and '" + *envs[r] +
+                "'): give each rank a GPU of its own";
+      return c;
+    }
+  }
+  c.cuda_index = 0;
+  c.why = fmt::format("cuda:0: the first of the {} GPU(s) this rank sees ({}; each of the node's {} rank(s) has its own)",
+                      in.visible, mine, in.local_size);
+  return c;
 }
 
 ThreadChoice choose_threads(const ThreadInputs& in) {

@@ -153,7 +153,15 @@ Findings check_gpus(const Facts& facts) {
       models[fmt::format("{} ({}, cc {}.{})", d.name, gib(double(d.memory_bytes)), d.major, d.minor)]++;
     std::vector<std::string> list;
     for (const auto& [m, k] : models) list.push_back(std::to_string(k) + " x " + m);
-    const std::string text = fmt::format("{}: {}; {}; {} rank(s)", node.host, joined(list), versions, n);
+    // Which rank took which device (comm::choose_device), with the variable that decided it.
+    std::vector<std::string> mapping;
+    for (int r : node.ranks) {
+      const auto env = facts[r].env.find("CUDA_VISIBLE_DEVICES");
+      mapping.push_back(fmt::format("rank {} {}{}", r, facts[r].device,
+                                    env == facts[r].env.end() ? "" : " (CUDA_VISIBLE_DEVICES=" + env->second + ")"));
+    }
+    const std::string text =
+        fmt::format("{}: {}; {}; {} rank(s): {}", node.host, joined(list), versions, n, joined(mapping));
     if (on_cpu)
       return {Status::Warn, "", text + " run on cpu",
               "GPUs are visible but unused: a CPU-only LibTorch cannot use them (build against a CUDA LibTorch, "

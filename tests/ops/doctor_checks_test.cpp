@@ -336,5 +336,33 @@ TEST(DoctorChecks, ManyHealthyNodesAreSummarised) {
   EXPECT_EQ(one_low[1].text, "9 more node(s) OK");
 }
 
+TEST(DoctorChecks, GpusListWhichRankTookWhichDevice) {
+  // Slurm --gpus-per-task=1: each rank sees one GPU of its own, cuda:0 (comm::choose_device).
+  auto facts = healthy(1, 2);
+  for (auto& f : facts) {
+    f.device = "cuda:0";
+    f.gpu.inventory.queryable = true;
+    f.gpu.inventory.note.clear();
+    f.gpu.inventory.driver_version = f.gpu.inventory.runtime_version = 13000;
+    f.gpu.inventory.gpus = {{"NVIDIA H100 80GB HBM3", uint64_t(80 * kGiB), 9, 0}};
+    f.env["CUDA_VISIBLE_DEVICES"] = std::to_string(2 + f.local_rank);
+  }
+  auto findings = check_gpus(facts);
+  ASSERT_EQ(findings.size(), 1u);
+  EXPECT_EQ(findings[0].status, Status::Ok) << findings[0].text;
+  EXPECT_TRUE(contains(findings[0].text,
+                       "2 rank(s): rank 0 cuda:0 (CUDA_VISIBLE_DEVICES=2), rank 1 cuda:0 (CUDA_VISIBLE_DEVICES=3)"))
+      << findings[0].text;
+  // mpirun, every GPU visible to every rank: local rank k on cuda:k, no variable.
+  for (auto& f : facts) {
+    f.env.erase("CUDA_VISIBLE_DEVICES");
+    f.device = "cuda:" + std::to_string(f.local_rank);
+    f.gpu.inventory.gpus.resize(2, f.gpu.inventory.gpus[0]);
+  }
+  findings = check_gpus(facts);
+  EXPECT_TRUE(contains(findings[0].text, "2 x NVIDIA H100 80GB HBM3")) << findings[0].text;
+  EXPECT_TRUE(contains(findings[0].text, "2 rank(s): rank 0 cuda:0, rank 1 cuda:1")) << findings[0].text;
+}
+
 }  // namespace
 }  // namespace meridian::ops

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,12 +53,36 @@ struct ThreadChoice {
 // (docs/performance.md). `why` also names the OpenMP wait policy in force. Not collective.
 ThreadChoice choose_threads(const ThreadInputs& in);
 
+// What a rank's device is chosen from (Runtime gathers it; choose_device is pure).
+struct DeviceInputs {
+  std::string requested = "auto";  // --device: auto, cpu, cuda
+  int visible = 0;                 // CUDA devices this process sees (after CUDA_VISIBLE_DEVICES)
+  int local_rank = 0, local_size = 1;
+  // CUDA_VISIBLE_DEVICES of each rank on this node, by local rank; nullopt where it is unset.
+  std::vector<std::optional<std::string>> visible_env;
+  std::string host;     // for messages
+  std::string no_gpus;  // what CUDA said when it found no device ("cudaGetDeviceCount: ...")
+};
+struct DeviceChoice {
+  int cuda_index = -1;  // the CUDA device among this rank's visible ones; -1: the CPU
+  std::string why;      // "cuda:1: local rank 1 of the node's 4 ranks, which all see the same 4 GPUs ..."
+  std::string error;    // non-empty: the run cannot start (names the variable to change)
+};
+// A rank's device, as launchers hand out GPUs:
+//  * every rank of the node sees the same GPUs (CUDA_VISIBLE_DEVICES the same or unset everywhere:
+//    mpirun, srun --gpus-per-node): the local rank's GPU among them; more ranks than GPUs is refused;
+//  * each rank sees GPUs of its own (CUDA_VISIBLE_DEVICES differs between the node's ranks: Slurm's
+//    --gpus-per-task=1, site wrappers): its first visible GPU, cuda:0. Refused when two ranks would
+//    take the same GPU (the same first entry) or when the variable is set for only some ranks.
+// auto falls back to the CPU only when no GPU is visible. Every rank of a node decides from the same
+// inputs, so they agree. Not collective.
+DeviceChoice choose_device(const DeviceInputs& in);
+
 class Runtime {
  public:
   // Collective. Initialises MPI with MPI_THREAD_MULTIPLE (the communicators' progress threads call
   // MPI concurrently with the main thread) and throws SystemError if the library grants less.
-  // Throws UserError when device=cuda but CUDA is unavailable, or when a node runs more ranks than
-  // it has visible GPUs (every rank sees the same topology, so every rank throws).
+  // Throws UserError on every rank when any rank's device cannot be chosen (choose_device).
   Runtime(int* argc, char*** argv, const RuntimeOptions& options = {});
   // Collective: MPI_Finalize.
   ~Runtime();
@@ -72,7 +97,7 @@ class Runtime {
   const std::string& host() const { return host_; }
   const c10::Device& device() const { return device_; }
   // Why device() is what it is: "cpu: --device auto found no CUDA device (cudaGetDeviceCount: ...)",
-  // "cuda:1: --device auto, local rank 1 of 4 visible GPU(s)".
+  // "cuda:1: local rank 1 of the node's 4 ranks, which all see the same 4 GPU(s) (...)".
   const std::string& device_why() const { return device_why_; }
   int threads() const { return threads_; }
   // Why threads() is what it is, and the OpenMP wait policy (choose_threads's `why`); `crowded`: more
