@@ -147,9 +147,8 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
     c10::cuda::set_device(device_.index());  // the process's current device: torch's "cuda" means this GPU
   }
   if (!all_true(choice.error.empty())) {
-    const std::string message = choice.error.empty()
-                                    ? "--device: device selection failed on another rank (see its message)"
-                                    : choice.error;
+    const std::string message =
+        choice.error.empty() ? "--device: device selection failed on another rank (see its message)" : choice.error;
     if (owns_mpi_) MPI_Finalize();
     throw UserError(message);
   }
@@ -203,10 +202,11 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
 DeviceChoice choose_device(const DeviceInputs& in) {
   DeviceChoice c;
   const auto env_text = [](const std::optional<std::string>& v) {
-    return v ? "CUDA_VISIBLE_DEVICES=" + (v->empty() ? std::string("''") : *v) : std::string("CUDA_VISIBLE_DEVICES unset");
+    return v ? "CUDA_VISIBLE_DEVICES=" + (v->empty() ? std::string("''") : *v)
+             : std::string("CUDA_VISIBLE_DEVICES unset");
   };
   const std::string mine = in.local_rank < int(in.visible_env.size()) ? env_text(in.visible_env[size_t(in.local_rank)])
-                                                                     : env_text(std::nullopt);
+                                                                      : env_text(std::nullopt);
   if (in.requested == "cpu") {
     c.why = "cpu: --device cpu";
     return c;
@@ -253,14 +253,14 @@ DeviceChoice choose_device(const DeviceInputs& in) {
     if (!fresh) {
       c.error = flag + "local ranks " + std::to_string(it->second) + " and " + std::to_string(r) + " on " + in.host +
                 " would both use GPU '" + first + "', the first of their CUDA_VISIBLE_DEVICES ('" +
-                *envs[size_t(it->second)] + "' and '" + *envs[r] +
-                "'): give each rank a GPU of its own";
+                *envs[size_t(it->second)] + "' and '" + *envs[r] + "'): give each rank a GPU of its own";
       return c;
     }
   }
   c.cuda_index = 0;
-  c.why = fmt::format("cuda:0: the first of the {} GPU(s) this rank sees ({}; each of the node's {} rank(s) has its own)",
-                      in.visible, mine, in.local_size);
+  c.why =
+      fmt::format("cuda:0: the first of the {} GPU(s) this rank sees ({}; each of the node's {} rank(s) has its own)",
+                  in.visible, mine, in.local_size);
   return c;
 }
 

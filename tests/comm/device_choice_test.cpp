@@ -80,8 +80,9 @@ TEST(ChooseDevice, NoGpuAndTheCpu) {
   auto c = choose_device(node("auto", 0, 0, {Env{""}}));
   EXPECT_TRUE(c.error.empty());
   EXPECT_EQ(c.cuda_index, -1);
-  EXPECT_TRUE(has(c.why, "cpu: --device auto found no CUDA device (cudaGetDeviceCount: no CUDA-capable device is "
-                         "detected; CUDA_VISIBLE_DEVICES='')"))
+  EXPECT_TRUE(has(c.why,
+                  "cpu: --device auto found no CUDA device (cudaGetDeviceCount: no CUDA-capable device is "
+                  "detected; CUDA_VISIBLE_DEVICES='')"))
       << c.why;
   c = choose_device(node("cuda", 0, 0, {Env{}}));
   EXPECT_TRUE(has(c.error, "--device cuda: no CUDA device is visible on c214n3")) << c.error;
