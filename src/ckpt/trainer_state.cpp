@@ -1,12 +1,17 @@
 // The trainer's part of a checkpoint besides its strategy's: the frozen parameters, the buffers,
 // the EMA, every rank's RNG and the counters. Saved and loaded here, side by side, so that the two
 // layouts cannot drift apart.
+#include <ATen/Context.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+#include <torch/nn/module.h>
 
 #include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <mutex>
+#include <utility>
 
 #include "internal.h"
 #include "meridian/core/error.h"
@@ -16,6 +21,20 @@
 namespace meridian::ckpt {
 
 namespace {
+at::Generator default_device_generator(const c10::Device& device) {
+  if (!device.is_cuda()) return {};
+  return at::globalContext().defaultGenerator(device);  // the CUDA generator of that GPU
+}
+DeviceGeneratorResolver& resolver() {
+  static DeviceGeneratorResolver r = default_device_generator;
+  return r;
+}
+
+// The device the model trains on: its parameters' (ZeRO-3's released ones keep their device).
+c10::Device model_device(torch::nn::Module& model) {
+  const auto params = model.parameters();
+  return params.empty() ? c10::Device(c10::kCPU) : params.front().device();
+}
 std::string utc_now_text() {
   const std::time_t t = std::time(nullptr);
   char buf[64];
@@ -23,6 +42,12 @@ std::string utc_now_text() {
   return buf;
 }
 }  // namespace
+
+at::Generator device_generator(const c10::Device& device) { return resolver()(device); }
+
+DeviceGeneratorResolver set_device_generator_resolver(DeviceGeneratorResolver r) {
+  return std::exchange(resolver(), r ? std::move(r) : DeviceGeneratorResolver(default_device_generator));
+}
 
 void save_trainer_state(train::StateWriter& w, train::Trainer& trainer, const Config& config) {
   const train::TrainerState state = trainer.state();
@@ -35,6 +60,10 @@ void save_trainer_state(train::StateWriter& w, train::Trainer& trainer, const Co
     w.attribute("ema_updates", ema->updates());
   }
   w.per_rank("torch_rng", cpu_generator().get_state());
+  if (at::Generator gen = device_generator(model_device(model)); gen.defined()) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    w.per_rank("device_rng", gen.get_state());
+  }
   const auto position = trainer.task().data_position();
   w.attribute("step", state.step);
   w.attribute("epoch", position.epoch);
@@ -80,6 +109,24 @@ void load_trainer_state(train::StateReader& r, int rank, train::Trainer& trainer
   // The same world size: this rank's own stream; another: rank r takes rank (r mod W)'s.
   const std::string rng = "ranks/" + std::to_string(rank % std::max<int64_t>(1, point.world_size)) + "/torch_rng";
   if (r.has(rng)) cpu_generator().set_state(r.read(rng));
+  // The device's generator likewise. A checkpoint saved on CPU ranks has none: the GPU's generator
+  // then keeps its seed (said once); one saved on GPUs resumed on CPUs has nothing to restore it into.
+  if (at::Generator gen = device_generator(model_device(model)); gen.defined()) {
+    const std::string name = "ranks/" + std::to_string(rank % std::max<int64_t>(1, point.world_size)) + "/device_rng";
+    if (!r.has(name)) {
+      if (rank == 0)
+        spdlog::info("{}: no device RNG state (saved on CPU ranks): the GPU's generator keeps its seed", point.path);
+    } else {
+      const at::Tensor saved = r.read(name);
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      try {
+        gen.set_state(saved);
+      } catch (const c10::Error& e) {
+        throw DataError(point.path, "dataset '" + name + "'",
+                        "is not a state of this device's generator (" + std::string(e.what_without_backtrace()) + ")");
+      }
+    }
+  }
   train::TrainerState state;
   state.step = point.step;
   state.samples_seen = r.int_attribute("samples_seen").value_or(point.step * point.global_batch);

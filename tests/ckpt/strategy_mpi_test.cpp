@@ -4,11 +4,13 @@
 //    layers are blocks: ZeRO-2/3 units) 3 steps, save, and a fresh trainer restores and trains 2
 //    more; its final state (the strategy's own save: parameters and optimizer state, shards
 //    included) equals a straight 5-step run's bit for bit. A checkpoint of another optimizer kind is
-//    refused on every rank, naming both.
+//    refused on every rank, naming both. Each rank's device generator (ranks/<r>/device_rng) is
+//    where it was after a restore (a CPU stand-in without a GPU; the real one with).
 //  - The plan: tasks::lm_memory's closed form from a Llama config (no model built) equals
 //    ShardedAdamW::memory_report() of the real model's units for stages 1-3; for SigLIP and the
 //    detector, the units equal what the model's blocks hold, counted from the modules.
 #include <gtest/gtest.h>
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <cstdlib>
@@ -112,6 +114,55 @@ TEST_P(StrategyCheckpoint, ResumeEqualsStraightRunBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(EveryStrategy, StrategyCheckpoint,
                          ::testing::Values("name: adamw", "name: sgd, momentum: 0.9", "zero: 1", "zero: 2", "zero: 3"));
+
+// ranks/<r>/device_rng: each rank's device generator is where it was after a restore. Where no GPU is
+// present a CPU generator stands in for the GPU's (ckpt::set_device_generator_resolver); on a GPU
+// machine the second case uses the real CUDA generator of cuda:0.
+class DeviceRngCheckpoint : public ::testing::TestWithParam<bool> {};
+
+TEST_P(DeviceRngCheckpoint, ResumesEachRanksDeviceGeneratorWhereItWas) {
+  const bool real_gpu = GetParam();
+  if (real_gpu && !torch::cuda::is_available()) GTEST_SKIP() << "no GPU on this machine";
+  const c10::Device device = real_gpu ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  at::Generator gen =
+      real_gpu ? ckpt::device_generator(device) : at::detail::createCPUGenerator(uint64_t(5 + runtime().rank()));
+  ASSERT_TRUE(gen.defined());
+  const auto previous = ckpt::set_device_generator_resolver([gen](const c10::Device&) { return gen; });
+  const auto draw = [&] { return at::randn({16}, gen, at::TensorOptions().device(device)).cpu(); };
+  const std::string dir = temp_dir();
+  std::string path;
+  {
+    auto a = make_run("name: adamw", 5, 3, 7);
+    ASSERT_TRUE(a.trainer->run().stopped);
+    draw();  // the generator has moved on from its seed
+    ckpt::CheckpointSettings cs;
+    cs.dir = dir;
+    path = ckpt::save(runtime(), *a.trainer, Config::parse("{}", "saved.yaml"), cs);
+  }
+  const at::Tensor expected = draw();
+  const at::Tensor later = draw();  // the state moves on again before the restore
+  EXPECT_FALSE(at::equal(expected, later));
+  // This rank's own stream: the ranks' generators differ (the stand-ins' seeds; a GPU's per process).
+  const auto all = runtime().allgather(std::to_string(expected[0].item<double>()));
+  if (!real_gpu && runtime().size() > 1) EXPECT_NE(all[0], all[1]);
+  {
+    auto b = make_run("name: adamw", 5, 0, 99);
+    ckpt::restore(runtime(), *b.trainer, ckpt::read_resume_point(path, /*verify=*/true));
+  }
+  EXPECT_TRUE(at::equal(draw(), expected));
+  // A CPU run (no device generator) resumes from the same file: the device state is not its to restore.
+  ckpt::set_device_generator_resolver({});
+  {
+    auto c = make_run("name: adamw", 5, 0, 99);
+    EXPECT_NO_THROW(ckpt::restore(runtime(), *c.trainer, ckpt::read_resume_point(path, /*verify=*/true)));
+  }
+  ckpt::set_device_generator_resolver(previous);
+  runtime().barrier();
+  if (runtime().rank() == 0) std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(StandInAndRealGpu, DeviceRngCheckpoint, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "RealGpu" : "StandIn"; });
 
 TEST(StrategyCheckpointKinds, AnotherOptimizersStateIsRefusedOnEveryRank) {
   const std::string dir = temp_dir();

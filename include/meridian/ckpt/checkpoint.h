@@ -19,11 +19,16 @@
 // SGD (optim.name sgd): optim/<parameter name>/{momentum_buffer, step}; root attribute optimizer
 // (adamw | sgd; a run resumes only from its own kind). Model EMA (train.ema): ema/<parameter or
 // buffer name> and root attribute ema_updates.
-// ranks/<r>/torch_rng, and root attributes step, epoch, position (global samples consumed in the
+// ranks/<r>/torch_rng (the CPU generator) and, on a GPU rank, ranks/<r>/device_rng (its CUDA
+// generator: device_generator), and root attributes step, epoch, position (global samples consumed in the
 // epoch), samples_seen, bad_steps, bad_in_a_row, global_batch, config (YAML), created_by, time.
 #pragma once
 
+#include <ATen/core/Generator.h>
+#include <c10/core/Device.h>
+
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -105,8 +110,20 @@ std::vector<std::string> compare_configs(const Config& saved, const Config& curr
 std::string save(const comm::Runtime& runtime, train::Trainer& trainer, const Config& config,
                  const CheckpointSettings& settings);
 
+// The random generator of the device a rank trains on, whose state a checkpoint keeps beside the
+// CPU's (ranks/<r>/device_rng): random ops on a GPU rank (LoRA dropout, ...) draw from its CUDA
+// generator, so without it a resumed run would not be bit-identical. Undefined for the CPU. Not
+// collective.
+at::Generator device_generator(const c10::Device& device);
+// For tests: replaces how device_generator resolves a device (a CPU generator standing in for a
+// GPU's where none is present); returns the resolver in force before. An empty function restores the
+// default.
+using DeviceGeneratorResolver = std::function<at::Generator(const c10::Device&)>;
+DeviceGeneratorResolver set_device_generator_resolver(DeviceGeneratorResolver resolver);
+
 // Collective: loads parameters, buffers, optimizer state, the EMA (when the trainer has one),
-// counters and (same world size) this rank's RNG state into a trainer built from the same config.
+// counters and this rank's RNG states (CPU and device; rank r takes rank r mod W's on another
+// world size W) into a trainer built from the same config.
 // Each rank reads (and checksums) only its share of the rows of every tensor over 64 KiB; an
 // allgather assembles them, so N ranks read the file once between them, not N times.
 // DataError naming the dataset if a tensor is missing or has another shape (also ema/* and
