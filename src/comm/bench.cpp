@@ -153,15 +153,18 @@ std::vector<CommBenchRow> run_comm_bench(const Runtime& runtime, Communicator& c
 
         // Timing on zeros: they stay exact and finite under any number of repeated sums, max, min, avg.
         Buffers timed = make_buffers(collective, count, n, dtype, dev, comm.rank(), /*fill=*/false);
-        for (int i = 0; i < o.warmup; ++i) launch(comm, collective, timed, o.op)->wait();
-        comm.barrier();
+        // Host waits (synchronize): NCCL's wait() only orders the GPU's streams.
+        for (int i = 0; i < o.warmup; ++i) launch(comm, collective, timed, o.op)->synchronize();
+        runtime.barrier();
         auto t0 = Clock::now();
-        if (o.blocking) {
+        if (o.blocking && comm.backend() == Backend::MPI) {
           for (int i = 0; i < o.iters; ++i) run_blocking(comm, collective, timed, o.op);
+        } else if (o.blocking) {
+          for (int i = 0; i < o.iters; ++i) launch(comm, collective, timed, o.op)->synchronize();
         } else {
           std::vector<WorkPtr> works;
           for (int i = 0; i < o.iters; ++i) works.push_back(launch(comm, collective, timed, o.op));
-          for (auto& w : works) w->wait();
+          for (auto& w : works) w->synchronize();
         }
         const double mine = std::chrono::duration<double>(Clock::now() - t0).count() / o.iters;
         const double t = max_over_ranks(comm, mine, dev);
@@ -171,7 +174,7 @@ std::vector<CommBenchRow> run_comm_bench(const Runtime& runtime, Communicator& c
 
         // Correctness on fresh closed-form data.
         Buffers checked = make_buffers(collective, count, n, dtype, dev, comm.rank(), /*fill=*/true);
-        launch(comm, collective, checked, o.op)->wait();
+        launch(comm, collective, checked, o.op)->synchronize();
         const at::Tensor result = (checked.output.defined() ? checked.output : checked.input).cpu().to(at::kDouble);
         const at::Tensor want =
             expected(collective, o.op, collective == "reduce_scatter" ? count / n : count, comm.rank(), n);

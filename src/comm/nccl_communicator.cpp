@@ -2,7 +2,9 @@
 //
 // Ordering: each operation first makes the NCCL stream wait for the caller's current CUDA stream
 // (an event), so it reads finished data; Work::wait() makes the caller's current stream wait for
-// the NCCL stream, so later kernels read the results. A progress thread polls completion events and
+// the operation's completion event and returns without a host wait, so later kernels (and host
+// reads, which wait for that stream) see the results; Work::synchronize() also blocks the host until
+// the progress thread has seen it complete. A progress thread polls completion events and
 // ncclCommGetAsyncError; the watchdog ends the job (ncclCommAbort, then MPI_Abort) when an
 // operation hangs or NCCL reports an asynchronous error.
 #include <ATen/ATen.h>
@@ -103,6 +105,9 @@ class NcclWork final : public CompletionWork {
   NcclWork(int device, cudaEvent_t done) : device_(device), done_(done) {}
   ~NcclWork() override { cudaEventDestroy(done_); }
   cudaEvent_t event() const { return done_; }
+  // Stream order only: the event was recorded at launch, so the current stream can wait on it now.
+  // The in-flight record keeps the tensors alive until the progress thread sees completion.
+  void wait() override { after_completion(); }
 
  protected:
   void after_completion() override {

@@ -19,7 +19,8 @@ void add_blocked(std::chrono::steady_clock::duration d);
 // A Work completed by a progress thread calling mark_done().
 class CompletionWork : public Work {
  public:
-  void wait() override {
+  void wait() override { synchronize(); }
+  void synchronize() override {
     const auto t0 = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return done_; });

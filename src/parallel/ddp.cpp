@@ -231,7 +231,7 @@ struct DistributedDataParallel::Impl {
     for (size_t k = 0; k < buckets.size(); ++k) {
       auto& b = buckets[k];
       b.work->wait();
-      if (trace)
+      if (trace && b.work->is_completed())  // NCCL's wait() does not wait for completion: unknown yet
         trace->span("allreduce bucket " + std::to_string(k), "comm", b.launched, b.work->completed_at(), "comm");
     }
     const auto t1 = Clock::now();

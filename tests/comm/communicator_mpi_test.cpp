@@ -93,6 +93,33 @@ TEST_P(CommunicatorTest, AllreduceEveryDtypeAndOp) {
   }
 }
 
+// wait() orders what follows after the operation: MPI by blocking; NCCL by making the current stream
+// wait, without blocking the host. Here the GPU is kept busy by a chain of matrix products (a few
+// tens of ms at the least) before the allreduce: NCCL's wait() returns while the operation is still
+// queued behind them, and the result read afterwards is still right; synchronize() waits for it.
+TEST_P(CommunicatorTest, WaitOrdersTheStreamAndSynchronizeTheHost) {
+  const int n = comm().size(), r = comm().rank();
+  const bool gpu = GetParam() == Backend::NCCL;
+  at::Tensor busy;
+  if (gpu) {
+    busy = at::randn({4096, 4096}, at::TensorOptions().device(dev()));
+    for (int i = 0; i < 40; ++i) busy = at::matmul(busy, busy).div_(4096.0);
+  }
+  auto t = ramp(1000, r, at::kFloat);
+  auto work = comm().allreduce_async(t, ReduceOp::Sum);
+  work->wait();
+  if (gpu) EXPECT_FALSE(work->is_completed()) << "NCCL's wait() blocked the host until completion";
+  if (!gpu) EXPECT_TRUE(work->is_completed());
+  const at::Tensor twice = t * 2;  // a kernel after wait(): must see the result
+  EXPECT_EQ(mismatches(twice / 2, expected_reduce(1000, ReduceOp::Sum, n)), 0);
+  auto again = ramp(1000, r, at::kFloat);
+  auto second = comm().allreduce_async(again, ReduceOp::Sum);
+  second->synchronize();
+  EXPECT_TRUE(second->is_completed());
+  EXPECT_EQ(mismatches(again, expected_reduce(1000, ReduceOp::Sum, n)), 0);
+  if (gpu) EXPECT_TRUE(busy.defined());
+}
+
 TEST_P(CommunicatorTest, AllreduceLargerThanSegmentsWithRaggedTail) {
   // 3.25 segments of the default 4 MiB plus an odd tail: every segment boundary must be right.
   const int n = comm().size(), r = comm().rank();

@@ -41,6 +41,7 @@ class SoloCommunicator : public comm::Communicator {
  public:
   struct Done : comm::Work {
     void wait() override {}
+    void synchronize() override {}
     bool wait_for(std::chrono::duration<double>) override { return true; }
     bool is_completed() override { return true; }
     std::chrono::steady_clock::time_point completed_at() override { return std::chrono::steady_clock::now(); }

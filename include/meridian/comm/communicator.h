@@ -7,9 +7,11 @@
 //  * *_async returns at once; the operation runs in order with the communicator's other operations
 //    on its own progress thread (MPI) or CUDA stream (NCCL). The tensors must stay alive and
 //    untouched until the Work completes (the Work holds a reference).
-//  * Completion: Work::wait() blocks the calling thread. For MPI the results are then in host
-//    memory; for NCCL the current CUDA stream is also made to wait for the operation, so later
-//    kernels see the results.
+//  * Completion: after Work::wait() returns, whatever the caller does next sees the results. MPI:
+//    wait() blocks the calling thread until the results are in host memory. NCCL: wait() makes the
+//    caller's current CUDA stream wait for the operation and returns at once; the host does not wait
+//    (later kernels, and host reads such as .item() or .cpu(), which wait for that stream, see the
+//    results). Work::synchronize() is the explicit host wait, for the few places that need one.
 //  * Hangs: every operation runs under the communicator's watchdog; one that is not complete within
 //    the timeout (Runtime's comm_timeout_s) ends the whole job with a message naming the operation,
 //    bytes, rank, host and elapsed time (abort_job). A failed operation is likewise fatal.
@@ -37,9 +39,13 @@ ReduceOp parse_reduce_op(const std::string& name);  // "sum", "avg", "max", "min
 class Work {
  public:
   virtual ~Work() = default;
-  // Blocks until the operation has completed (the watchdog ends the job if it never does).
+  // Orders what the caller does next after the operation: MPI blocks until it has completed, NCCL
+  // makes the current CUDA stream wait for it without blocking the host (see the contract above).
   virtual void wait() = 0;
-  // Blocks at most `timeout`; true when completed (then as after wait()), false when still running.
+  // Blocks the calling thread until the operation has completed, then as wait() (the watchdog ends
+  // the job if it never completes). For timing and host-side waits; MPI's wait() is this.
+  virtual void synchronize() = 0;
+  // Blocks at most `timeout`; true when completed (then as after synchronize()), false when still running.
   virtual bool wait_for(std::chrono::duration<double> timeout) = 0;
   // Non-blocking completion test.
   virtual bool is_completed() = 0;
@@ -67,7 +73,8 @@ class Communicator {
   virtual WorkPtr reduce_scatter_async(const at::Tensor& input, at::Tensor& output, ReduceOp op) = 0;
   virtual WorkPtr barrier_async() = 0;
 
-  // Blocking forms: same result as the async form followed by wait(). A backend may run them on
+  // Blocking forms: the async form followed by wait() (NCCL: stream-ordered, the host does not
+  // wait). A backend may run them on
   // the calling thread when nothing else is queued (MPI does, saving a thread hand-off per call).
   virtual void allreduce(at::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
   virtual void broadcast(at::Tensor& tensor, int root = 0);
