@@ -135,9 +135,12 @@ Assignment assign(const at::Tensor& pred_scores_in, const at::Tensor& pred_boxes
   }
   if (off[0] != 0 || off[bsz] != m_total)
     throw std::invalid_argument("detect: gt_offsets must start at 0 and end at M = " + std::to_string(m_total));
-  const auto classes_long = gt_classes.to(dev, at::kLong);
-  if (m_total > 0 && (classes_long.min().item<int64_t>() < 0 || classes_long.max().item<int64_t>() >= nc))
+  // The class range: checked on host tensors only (on a GPU the check would make the host wait for
+  // the device every step; detect's task checks the host batch before copying it).
+  if (m_total > 0 && gt_classes.is_cpu() &&
+      (gt_classes.min().item<int64_t>() < 0 || gt_classes.max().item<int64_t>() >= nc))
     throw std::invalid_argument("detect: gt class outside [0, " + std::to_string(nc) + ")");
+  const auto classes_long = gt_classes.to(dev, at::kLong);
 
   Assignment r;
   r.foreground = at::zeros({bsz, na}, f32.dtype(at::kBool));
@@ -196,12 +199,12 @@ Assignment assign(const at::Tensor& pred_scores_in, const at::Tensor& pred_boxes
 
   // An anchor positive for several gts goes to the gt with the highest CIoU among every gt it is a
   // candidate of (Ultralytics' select_highest_overlaps: not only those it is in the top k of).
-  auto count = positive.sum(1);  // [B, A]
-  if (count.max().item<int64_t>() > 1) {
-    const auto best = std::get<1>(overlaps.max(1));  // [B, A]
-    const auto is_best = at::zeros_like(positive).scatter_(1, best.unsqueeze(1), true);
-    positive = at::where(count.gt(1).unsqueeze(1), is_best, positive);
-  }
+  // Always computed: an `if any count > 1` would read the device every step (a GPU host wait), and
+  // where no anchor has two gts the where() keeps `positive` as it is.
+  const auto count = positive.sum(1);              // [B, A]
+  const auto best = std::get<1>(overlaps.max(1));  // [B, A]
+  const auto is_best = at::zeros_like(positive).scatter_(1, best.unsqueeze(1), true);
+  positive = at::where(count.gt(1).unsqueeze(1), is_best, positive);
   const auto fg = positive.any(1);                        // [B, A]
   const auto gt_idx = positive.to(at::kFloat).argmax(1);  // [B, A] padded slot
 
@@ -242,19 +245,24 @@ DetectionLoss detection_loss(const std::vector<at::Tensor>& levels, const std::v
                         gt_offsets, assigner);
   const auto local_sum = at::clamp_min(a.target_scores.sum(), 1.0);
   // S and B of the whole global batch with `comm`, this rank's otherwise.
+  // Both stay on the device (no host read): B scales the total as a tensor.
   at::Tensor score_sum = local_sum;
-  double batch = double(bsz);
+  at::Tensor batch = at::full({}, double(bsz), logits.options());
   if (comm) {
     at::Tensor both =
-        at::stack({a.target_scores.sum().to(at::kDouble), at::full({}, batch, at::kDouble).to(logits.device())});
+        at::stack({a.target_scores.sum().to(at::kDouble), at::full({}, double(bsz), at::kDouble).to(logits.device())});
     comm->allreduce(both, comm::ReduceOp::Sum);
     score_sum = at::clamp_min(both[0], 1.0).to(at::kFloat);
-    batch = both[1].item<double>();
+    batch = both[1].to(at::kFloat);
   }
 
   const auto cls =
       at::binary_cross_entropy_with_logits(logits, a.target_scores, {}, {}, at::Reduction::None).sum() / score_sum;
   at::Tensor box = at::zeros({}, logits.options()), dfl = at::zeros({}, logits.options());
+  // The positives' indices: a data-dependent shape, so on a GPU the step's second host wait (nonzero
+  // must learn the count). Kept: the box and DFL terms then run over the P positives (a few hundred
+  // to a few thousand) instead of all B x A anchors (B x 8400 at 640 px), and a masked form over
+  // every anchor would also evaluate CIoU on the empty targets of background anchors (0/0).
   const auto fg_index = a.foreground.reshape({-1}).nonzero().squeeze(1);
   if (fg_index.numel() > 0) {
     const auto weight = a.target_scores.sum(-1).reshape({-1}).index_select(0, fg_index);       // [P]

@@ -374,16 +374,28 @@ void DistributedDataParallel::set_trace(core::Trace* trace) { impl_->trace = tra
 int64_t DistributedDataParallel::bucket_count() const { return int64_t(impl_->buckets.size()); }
 double DistributedDataParallel::last_wait_s() const { return impl_->last_wait; }
 
-double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm) {
+at::Tensor grad_norm(const std::vector<at::Tensor>& parameters) {
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> squares;  // one read of the result for all parameters (one sync on CUDA)
+  std::vector<at::Tensor> squares;
   for (const auto& p : parameters)
     if (p.grad().defined()) squares.push_back(p.grad().to(at::kDouble).pow(2).sum());
-  if (squares.empty()) return 0;
-  const double norm = std::sqrt(at::stack(squares).sum().item<double>());
+  if (squares.empty()) {
+    const auto device = parameters.empty() ? c10::Device(c10::kCPU) : parameters.front().device();
+    return at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+  }
+  return at::stack(squares).sum().sqrt();
+}
+
+void clip_gradients(const std::vector<at::Tensor>& parameters, double norm, double max_norm) {
+  at::NoGradGuard no_grad;
   if (norm > max_norm && norm > 0 && std::isfinite(norm))
     for (const auto& p : parameters)
       if (p.grad().defined()) p.grad().mul_(max_norm / (norm + 1e-6));
+}
+
+double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm) {
+  const double norm = grad_norm(parameters).item<double>();
+  clip_gradients(parameters, norm, max_norm);
   return norm;
 }
 

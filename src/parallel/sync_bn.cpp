@@ -28,11 +28,11 @@ void check_input(const at::Tensor& x, int64_t channels) {
 }
 
 // Global statistics (one allreduce): [mean (C), biased var (C), unbiased var (C)] in float64, and
-// the global count in `count`.
+// the global count in `count` (0-dim, float64, on the device: nothing is read back on the common path).
 // Each rank contributes n_r * m_r and M2_r + n_r * m_r^2 from its own mean m_r and centred sum of
 // squares M2_r (accurate in float32), so the float64 difference Q / n - mean^2 loses little to
 // cancellation even when |mean| >> std.
-at::Tensor global_stats(comm::Communicator& comm, const at::Tensor& x, double& count) {
+at::Tensor global_stats(comm::Communicator& comm, const at::Tensor& x, at::Tensor& count) {
   at::NoGradGuard no_grad;
   const int64_t C = x.size(1);
   const int64_t n_local = x.numel() / std::max<int64_t>(C, 1);
@@ -46,15 +46,20 @@ at::Tensor global_stats(comm::Communicator& comm, const at::Tensor& x, double& c
     buf.narrow(0, C, C).copy_(m2.to(at::kDouble) + md * md * double(n_local));
     buf.narrow(0, 2 * C, 1).fill_(double(n_local));
   }
-  comm.allreduce(buf, comm::ReduceOp::Sum);
-  // One 8-byte read (a device sync on CUDA): every rank sees the same count, so all throw together.
-  const double n = buf.narrow(0, 2 * C, 1).item<double>();
+  comm.allreduce(buf, comm::ReduceOp::Sum);  // NCCL: ordered on the stream, the host goes on
+  const at::Tensor n = buf.narrow(0, 2 * C, 1).reshape({});
   count = n;
-  if (n <= 1)
-    throw std::invalid_argument(
-        "SyncBatchNorm2d: expected more than 1 value per channel over all ranks in training, "
-        "got " +
-        std::to_string(int64_t(n)));
+  // The global count exceeds 1 whenever this rank's does: only a rank with at most 1 value per
+  // channel reads it (a host wait on a GPU). A global count of at most 1 means every rank has at most
+  // 1, so every rank reads it and all throw together.
+  if (n_local <= 1) {
+    const double global = n.item<double>();
+    if (global <= 1)
+      throw std::invalid_argument(
+          "SyncBatchNorm2d: expected more than 1 value per channel over all ranks in training, "
+          "got " +
+          std::to_string(int64_t(global)));
+  }
   const at::Tensor mean = buf.narrow(0, 0, C) / n;
   const at::Tensor var = (buf.narrow(0, C, C) / n - mean * mean).clamp_min(0);
   return at::cat({mean, var, var * (n / (n - 1))});
@@ -66,7 +71,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias, const at::Tensor& mean, const at::Tensor& invstd,
-                            int64_t comm_address, double count) {
+                            int64_t comm_address, const at::Tensor& count) {
     ctx->saved_data["comm"] = comm_address;
     ctx->saved_data["count"] = count;
     ctx->save_for_backward({x, weight, mean, invstd});
@@ -80,7 +85,7 @@ class SyncBatchNormFunction : public torch::autograd::Function<SyncBatchNormFunc
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* comm = reinterpret_cast<comm::Communicator*>(ctx->saved_data["comm"].toInt());
-    const double count = ctx->saved_data["count"].toDouble();
+    const at::Tensor count = ctx->saved_data["count"].toTensor();
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &weight = saved[1], &mean = saved[2], &invstd = saved[3];
     const int64_t C = x.size(1);
@@ -116,7 +121,7 @@ at::Tensor sync_batch_norm(comm::Communicator& comm, const at::Tensor& x, const 
                            const at::Tensor& bias, double eps, at::Tensor* stats_out) {
   check_input(x, weight.defined() ? weight.size(0) : -1);
   const int64_t C = x.size(1);
-  double count = 0;
+  at::Tensor count;
   const at::Tensor stats = global_stats(comm, x, count);
   const auto type = compute_type(x);
   at::Tensor mean, invstd;
@@ -125,8 +130,7 @@ at::Tensor sync_batch_norm(comm::Communicator& comm, const at::Tensor& x, const 
     mean = stats.narrow(0, 0, C).to(type);
     invstd = (stats.narrow(0, C, C) + eps).rsqrt().to(type);
   }
-  if (stats_out)
-    *stats_out = at::cat({stats.narrow(0, 0, C), stats.narrow(0, 2 * C, C), at::full({1}, count, stats.options())});
+  if (stats_out) *stats_out = at::cat({stats.narrow(0, 0, C), stats.narrow(0, 2 * C, C), count.reshape({1})});
   // Undefined affine tensors are passed as such; the function returns no gradient for them.
   return SyncBatchNormFunction::apply(x, weight, bias, mean, invstd, reinterpret_cast<int64_t>(&comm), count);
 }
@@ -170,9 +174,17 @@ at::Tensor SyncBatchNorm2dImpl::forward(const at::Tensor& x) {
   at::NoGradGuard no_grad;
   const int64_t C = options_.num_features();
   num_batches_tracked += 1;
-  const double factor = options_.momentum() ? *options_.momentum() : 1.0 / num_batches_tracked.item<double>();
-  running_mean.mul_(1 - factor).add_(stats.narrow(0, 0, C).to(running_mean.scalar_type()), factor);
-  running_var.mul_(1 - factor).add_(stats.narrow(0, C, C).to(running_var.scalar_type()), factor);
+  const auto mean = stats.narrow(0, 0, C).to(running_mean.scalar_type());
+  const auto var = stats.narrow(0, C, C).to(running_var.scalar_type());
+  if (options_.momentum()) {
+    const double factor = *options_.momentum();
+    running_mean.mul_(1 - factor).add_(mean, factor);
+    running_var.mul_(1 - factor).add_(var, factor);
+  } else {  // the cumulative average, its factor 1 / batches kept on the device (no read)
+    const at::Tensor factor = num_batches_tracked.to(running_mean.scalar_type()).reciprocal();
+    running_mean.mul_(1 - factor).add_(mean * factor);
+    running_var.mul_(1 - factor).add_(var * factor);
+  }
   return y;
 }
 

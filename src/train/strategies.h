@@ -25,7 +25,8 @@ class DdpStrategy : public Strategy {
  public:
   void begin_micro_step(bool last) override;
   void reduce_gradients() override;
-  double clip(double max_norm) override;
+  at::Tensor grad_norm() override;
+  void clip(double norm, double max_norm) override;
   void set_trace(core::Trace* trace) override;
   ~DdpStrategy() override;
 
@@ -92,7 +93,8 @@ class ZeroAdamW : public Strategy {
   void begin_forward() override;
   void end_backward() override;
   void reduce_gradients() override;
-  double clip(double max_norm) override;
+  at::Tensor grad_norm() override;
+  void clip(double norm, double max_norm) override;
   void update(int64_t step) override;
   void begin_eval() override;
   void end_eval() override;
@@ -105,8 +107,11 @@ class ZeroAdamW : public Strategy {
   const TrainerSettings s_;
   ZeroMemoryReport memory_;
   std::unique_ptr<comm::Communicator> gather_comm_;  // stage 3's parameter gathers (forward's order)
+  // The flags of ShardedAdamW's step 1 agreed over MPI on the host (GPU ranks: nothing read back).
+  std::unique_ptr<comm::Communicator> flags_comm_;
   std::unique_ptr<ShardedAdamW> optimizer_;
-  double norm_ = 0, scale_ = 1;  // of the last reduce_gradients() / clip()
+  at::Tensor norm_;   // of the last reduce_gradients()
+  double scale_ = 1;  // of the last clip()
 };
 
 }  // namespace meridian::train

@@ -81,7 +81,8 @@ DdpStrategy::~DdpStrategy() = default;
 
 void DdpStrategy::begin_micro_step(bool last) { ddp_->set_sync(last); }
 void DdpStrategy::reduce_gradients() { ddp_->finish(); }
-double DdpStrategy::clip(double max_norm) { return parallel::clip_grad_norm(parameters_, max_norm); }
+at::Tensor DdpStrategy::grad_norm() { return parallel::grad_norm(parameters_); }
+void DdpStrategy::clip(double norm, double max_norm) { parallel::clip_gradients(parameters_, norm, max_norm); }
 void DdpStrategy::set_trace(core::Trace* trace) { ddp_->set_trace(trace); }
 
 std::string DdpStrategy::describe_reduction() const {

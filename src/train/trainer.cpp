@@ -159,7 +159,8 @@ struct Trainer::Impl {
     // Floating-point buffers (BatchNorm statistics) as they were: a skipped step puts them back.
     std::vector<at::Tensor> buffers_before;
     for (const auto& b : float_buffers) buffers_before.push_back(b.detach().clone());
-    at::Tensor loss_sum = at::zeros({}, at::kDouble);
+    // On the device: read once, with the gradient norm, after the last micro-step.
+    at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(rt.device()));
     for (int64_t micro = 0; micro < s.accumulate; ++micro) {
       strategy->begin_micro_step(micro + 1 == s.accumulate);
       auto t0 = Clock::now();
@@ -178,7 +179,7 @@ struct Trainer::Impl {
       end_phase(t.forward, "forward", t0);
       t0 = Clock::now();
       loss.backward();
-      loss_sum += loss.detach().to(at::kCPU, at::kDouble);
+      loss_sum += loss.detach().to(at::kDouble);
       end_phase(t.backward, "backward", t0);
       t0 = Clock::now();
       strategy->end_backward();
@@ -186,9 +187,13 @@ struct Trainer::Impl {
     }
     auto t0 = Clock::now();
     strategy->reduce_gradients();
+    // The step's one host read (on a GPU its one wait for the device): this rank's loss and the
+    // global gradient norm together.
+    const at::Tensor read = at::stack({loss_sum, strategy->grad_norm().to(loss_sum.device())}).cpu();
+    const double local = read[0].item<double>();
+    grad_norm = read[1].item<double>();
     // Every rank learns whether any rank's loss was not finite, whether any rank was asked to stop,
-    // and the mean loss.
-    const double local = loss_sum.item<double>();
+    // and the mean loss (over MPI, on the host).
     auto agreed =
         at::tensor({std::isfinite(local) ? local : 0.0, std::isfinite(local) ? 0.0 : 1.0, stop_requested() ? 1.0 : 0.0},
                    at::kDouble);
@@ -198,7 +203,7 @@ struct Trainer::Impl {
     signalled = agreed[2].item<double>() > 0 && step + 1 < s.steps;
     stopping = signalled || (s.stop_at > 0 && step + 1 == s.stop_at && s.stop_at < s.steps);
     t0 = Clock::now();
-    grad_norm = strategy->clip(s.clip > 0 ? s.clip : std::numeric_limits<double>::infinity());
+    strategy->clip(grad_norm, s.clip > 0 ? s.clip : std::numeric_limits<double>::infinity());
     const double bad_losses = agreed[1].item<double>();
     const bool bad = bad_losses > 0 || !std::isfinite(grad_norm);
     if (bad) {

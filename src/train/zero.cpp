@@ -45,6 +45,7 @@ ShardedAdamW::ShardedAdamW(std::vector<ParamGroup> groups, const AdamWOptions& o
   master_ = stage_ == 3 || zero.param_dtype != at::kFloat;
   offload_ = zero.offload;
   gather_comm_ = zero.gather_comm ? zero.gather_comm : &comm_;
+  flags_comm_ = zero.flags_comm;
   world_ = comm_.size();
   rank_ = comm_.rank();
   std::optional<c10::Device> device;
@@ -303,11 +304,12 @@ void ShardedAdamW::after(size_t block, bool /*recompute*/) {
   if (!at::GradMode::is_enabled()) release(size_t(plan_.block_unit[block]));
 }
 
-double ShardedAdamW::reduce_gradients() {
+at::Tensor ShardedAdamW::reduce_gradients() {
   allocate_state();
   any_.assign(params_.size(), 0);
   const int64_t micro = std::exchange(micro_, 0);
-  if (numel_ == 0) return 0;  // every rank agrees (checked at construction)
+  const auto zero = [&] { return at::zeros({}, options_f_.dtype(at::kDouble)); };
+  if (numel_ == 0) return zero();  // every rank agrees (checked at construction)
   at::NoGradGuard no_grad;
   const size_t count = params_.size();
 
@@ -316,17 +318,20 @@ double ShardedAdamW::reduce_gradients() {
     std::vector<float> local(count);
     for (size_t i = 0; i < count; ++i)
       local[i] = (stage_ == 1 ? params_[i].tensor.grad().defined() : has_grad_[i] != 0) ? 1.0f : 0.0f;
-    flags_.copy_(at::from_blob(local.data(), {int64_t(count)}, at::kFloat));
+    if (flags_comm_) {  // on the host: nothing read back from the device
+      at::Tensor host = at::from_blob(local.data(), {int64_t(count)}, at::kFloat);
+      flags_comm_->allreduce(host, comm::ReduceOp::Max);
+    } else {
+      flags_.copy_(at::from_blob(local.data(), {int64_t(count)}, at::kFloat));
+      comm_.allreduce(flags_, comm::ReduceOp::Max);
+      const auto host = flags_.cpu();
+      std::copy(host.data_ptr<float>(), host.data_ptr<float>() + count, local.begin());
+    }
+    for (size_t i = 0; i < count; ++i) any_[i] = local[i] != 0;
   }
   has_grad_.assign(count, 0);
-  comm_.allreduce(flags_, comm::ReduceOp::Max);
   std::vector<char>& any = any_;
-  {
-    const auto host = flags_.cpu();
-    const float* f = host.data_ptr<float>();
-    for (size_t i = 0; i < count; ++i) any[i] = f[i] != 0;
-  }
-  if (std::none_of(any.begin(), any.end(), [](char a) { return a != 0; })) return 0;  // as AdamW: nothing to do
+  if (std::none_of(any.begin(), any.end(), [](char a) { return a != 0; })) return zero();  // as AdamW: nothing to do
   if (stage_ >= 2 && micro == 0)
     throw UserError("ShardedAdamW: reduce_gradients() at stage " + std::to_string(stage_) +
                     " without end_backward() after the backward");
@@ -364,7 +369,7 @@ double ShardedAdamW::reduce_gradients() {
     squares += grad_shard_.narrow(0, k0, std::min(kPiece, shard_numel_ - k0)).to(at::kDouble).pow(2).sum();
   if (offload_) squares = squares.to(options_f_.device());  // the collective on the parameters' device
   comm_.allreduce(squares, comm::ReduceOp::Sum);
-  return std::sqrt(squares.item<double>());
+  return squares.reshape({}).sqrt();
 }
 
 void ShardedAdamW::update(double grad_scale) {

@@ -22,11 +22,13 @@ ZeroAdamW::ZeroAdamW(const comm::Runtime& rt, comm::Communicator& comm, Task& ta
   // ZeRO-3's parameter gathers run in forward's order, its gradient reductions in backward's: each
   // on its own communicator.
   if (s.zero == 3) gather_comm_ = comm::make_communicator(rt, comm::default_backend(rt));
+  if (rt.device().is_cuda()) flags_comm_ = comm::make_communicator(rt, comm::Backend::MPI);
   // bfloat16 parameters (with float32 master shards) with precision bf16.
   const at::ScalarType dtype = plan_strategy(s).parameter_dtype;
-  optimizer_ = std::make_unique<ShardedAdamW>(groups_, AdamWOptions{s.lr, s.beta1, s.beta2, s.eps}, comm,
-                                              ZeroOptions{s.zero, kBucketNumel, task.blocks(), model->parameters(),
-                                                          gather_comm_.get(), dtype, s.offload, deferred, rt.device()});
+  optimizer_ = std::make_unique<ShardedAdamW>(
+      groups_, AdamWOptions{s.lr, s.beta1, s.beta2, s.eps}, comm,
+      ZeroOptions{s.zero, kBucketNumel, task.blocks(), model->parameters(), gather_comm_.get(), dtype, s.offload,
+                  deferred, rt.device(), flags_comm_.get()});
   if (dtype != at::kFloat)  // frozen parameters (LoRA's base) in bfloat16 too: no master needed
     for (auto& p : model->parameters())
       if (!p.requires_grad() && p.is_floating_point()) p.set_data(p.detach().to(dtype));
@@ -40,10 +42,11 @@ void ZeroAdamW::begin_forward() { optimizer_->gather_outside_blocks(); }
 void ZeroAdamW::end_backward() { optimizer_->end_backward(); }
 void ZeroAdamW::reduce_gradients() { norm_ = optimizer_->reduce_gradients(); }
 
-double ZeroAdamW::clip(double max_norm) {
+at::Tensor ZeroAdamW::grad_norm() { return norm_; }
+
+void ZeroAdamW::clip(double norm, double max_norm) {
   // As clip_grad_norm: scaled by max_norm / (norm + 1e-6) when the norm is above max_norm.
-  scale_ = norm_ > max_norm && norm_ > 0 ? max_norm / (norm_ + 1e-6) : 1.0;
-  return norm_;
+  scale_ = norm > max_norm && norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
 }
 
 void ZeroAdamW::update(int64_t step) {

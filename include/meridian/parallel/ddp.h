@@ -90,9 +90,15 @@ class DistributedDataParallel {
   std::unique_ptr<Impl> impl_;
 };
 
-// Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before
-// (NaN or infinity leave the gradients as they are: the caller skips such a step). With gradients
+// The global L2 norm of the parameters' gradients, in float64, as a 0-dim tensor on their device:
+// nothing is read back (on a GPU the host does not wait). 0 when none has a gradient. With gradients
 // already reduced (after finish) every rank computes the same value.
+at::Tensor grad_norm(const std::vector<at::Tensor>& parameters);
+// Scales every gradient by max_norm / (norm + 1e-6) when `norm` (grad_norm's, read) is above
+// max_norm, as torch's clip_grad_norm_; NaN or infinity leave the gradients as they are (the
+// caller skips such a step).
+void clip_gradients(const std::vector<at::Tensor>& parameters, double norm, double max_norm);
+// Both: returns the norm before (one host read).
 double clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm);
 
 // Allgather with a matching backward, for losses over the whole global batch (contrastive, SigLIP):

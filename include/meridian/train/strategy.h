@@ -11,7 +11,8 @@
 //                         { autocast: strategy.begin_forward(); loss = task.forward(); }
 //                         loss.backward();  strategy.end_backward();
 //   strategy.reduce_gradients();                 // every rank holds the averaged gradient (or its shard)
-//   norm = strategy.clip(max_norm);              // the global norm; above max_norm the update is scaled
+//   norm = read(strategy.grad_norm());           // the global norm, read with the loss (the step's one host read)
+//   strategy.clip(norm, max_norm);               // above max_norm the update is scaled
 //   if (step is good) strategy.update(step);     // at learning_rate(settings, step)
 //   strategy.zero_grad();
 // An evaluation runs between begin_eval() and end_eval(). Checkpoints: save() and load() write and
@@ -65,10 +66,13 @@ class Strategy {
   // Collective: after the last micro-step, every rank holds the gradient averaged over ranks (DDP)
   // or its shard of it (ZeRO).
   virtual void reduce_gradients() = 0;
-  // The global L2 norm of the averaged gradient (the same on every rank; NaN/Inf passed through);
-  // above max_norm the update is scaled by max_norm / (norm + 1e-6), as torch's clip_grad_norm_.
-  // Not collective after reduce_gradients().
-  virtual double clip(double max_norm) = 0;
+  // After reduce_gradients(): the global L2 norm of the averaged gradient (the same on every rank;
+  // NaN/Inf passed through) as a 0-dim float64 tensor on the gradients' device, nothing read back.
+  // Not collective.
+  virtual at::Tensor grad_norm() = 0;
+  // Above max_norm, `norm` (grad_norm(), read by the caller) scales the update by max_norm / (norm +
+  // 1e-6), as torch's clip_grad_norm_. Not collective.
+  virtual void clip(double norm, double max_norm) = 0;
   // Collective (ZeRO's allgathers): the update of optimizer step `step` (0-based), at
   // learning_rate(settings, step). Not called for a skipped (non-finite) step.
   virtual void update(int64_t step) = 0;

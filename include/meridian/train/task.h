@@ -76,7 +76,9 @@ class Task {
   virtual int64_t batches_per_epoch() const { return 0; }
   // The model's repeated blocks (activation checkpointing, ZeRO-3's units); null: none.
   virtual nn::BlockRunner* blocks() { return nullptr; }
-  // Values worth logging next to the loss (e.g. the SigLIP temperature); not collective.
+  // Values worth logging next to the loss (e.g. the SigLIP temperature); not collective. Called on
+  // rank 0 at the logged steps only: keep them on the device until then (a read here is a host wait
+  // on a GPU, not one per step).
   virtual Metrics step_metrics() { return {}; }
   // True when model() was built with shape-only parameters (nn::shape_only: no values, on the CPU)
   // because the values are read straight into the strategy's shards (only with optim.zero 3: the

@@ -23,7 +23,7 @@
 //     optimizer.gather_outside_blocks();             // stage 3 (collective); nothing otherwise
 //     loss_fn(model->forward(x), y).backward();      // units reduce-scattered as they become ready
 //     optimizer.end_backward();                      // collective: the rest, waited for
-//     const double norm = optimizer.reduce_gradients();           // collective
+//     const double norm = optimizer.reduce_gradients().item<double>();  // collective
 //     optimizer.update(norm > clip ? clip / (norm + 1e-6) : 1.0);  // collective
 //
 // The parameters must be identical on every rank before construction (same seed, a load, or a
@@ -104,6 +104,10 @@ struct ZeroOptions {
   // shard and the moments are allocated at their first use, after that.
   bool deferred = false;
   c10::Device device = c10::kCPU;
+  // A CPU (MPI) communicator for step 1's flags, which the host computes and reads: agreeing on
+  // them over it reads nothing back from a GPU. Null: the optimizer's own (on a GPU, one read per
+  // step). Not owned.
+  comm::Communicator* flags_comm = nullptr;
 };
 
 class ShardedAdamW : public nn::BlockHooks {
@@ -143,9 +147,10 @@ class ShardedAdamW : public nn::BlockHooks {
   // for and added to the gradient shard, and the .grad tensors are dropped. Nothing at stage 1.
   void end_backward();
   // Collective, steps 1 and 2 (allreduce, stage 1's reduce_scatter, allreduce of one double):
-  // returns the L2 norm of the gradient averaged over ranks (the same value on every rank; 0 when
-  // no rank has any gradient; NaN/Inf when a gradient is not finite). .grad tensors are only read.
-  double reduce_gradients();
+  // returns the L2 norm of the gradient averaged over ranks as a 0-dim float64 tensor on the
+  // shards' device, not read back (the same value on every rank; 0 when no rank has any gradient;
+  // NaN/Inf when a gradient is not finite). .grad tensors are only read.
+  at::Tensor reduce_gradients();
   // Collective, steps 3 and 4 (allgather at stages 1-2): AdamW on the last reduce_gradients()'
   // shard multiplied by grad_scale (every rank passes the same value). Skip it on every rank to
   // drop the step.
@@ -199,6 +204,7 @@ class ShardedAdamW : public nn::BlockHooks {
   };
   struct UnitState;  // per-step state of a unit (gathers, gradient buffer, reduction in flight)
   std::vector<ParamGroup> groups_;
+  comm::Communicator* flags_comm_ = nullptr;  // ZeroOptions::flags_comm
   AdamWOptions options_;
   comm::Communicator& comm_;
   comm::Communicator* gather_comm_ = nullptr;

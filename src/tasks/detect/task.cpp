@@ -93,7 +93,7 @@ struct DetectTask::Impl {
   const comm::Runtime& rt;
   models::YoloConfig mc;
   DetectSettings settings;
-  std::string eval_data;
+  std::string train_data, eval_data;
   int64_t image_size = 0;
   std::unique_ptr<data::DetectionLoader> loader;
   std::unique_ptr<comm::Communicator> loss_comm;  // the loss's global normaliser (detection_loss)
@@ -101,13 +101,15 @@ struct DetectTask::Impl {
   models::Yolo model{nullptr};
   at::Tensor images, boxes, classes, offsets;  // the current batch (images on the device)
   train::DataPosition position;
-  train::Metrics last_parts;
+  at::Tensor last_parts;  // box, cls and dfl of the last loss, on the device: read when logged
+  int64_t last_boxes = 0;
   double loss_scale = 1;  // ranks x train.accumulate: Ultralytics' loss *= world_size and its summed accumulation
 
   Impl(const comm::Runtime& runtime, const Config& c, const train::TrainerSettings& trainer,
        const std::string& train_data, train::DataPosition start)
       : rt(runtime),
         settings(DetectSettings::from_config(c)),
+        train_data(train_data),
         eval_data(DataSettings::from_config(c).eval),
         position(start) {
     const std::string& file = c.origin();
@@ -212,6 +214,12 @@ void DetectTask::next_batch() {
   m.position = {b.epoch, b.next_position};
   const auto device = m.rt.device();
   m.images = detection_input(b.images, device);
+  // The class range checked here, on the host batch: the assigner checks only host tensors (on a GPU
+  // its check would be a wait for the device).
+  const int64_t nc = m.mc.num_classes;
+  if (b.classes.numel() > 0 && (b.classes.min().item<int64_t>() < 0 || b.classes.max().item<int64_t>() >= nc))
+    throw DataError(m.train_data, "dataset 'classes'",
+                    "a box's class is outside [0, model.num_classes = " + std::to_string(nc) + ")");
   m.boxes = b.boxes.to(device);
   m.classes = b.classes.to(device);
   m.offsets = b.box_offsets;  // read on the host by the assigner
@@ -224,10 +232,8 @@ at::Tensor DetectTask::forward() {
   const nn::AutocastScope float32(m.images.device().type(), false);
   const auto loss = detect::detection_loss(levels, m.model->strides(), m.boxes, m.classes, m.offsets, m.settings.loss,
                                            m.loss_comm.get());
-  m.last_parts = {{"box_loss", loss.box.item<double>()},
-                  {"cls_loss", loss.cls.item<double>()},
-                  {"dfl_loss", loss.dfl.item<double>()},
-                  {"boxes", double(m.boxes.size(0))}};
+  m.last_parts = at::stack({loss.box, loss.cls, loss.dfl});  // read when logged (step_metrics)
+  m.last_boxes = m.boxes.size(0);
   // Ultralytics' scale: the per-image loss x the batch (its loss.sum() * batch_size), x the ranks
   // (its loss *= world_size against DDP's mean) and x train.accumulate (it sums micro-batches). The
   // per-image loss is normalised by the whole global batch's target scores (ranks' sums), so that
@@ -241,6 +247,13 @@ train::Metrics DetectTask::evaluate() {
   return evaluate_detection(m.rt, m.model, m.eval_data, m.settings.eval).metrics();
 }
 
-train::Metrics DetectTask::step_metrics() { return impl_->last_parts; }
+train::Metrics DetectTask::step_metrics() {
+  if (!impl_->last_parts.defined()) return {};
+  const at::Tensor parts = impl_->last_parts.to(at::kCPU, at::kDouble);  // one read for the three
+  return {{"box_loss", parts[0].item<double>()},
+          {"cls_loss", parts[1].item<double>()},
+          {"dfl_loss", parts[2].item<double>()},
+          {"boxes", double(impl_->last_boxes)}};
+}
 
 }  // namespace meridian::tasks

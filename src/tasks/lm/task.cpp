@@ -42,14 +42,16 @@ const ConfigBinding<LmSettings>& lm_bindings() {
   return table;
 }
 
-// Sum of token losses and the number of tokens with a target (ignored targets excluded).
-std::pair<at::Tensor, int64_t> token_loss_sum(models::Llama& model, const at::Tensor& tokens,
-                                              const at::Tensor& targets) {
+// Sum of token losses (ignored targets excluded), on the device, nothing read back.
+at::Tensor token_loss_sum(models::Llama& model, const at::Tensor& tokens, const at::Tensor& targets) {
   const auto logits = model->forward(tokens).to(at::kFloat);
-  const auto flat_targets = targets.reshape({-1});
-  const auto sum = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), flat_targets, {}, at::Reduction::Sum,
-                                          data::kIgnoreIndex);
-  return {sum, (flat_targets != data::kIgnoreIndex).sum().item<int64_t>()};
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), {}, at::Reduction::Sum,
+                                data::kIgnoreIndex);
+}
+
+// Tokens with a target, counted in the loader's host batch (no device read).
+int64_t counted_targets(const at::Tensor& host_targets) {
+  return (host_targets != data::kIgnoreIndex).sum().item<int64_t>();
 }
 }  // namespace
 
@@ -62,7 +64,7 @@ struct LmTask::Impl {
   LmSettings settings;
   std::string eval_data;
   int64_t seq_len = 0, last_tokens = 0;
-  double last_loss = 0;
+  at::Tensor last_loss;  // the last forward's, on the device: read only when logged
   std::unique_ptr<data::TextLoader> loader;
   models::Llama model{nullptr};
   std::unique_ptr<comm::Communicator> eval_comm;  // created by the first evaluation (collective)
@@ -203,6 +205,7 @@ void LmTask::next_batch() {
   auto& m = *impl_;
   const data::TextBatch b = m.loader->next();
   m.position = {b.epoch, b.next_position};
+  m.last_tokens = counted_targets(b.targets);
   const auto device = m.rt.device();
   m.tokens = device.is_cpu() ? b.tokens : b.tokens.pin_memory().to(device, /*non_blocking=*/true);
   m.targets = device.is_cpu() ? b.targets : b.targets.pin_memory().to(device, /*non_blocking=*/true);
@@ -210,14 +213,14 @@ void LmTask::next_batch() {
 
 at::Tensor LmTask::forward() {
   auto& m = *impl_;
-  auto [sum, count] = token_loss_sum(m.model, m.tokens, m.targets);
-  m.last_tokens = count;
+  const at::Tensor sum = token_loss_sum(m.model, m.tokens, m.targets);
   // Divided by the mean over ranks of the ranks' target tokens: the ranks' losses then average to the
-  // mean over every target token of the global batch, whatever each rank's share of it.
-  at::Tensor tokens = at::full({1}, double(count), at::kDouble);
+  // mean over every target token of the global batch, whatever each rank's share of it. The counts
+  // come from the host batches and are summed over MPI: nothing waits for the device.
+  at::Tensor tokens = at::full({1}, double(m.last_tokens), at::kDouble);
   m.count_comm->allreduce(tokens, comm::ReduceOp::Sum);
   const auto loss = sum / std::max(tokens.item<double>() / double(m.rt.size()), 1.0);
-  m.last_loss = loss.item<double>();
+  m.last_loss = loss.detach();
   return loss;
 }
 
@@ -251,9 +254,8 @@ LmEval evaluate_lm(const comm::Runtime& rt, comm::Communicator& comm, models::Ll
   int64_t count = 0;
   for (int64_t i = 0; i < per_rank; ++i) {
     const auto b = eval.next();
-    auto [s, c] = token_loss_sum(model, b.tokens.to(rt.device()), b.targets.to(rt.device()));
-    sum += s.item<double>();
-    count += c;
+    sum += token_loss_sum(model, b.tokens.to(rt.device()), b.targets.to(rt.device())).item<double>();
+    count += counted_targets(b.targets);
   }
   if (was_training) model->train();
   auto totals = at::tensor({sum, double(count)}, at::kDouble);
@@ -303,7 +305,8 @@ CheckpointEval LmTask::evaluate(const comm::Runtime& rt, const ModelSource& sour
 }
 
 train::Metrics LmTask::step_metrics() {
-  return {{"tokens_with_loss", double(impl_->last_tokens)}, {"perplexity", std::exp(impl_->last_loss)}};
+  const double loss = impl_->last_loss.defined() ? impl_->last_loss.item<double>() : 0.0;
+  return {{"tokens_with_loss", double(impl_->last_tokens)}, {"perplexity", std::exp(loss)}};
 }
 
 }  // namespace meridian::tasks
