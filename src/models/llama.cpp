@@ -4,11 +4,11 @@
 #include <torch/nn/init.h>
 
 #include <cmath>
-#include <limits>
 
 #include "meridian/core/config_binding.h"
 #include "meridian/core/config_schema.h"
 #include "meridian/core/error.h"
+#include "meridian/nn/attention.h"
 #include "meridian/nn/shape_only.h"
 
 namespace meridian::models {
@@ -119,25 +119,16 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   auto q = apply_rotary(q_proj_(x).view({b, t, heads_, head_dim_}).transpose(1, 2), cos, sin);     // [B, H, T, d]
   auto k = apply_rotary(k_proj_(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2), cos, sin);  // [B, KV, T, d]
   auto v = v_proj_(x).view({b, t, kv_heads_, head_dim_}).transpose(1, 2);
-  int64_t offset = 0;  // cached positions before x's
   if (past_keys) {
-    if (past_keys->defined()) {
-      offset = past_keys->size(2);
+    if (past_keys->defined()) {  // the cached positions come before x's
       k = at::cat({*past_keys, k}, 2);
       v = at::cat({*past_values, v}, 2);
     }
     *past_keys = k;
     *past_values = v;
   }
-  if (kv_heads_ != heads_) {  // each key/value head serves heads / kv_heads consecutive query heads
-    k = k.repeat_interleave(heads_ / kv_heads_, 1);
-    v = v.repeat_interleave(heads_ / kv_heads_, 1);
-  }
-  auto scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(head_dim_));  // [B, H, T, offset + T]
-  // Query i (position offset + i) sees keys 0 .. offset + i.
-  const auto future = at::ones({t, offset + t}, x.options().dtype(at::kBool)).triu(offset + 1);
-  scores = scores.masked_fill(future, -std::numeric_limits<float>::infinity());
-  const auto attn = at::matmul(at::softmax(scores, -1, at::kFloat).to(v.scalar_type()), v);  // [B, H, T, d]
+  // Query i, at position offset + i after `offset` cached ones, sees keys 0 .. offset + i.
+  const auto attn = nn::attention(q, k, v, /*causal=*/true);  // [B, H, T, d]
   return o_proj_(attn.transpose(1, 2).reshape({b, t, heads_ * head_dim_}));
 }
 

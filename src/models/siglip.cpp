@@ -10,6 +10,7 @@
 #include "meridian/core/config_binding.h"
 #include "meridian/core/config_schema.h"
 #include "meridian/core/error.h"
+#include "meridian/nn/attention.h"
 #include "meridian/nn/autocast.h"
 #include "meridian/parallel/ddp.h"
 
@@ -47,19 +48,17 @@ torch::nn::LayerNorm layer_norm(int64_t width, double eps) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({width}).eps(eps));
 }
 
-// Heads folded into the batch: [B, T, H D] -> [B H, T, D].
+// Heads split off, as a view: [B, T, H D] -> [B, H, T, D].
 at::Tensor split_heads(const at::Tensor& x, int64_t heads) {
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2) / heads;
-  return x.view({b, t, heads, d}).transpose(1, 2).reshape({b * heads, t, d});
+  return x.view({b, t, heads, d}).transpose(1, 2);
 }
 
-// softmax(q k^T / sqrt(d)) v per head, the softmax in float32 (as transformers' eager attention does
-// under bf16); q [B H, Tq, D], k and v [B H, T, D] -> [B, Tq, H D].
-at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t batch) {
-  const int64_t bh = q.size(0), tq = q.size(1), d = q.size(2), heads = bh / batch;
-  const auto scores = at::bmm(q * (1.0 / std::sqrt(double(d))), k.transpose(1, 2));
-  const auto weights = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
-  return at::bmm(weights, v).view({batch, heads, tq, d}).transpose(1, 2).reshape({batch, tq, heads * d});
+// softmax(q k^T / sqrt(d)) v per head (nn::attention: SDPA, or the explicit product with the softmax
+// in float32 for bf16 on a CPU); q [B, H, Tq, D], k and v [B, H, T, D] -> [B, Tq, H D].
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const int64_t b = q.size(0), heads = q.size(1), tq = q.size(2), d = q.size(3);
+  return nn::attention(q, k, v, /*causal=*/false).transpose(1, 2).reshape({b, tq, heads * d});
 }
 
 // Hugging Face's initialisation of SiglipModel (_init_weights), so that training from scratch starts
@@ -188,12 +187,11 @@ SelfAttentionImpl::SelfAttentionImpl(int64_t width, int64_t heads) : heads_(head
 at::Tensor SelfAttentionImpl::forward(const at::Tensor& x) {
   // One GEMM for q, k and v: the three weights side by side (a copy of 3 W^2 values per call, small
   // next to the activations) instead of three GEMMs on the same input.
-  const int64_t b = x.size(0), w = x.size(2);
+  const int64_t w = x.size(2);
   const auto qkv = at::linear(x, at::cat({q_proj_->weight, k_proj_->weight, v_proj_->weight}),
                               at::cat({q_proj_->bias, k_proj_->bias, v_proj_->bias}));
   const auto parts = qkv.split(w, -1);
-  return out_proj_(
-      attend(split_heads(parts[0], heads_), split_heads(parts[1], heads_), split_heads(parts[2], heads_), b));
+  return out_proj_(attend(split_heads(parts[0], heads_), split_heads(parts[1], heads_), split_heads(parts[2], heads_)));
 }
 
 MlpImpl::MlpImpl(int64_t width, int64_t hidden) {
@@ -239,7 +237,7 @@ at::Tensor PoolingHeadImpl::forward(const at::Tensor& x) {
   const auto kv = at::linear(x, in_proj_weight_.narrow(0, w, 2 * w), in_proj_bias_.narrow(0, w, 2 * w)).split(w, -1);
   // The residual stream in the tower's dtype, as in the encoder layers (float32 under bf16 autocast:
   // the LayerNorm then meets its own dtype).
-  auto h = out_proj_(attend(split_heads(q, heads_), split_heads(kv[0], heads_), split_heads(kv[1], heads_), b))
+  auto h = out_proj_(attend(split_heads(q, heads_), split_heads(kv[0], heads_), split_heads(kv[1], heads_)))
                .to(x.scalar_type());
   h = h + mlp_(layernorm_(h));
   return h.select(1, 0);

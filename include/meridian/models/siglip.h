@@ -54,7 +54,7 @@ struct SiglipConfig {
   int64_t parameter_count() const;
 };
 
-// The attention of an encoder layer: q_proj, k_proj, v_proj, out_proj (with biases), softmax in float32.
+// The attention of an encoder layer: q_proj, k_proj, v_proj, out_proj (with biases); nn::attention.
 class SelfAttentionImpl : public torch::nn::Module {
  public:
   SelfAttentionImpl(int64_t width, int64_t heads);

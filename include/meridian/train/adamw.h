@@ -1,8 +1,11 @@
 // AdamW (decoupled weight decay), written here so its state is plain tensors that checkpoints can
-// save and restore by parameter name and that sharded optimizers can split. Bit-identical to
-// LibTorch's C++ torch::optim::AdamW with amsgrad off (the same operations in the same order;
-// tests/train/adamw_test.cpp compares them); Python's torch.optim.AdamW (foreach/lerp kernels)
-// agrees to rounding only.
+// save and restore by parameter name and that sharded optimizers can split. One step is one
+// at::_fused_adamw_ call per (weight decay, device, dtype): a single pass over each parameter's
+// memory on a CPU or a GPU (Python's torch.optim.AdamW(fused=True)); it agrees with LibTorch's C++
+// torch::optim::AdamW (amsgrad off) to rounding, each value computed in float32 (bf16 parameters and
+// moments are rounded once, at the end). Parameters the fused kernel cannot take (another device, a
+// gradient of another dtype, non-contiguous memory), or all with options.fused false, go through
+// at::_foreach_ ops in torch::optim::AdamW's order, bit-identical to it on a CPU (tests/train/adamw_test.cpp).
 //
 // Not collective, not thread-safe. Parameters without a gradient are left alone (their step count
 // does not advance), as in PyTorch.
@@ -20,11 +23,13 @@ namespace meridian::train {
 
 struct AdamWOptions {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  bool fused = true;  // false: the _foreach_ path for every parameter
 };
 
 class AdamW {
  public:
-  // State of one parameter: moments (undefined until its first step) and its step count.
+  // State of one parameter: moments (undefined until its first step) and its step count (what
+  // checkpoints store; the fused kernel is handed it as a float32 tensor made at each step).
   struct State {
     at::Tensor exp_avg, exp_avg_sq;
     int64_t step = 0;
