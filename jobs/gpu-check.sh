@@ -13,6 +13,7 @@
 #   version, info  meridian --version; mpirun -np 1 meridian info
 #   unit-tests     tests/meridian_unit_tests
 #   comm-tests, parallel-tests, train-tests
+#   rng-tests      the CUDA generator's state through a checkpoint (ckpt tests, DeviceRng)
 #                  the MPI test binaries, 1 rank on cuda:0 (MERIDIAN_TEST_DEVICE=cuda: NCCL too)
 #   bench-comm     bench comm --backend nccl (1 rank)
 #   prep-*         synthetic data, 8 ranks on the CPU: image-text 256 px, detection 640 px, instruction text
@@ -22,7 +23,9 @@
 #   bench-llama    bench train, Llama-style 1B (jobs/configs/llama-1b.yaml: optim.zero 3,
 #                  train.activation_checkpointing true), bf16, batch 8 x 1024 tokens
 #                  (bench train: 30 steps, the first not measured; samples/s, step-time breakdown, MFU
-#                  against the GPU's published bf16 peak, or a measured GEMM rate where it is not known)
+#                  against the GPU's published bf16 peak, or a measured GEMM rate where it is not known;
+#                  --count-syncs: the host's waits for the GPU per step, LibTorch's CUDA sync debug
+#                  mode; goal at most 1 for SigLIP, 2 for YOLO: host_syncs_within_goal in the JSON)
 #   resume-*       a bf16 lm run (about 30M parameters) SIGKILLed after a checkpoint and resumed (--resume
 #                  auto): its last checkpoint's /model and /optim and its metrics.csv losses must be
 #                  bit-identical to an uninterrupted run's (h5py)
@@ -268,6 +271,9 @@ step unit-tests "$T_TEST" --needs build -- "$BUILD/tests/meridian_unit_tests" "$
 for t in comm parallel train; do
   step "$t-tests" "$T_TEST" --needs build -- "${TESTRUN[@]}" "$BUILD/tests/meridian_${t}_mpi_tests"
 done
+# The CUDA generator's state through a checkpoint (its CPU stand-in in a dry run).
+step rng-tests "$T_TEST" --needs build -- "${TESTRUN[@]}" "$BUILD/tests/meridian_ckpt_mpi_tests" \
+  --gtest_filter='*DeviceRng*'
 
 # NCCL's collectives on the GPU (1 rank: algorithm bandwidth; the bus factor of 1 rank is 0).
 if ((DRY)); then
@@ -299,7 +305,7 @@ step prep-text "$T_PREP" --needs build -- "${PREP[@]}" --kind text --count "$N_T
 
 # ---------------------------------------------------------------------------------------------------
 # Throughput and MFU: bench train (no checkpoints, no evaluation; the first step is not measured).
-BENCH=("${MPI1[@]}" "$BIN" bench train "${COMMON[@]}" --set train.precision="$PREC" --set train.steps="$BENCH_STEPS"
+BENCH=("${MPI1[@]}" "$BIN" bench train --count-syncs "${COMMON[@]}" --set train.precision="$PREC" --set train.steps="$BENCH_STEPS"
   --set train.log_every=10 --set train.health_every=0 --set train.report=false)
 step bench-siglip "$T_BENCH" --needs prep-image-text -- "${BENCH[@]}" --config "$ROOT/jobs/configs/siglip-base.yaml" \
   --data "$WORK/it.h5" "${SIGLIP_SETS[@]}" --run-dir "$WORK/bench-siglip"
@@ -530,6 +536,14 @@ def figures(name, t):
                       r"per step", t)
         if m:
             f.update(parameters_m=num(m[1]), forward_gflop_per_sample=num(m[2]), samples_per_step=int(m[3]))
+        m = re.search(r"host synchronisations per step ([0-9.]+) \(at most ([0-9]+) in one step", t)
+        if m:
+            # Issue 59's goal: at most 1 per step for SigLIP and lm (DDP), 2 for detect (the positives' nonzero).
+            goal = {"bench-siglip": 1, "bench-yolo": 2}.get(name)
+            f.update(host_syncs_per_step=num(m[1]), host_syncs_max=int(m[2]))
+            if goal is not None:
+                f["host_syncs_goal"] = goal
+                f["host_syncs_within_goal"] = num(m[1]) <= goal
         m = re.search(r"peak resident ([0-9.]+) GiB per rank", t)
         if m:
             f["host_peak_resident_gib"] = num(m[1])

@@ -151,7 +151,9 @@ Command bench_train_command() {
     add_config_options(o);
     o.add_options("bench train")("trace",
                                  "Write a Chrome trace (chrome://tracing, Perfetto) of every rank's steps to this file",
-                                 cxxopts::value<std::string>()->default_value(""));
+                                 cxxopts::value<std::string>()->default_value(""))(
+        "count-syncs",
+        "GPU ranks: count the host's waits for the GPU in each step (LibTorch's CUDA sync debug mode) and print them");
   };
   c.run = [](const cxxopts::ParseResult& p, comm::Runtime& rt) {
     Config config = resolved_config(p, "bench train");
@@ -161,8 +163,9 @@ Command bench_train_command() {
     config.set("checkpoint.at_end", "false");  // speed only: no checkpoints
     config.set("checkpoint.every_steps", "0");
     config.set("checkpoint.every_minutes", "0");
-    const auto r =
-        tasks::run_training(rt, config, p["run-dir"].as<std::string>(), "", {}, p["trace"].as<std::string>());
+    const bool count_syncs = p.count("count-syncs") > 0;
+    const auto r = tasks::run_training(rt, config, p["run-dir"].as<std::string>(), "", {}, p["trace"].as<std::string>(),
+                                       count_syncs);
     if (rt.rank() == 0) {
       const auto& m = r.mean_times;
       auto pct = [&](double v) { return 100.0 * v / m.total; };
@@ -177,6 +180,13 @@ Command bench_train_command() {
           "%.2f GFLOP/s per rank (the log names that peak)\n",
           1e3 * r.max_times.total, r.model_flops_per_s / 1e9, 100.0 * r.model_flops_per_s / (r.peak_flops * rt.size()),
           r.peak_flops / 1e9);
+      if (count_syncs && r.host_syncs_per_step >= 0)
+        std::printf(
+            "bench train: host synchronisations per step %.2f (at most %lld in one step; steps after the first, max "
+            "over ranks; LibTorch's CUDA sync debug mode)\n",
+            r.host_syncs_per_step, static_cast<long long>(r.host_syncs_max));
+      else if (count_syncs)
+        std::printf("bench train: host synchronisations not counted: the ranks run on the CPU\n");
     }
     return 0;
   };

@@ -125,7 +125,7 @@ struct DetectionLoader::Impl {
     const int64_t B = int64_t(rb.rows.size());
     const DetectionAugment a = augment_of(epoch);
     DetectionBatch out;
-    out.images = at::empty({B, 3, size, size}, at::kByte);
+    out.images = at::empty({B, 3, size, size}, at::TensorOptions().dtype(at::kByte).pinned_memory(o.pinned));
     out.rows = at::tensor(rb.rows, at::kLong);
     out.box_offsets = at::empty({B + 1}, at::kLong);
     int64_t* offsets = out.box_offsets.data_ptr<int64_t>();
@@ -149,8 +149,9 @@ struct DetectionLoader::Impl {
       offsets[i + 1] = int64_t(classes.size());
     }
     const int64_t M = int64_t(classes.size());
-    out.boxes = at::from_blob(boxes.data(), {M, 4}, at::kFloat).clone();
-    out.classes = at::from_blob(classes.data(), {M}, at::kLong).clone();
+    const auto pinned = at::TensorOptions().pinned_memory(o.pinned);
+    out.boxes = at::empty({M, 4}, pinned.dtype(at::kFloat)).copy_(at::from_blob(boxes.data(), {M, 4}, at::kFloat));
+    out.classes = at::empty({M}, pinned.dtype(at::kLong)).copy_(at::from_blob(classes.data(), {M}, at::kLong));
     return out;
   }
 };

@@ -112,7 +112,9 @@ struct Loader::Impl {
       const auto& info = reader->info();
       slot = std::make_shared<Slot>();
       const int64_t B = sampler->max_share();
-      slot->images = at::empty({B, info.height, info.width, info.channels}, at::kByte);
+      // Pinned on GPU ranks: handed out without a copy when no sample repeats (assemble).
+      slot->images = at::empty({B, info.height, info.width, info.channels},
+                               at::TensorOptions().dtype(at::kByte).pinned_memory(o.pinned));
       slot->tokens = at::empty({B, info.captions_per_sample, info.context_length}, at::kInt);
       slot->lengths = at::empty({B, info.captions_per_sample}, at::kInt);
       slot->labels = at::empty({B}, at::kInt);
@@ -175,7 +177,13 @@ struct Loader::Impl {
     }
     // Without duplicate rows the batch hands out the read buffer itself (no copy); the slot is
     // reused once every tensor viewing it is gone.
-    b.images = int64_t(rb.rows.size()) == B ? rb.images : rb.images.index_select(0, at::tensor(rb.repeat, at::kLong));
+    if (int64_t(rb.rows.size()) == B) {
+      b.images = rb.images;
+    } else {
+      const auto& shape = rb.images.sizes();
+      b.images = at::empty({B, shape[1], shape[2], shape[3]}, rb.images.options().pinned_memory(o.pinned));
+      at::index_select_out(b.images, rb.images, 0, at::tensor(rb.repeat, at::kLong));
+    }
     return b;
   }
 
@@ -199,7 +207,7 @@ struct Loader::Impl {
     const int size = o.crop_size > 0 ? o.crop_size : int(reader->info().height);
     const int64_t B = b.rows.size(0);
     const int64_t* rows = b.rows.data_ptr<int64_t>();
-    auto out = at::empty({B, size, size, 3}, at::kByte);
+    auto out = at::empty({B, size, size, 3}, at::TensorOptions().dtype(at::kByte).pinned_memory(o.pinned));
     const at::Tensor in = b.images.contiguous();
     const int H = int(in.size(1)), W = int(in.size(2));
     uint8_t* pixels = in.data_ptr<uint8_t>();

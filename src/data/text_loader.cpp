@@ -111,8 +111,9 @@ struct TextLoader::Impl {
     const auto rows = sampler->batch(at.epoch, at.position);
     const int64_t B = int64_t(rows.size()), L = o.seq_len;
     TextBatch b;
-    b.tokens = at::empty({B, L}, at::kLong);
-    b.targets = at::empty({B, L}, at::kLong);
+    const auto options = at::TensorOptions().dtype(at::kLong).pinned_memory(o.pinned);
+    b.tokens = at::empty({B, L}, options);
+    b.targets = at::empty({B, L}, options);
     b.rows = at::tensor(rows, at::kLong);
     int64_t* tok = b.tokens.data_ptr<int64_t>();
     int64_t* tgt = b.targets.data_ptr<int64_t>();

@@ -169,7 +169,7 @@ std::string annotated_config(const Config& config) {
 
 train::TrainSummary run_training(const comm::Runtime& rt, Config config, const std::string& run_dir,
                                  const std::string& resume, const train::InjectedStraggler& straggler,
-                                 const std::string& trace_path) {
+                                 const std::string& trace_path, bool count_syncs) {
   train::install_stop_signals();  // from the start: a signal while the data opens still ends with a checkpoint
   const ResolvedRun run = resolve_run(rt, std::move(config), run_dir, resume);
   if (rt.rank() == 0) {
@@ -211,6 +211,7 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
                  settings.steps, settings.warmup);
   train::TrainerOptions options{run.config, run_dir, straggler, trace_path};
   options.best = {run.checkpoint.best, run.checkpoint.best_maximize()};
+  options.count_syncs = count_syncs;
   train::Trainer trainer(rt, *task, settings, options);
   if (run.resume) ckpt::restore(rt, trainer, *run.resume);
   ckpt::Checkpointer checkpointer(rt, trainer, run.config, run.checkpoint);

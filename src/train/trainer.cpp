@@ -1,6 +1,8 @@
 #include "meridian/train/trainer.h"
 
 #include <ATen/autocast_mode.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/util/Exception.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -30,6 +32,28 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// TrainerOptions::count_syncs: for one step, LibTorch's CUDA sync debug mode warns at every host wait
+// for the GPU (.item(), a blocking copy, nonzero, a stream synchronize); this handler counts those
+// warnings instead of printing them and passes any other warning on.
+class SyncCounter : public c10::WarningHandler {
+ public:
+  SyncCounter() : previous_(c10::WarningUtils::get_warning_handler()), guard_(this) {
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
+  }
+  ~SyncCounter() override { c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED); }
+  void process(const c10::Warning& warning) override {
+    if (warning.msg().find("synchronizing CUDA operation") != std::string::npos)
+      ++count;
+    else
+      previous_->process(warning);
+  }
+  int64_t count = 0;
+
+ private:
+  c10::WarningHandler* previous_;
+  c10::WarningUtils::WarningHandlerGuard guard_;
+};
 
 }  // namespace
 
@@ -286,9 +310,14 @@ struct Trainer::Impl {
     int64_t measured_steps = 0;
     double grad_norm = 0;
     const int64_t first = step;
+    int64_t sync_total = 0, sync_max = 0;  // TrainerOptions::count_syncs
     while (step < s.steps) {
       StepTimes t;
+      std::optional<SyncCounter> syncs;  // this step's, with TrainerOptions::count_syncs on a GPU
+      if (o.count_syncs && rt.device().is_cuda()) syncs.emplace();
       const double loss = train_step(t, grad_norm);
+      if (syncs && step > first + 1) sync_total += syncs->count, sync_max = std::max(sync_max, syncs->count);
+      syncs.reset();
       summary.losses.push_back(loss);
       if (step > first + 1) measured += t, ++measured_steps;  // the first step warms up (allocations, caches)
       if (step == std::min(first + 3, s.steps)) report_peak_memory(step - first);
@@ -325,6 +354,15 @@ struct Trainer::Impl {
         return m;
       });
       if (stopping || last) break;
+    }
+    if (o.count_syncs) {  // collective: max over ranks of the mean and of the most (CPU ranks: -1)
+      const double counted = double(std::max<int64_t>(1, step - first - 1));
+      const bool gpu = rt.device().is_cuda();
+      at::Tensor both =
+          at::tensor({gpu ? double(sync_total) / counted : -1.0, gpu ? double(sync_max) : -1.0}, at::kDouble);
+      control->allreduce(both, comm::ReduceOp::Max);
+      summary.host_syncs_per_step = both[0].item<double>();
+      summary.host_syncs_max = int64_t(both[1].item<double>());
     }
     summary.bad_steps = bad_total;
     summary.best = best;

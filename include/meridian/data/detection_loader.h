@@ -45,6 +45,9 @@ struct DetectionLoaderOptions {
   int64_t epoch = 0;     // where to start (from a checkpoint)
   int64_t position = 0;  // global samples already consumed in `epoch`
   int workers = 1;       // jpeg files: threads that decode each batch's images (the I/O thread included)
+  // The batches' tensors in pinned (page-locked) host memory: set on GPU ranks, whose copies to the
+  // device are then asynchronous DMA (train::BatchCopier). Needs a CUDA LibTorch and driver.
+  bool pinned = false;
 };
 
 struct DetectionBatch {

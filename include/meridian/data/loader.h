@@ -41,6 +41,9 @@ struct LoaderOptions {
   // MPI-IO on MPI_COMM_SELF (independent reads) or POSIX; within noise of each other on random
   // batches (docs/performance.md).
   IoDriver driver = IoDriver::MPIO;
+  // The batches' tensors in pinned (page-locked) host memory: set on GPU ranks, whose copies to the
+  // device are then asynchronous DMA (train::BatchCopier). Needs a CUDA LibTorch and driver.
+  bool pinned = false;
 };
 
 struct Batch {

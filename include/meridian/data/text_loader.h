@@ -54,6 +54,9 @@ struct TextLoaderOptions {
   int64_t epoch = 0;      // where to start (from a checkpoint)
   int64_t position = 0;   // global samples already consumed in `epoch`
   int prefetch = 2;       // batches ready ahead
+  // The batches' tensors in pinned (page-locked) host memory: set on GPU ranks, whose copies to the
+  // device are then asynchronous DMA (train::BatchCopier). Needs a CUDA LibTorch and driver.
+  bool pinned = false;
 };
 
 struct TextBatch {

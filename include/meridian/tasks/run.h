@@ -61,6 +61,6 @@ std::string annotated_config(const Config& config);
 // end with a checkpoint.
 train::TrainSummary run_training(const comm::Runtime& runtime, Config config, const std::string& run_dir,
                                  const std::string& resume, const train::InjectedStraggler& straggler = {},
-                                 const std::string& trace_path = "");
+                                 const std::string& trace_path = "", bool count_syncs = false);
 
 }  // namespace meridian::tasks

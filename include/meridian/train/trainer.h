@@ -118,6 +118,10 @@ struct TrainSummary {
   std::string patience_stop;                 // ended early by train.patience: why ("" otherwise; hooks saw last)
   BestRecord best;                           // the best evaluation (value NaN without TrainerOptions::best)
   std::vector<std::string> health_warnings;  // rank 0: what the health monitor warned about
+  // TrainerOptions::count_syncs on a GPU: host synchronisations per step, mean over the steps after
+  // the first and the most in one of them, max over ranks; -1: not counted.
+  double host_syncs_per_step = -1;
+  int64_t host_syncs_max = -1;
 };
 
 // A test hook (`meridian train --inject-straggler`): one rank made slow on purpose.
@@ -146,6 +150,10 @@ struct TrainerOptions {
   // improvement; train.patience of them end the run (the hooks see the step as the last). A run
   // resumed from such an end does nothing. TrainingError when an evaluation lacks the metric.
   BestMetric best;
+  // GPU ranks: LibTorch's CUDA sync debug mode (warn) over every training step, its warnings counted
+  // per step on each rank (TrainSummary::host_syncs_*): the host's waits for the device. Evaluations
+  // and logging are outside the count. No effect on CPU ranks.
+  bool count_syncs = false;
 };
 
 class Trainer {

@@ -60,7 +60,7 @@ std::string DetectEval::per_class() const {
 
 at::Tensor detection_input(const at::Tensor& images, const c10::Device& device) {
   at::Tensor x = images.size(-1) == 3 && images.size(1) != 3 ? images.permute({0, 3, 1, 2}) : images;
-  if (!device.is_cpu()) x = x.contiguous().pin_memory().to(device, /*non_blocking=*/true);
+  if (!device.is_cpu() && x.is_cpu()) x = x.contiguous().pin_memory().to(device, /*non_blocking=*/true);
   return x.to(at::kFloat).div_(255.0).contiguous();
 }
 

@@ -17,6 +17,7 @@
 #include "meridian/detect/loss.h"
 #include "meridian/nn/autocast.h"
 #include "meridian/tasks/detect_task.h"
+#include "meridian/train/batch_copier.h"
 #include "meridian/train/settings.h"
 
 namespace meridian::tasks {
@@ -100,6 +101,7 @@ struct DetectTask::Impl {
   std::unique_ptr<comm::Communicator> bn_comm;    // model.sync_bn: SyncBatchNorm's own (outlives the model)
   models::Yolo model{nullptr};
   at::Tensor images, boxes, classes, offsets;  // the current batch (images on the device)
+  train::BatchCopier copier;                   // host batches to the device (GPU: pinned, on a side stream)
   train::DataPosition position;
   at::Tensor last_parts;  // box, cls and dfl of the last loss, on the device: read when logged
   int64_t last_boxes = 0;
@@ -111,6 +113,7 @@ struct DetectTask::Impl {
         settings(DetectSettings::from_config(c)),
         train_data(train_data),
         eval_data(DataSettings::from_config(c).eval),
+        copier(runtime.device()),
         position(start) {
     const std::string& file = c.origin();
     if (train_data.empty()) throw ConfigError(file, "data.train", "missing: give --data or data.train");
@@ -142,6 +145,7 @@ struct DetectTask::Impl {
     loss_comm = comm::make_communicator(rt, comm::default_backend(rt));
     data::DetectionLoaderOptions lo;
     lo.path = train_data;
+    lo.pinned = rt.device().is_cuda();
     lo.batch_size = settings.batch;
     lo.seed = uint64_t(trainer.seed);
     lo.workers = data::loader_workers(settings.workers, rt.device().is_cuda());
@@ -213,15 +217,16 @@ void DetectTask::next_batch() {
   const data::DetectionBatch b = m.loader->next();
   m.position = {b.epoch, b.next_position};
   const auto device = m.rt.device();
-  m.images = detection_input(b.images, device);
   // The class range checked here, on the host batch: the assigner checks only host tensors (on a GPU
   // its check would be a wait for the device).
   const int64_t nc = m.mc.num_classes;
   if (b.classes.numel() > 0 && (b.classes.min().item<int64_t>() < 0 || b.classes.max().item<int64_t>() >= nc))
     throw DataError(m.train_data, "dataset 'classes'",
                     "a box's class is outside [0, model.num_classes = " + std::to_string(nc) + ")");
-  m.boxes = b.boxes.to(device);
-  m.classes = b.classes.to(device);
+  const auto on_device = m.copier.to_device({b.images, b.boxes, b.classes});
+  m.images = detection_input(on_device[0], device);
+  m.boxes = on_device[1];
+  m.classes = on_device[2];
   m.offsets = b.box_offsets;  // read on the host by the assigner
 }
 

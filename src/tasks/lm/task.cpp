@@ -18,6 +18,7 @@
 #include "meridian/tasks/lm_hf.h"
 #include "meridian/tasks/lm_task.h"
 #include "meridian/tasks/registry.h"
+#include "meridian/train/batch_copier.h"
 #include "meridian/train/settings.h"
 #include "meridian/train/strategy.h"
 #include "meridian/train/strategy_plan.h"
@@ -71,6 +72,7 @@ struct LmTask::Impl {
   at::Tensor tokens, targets;
   train::DataPosition position;
   std::unique_ptr<comm::Communicator> count_comm;  // forward's sum of the ranks' target tokens (CPU, MPI)
+  train::BatchCopier copier;                       // host batches to the device (GPU: pinned, on a side stream)
   bool shape_only = false;                         // built without values: the strategy's shards get them
   std::unique_ptr<HfLlamaWeights> deferred;        // task.init for assign_weights(); null once read, or resuming
 
@@ -81,13 +83,15 @@ struct LmTask::Impl {
         settings(LmSettings::from_config(c)),
         eval_data(DataSettings::from_config(c).eval),
         position(start),
-        count_comm(comm::make_communicator(runtime, comm::Backend::MPI)) {
+        count_comm(comm::make_communicator(runtime, comm::Backend::MPI)),
+        copier(runtime.device()) {
     seq_len = settings.seq_len > 0 ? settings.seq_len : mc.max_seq_len;
     if (seq_len > mc.max_seq_len)
       throw ConfigError(c.source("data.seq_len"), "data.seq_len",
                         "must be within [1, model.max_seq_len = " + std::to_string(mc.max_seq_len) + "]");
     if (train_data.empty()) throw ConfigError(c.origin(), "data.train", "missing: give --data or data.train");
     data::TextLoaderOptions o;
+    o.pinned = runtime.device().is_cuda();
     o.path = train_data;
     o.seq_len = seq_len;
     o.batch_size = settings.batch;
@@ -206,9 +210,9 @@ void LmTask::next_batch() {
   const data::TextBatch b = m.loader->next();
   m.position = {b.epoch, b.next_position};
   m.last_tokens = counted_targets(b.targets);
-  const auto device = m.rt.device();
-  m.tokens = device.is_cpu() ? b.tokens : b.tokens.pin_memory().to(device, /*non_blocking=*/true);
-  m.targets = device.is_cpu() ? b.targets : b.targets.pin_memory().to(device, /*non_blocking=*/true);
+  const auto on_device = m.copier.to_device({b.tokens, b.targets});
+  m.tokens = on_device[0];
+  m.targets = on_device[1];
 }
 
 at::Tensor LmTask::forward() {

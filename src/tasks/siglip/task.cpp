@@ -17,6 +17,7 @@
 #include "meridian/tasks/registry.h"
 #include "meridian/tasks/siglip_hf.h"
 #include "meridian/tasks/siglip_task.h"
+#include "meridian/train/batch_copier.h"
 #include "meridian/train/settings.h"
 
 namespace meridian::tasks {
@@ -208,6 +209,7 @@ struct SiglipTask::Impl {
   std::unique_ptr<comm::Communicator> loss_comm;  // the gathers inside forward/backward: their own
   models::Siglip model{nullptr};
   at::Tensor images, tokens;  // the current batch, on the device
+  train::BatchCopier copier;  // host batches to the device (GPU: pinned, on a side stream)
   at::Tensor scale, bias;     // the last forward's temperature (log) and bias, for step_metrics
 
   train::DataPosition position;  // after the last batch handed out
@@ -218,10 +220,12 @@ struct SiglipTask::Impl {
         mc(models::SiglipConfig::from_config(c)),
         settings(SiglipSettings::from_config(c)),
         eval_data(DataSettings::from_config(c).eval),
+        copier(runtime.device()),
         position(start) {
     if (train_data.empty()) throw ConfigError(c.origin(), "data.train", "missing: give --data or data.train");
 
     data::LoaderOptions lo;
+    lo.pinned = rt.device().is_cuda();
     lo.path = train_data;
     lo.batch_size = settings.batch;
     lo.seed = uint64_t(trainer.seed);
@@ -306,10 +310,11 @@ void SiglipTask::next_batch() {
   auto& m = *impl_;
   const data::Batch b = m.loader->next();
   m.position = {b.epoch, b.next_position};
-  const auto device = m.rt.device();
-  m.images = image_input(to_device(b.images, device), m.mc.image_size);
   // Every caption padded to the context length, as SigLIP reads them (the pooled last position).
-  m.tokens = to_device(fit_captions(b.tokens, b.lengths, m.context, m.mc.pad_id, m.mc.eos_id), device);
+  const auto on_device =
+      m.copier.to_device({b.images, fit_captions(b.tokens, b.lengths, m.context, m.mc.pad_id, m.mc.eos_id)});
+  m.images = image_input(on_device[0], m.mc.image_size);
+  m.tokens = on_device[1];
 }
 
 at::Tensor SiglipTask::forward() {
