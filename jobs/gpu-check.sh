@@ -547,6 +547,9 @@ def figures(name, t):
         m = re.search(r"peak resident ([0-9.]+) GiB per rank", t)
         if m:
             f["host_peak_resident_gib"] = num(m[1])
+        m = re.search(r"peak GPU allocated ([0-9.]+) GiB per rank", t)
+        if m:
+            f["gpu_peak_allocated_gib"] = num(m[1])
     elif name.startswith("resume-"):
         m = re.search(r"killed at step ([0-9]+) of ([0-9]+)", t)
         if m:

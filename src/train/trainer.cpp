@@ -1,6 +1,7 @@
 #include "meridian/train/trainer.h"
 
 #include <ATen/autocast_mode.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
@@ -143,22 +144,30 @@ struct Trainer::Impl {
           "train.precision bf16: this CPU has no native bfloat16 (avx512_bf16/amx_bf16); expect it to be slow");
   }
 
-  // Collective: every rank's peak resident memory so far (getrusage), logged by rank 0 next to the
-  // strategy's closed form (CPU: the whole process, LibTorch and the batch included).
+  // Collective: every rank's peak memory so far, logged by rank 0 next to the strategy's closed form:
+  // on a GPU the device memory LibTorch's allocator has held at most (tensors: activations, weights,
+  // optimizer state, the batch), on the CPU the resident memory (getrusage: the whole process,
+  // LibTorch and the batch included).
   void report_peak_memory(int64_t steps) {
-    struct rusage usage {};
-    getrusage(RUSAGE_SELF, &usage);
-    const double mine = double(usage.ru_maxrss) * 1024;  // KiB on Linux
+    double mine = 0;
+    if (rt.device().is_cuda()) {
+      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(rt.device().index());
+      mine = double(stats.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].peak);
+    } else {
+      struct rusage usage {};
+      getrusage(RUSAGE_SELF, &usage);
+      mine = double(usage.ru_maxrss) * 1024;  // KiB on Linux
+    }
     at::Tensor peaks = at::tensor({mine, -mine}, at::kDouble);
     control->allreduce(peaks, comm::ReduceOp::Max);
     const auto closed_form = strategy->memory();
     if (rt.rank() != 0 || !closed_form) return;
     const double gib = double(int64_t(1) << 30);
     spdlog::info(
-        "memory after {} step(s): peak resident {:.2f} GiB per rank (max over ranks; min {:.2f}); closed form "
+        "memory after {} step(s): peak {} {:.2f} GiB per rank (max over ranks; min {:.2f}); closed form "
         "of optim.zero {}: {:.2f} GiB before activations",
-        steps, peaks[0].item<double>() / gib, -peaks[1].item<double>() / gib, closed_form->stage,
-        double(closed_form->total()) / gib);
+        steps, rt.device().is_cuda() ? "GPU allocated" : "resident", peaks[0].item<double>() / gib,
+        -peaks[1].item<double>() / gib, closed_form->stage, double(closed_form->total()) / gib);
   }
 
   int64_t global_batch() const { return task.batch_size() * s.accumulate * rt.size(); }

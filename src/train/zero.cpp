@@ -381,27 +381,33 @@ void ShardedAdamW::update(double grad_scale) {
   for (size_t i = 0; i < params_.size(); ++i)
     if (any[i]) steps_[i] += 1;  // on every rank, whether or not the parameter meets this rank's shard
 
-  // 3. AdamW on this rank's shard: the segments of the parameters that intersect it, each with the
-  // operations of train::AdamW::step in the same order.
-  const double beta1 = options_.beta1, beta2 = options_.beta2, lr = options_.lr;
+  // 3. AdamW on this rank's shard: the segments of the parameters that intersect it, by weight decay,
+  // through the update train::AdamW uses (adamw_update: one fused call per list), so that the result
+  // is train::AdamW's bit for bit.
+  std::vector<AdamWLists> lists;
   for (const ZeroUnit& unit : plan_.units)
-    for_each_segment(unit, rank_ * unit.shard_numel, unit.shard_numel,
-                     [&](size_t k, int64_t at, int64_t from, int64_t n) {
-                       const size_t i = unit.params[k];
-                       if (!any[i]) return;
-                       at::Tensor p = param_shard_.narrow(0, unit.base + at, n);
-                       if (!master_) p.copy_(params_[i].tensor.detach().reshape({-1}).narrow(0, from, n));
-                       at::Tensor grad = grad_shard_.narrow(0, unit.base + at, n);
-                       at::Tensor exp_avg = exp_avg_.narrow(0, unit.base + at, n);
-                       at::Tensor exp_avg_sq = exp_avg_sq_.narrow(0, unit.base + at, n);
-                       if (params_[i].weight_decay != 0) p.mul_(1 - lr * params_[i].weight_decay);
-                       const double bias_correction1 = 1 - std::pow(beta1, double(steps_[i]));
-                       const double bias_correction2 = 1 - std::pow(beta2, double(steps_[i]));
-                       exp_avg.mul_(beta1).add_(grad, 1 - beta1);
-                       exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
-                       const at::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options_.eps);
-                       p.addcdiv_(exp_avg, denom, -lr / bias_correction1);
-                     });
+    for_each_segment(
+        unit, rank_ * unit.shard_numel, unit.shard_numel, [&](size_t k, int64_t at, int64_t from, int64_t n) {
+          const size_t i = unit.params[k];
+          if (!any[i]) return;
+          at::Tensor p = param_shard_.narrow(0, unit.base + at, n);
+          if (!master_) p.copy_(params_[i].tensor.detach().reshape({-1}).narrow(0, from, n));
+          const double decay = params_[i].weight_decay;
+          auto it =
+              std::find_if(lists.begin(), lists.end(), [&](const AdamWLists& l) { return l.weight_decay == decay; });
+          if (it == lists.end()) it = lists.insert(lists.end(), AdamWLists{decay});
+          it->params.push_back(p);
+          it->grads.push_back(grad_shard_.narrow(0, unit.base + at, n));
+          it->exp_avgs.push_back(exp_avg_.narrow(0, unit.base + at, n));
+          it->exp_avg_sqs.push_back(exp_avg_sq_.narrow(0, unit.base + at, n));
+          it->steps.push_back(steps_[i]);
+        });
+  for (auto& l : lists) {
+    bool fused = options_.fused;
+    for (size_t k = 0; fused && k < l.params.size(); ++k)
+      fused = adamw_fusable(l.params[k], l.grads[k], l.exp_avgs[k], l.exp_avg_sqs[k]);
+    adamw_update(l, options_, fused);
+  }
   if (offload_) device_shard_.copy_(param_shard_);  // the new shard back for the gathers
   if (stage_ == 3) return;                          // the shard is the parameter
 

@@ -26,6 +26,22 @@ struct AdamWOptions {
   bool fused = true;  // false: the _foreach_ path for every parameter
 };
 
+// Tensors that one AdamW update takes together: the same weight decay, device and dtype. `steps`:
+// each tensor's step count after this step's increment.
+struct AdamWLists {
+  double weight_decay = 0;
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+  std::vector<int64_t> steps;
+};
+// Whether at::_fused_adamw_ takes this parameter with this gradient and moments (CPU or CUDA, a
+// floating dtype shared by all four, contiguous memory).
+bool adamw_fusable(const at::Tensor& p, const at::Tensor& grad, const at::Tensor& exp_avg,
+                   const at::Tensor& exp_avg_sq);
+// One AdamW update of the lists, in place: at::_fused_adamw_ when `fused` (every tensor adamw_fusable),
+// else _foreach_ ops in torch::optim::AdamW's order. train::AdamW and train::ShardedAdamW's shards
+// both go through it, so their updates agree bit for bit. Not collective.
+void adamw_update(AdamWLists& lists, const AdamWOptions& options, bool fused);
+
 class AdamW {
  public:
   // State of one parameter: moments (undefined until its first step) and its step count (what
