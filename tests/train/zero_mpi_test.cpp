@@ -223,7 +223,7 @@ TEST_F(Zero, ParameterWithoutGradientIsUntouched) {
 
 // Stages 2 and 3 in units of at most 20 elements (no blocks: every parameter in buckets; fc1.weight,
 // 42 elements, is a unit alone), with the parameter no rank uses and the one only rank 0 uses from
-// step 2 on: the same parameters, moments and step counts as stage 1. Backward reduces units on
+// step 2 on: the same parameters, moments and step counts as stage 1 (to float rounding). Backward reduces units on
 // rank 0 that rank 1 only reduces in end_backward (its hooks never fire for rank0_only): the fixed
 // order keeps the collectives matched. Stage 3 frees the parameters between steps.
 TEST_F(Zero, StagesTwoAndThreeMatchStageOne) {
@@ -285,7 +285,10 @@ TEST_F(Zero, StagesTwoAndThreeMatchStageOne) {
                   : deferred ? " deferred"
                              : "",
                   diff, torch::equal(a, b) ? "bit-identical" : "not bit-identical");
-    if (runtime().size() <= 2) EXPECT_TRUE(torch::equal(a, b)) << "stage " << stage << ": " << diff;
+    // Not bit for bit: the units split the parameters at other places than stage 1's single unit,
+    // and the fused AdamW kernel rounds an element of its vector body and one of its scalar tail
+    // differently (1 ulp: 2e-8 here). The same layout is bit for bit (zero_stages_mpi_test: DDP vs
+    // ZeRO on whole checkpoints).
     EXPECT_TRUE(torch::allclose(a, b, 1e-6, 1e-7)) << "stage " << stage << ": " << diff;
     EXPECT_EQ(zero.steps(), zero_one.steps()) << "stage " << stage;
     EXPECT_EQ(zero.steps()[2], 0);  // unused
