@@ -13,8 +13,8 @@
 #   version, info  meridian --version; mpirun -np 1 meridian info
 #   unit-tests     tests/meridian_unit_tests
 #   comm-tests, parallel-tests, train-tests
-#   rng-tests      the CUDA generator's state through a checkpoint (ckpt tests, DeviceRng)
 #                  the MPI test binaries, 1 rank on cuda:0 (MERIDIAN_TEST_DEVICE=cuda: NCCL too)
+#   rng-tests      the CUDA generator's state through a checkpoint (ckpt tests, DeviceRng; CPU ranks)
 #   bench-comm     bench comm --backend nccl (1 rank)
 #   prep-*         synthetic data, 8 ranks on the CPU: image-text 256 px, detection 640 px, instruction text
 #   bench-siglip   bench train, SigLIP base/16 at 256 px (jobs/configs/siglip-base.yaml), bf16, batch 128
@@ -271,9 +271,10 @@ step unit-tests "$T_TEST" --needs build -- "$BUILD/tests/meridian_unit_tests" "$
 for t in comm parallel train; do
   step "$t-tests" "$T_TEST" --needs build -- "${TESTRUN[@]}" "$BUILD/tests/meridian_${t}_mpi_tests"
 done
-# The CUDA generator's state through a checkpoint (its CPU stand-in in a dry run).
-step rng-tests "$T_TEST" --needs build -- "${TESTRUN[@]}" "$BUILD/tests/meridian_ckpt_mpi_tests" \
-  --gtest_filter='*DeviceRng*'
+# The CUDA generator's state through a checkpoint (RealGpu; its CPU stand-in everywhere). The ranks
+# stay on the CPU (the test's small trainer is a CPU one); the generator is the GPU's.
+step rng-tests "$T_TEST" --needs build -- env -u MERIDIAN_TEST_DEVICE "${MPI1[@]}" \
+  "$BUILD/tests/meridian_ckpt_mpi_tests" --gtest_filter='*DeviceRng*'
 
 # NCCL's collectives on the GPU (1 rank: algorithm bandwidth; the bus factor of 1 rank is 0).
 if ((DRY)); then
