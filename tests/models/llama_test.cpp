@@ -18,6 +18,7 @@
 #include "meridian/models/generate.h"
 #include "meridian/models/safetensors.h"
 #include "meridian/nn/autocast.h"
+#include "relative_error.h"
 
 namespace models = meridian::models;
 
@@ -221,12 +222,7 @@ TEST(Llama, GenerateEqualsArgmaxOfFullForwards) {
 // key/value heads as query heads and with half as many; a whole sequence, then a KV cache fed 5, 1,
 // 3 and 1 tokens (each step's gradients with the cache held constant, as generation would have it).
 // Relative error (Frobenius norm) below 1e-5 in float32, 1e-2 in bfloat16.
-namespace {
-double llama_relative_error(const at::Tensor& a, const at::Tensor& b) {
-  const auto a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
-  return (a64 - b64).norm().item<double>() / b64.norm().item<double>();
-}
-}  // namespace
+namespace {}  // namespace
 
 TEST(Llama, AttentionEqualsTheExplicitProduct) {
   for (const int64_t kv_heads : {4, 2})
@@ -279,10 +275,10 @@ TEST(Llama, AttentionEqualsTheExplicitProduct) {
         (mine.to(at::kFloat) * upstream).sum().backward();
         (theirs.to(at::kFloat) * upstream).sum().backward();
         const double tolerance = bf16 ? 1e-2 : 1e-5;
-        EXPECT_LT(llama_relative_error(mine, theirs), tolerance) << what;
-        EXPECT_LT(llama_relative_error(x.grad(), x_ref.grad()), tolerance) << what << " dx";
+        EXPECT_LT(meridian::test::relative_error(mine, theirs), tolerance) << what;
+        EXPECT_LT(meridian::test::relative_error(x.grad(), x_ref.grad()), tolerance) << what << " dx";
         for (size_t i = 0; i < names.size(); ++i) {
-          EXPECT_LT(llama_relative_error(params[names[i]].grad(), weights[i].grad()), tolerance)
+          EXPECT_LT(meridian::test::relative_error(params[names[i]].grad(), weights[i].grad()), tolerance)
               << what << " " << names[i];
           params[names[i]].mutable_grad() = at::Tensor();
           weights[i].mutable_grad() = at::Tensor();

@@ -14,15 +14,11 @@
 #include <vector>
 
 #include "meridian/nn/autocast.h"
+#include "relative_error.h"
 
 namespace models = meridian::models;
 
 namespace {
-double siglip_relative_error(const at::Tensor& a, const at::Tensor& b) {
-  const auto a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
-  return (a64 - b64).norm().item<double>() / b64.norm().item<double>();
-}
-
 // q [B, Tq, W], k and v [B, T, W] -> [B, Tq, W], heads folded into the batch.
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t heads) {
   const int64_t b = q.size(0), tq = q.size(1), t = k.size(1), d = q.size(2) / heads;
@@ -58,14 +54,14 @@ void expect_siglip_equal(torch::nn::Module& module, const std::function<at::Tens
     (mine.to(at::kFloat) * upstream).sum().backward();
     (theirs.to(at::kFloat) * upstream).sum().backward();
     const double tolerance = bf16 ? 1e-2 : 1e-5;
-    EXPECT_LT(siglip_relative_error(mine, theirs), tolerance) << what;
-    EXPECT_LT(siglip_relative_error(x.grad(), x_ref.grad()), tolerance) << what << " dx";
+    EXPECT_LT(meridian::test::relative_error(mine, theirs), tolerance) << what;
+    EXPECT_LT(meridian::test::relative_error(x.grad(), x_ref.grad()), tolerance) << what << " dx";
     for (size_t i = 0; i < names.size(); ++i) {
       const auto& grad = params[names[i]].grad();
       if (names[i] == "k_proj.bias")  // zero but for rounding: softmax ignores a shift of all of a query's scores
         EXPECT_LT(grad.norm().item<double>(), tolerance * params["v_proj.bias"].grad().norm().item<double>()) << what;
       else
-        EXPECT_LT(siglip_relative_error(grad, copies[i].grad()), tolerance) << what << " " << names[i];
+        EXPECT_LT(meridian::test::relative_error(grad, copies[i].grad()), tolerance) << what << " " << names[i];
     }
     for (const auto& n : names) params[n].mutable_grad() = at::Tensor();
   }

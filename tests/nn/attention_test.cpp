@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "meridian/nn/autocast.h"
+#include "relative_error.h"
 
 namespace nn = meridian::nn;
 
@@ -34,11 +35,6 @@ at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const a
     scores = scores.masked_fill(key_pos > query_pos, -std::numeric_limits<float>::infinity());
   }
   return at::matmul(at::softmax(scores, -1, at::kFloat).to(values.scalar_type()), values);
-}
-
-double attention_relative_error(const at::Tensor& a, const at::Tensor& b) {
-  const auto a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
-  return (a64 - b64).norm().item<double>() / b64.norm().item<double>();
 }
 
 struct AttentionCase {
@@ -91,10 +87,10 @@ TEST(Attention, EveryKernelEqualsTheProductWrittenOut) {
           for (const auto& t : {q, k, v}) grads.push_back(t.grad());
         }
         const double tolerance = bf16 ? 1e-2 : 1e-5;
-        EXPECT_LT(attention_relative_error(out[0], out[1]), tolerance) << what;
+        EXPECT_LT(meridian::test::relative_error(out[0], out[1]), tolerance) << what;
         for (size_t i = 0; i < 3; ++i)
-          EXPECT_LT(attention_relative_error(grads[i], grads[3 + i]), tolerance) << what << " gradient of "
-                                                                                 << "qkv"[i];
+          EXPECT_LT(meridian::test::relative_error(grads[i], grads[3 + i]), tolerance) << what << " gradient of "
+                                                                                       << "qkv"[i];
       }
 }
 
