@@ -23,14 +23,26 @@
 # not start its daemons) counts against --max-launch-failures, not --max-restarts; before the next
 # attempt, mpirun starts a daemon on each host alone (`mpirun --mca ... --host H -np 1 true`) and the
 # hosts where that fails are named and left out too.
+# Growing back (a node that comes back rejoins): while an attempt runs without some hosts of the
+# hostfile, they are probed every --rejoin-every seconds (the same probe, with the daemon check).
+# When a host passes twice in a row, the script weighs the run's remaining time at the current size
+# (metrics.csv and attempts.jsonl in --run-dir) against what a restart costs (the last checkpoint's
+# write time from logs/rank_0.log and this attempt's launch-to-first-step time; once a grow-back has
+# happened, what that one cost): when growing back saves time, the running attempt is sent SIGUSR1 (it
+# checkpoints at the end of the step and stops) and the next attempt runs on the full hostfile with
+# `--resume auto`, at the larger world size with the same global batch. Such a stop is not a failure
+# (it counts against no limit and has no pause). A host that is lost again within --flap-window
+# seconds of rejoining has flapped: it rejoins again only after passing every probe for
+# --flap-window x 2^(flaps - 1) seconds, so a flapping node cannot restart the job in a loop.
 #
 # Usage: jobs/mpirun-restart.sh [--max-restarts N (3)] [--max-launch-failures N (5)]
-#            [--backoff S1,S2,... (10,30,60)] [--log FILE] [--abort-grace SECONDS (10)] -- \
+#            [--backoff S1,S2,... (10,30,60)] [--log FILE] [--abort-grace SECONDS (10)]
+#            [--rejoin-every SECONDS (60; 0: never grow back)] [--flap-window SECONDS (600)] -- \
 #            mpirun -np 8 --hostfile hosts build/meridian train --config ... --run-dir runs/x
 #        (--pause S is --backoff S: the same pause before every restart)
 # The command must name a --run-dir (where checkpoints are) so that a restart finds them.
 set -uo pipefail
-max_restarts=3 max_launch_failures=5 backoff=10,30,60 log= grace=10
+max_restarts=3 max_launch_failures=5 backoff=10,30,60 log= grace=10 rejoin_every=60 flap_window=600
 while [[ $# -gt 0 ]]; do
   case $1 in
     --max-restarts) max_restarts=$2; shift 2 ;;
@@ -38,8 +50,10 @@ while [[ $# -gt 0 ]]; do
     --backoff | --pause) backoff=$2; shift 2 ;;
     --log) log=$2; shift 2 ;;
     --abort-grace) grace=$2; shift 2 ;;
+    --rejoin-every) rejoin_every=$2; shift 2 ;;
+    --flap-window) flap_window=$2; shift 2 ;;
     --) shift; break ;;
-    -h | --help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,43p' "$0"; exit 0 ;;
     *) echo "mpirun-restart.sh: unknown option '$1' (the command goes after --)" >&2; exit 2 ;;
   esac
 done
@@ -51,6 +65,8 @@ done
   { echo "mpirun-restart.sh: --backoff must be seconds separated by commas (e.g. 10,30,60), got '$backoff'" >&2; exit 2; }
 IFS=, read -r -a pauses <<<"$backoff"
 [[ $grace =~ ^[0-9]+$ ]] || { echo "mpirun-restart.sh: --abort-grace must be whole seconds, got '$grace'" >&2; exit 2; }
+[[ $rejoin_every =~ ^[0-9]+$ ]] || { echo "mpirun-restart.sh: --rejoin-every must be whole seconds (0: never), got '$rejoin_every'" >&2; exit 2; }
+[[ $flap_window =~ ^[0-9]+$ ]] || { echo "mpirun-restart.sh: --flap-window must be whole seconds, got '$flap_window'" >&2; exit 2; }
 grep -q -- "--run-dir" <<<"$*" || { echo "mpirun-restart.sh: the command needs --run-dir (restarts resume from its checkpoints)" >&2; exit 2; }
 say() { local line="[mpirun-restart $(date -u +%FT%TZ)] $*"; echo "$line" >&2; [[ -n $log ]] && echo "$line" >>"$log"; return 0; }
 
@@ -175,11 +191,27 @@ probe_hosts() {
     else
       say "$why ($slots slot(s))"
       dropped=$((dropped + slots))
+      left_out+=("$host")
+      note_flap "$host"
     fi
   done <"$hostfile"
   ((passed)) || return 1
   ((dropped == 0)) || reduced_hostfile=$out
   return 0
+}
+
+# A host left out within --flap-window s of rejoining has flapped: it must pass the probes for longer
+# before it rejoins again (hold[host] seconds, doubling with each flap).
+declare -A rejoined_at=() flaps=() hold=() passes=() first_pass=()
+note_flap() {
+  local host=$1 since
+  [[ -n ${rejoined_at[$host]:-} ]] || return 0
+  since=$(($(date +%s) - rejoined_at[$host]))
+  unset "rejoined_at[$host]"
+  ((since < flap_window)) || return 0
+  flaps[$host]=$((${flaps[$host]:-0} + 1))
+  hold[$host]=$((flap_window << (flaps[$host] - 1)))
+  say "host $host was lost again $since s after it rejoined (flap ${flaps[$host]}): it rejoins only after passing every probe for ${hold[$host]} s (--flap-window $flap_window, doubled at each flap)"
 }
 
 # The command with --hostfile and -np/-n changed for the hosts that answered.
@@ -200,7 +232,67 @@ shrink() {
 # The exit code the job reported in its abort file (empty when none).
 reported_exit() { sed -n 's/.* exit \([0-9]*\): .*/\1/p' "$1" 2>/dev/null | head -1; }
 
+# ---- Growing back ---------------------------------------------------------------------------------
+run_dir=$(option --run-dir)
+[[ -n $run_dir ]] || run_dir=$(printf '%s\n' "${cmd[@]}" | sed -n 's/^--run-dir=//p' | head -1)
+full_np=$(option -np -n --np -c)
+# shellcheck source=jobs/lib/grow_back.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/grow_back.sh"
+
+# In the background: probes the left-out hosts (with the daemon check), each into $work/rejoin.HOST.
+probe_left_out() {
+  local host
+  check_daemons=1
+  for host in "${left_out[@]}"; do probe_host "$host" >"$work/rejoin.$host" & done
+  wait
+}
+
+# Whether growing from $np_now to $full_np ranks saves time (grow_back_verdict's codes); says why.
+worth_growing() {
+  local line rc
+  [[ -n $full_np ]] || { say "the command names no -np: the full size is unknown, not growing back"; return 1; }
+  line=$(grow_back_verdict "$run_dir" "$start" "$np_now" "${full_np:-0}" "$measured_cost")
+  rc=$?
+  ((rc == 2)) && line+=": asking again at the next probe"
+  say "$line"
+  return "$rc"
+}
+
+# After a probe of the left-out hosts: counts each host's passes in a row and, when one has passed
+# twice (and its flap hold), asks the attempt to checkpoint and stop so that the next grows back.
+consider_rejoin() {
+  local host now ready=() since=
+  now=$(date +%s)
+  for host in "${left_out[@]}"; do
+    if [[ -s $work/rejoin.$host ]]; then
+      ((${passes[$host]:-0} > 0)) && say "$(cat "$work/rejoin.$host") (its passes start again)"
+      passes[$host]=0
+      unset "first_pass[$host]"
+    else
+      passes[$host]=$((${passes[$host]:-0} + 1))
+      [[ -n ${first_pass[$host]:-} ]] || first_pass[$host]=$now
+      if ((passes[$host] >= 2 && now - first_pass[$host] >= ${hold[$host]:-0})); then
+        ready+=("$host")
+        if [[ -z $since ]] || ((first_pass[$host] < since)); then since=${first_pass[$host]}; fi
+      else
+        say "host $host passes the probe again (${passes[$host]} in a row$( [[ -n ${hold[$host]:-} ]] && echo ", $((now - first_pass[$host])) of the ${hold[$host]} s it must hold after flapping"))"
+      fi
+    fi
+    rm -f "$work/rejoin.$host"
+  done
+  ((${#ready[@]})) || return 0
+  worth_growing
+  case $? in
+    0)
+      say "host(s) ${ready[*]} passed the probe twice in a row: asking attempt $attempt to checkpoint and stop (SIGUSR1), then relaunching on the full hostfile with --resume auto"
+      grow_hosts="${ready[*]}" grow_asked=$now grow_since=$since
+      kill -USR1 "$child" 2>/dev/null ;;
+    1) say "not growing back in this attempt: the run ends before a restart would pay for itself"; left_out=() ;;
+  esac
+}
+
 attempt=0 failures=0 launch_failures=0 check_daemons=0
+left_out=() measured_cost= grow_hosts= grow_asked= grow_since= growing= joined_report= np_now=$full_np
 stop= child=  # stop: the signal this script was asked to stop with, passed on to the running attempt
 on_signal() { stop=$1; [[ -n $child ]] && kill -"$1" "$child" 2>/dev/null; return 0; }
 trap 'on_signal USR1' USR1
@@ -219,12 +311,25 @@ while true; do
     done
     run+=(--resume auto)
     if [[ -n $hostfile ]]; then
-      reduced_hostfile=
+      reduced_hostfile= left_out=() passes=() first_pass=()
+      # A host that fails again at the grow-back's own probe has flapped too.
+      for host in $growing; do rejoined_at[$host]=$(date +%s); done
       probe_hosts "$attempt" || { say "no host of $hostfile passes the probe: giving up"; exit 3; }
       [[ -n $reduced_hostfile ]] && shrink
     fi
   fi
+  np_now=$(for ((i = 0; i < ${#run[@]} - 1; i++)); do [[ ${run[i]} =~ ^(-np|-n|--np|-c)$ ]] && echo "${run[i + 1]}"; done | head -1)
+  if [[ -n $growing ]]; then  # the grow-back's attempt: the hosts that came back and passed again
+    joined=()
+    for host in $growing; do
+      [[ " ${left_out[*]} " == *" $host "* ]] || joined+=("$host")
+    done
+    joined_report="${joined[*]}"
+    [[ -n $joined_report ]] && say "attempt $attempt grows back: $joined_report rejoin(s), $np_before -> $np_now ranks"
+  fi
   say "attempt $attempt: ${run[*]}"
+  ((${#left_out[@]} && rejoin_every > 0)) &&
+    say "probing the left-out host(s) ${left_out[*]} every $rejoin_every s: the run grows back when one passes twice in a row"
   start=$(date +%s)
   abort_file=$work/abort.attempt$attempt started_file=$work/started.attempt$attempt
   rm -f "$abort_file" "$started_file"
@@ -232,8 +337,24 @@ while true; do
   # mpirun, which passes them to the ranks: they checkpoint and exit with code 4.
   MERIDIAN_ABORT_FILE=$abort_file MERIDIAN_STARTED_FILE=$started_file "${run[@]}" &
   child=$!
-  aborted_at= killed=
+  aborted_at= killed= prober= next_probe=$((start + rejoin_every)) grow_asked=
   while kill -0 $child 2>/dev/null; do
+    # Growing back: probe the left-out hosts every --rejoin-every s (in the background).
+    if ((${#left_out[@]} && rejoin_every > 0)) && [[ -z $grow_asked && -z $prober && -z $stop ]] && (($(date +%s) >= next_probe)); then
+      probe_left_out &
+      prober=$!
+    fi
+    if [[ -n $prober ]] && ! kill -0 "$prober" 2>/dev/null; then
+      wait "$prober"
+      prober= next_probe=$(($(date +%s) + rejoin_every))
+      [[ -z $aborted_at && -z $stop ]] && consider_rejoin
+    fi
+    # The grow-back's figure: from the host's return to the first step at the full size.
+    if [[ -n $joined_report ]] && at=$(grow_first_step_at "$run_dir" "$start") && [[ -n $at ]]; then
+      measured_cost=$(awk -v a="$at" -v b="$grow_asked_then" 'BEGIN {printf "%.0f", a - b}')
+      say "$joined_report rejoined: first step at $np_now ranks $(awk -v a="$at" -v b="$grow_since_then" 'BEGIN {printf "%.1f", a - b}') s after its return (its first passing probe); the restart cost $measured_cost s (stop and checkpoint $grow_stop_s s, relaunch to first step $(awk -v a="$at" -v b="$start" 'BEGIN {printf "%.1f", a - b}') s)"
+      joined_report=
+    fi
     if [[ -z $aborted_at && -s $abort_file ]]; then
       aborted_at=$(date +%s)
       say "the job reported its end: $(head -1 "$abort_file")"
@@ -250,6 +371,7 @@ while true; do
   wait $child
   rc=$?
   child=
+  [[ -n $prober ]] && { kill "$prober" 2>/dev/null; wait "$prober" 2>/dev/null; }
   # Killed here, or by meridian's own watcher (a signal's exit code): the code the job reported.
   if { [[ -n $killed ]] || ((rc > 128)); } && [[ -s $abort_file ]]; then
     reported=$(reported_exit "$abort_file")
@@ -259,9 +381,16 @@ while true; do
   case $rc in
     0) exit 0 ;;
     2) say "bad input: not retrying"; exit 2 ;;
-    4) say "stopped on a signal after a checkpoint: not retrying (resubmit to continue)"; exit 4 ;;
+    4) [[ -n $grow_asked && -z $stop ]] || { say "stopped on a signal after a checkpoint: not retrying (resubmit to continue)"; exit 4; } ;;
   esac
   [[ -n $stop ]] && stopped " after exit code $rc" "$([[ $rc == 3 ]] && echo 3 || echo 4)"
+  growing= joined_report=
+  if [[ -n $grow_asked && $rc != 3 ]]; then  # stopped to grow back (mpirun may exit 1 passing SIGUSR1 on)
+    grow_asked_then=$grow_asked grow_stop_s=$(($(date +%s) - grow_asked))
+    say "attempt $attempt stopped to grow back $grow_stop_s s after SIGUSR1: relaunching at once"
+    growing=$grow_hosts np_before=$np_now grow_since_then=$grow_since
+    continue
+  fi
   if [[ -s $started_file ]]; then
     failures=$((failures + 1)) check_daemons=0
     if (( failures > max_restarts )); then

@@ -81,7 +81,10 @@
     var text = "attempt " + (i + 1) + " resumed from " + (r ? (r.path ? r.path + " (step " + step + ")" : "step " + step)
       : "scratch") + (typeof a.lost === "number" ? "; " + a.lost + " step(s) lost" : "") +
       (a.start.world_size ? "; " + a.start.world_size + " ranks" : "");
-    marks.push({ step: step, kind: "restart", text: text });
+    var j = a.rejoined;
+    if (j && j.hosts) marks.push({ step: step, kind: "rejoin", text: (j.hosts.length > 1 ? "nodes " : "node ") +
+      j.hosts.join(", ") + " rejoined, " + j.from + " \u2192 " + j.to + " ranks (attempt " + (i + 1) + ")" });
+    else marks.push({ step: step, kind: "restart", text: text });
   });
   (D.findings || []).forEach(function (f) { marks.push({ step: f.step, kind: "finding", text: f.text }); });
   var evalSteps = {};
@@ -111,7 +114,7 @@
   var maxStep = 0;
   Object.keys(S).forEach(function (n) { var x = S[n].x; if (x.length) maxStep = Math.max(maxStep, x[x.length - 1]); });
   marks.forEach(function (m) { maxStep = Math.max(maxStep, m.step); });
-  var LINE_COLORS = { epoch: "#999", restart: "#d62728", eval: "#1f77b4" };
+  var LINE_COLORS = { epoch: "#999", restart: "#d62728", rejoin: "#2ca02c", eval: "#1f77b4" };
 
   // Dashed vertical lines at the epochs, restarts and evaluations on a step chart.
   function markLines(u) {
@@ -313,12 +316,12 @@
     var W = 1100, H = 74, left = 20, right = 20, span = Math.max(1, maxStep);
     var s = svg("svg", { viewBox: "0 0 " + W + " " + H, width: "100%", "class": "timeline", role: "img" });
     s.appendChild(svg("line", { x1: left, y1: 40, x2: W - right, y2: 40, stroke: "#555" }));
-    var rows = { epoch: 12, eval: 24, restart: 40, finding: 56, bad: 56 };
+    var rows = { epoch: 12, eval: 24, restart: 40, rejoin: 40, finding: 56, bad: 56 };
     marks.forEach(function (m) {
       var x = left + (W - left - right) * (m.step / span), y = rows[m.kind];
       var g = svg("g", { "class": "mark " + m.kind, "data-step": m.step });
-      if (m.kind === "restart")
-        g.appendChild(svg("path", { d: "M" + x + " 28 l7 12 l-7 12 l-7 -12 z", fill: "#d62728" }));
+      if (m.kind === "restart" || m.kind === "rejoin")
+        g.appendChild(svg("path", { d: "M" + x + " 28 l7 12 l-7 12 l-7 -12 z", fill: LINE_COLORS[m.kind] }));
       else if (m.kind === "finding" || m.kind === "bad")
         g.appendChild(svg("circle", { cx: x, cy: y, r: 5, fill: m.kind === "bad" ? "#9467bd" : "#ff7f0e" }));
       else g.appendChild(svg("line", { x1: x, y1: y - 6, x2: x, y2: y + 6, stroke: LINE_COLORS[m.kind] }));
@@ -334,7 +337,8 @@
     s.appendChild(t0);
     s.appendChild(t1);
     target.appendChild(s);
-    var names = { epoch: "epoch", eval: "evaluation", restart: "restart", finding: "health finding", bad: "bad step" };
+    var names = { epoch: "epoch", eval: "evaluation", restart: "restart", rejoin: "grow-back", finding: "health finding",
+      bad: "bad step" };
     var tbody = document.querySelector("#events tbody");
     marks.filter(function (m) { return m.kind !== "eval" && m.kind !== "epoch"; }).forEach(function (m) {
       row(tbody, [String(m.step), names[m.kind], m.text]).className = "ev-" + m.kind;
@@ -352,7 +356,9 @@
       var ended = e ? e.status + " at step " + e.step + (e.message ? ": " + e.message : "") + " (" + when(e.time) + ")"
         : (a.last_step !== null && a.last_step !== undefined ? "no record after step " + a.last_step +
           (i === attempts.length - 1 ? " (still running, or killed)" : " (killed or crashed)") : "no record");
-      row(tbody, [String(i + 1), when(s.time), s.world_size ? s.world_size + " (" + s.nodes + " node(s))" : "?", from,
+      var size = s.world_size ? s.world_size + " (" + s.nodes + " node(s))" : "?";
+      if (a.rejoined && a.rejoined.hosts) size += "; " + a.rejoined.hosts.join(", ") + " rejoined";
+      row(tbody, [String(i + 1), when(s.time), size, from,
         i === 0 ? "–" : (typeof a.lost === "number" ? String(a.lost) : "?"), ended]);
     });
     if (!attempts.length) row(tbody, ["–", "no attempts recorded", "", "", "", ""]);

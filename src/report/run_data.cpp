@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "meridian/core/clock.h"
@@ -272,6 +273,27 @@ void read_attempts(const std::string& dir, json& out, std::vector<std::string>& 
     const int64_t at = resumed.is_object() ? resumed.value("step", int64_t(0)) : 0;
     const json& before = attempts[i - 1]["last_step"];
     if (before.is_number_integer()) a["lost"] = std::max<int64_t>(0, before.get<int64_t>() - at);
+    // A grow-back: more ranks than the attempt before, on hosts it did not have ("rejoined").
+    const json& prev = attempts[i - 1]["start"];
+    const auto hosts_of = [](const json& start) {
+      std::set<std::string> out;
+      if (start.contains("hosts") && start["hosts"].is_array())
+        for (const auto& h : start["hosts"])
+          if (h.is_string()) out.insert(h.get<std::string>());
+      return out;
+    };
+    const auto had = hosts_of(prev), has = hosts_of(a["start"]);
+    const auto ranks = [](const json& start) {
+      return start.contains("world_size") && start["world_size"].is_number_integer()
+                 ? start["world_size"].get<int64_t>()
+                 : int64_t(0);
+    };
+    const int64_t ranks_before = ranks(prev), ranks_now = ranks(a["start"]);
+    json joined = json::array();
+    for (const auto& h : has)
+      if (!had.count(h)) joined.push_back(h);
+    if (!had.empty() && !joined.empty() && ranks_now > ranks_before)
+      a["rejoined"] = {{"hosts", joined}, {"from", ranks_before}, {"to", ranks_now}};
   }
   out["attempts"] = std::move(attempts);
 }

@@ -49,6 +49,9 @@ const ConfigBinding<TrainerSettings>& bindings() {
     b.boolean("train.report", &S::report,
               "write RUN_DIR/report.html (meridian report: curves, ranks, findings, restarts) after each evaluation "
               "and at the end, on a thread of its own");
+    b.boolean("train.record_samples", &S::record_samples,
+              "append every step's dataset rows, every rank's, to RUN_DIR/samples.jsonl (an audit of the data order "
+              "across restarts and world sizes; a gather per step)");
     b.integer("train.health_every", &S::health_every, "steps between health reports (health.jsonl); 0: none")
         .at_least(0);
     b.choice("train.progress", &S::progress,

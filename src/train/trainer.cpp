@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -82,6 +84,9 @@ struct Trainer::Impl {
   BestRecord best;
   int64_t parameter_count = 0;               // counted before the strategy takes the parameters (it may shard them)
   bool stopping = false, signalled = false;  // agreed this step: the run ends here (stop_at, or a signal on some rank)
+  // train.record_samples: this step's (epoch, rows) per micro-batch, and rank 0's RUN_DIR/samples.jsonl.
+  std::vector<std::pair<int64_t, std::vector<int64_t>>> step_rows;
+  std::ofstream samples;
 
   Impl(const comm::Runtime& runtime, Task& t, const TrainerSettings& settings, const TrainerOptions& options)
       : rt(runtime),
@@ -117,8 +122,15 @@ struct Trainer::Impl {
       trace = std::make_unique<core::Trace>(rt.rank());
       strategy->set_trace(trace.get());
     }
+    if (s.record_samples && o.run_dir.empty())
+      throw ConfigError(o.config.source("train.record_samples"), "train.record_samples",
+                        "the sample record is written to RUN_DIR/samples.jsonl: give --run-dir");
     if (rt.rank() == 0) spdlog::info("resolved config ({}):\n{}", o.config.origin(), o.config.dump());
     reporter = std::make_unique<Reporter>(rt.rank(), rt.size(), global_batch(), task, s, o);
+    if (s.record_samples && rt.rank() == 0) {
+      samples.open(o.run_dir + "/samples.jsonl", std::ios::app);
+      if (!samples) throw SystemError("cannot open '" + o.run_dir + "/samples.jsonl' for writing");
+    }
     spdlog::info("device {}", rt.device_why());
     if (rt.thread_choice().crowded)
       spdlog::warn("intra-op threads {}", rt.thread_choice().why);
@@ -198,6 +210,7 @@ struct Trainer::Impl {
       strategy->begin_micro_step(micro + 1 == s.accumulate);
       auto t0 = Clock::now();
       task.next_batch();
+      if (s.record_samples) step_rows.emplace_back(task.data_position().epoch, task.batch_rows());
       maybe_stall(o.straggler.data_s);
       end_phase(t.data, "data", t0);
       t0 = Clock::now();
@@ -259,7 +272,45 @@ struct Trainer::Impl {
     balancer.record(t.total - t.optimizer - t.waited, balancer.shares()[size_t(rt.rank())] * s.accumulate);
     ++step;
     samples_seen += global_batch();
+    if (s.record_samples) record_samples();
     return bad ? std::nan("") : agreed[0].item<double>() / rt.size();
+  }
+
+  // Collective (with train.record_samples only: an allreduce over the control communicator, so the
+  // watchdog covers it): rank 0 appends the step's rows to samples.jsonl, one line per step:
+  // {"step", "world_size", "batches": [{"epoch", "rows"}]}, a micro-batch's rows every rank's in rank
+  // order (each rank fills its share's slots of the global micro-batch; the sum is the whole). A
+  // resumed run writes the steps after its checkpoint again: the last line of a step is the one that
+  // counts.
+  void record_samples() {
+    const std::vector<int64_t>& shares = balancer.shares();
+    int64_t offset = 0, micro = 0;
+    for (int r = 0; r < rt.size(); ++r) (r < rt.rank() ? offset : micro) += shares[size_t(r)];
+    micro += offset;
+    at::Tensor all = at::zeros({int64_t(step_rows.size()), micro}, at::kDouble);
+    auto slots = all.accessor<double, 2>();
+    for (size_t k = 0; k < step_rows.size(); ++k) {
+      const auto& mine = step_rows[k].second;
+      if (int64_t(mine.size()) != shares[size_t(rt.rank())])
+        throw std::logic_error("train.record_samples: task " + task.name() + " reported " +
+                               std::to_string(mine.size()) + " rows for a share of " +
+                               std::to_string(shares[size_t(rt.rank())]));
+      for (size_t i = 0; i < mine.size(); ++i) slots[int64_t(k)][offset + int64_t(i)] = double(mine[i]);
+    }
+    control->allreduce(all, comm::ReduceOp::Sum);
+    if (rt.rank() == 0) {
+      nlohmann::json batches = nlohmann::json::array();
+      for (size_t k = 0; k < step_rows.size(); ++k) {
+        std::vector<int64_t> ids(static_cast<size_t>(micro));
+        for (int64_t j = 0; j < micro; ++j) ids[size_t(j)] = int64_t(slots[int64_t(k)][j]);
+        batches.push_back({{"epoch", step_rows[k].first}, {"rows", std::move(ids)}});
+      }
+      samples << nlohmann::json{{"step", step}, {"world_size", rt.size()}, {"batches", std::move(batches)}}.dump()
+              << '\n';
+      samples.flush();
+      if (!samples) throw SystemError("cannot write '" + o.run_dir + "/samples.jsonl' (disk full?)");
+    }
+    step_rows.clear();
   }
 
   // The NaN/Inf guard: the step is counted and skipped; max_bad_steps in a row stop the job.

@@ -21,12 +21,15 @@ train() { local np=$1; shift; "$mpirun" --oversubscribe -np "$np" "$meridian" tr
 
 # 1. Exact resume.
 train 2 --run-dir "$tmp/a" >"$tmp/a.out" 2>&1 || { cat "$tmp/a.out"; fail "straight run exited $?"; }
-train 2 --run-dir "$tmp/b" --set train.stop_at=6 >"$tmp/b1.out" 2>&1 || { cat "$tmp/b1.out"; fail "run to step 6 exited $?"; }
+train 2 --run-dir "$tmp/b" --set train.stop_at=6 --set train.record_samples=true >"$tmp/b1.out" 2>&1 || { cat "$tmp/b1.out"; fail "run to step 6 exited $?"; }
 grep -q "stopped at step 6" "$tmp/b1.out" || { cat "$tmp/b1.out"; fail "no stop at step 6"; }
 [[ -f $tmp/b/checkpoints/step_00000006.h5 && ! -e $tmp/b/checkpoints/step_00000012.h5 ]] || fail "no checkpoint at step 6"
 [[ $(cat "$tmp/b/checkpoints/latest") == step_00000006.h5 ]] || fail "latest does not name step 6"
-train 2 --run-dir "$tmp/b" --resume auto >"$tmp/b2.out" 2>&1 || { cat "$tmp/b2.out"; fail "resumed run exited $?"; }
+train 2 --run-dir "$tmp/b" --resume auto --set train.record_samples=true >"$tmp/b2.out" 2>&1 ||
+  { cat "$tmp/b2.out"; fail "resumed run exited $?"; }
 grep -q "resumed from .*step_00000006.h5: step 6" "$tmp/b2.out" || { cat "$tmp/b2.out"; fail "did not resume from step 6"; }
+# The sample record across the resume: 128 rows, global batch 16: epoch 0 whole (8 steps), 4 steps of epoch 1.
+python3 "$(dirname "$0")/../tools/check_samples.py" "$tmp/b" 128 12 16 || fail "the sample record of 6 + 6 steps"
 ls "$tmp/a/checkpoints"
 [[ $(ls "$tmp/a/checkpoints" | grep -c '\.h5$') == 2 ]] || fail "retention: expected the last 2 checkpoints"
 for group in /model /optim; do

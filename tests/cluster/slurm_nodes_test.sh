@@ -15,6 +15,10 @@
 #     (--requeue, JobRequeue=1), starts again on the 2 remaining nodes, train.sbatch resumes
 #     (--resume auto) from the newest checkpoint with the elastic "3 ranks -> 2" resume, and
 #     finishes: COMPLETED, exit 0, final checkpoint verifies; nothing left in any namespace.
+#  3. the grow-back, in the same job: once it runs on 2 nodes, node 3 comes back (its link up, its
+#     slurmd started again: ReturnToService=2 makes it idle); train.sbatch (REJOIN_EVERY=2) sees an
+#     idle node twice, stops at a checkpoint (exit 4) and requeues itself; Slurm starts it on 3
+#     nodes (--nodes=2-3), it resumes "2 ranks -> 3" and finishes on 3 ranks.
 # Prints the time from the fault to the requeue and to the first resumed step. FAULT_STEP (7..10 by
 # default) and COMM_TIMEOUT (meridian's --comm-timeout, 10 s) change the fault's moment and how soon
 # the surviving ranks give up. Slurm requeues the job by itself only if it still runs when slurmctld
@@ -65,9 +69,9 @@ fail() { echo "FAIL: $*"; dump; exit 1; }
 
 vc_up 203 3  # exits 77 without namespaces; installs vc_down as the EXIT trap, replaced here
 trap cleanup EXIT
-trap 'fail "interrupted, or over the time limit of 300 s"' TERM INT
-# Never hang: this timer (300 s), and every command waited for has a timeout of its own.
-( exec >/dev/null 2>&1 </dev/null; sleep 300 && kill -TERM $$ ) &
+trap 'fail "interrupted, or over the time limit of 420 s"' TERM INT
+# Never hang: this timer (420 s), and every command waited for has a timeout of its own.
+( exec >/dev/null 2>&1 </dev/null; sleep 420 && kill -TERM $$ ) &
 watchdog=$!
 tmp=$VC_DIR
 
@@ -134,7 +138,7 @@ say "slurm up: $(slurmd -V), nodes $nodes idle (slurmctld on $(vc_addr 1):6817)"
 mpirun=mpirun
 # shellcheck source=tests/ckpt/fixture.sh
 source "$src/tests/ckpt/fixture.sh"
-steps=60
+steps=${STEPS:-150}
 make_fixture "train: {batch: 8, steps: $steps, log_every: 1}
 checkpoint: {every_steps: 5, keep_last: 20}"
 cd "$tmp" || fail "cd $tmp"
@@ -142,7 +146,7 @@ cd "$tmp" || fail "cd $tmp"
 # The job's environment (sbatch exports it to every task): MPI over TCP on eth0, ranks that yield
 # when idle and one thread each (all 3 nodes share these cores). No binding: TaskPlugin=task/none
 # (srun --cpu-bind=none would only warn "cluster configuration lacks support for cpu binding").
-export MERIDIAN=$meridian LAUNCHER=srun EXTRA_ARGS="--comm-timeout ${COMM_TIMEOUT:-10}"
+export MERIDIAN=$meridian LAUNCHER=srun EXTRA_ARGS="--comm-timeout ${COMM_TIMEOUT:-10}" REJOIN_EVERY=2
 export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=eth0 OMPI_MCA_oob_tcp_if_include=eth0
 export OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 OMPI_MCA_hwloc_base_binding_policy=none
 
@@ -215,14 +219,26 @@ injector=$!
       { now >"$tmp/resumed_at"; break; }
     sleep 0.05
   done
+  [[ -f $tmp/resumed_at ]] || exit 0
+  # 3. Node 3 back: its link, then its slurmd (registering, it returns to service).
+  vc_link 3 up
+  vc_exec 3 slurmd -D -f "$SLURM_CONF" -N "$(vc_node 3)" >"$tmp/slurmd-3-again.stderr" 2>&1 &
+  echo $! >"$tmp/slurmd-3-again.pid"
+  now >"$tmp/back_at"
+  for _ in $(seq 1 3600); do
+    awk -v s="$steps" '/resume: 2 ranks -> 3/{r=1} r && $0 ~ "step +[0-9]+/" s {f=1} END{exit !f}' "$out" 2>/dev/null &&
+      { now >"$tmp/grown_at"; break; }
+    sleep 0.05
+  done
 ) &
 monitor=$!
 helpers="$injector $monitor"
-st=$(wait_job "$JOB" 200)
+st=$(wait_job "$JOB" 320)
 wait $injector
 kill $monitor 2>/dev/null
 wait $monitor 2>/dev/null
 helpers=""
+[[ -f $tmp/slurmd-3-again.pid ]] && pids+=("$(cat "$tmp/slurmd-3-again.pid")")
 say "fault: job $JOB $st"
 cat "$out"
 [[ -f $tmp/fault_at ]] || fail "the fault was never injected (step $fault_step not seen)"
@@ -260,8 +276,15 @@ grep -q "resumed from" "$out" || fail "the requeued job did not resume"
 grep -qE "resume: 3 ranks -> 2" "$out" || fail "no elastic resume (3 ranks -> 2)"
 resumed_from=$(grep -m1 -oE "resumed from [^ ]*step_[0-9]+\.h5" "$out" | grep -oE "[^ ]*step_[0-9]+\.h5")
 "$meridian" inspect "$resumed_from" >/dev/null 2>&1 || fail "the checkpoint resumed from ($resumed_from) does not verify"
-check_ckpt fault "$run/checkpoints/step_000000$steps.h5" 2
 [[ -f $tmp/resumed_at ]] || fail "the first resumed step was not seen"
+# 3. The grow-back.
+[[ -f $tmp/back_at ]] || fail "node 3 was never brought back"
+grep -q "grow-back: stopping at a checkpoint to be requeued onto up to 3 nodes" "$out" || fail "the job did not stop to grow back"
+grep -q "restart 2: .* on 3 node(s)" "$out" || fail "the job was not requeued onto 3 nodes"
+grep -qE "resume: 2 ranks -> 3" "$out" || fail "no elastic resume (2 ranks -> 3)"
+check_ckpt fault "$run/checkpoints/$(printf 'step_%08d.h5' "$steps")" 3
+[[ -f $tmp/grown_at ]] || fail "the first step on 3 nodes was not seen"
+printf 'node 3 back (link and slurmd) to the first step on 3 nodes: %.1f s\n' "$(awk "BEGIN{print $(cat "$tmp/grown_at") - $(cat "$tmp/back_at")}")"
 # Nothing of the job left on any node (the daemons are).
 sleep 1
 left=""
@@ -272,5 +295,5 @@ if [[ -n $left ]]; then
   ps -o pid,args -p "${left# }"
   fail "processes of the job left on the nodes after it ended"
 fi
-say "fault: node 3 lost at step $fault_step, job $JOB requeued by Slurm, resumed from $resumed_from on 2 nodes, finished"
+say "fault: node 3 lost at step $fault_step, job $JOB requeued by Slurm, resumed from $resumed_from on 2 nodes, grew back to 3 when node 3 returned, finished"
 echo "PASS ($(($(date +%s) - started)) s)"

@@ -7,13 +7,22 @@
 #               (Open MPI picks its allreduce algorithm by size and rank count, not by transport)
 #               and one intra-op thread per rank in both runs.
 #   kill-step   every process of node 3 killed (SIGKILL) in the middle of a step, and the node
-#               unreachable from then on (a VM that died);
+#               unreachable from then on (a VM that died): the restart script probes it every 2 s
+#               (--rejoin-every 2) and never tries to grow back;
 #   kill-ckpt   the same while a checkpoint is being written (its .tmp file exists);
 #   partition   node 3's link set down in the middle of a step; brought back up after the job ended.
 #   data-cut    node 3's data interface (eth0) down for 40 s in the middle of a step while the launcher's
 #               agent still reaches it (a separate management network), --comm-timeout 10: the probe
 #               after the first pause of the default backoff (10 s) finds eth0 down and leaves node 3
-#               out; the link comes back during the resumed run.
+#               out; the link comes back during the resumed run, and the run grows back (--rejoin-every
+#               3): node 3 passes two probes, the 2-node attempt checkpoints on SIGUSR1 and the third
+#               attempt runs on 3 nodes from that checkpoint, nothing lost. Checked too: the sample
+#               record (every sample of every epoch once), the attempts in attempts.jsonl and the
+#               report's grow-back; printed: the throughput before, during and after, and the time
+#               from the link's return to the first 3-node step.
+#   flap        node 3's link cut 3 times for 20 s, 20 s apart (--rejoin-every 3, --flap-window 60):
+#               it rejoins once, is lost again within the flap window, and is then held out: at most
+#               one grow-back and two failures, and the run finishes with an exact sample record.
 #   plain       the partition under a plain `mpirun` (no restart script), --comm-timeout 10 and
 #               MERIDIAN_LAUNCHER_GRACE_S=10: mpirun itself must return, with a non-zero exit, within
 #               10 + 10 + 30 s of the fault, meridian's message that it ended mpirun on its output.
@@ -38,6 +47,7 @@ case $mode in
   partition) id=208 ;;
   data-cut) id=212 VC_MGMT=1 ;;
   plain) id=213 ;;
+  flap) id=217 ;;
   *) echo "unknown mode '$mode'"; exit 1 ;;
 esac
 fail() {
@@ -51,10 +61,20 @@ tmp=$VC_DIR
 mpirun=mpirun
 # shellcheck source=tests/ckpt/fixture.sh
 source "$src/tests/ckpt/fixture.sh"
-steps=$([[ $mode == equal ]] && echo 12 || echo 30)
-make_fixture "train: {batch: 8, steps: $steps, log_every: 1}
-checkpoint: {every_steps: $([[ $mode == equal ]] && echo 6 || echo 5), keep_last: 10}"
+# The sample record in the fault modes: every sample of every epoch once across the attempts.
+case $mode in
+  equal) steps=12 every=6 record=false ;;
+  data-cut) steps=${STEPS:-1200} every=50 record=true ;;  # long enough to outlast the cut and the grow-back
+  flap) steps=${STEPS:-2200} every=50 record=true ;;  # still running at the third cut (80 s after the first)
+  *) steps=30 every=5 record=true ;;
+esac
+make_fixture "train: {batch: 8, steps: $steps, log_every: 1, record_samples: $record}
+checkpoint: {every_steps: $every, keep_last: 10}"
 train_args=(train --config "$tmp/small.yaml" --data "$tmp/data.h5")
+# A model that computes more than it communicates, so that a step's time follows the ranks' work.
+[[ $mode == data-cut || $mode == flap ]] &&
+  train_args+=(--set model.vision.width=96 --set model.vision.depth=2 --set model.text.width=96 --set model.text.depth=2
+    --set model.embed=96)
 
 if [[ $mode == equal ]]; then
   # One intra-op thread everywhere: a node's rank would take both cores (2 threads) where 3 ranks on
@@ -80,6 +100,7 @@ fi
 
 # ---- Faults ---------------------------------------------------------------------------------------
 fault_step=${FAULT_STEP:-$((8 + RANDOM % 7))}  # 8..14 (or $FAULT_STEP), of 30; checkpoints every 5 steps
+[[ $mode == data-cut || $mode == flap ]] && fault_step=${FAULT_STEP:-$((60 + RANDOM % 20))}  # past the checkpoint of step 50
 now() { date +%s.%N; }
 # Waits (up to 180 s) until `test` succeeds; 1 when it never did.
 wait_for() {
@@ -98,6 +119,14 @@ wait_for() {
     kill-*) vc_kill_node 3; vc_link 3 down ;;
     partition | plain) vc_link 3 down ;;
     data-cut) vc_link 3 down; (sleep 40; vc_link 3 up; now >"$tmp/link_back_at") & ;;
+    flap)  # down 20 s, up 20 s, three times
+      (
+        for k in 1 2 3; do
+          vc_link 3 down; sleep 20
+          vc_link 3 up; now >"$tmp/link_back_at.$k"
+          ((k < 3)) && sleep 20
+        done
+      ) & ;;
   esac
   now >"$tmp/fault_at"
   compgen -G "$tmp/run/checkpoints/*.h5.tmp" >"$tmp/tmp_at_fault"
@@ -112,6 +141,7 @@ injector=$!
 ) &
 monitor=$!
 comm_timeout=10
+[[ $mode == flap ]] && comm_timeout=5  # the failure seen within a cut of 20 s, so that the probe leaves the node out
 if [[ $mode == plain ]]; then
   export MERIDIAN_LAUNCHER_GRACE_S=10
   vc_exec 1 "${VC_MPIRUN[@]}" -x MERIDIAN_LAUNCHER_GRACE_S -np 3 "$meridian" "${train_args[@]}" --comm-timeout 10 \
@@ -137,9 +167,13 @@ if [[ $mode == plain ]]; then
   echo PASS
   exit 0
 fi
-backoff=(--backoff 1)
-[[ $mode == data-cut ]] && backoff=()  # the default pauses (10, 30, 60 s)
-vc_exec 1 bash "$restart" --max-restarts 2 "${backoff[@]}" --log "$tmp/restarts.log" -- \
+options=(--max-restarts 2 --backoff 1)
+case $mode in
+  data-cut) options=(--max-restarts 2 --rejoin-every 3) ;;  # the default pauses (10, 30, 60 s)
+  kill-step) options+=(--rejoin-every 2) ;;
+  flap) options=(--max-restarts 3 --backoff 1 --abort-grace 5 --rejoin-every 3 --flap-window 60) ;;
+esac
+vc_exec 1 bash "$restart" "${options[@]}" --log "$tmp/restarts.log" -- \
   "${VC_MPIRUN[@]}" -np 3 "$meridian" "${train_args[@]}" --comm-timeout $comm_timeout --run-dir "$tmp/run" >"$tmp/run.out" 2>&1
 rc=$?
 wait $injector $monitor
@@ -160,18 +194,67 @@ fi
 grep -q "ranks: 3 -> 2" "$tmp/restarts.log" || fail "the second attempt does not run 2 ranks"
 grep -q "resumed from" "$tmp/run.out" || fail "the second attempt did not resume"
 resumed_from=$(grep -m1 -oE "resumed from [^ ]*step_[0-9]+\.h5" "$tmp/run.out" | grep -oE "[^ ]*step_[0-9]+\.h5")
-"$meridian" inspect "$resumed_from" >/dev/null 2>&1 || fail "the checkpoint resumed from ($resumed_from) does not verify"
-"$meridian" inspect "$tmp/run/checkpoints/step_000000$steps.h5" >/dev/null 2>&1 || fail "the final checkpoint does not verify"
+# (The long runs keep their last 10 checkpoints: the first one resumed from may be gone.)
+if [[ -f $resumed_from || ($mode != data-cut && $mode != flap) ]]; then
+  "$meridian" inspect "$resumed_from" >/dev/null 2>&1 || fail "the checkpoint resumed from ($resumed_from) does not verify"
+fi
+"$meridian" inspect "$tmp/run/checkpoints/$(printf 'step_%08d.h5' "$steps")" >/dev/null 2>&1 ||
+  fail "the final checkpoint does not verify"
+# 128 samples, 3 x 8 per step: 5 steps per epoch of 120 rows.
+python3 "$src/tests/tools/check_samples.py" "$tmp/run" 128 "$steps" 24 || fail "the sample record"
 fault=$(cat "$tmp/fault_at") ended=$(cat "$tmp/ended_at" 2>/dev/null) resumed=$(cat "$tmp/resumed_at" 2>/dev/null)
 [[ -n $ended && -n $resumed ]] || fail "the failed attempt's end or the resumed step was not seen"
 to_end=$(awk "BEGIN{print $ended - $fault}") to_resume=$(awk "BEGIN{print $resumed - $fault}")
 awk "BEGIN{exit !($to_end < $comm_timeout + 30)}" ||
   fail "the failed attempt ended $to_end s after the fault (more than comm-timeout $comm_timeout + 30 s)"
 
-if [[ $mode == data-cut ]]; then
-  wait_for "[[ -f '$tmp/link_back_at' ]]" || fail "the link never came back"
-  for _ in $(seq 1 120); do [[ -z $(vc_pids 3) ]] && break; sleep 0.5; done
-elif [[ $mode == partition ]]; then
+# Growing back: attempts (start records) and their world sizes, in order.
+sizes=$(grep -o '"event":"start".*' "$tmp/run/attempts.jsonl" | grep -oE '"world_size":[0-9]+' | cut -d: -f2 | xargs)
+grows=$(grep -c "stopped to grow back" "$tmp/restarts.log")
+failures=$(grep -c "next attempt in" "$tmp/restarts.log")
+echo "attempts' world sizes: $sizes; grow-backs $grows; failed attempts $failures"
+case $mode in
+  kill-step)
+    grep -q "probing the left-out host(s) $(vc_node 3) every 2 s" "$tmp/restarts.log" || fail "node 3 was not probed to grow back"
+    ((grows == 0)) || fail "a grow-back was tried for a node that never came back"
+    [[ $sizes == "3 2" ]] || fail "attempts of $sizes ranks, expected 3 then 2" ;;
+  data-cut)
+    [[ $sizes == "3 2 3" ]] || fail "attempts of $sizes ranks, expected 3, 2, then 3 again"
+    grep -q "attempt 3 grows back: $(vc_node 3) rejoin(s), 2 -> 3 ranks" "$tmp/restarts.log" || fail "no grow-back to 3 ranks"
+    grep -q "$(vc_node 3) rejoined: first step at 3 ranks" "$tmp/restarts.log" || fail "no first-step figure for the grow-back"
+    "$meridian" report "$tmp/run" >/dev/null 2>&1 || fail "meridian report exited $?"
+    python3 - "$tmp" "$(vc_node 3)" <<'PY' || fail "the grow-back's figures"
+import json, re, statistics, sys
+tmp, node = sys.argv[1], sys.argv[2]
+page = open(f"{tmp}/run/report.html").read()
+report = json.loads(re.search(r'id="run-data">(.*?)</script>', page, re.S).group(1))
+grown = [a for a in report["attempts"] if a.get("rejoined")]
+assert len(grown) == 1 and grown[0]["rejoined"] == {"hosts": [node], "from": 2, "to": 3}, report["attempts"]
+lost = grown[0].get("lost")
+assert lost == 0, f"the grow-back lost {lost} step(s)"
+starts = [a["start"]["time"] for a in report["attempts"]] + [float("inf")]
+rows = [l.split(",") for l in open(f"{tmp}/run/metrics.csv").read().splitlines()[1:]]
+rate = [(float(w), float(v)) for s, w, n, v in rows if n == "train/samples_per_s"]
+first = [(float(w)) for s, w, n, v in rows if n == "train/loss" and float(w) >= starts[2]][0]
+back = float(open(f"{tmp}/link_back_at").read())
+median = []
+for i in range(3):  # each attempt's median rate, its first 3 logged steps (start-up) left out
+    r = [v for w, v in rate if starts[i] <= w < starts[i + 1]][3:]
+    median.append(statistics.median(r))
+print(f"throughput (samples/s, median per step): before the cut {median[0]:.1f} (3 nodes), during {median[1]:.1f} "
+      f"(2 nodes), after the grow-back {median[2]:.1f} (3 nodes: {median[2] / median[0]:.2f} of before); "
+      f"link back to the first 3-node step {first - back:.1f} s; steps lost at the grow-back: {lost}")
+PY
+    wait_for "[[ -f '$tmp/link_back_at' ]]" || fail "the link never came back"
+    for _ in $(seq 1 120); do [[ -z $(vc_pids 3) ]] && break; sleep 0.5; done ;;
+  flap)
+    ((grows >= 1 && grows <= 2)) || fail "$grows grow-backs (expected 1, at most 2 with the hold)"
+    ((failures <= 2)) || fail "$failures failed attempts for 3 cuts (the flap hold should keep it at 2)"
+    grep -q "host $(vc_node 3) was lost again [0-9]* s after it rejoined (flap 1)" "$tmp/restarts.log" || fail "no flap noted"
+    wait_for "[[ -f '$tmp/link_back_at.3' ]]" || fail "the link never came back"
+    for _ in $(seq 1 120); do [[ -z $(vc_pids 3) ]] && break; sleep 0.5; done ;;
+esac
+if [[ $mode == partition ]]; then
   vc_link 3 up
   for _ in $(seq 1 120); do [[ -z $(vc_pids 3) ]] && break; sleep 0.5; done
 fi

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -95,6 +96,33 @@ TEST_F(RunDir, NamesWhatIsCutOrMissingAndInfersRestarts) {
             std::string::npos);
   EXPECT_NE(page.find("\"last_step\":6"), std::string::npos);
   EXPECT_NE(page.find("\"lost\":2"), std::string::npos);
+}
+
+// A grow-back (jobs/mpirun-restart.sh --rejoin-every): an attempt with more ranks than the one before,
+// on a host it did not have, is marked "rejoined"; the shrink before it is not, nor a restart on the
+// same hosts.
+TEST_F(RunDir, MarksTheAttemptThatGrewBackWithTheHostsThatRejoined) {
+  write("metrics.csv", "step,wall_time,name,value\n1,10.0,train/loss,1\n");
+  write("attempts.jsonl",
+        "{\"event\":\"start\",\"time\":10,\"world_size\":3,\"hosts\":[\"n1\",\"n2\",\"n3\"]}\n"
+        "{\"event\":\"start\",\"time\":20,\"world_size\":2,\"hosts\":[\"n1\",\"n2\"],"
+        "\"resumed_from\":{\"step\":5}}\n"
+        "{\"event\":\"end\",\"time\":29,\"step\":9,\"status\":\"signalled\"}\n"
+        "{\"event\":\"start\",\"time\":30,\"world_size\":3,\"hosts\":[\"n1\",\"n2\",\"n3\"],"
+        "\"resumed_from\":{\"step\":9}}\n"
+        "{\"event\":\"start\",\"time\":40,\"world_size\":3,\"hosts\":[\"n1\",\"n2\",\"n3\"],"
+        "\"resumed_from\":{\"step\":12}}\n");
+  const std::string page = meridian::report::render_page(dir.string());
+  const std::string tag = "id=\"run-data\">";
+  const size_t data = page.find(tag) + tag.size();
+  ASSERT_NE(data, std::string::npos + tag.size());
+  const auto run = nlohmann::json::parse(page.substr(data, page.find("</script>", data) - data));
+  const auto& attempts = run.at("attempts");
+  ASSERT_EQ(attempts.size(), 4u);
+  EXPECT_FALSE(attempts[1].contains("rejoined"));
+  EXPECT_EQ(attempts[2].at("rejoined"), nlohmann::json({{"hosts", {"n3"}}, {"from", 2}, {"to", 3}}));
+  EXPECT_EQ(attempts[2].at("lost"), 0);
+  EXPECT_FALSE(attempts[3].contains("rejoined"));
 }
 
 TEST_F(RunDir, NotADirectoryIsAUserError) {

@@ -30,6 +30,7 @@ struct TrainerSettings {
   int64_t patience = 0;                // stop after this many evaluations without a better best metric; 0: never
   bool eval_at_start = false;          // also evaluate before the first step (the untrained baseline)
   bool report = true;                  // RUN_DIR/report.html after each evaluation and at the end
+  bool record_samples = false;         // RUN_DIR/samples.jsonl: every step's dataset rows (an audit of the data order)
   int64_t max_bad_steps = 5;           // non-finite steps in a row before the job stops
   int64_t stop_at = 0;                 // end this run after this step (hooks see stopping: a checkpoint); a run
                                        // resumed at or past it does nothing; 0: no

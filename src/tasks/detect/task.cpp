@@ -103,6 +103,7 @@ struct DetectTask::Impl {
   at::Tensor images, boxes, classes, offsets;  // the current batch (images on the device)
   train::BatchCopier copier;                   // host batches to the device (GPU: pinned, on a side stream)
   train::DataPosition position;
+  at::Tensor rows;        // the last batch's dataset rows (host)
   at::Tensor last_parts;  // box, cls and dfl of the last loss, on the device: read when logged
   int64_t last_boxes = 0;
   double loss_scale = 1;  // ranks x train.accumulate: Ultralytics' loss *= world_size and its summed accumulation
@@ -212,10 +213,16 @@ void DetectTask::set_shares(const std::vector<int64_t>& shares) {
   m.loader->set_shares(shares, m.position.epoch, m.position.position);
 }
 
+std::vector<int64_t> DetectTask::batch_rows() const {
+  const at::Tensor rows = impl_->rows.to(at::kLong).contiguous();
+  return {rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel()};
+}
+
 void DetectTask::next_batch() {
   auto& m = *impl_;
   const data::DetectionBatch b = m.loader->next();
   m.position = {b.epoch, b.next_position};
+  m.rows = b.rows;
   const auto device = m.rt.device();
   // The class range checked here, on the host batch: the assigner checks only host tensors (on a GPU
   // its check would be a wait for the device).

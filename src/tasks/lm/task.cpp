@@ -71,6 +71,7 @@ struct LmTask::Impl {
   std::unique_ptr<comm::Communicator> eval_comm;  // created by the first evaluation (collective)
   at::Tensor tokens, targets;
   train::DataPosition position;
+  at::Tensor rows;                                 // the last batch's dataset rows (host)
   std::unique_ptr<comm::Communicator> count_comm;  // forward's sum of the ranks' target tokens (CPU, MPI)
   train::BatchCopier copier;                       // host batches to the device (GPU: pinned, on a side stream)
   bool shape_only = false;                         // built without values: the strategy's shards get them
@@ -205,10 +206,16 @@ void LmTask::set_shares(const std::vector<int64_t>& shares) {
   m.loader->set_shares(shares, m.position.epoch, m.position.position);
 }
 
+std::vector<int64_t> LmTask::batch_rows() const {
+  const at::Tensor rows = impl_->rows.to(at::kLong).contiguous();
+  return {rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel()};
+}
+
 void LmTask::next_batch() {
   auto& m = *impl_;
   const data::TextBatch b = m.loader->next();
   m.position = {b.epoch, b.next_position};
+  m.rows = b.rows;
   m.last_tokens = counted_targets(b.targets);
   const auto on_device = m.copier.to_device({b.tokens, b.targets});
   m.tokens = on_device[0];

@@ -213,6 +213,7 @@ struct SiglipTask::Impl {
   at::Tensor scale, bias;     // the last forward's temperature (log) and bias, for step_metrics
 
   train::DataPosition position;  // after the last batch handed out
+  at::Tensor rows;               // the last batch's dataset rows (host)
 
   Impl(const comm::Runtime& runtime, const Config& c, const train::TrainerSettings& trainer,
        const std::string& train_data, train::DataPosition start)
@@ -306,10 +307,16 @@ int64_t SiglipTask::batch_size() const { return impl_->settings.batch; }
 double SiglipTask::flops_per_sample() const { return impl_->mc.flops_per_sample(); }
 models::Siglip& SiglipTask::siglip() { return impl_->model; }
 
+std::vector<int64_t> SiglipTask::batch_rows() const {
+  const at::Tensor rows = impl_->rows.to(at::kLong).contiguous();
+  return {rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel()};
+}
+
 void SiglipTask::next_batch() {
   auto& m = *impl_;
   const data::Batch b = m.loader->next();
   m.position = {b.epoch, b.next_position};
+  m.rows = b.rows;
   // Every caption padded to the context length, as SigLIP reads them (the pooled last position).
   const auto on_device =
       m.copier.to_device({b.images, fit_captions(b.tokens, b.lengths, m.context, m.mc.pad_id, m.mc.eos_id)});
