@@ -16,8 +16,12 @@ void seed(uint64_t value) { torch::manual_seed(value); }
 namespace {
 // Set from a signal handler on whichever thread receives the signal (lock-free: signal-safe).
 std::atomic<bool> g_stop{false};
-static_assert(std::atomic<bool>::is_always_lock_free);
-extern "C" void on_stop_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
+std::atomic<int> g_signal{0};
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
+extern "C" void on_stop_signal(int signal) {
+  g_signal.store(signal, std::memory_order_relaxed);
+  g_stop.store(true, std::memory_order_relaxed);
+}
 }  // namespace
 
 void install_stop_signals() {
@@ -30,6 +34,7 @@ void install_stop_signals() {
 }
 
 bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
+int stop_signal() { return g_signal.load(std::memory_order_relaxed); }
 
 // Every step frees and allocates the same activation buffers again. glibc's defaults return large
 // blocks to the kernel (mmap above a threshold that adapts, trimming the heap top), so each step

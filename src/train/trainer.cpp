@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -84,6 +85,7 @@ struct Trainer::Impl {
   BestRecord best;
   int64_t parameter_count = 0;               // counted before the strategy takes the parameters (it may shard them)
   bool stopping = false, signalled = false;  // agreed this step: the run ends here (stop_at, or a signal on some rank)
+  bool said_signal = false;                  // this rank logged the signal it got
   // train.record_samples: this step's (epoch, rows) per micro-batch, and rank 0's RUN_DIR/samples.jsonl.
   std::vector<std::pair<int64_t, std::vector<int64_t>>> step_rows;
   std::ofstream samples;
@@ -239,7 +241,12 @@ struct Trainer::Impl {
     const double local = read[0].item<double>();
     grad_norm = read[1].item<double>();
     // Every rank learns whether any rank's loss was not finite, whether any rank was asked to stop,
-    // and the mean loss (over MPI, on the host).
+    // and the mean loss (over MPI, on the host). Each rank says in its log when it got the signal.
+    if (stop_requested() && !said_signal) {
+      said_signal = true;
+      spdlog::warn("rank {} received {}: the ranks stop after this step, with a checkpoint", rt.rank(),
+                   stop_signal() == SIGTERM ? "SIGTERM" : "SIGUSR1");
+    }
     auto agreed =
         at::tensor({std::isfinite(local) ? local : 0.0, std::isfinite(local) ? 0.0 : 1.0, stop_requested() ? 1.0 : 0.0},
                    at::kDouble);

@@ -102,6 +102,8 @@ struct StepEvent {
 // step (Slurm sends one before the time limit with --signal). Idempotent.
 void install_stop_signals();
 bool stop_requested();
+// The signal that asked to stop (SIGTERM or SIGUSR1; 0: none yet). Not collective.
+int stop_signal();
 
 struct TrainSummary {
   std::vector<double> losses;  // per step, mean over ranks (NaN for bad steps)
