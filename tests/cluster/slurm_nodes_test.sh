@@ -69,9 +69,9 @@ fail() { echo "FAIL: $*"; dump; exit 1; }
 
 vc_up 203 3  # exits 77 without namespaces; installs vc_down as the EXIT trap, replaced here
 trap cleanup EXIT
-trap 'fail "interrupted, or over the time limit of 420 s"' TERM INT
-# Never hang: this timer (420 s), and every command waited for has a timeout of its own.
-( exec >/dev/null 2>&1 </dev/null; sleep 420 && kill -TERM $$ ) &
+trap 'fail "interrupted, or over the time limit of 560 s"' TERM INT
+# Never hang: this timer (560 s), and every command waited for has a timeout of its own.
+( exec >/dev/null 2>&1 </dev/null; sleep 560 && kill -TERM $$ ) &
 watchdog=$!
 tmp=$VC_DIR
 
@@ -242,7 +242,7 @@ injector=$!
 ) &
 monitor=$!
 helpers="$injector $monitor"
-st=$(wait_job "$JOB" 320)
+st=$(wait_job "$JOB" 480)
 wait $injector
 kill $monitor 2>/dev/null
 wait $monitor 2>/dev/null

@@ -32,6 +32,10 @@
 # finishes on 2 nodes through the elastic resume from the last complete checkpoint, which verifies;
 # afterwards no process is left on any node (on node 3 after its link is back, for the partition).
 # Prints the time from the fault to the end of the failed attempt and to the first resumed step.
+# NODE_QUOTA_US=N (by hand, for data-cut's throughput figures): every node's processes in a CPU cgroup
+# of their own with N us per 10 ms (cgroup v1 cpu.cfs_quota_us; 6000: 0.6 of a core, 1.8 for 3 nodes
+# on 2 cores), so that a node's speed is its own and the run's throughput follows the node count, as
+# on real nodes; without it the nodes share this machine's cores and 2 nodes run faster than 3.
 # Exit 77 (skipped) when not root or network namespaces cannot be made.
 set -u
 meridian=$(realpath "$1") src=$(realpath "$2") mode=$3
@@ -58,26 +62,57 @@ fail() {
 vc_up "$id" 3 1gbit
 vc_mpirun_cmd
 tmp=$VC_DIR
+cg=
+quota_down() {  # the nodes' CPU groups (NODE_QUOTA_US), then the cluster
+  local k
+  for k in 1 2 3; do
+    [[ -d $cg/n$k ]] || continue
+    while read -r t; do echo "$t" >"$cg/tasks"; done <"$cg/n$k/tasks" 2>/dev/null
+    rmdir "$cg/n$k" 2>/dev/null
+  done
+  [[ -n $cg ]] && umount "$cg" 2>/dev/null
+  vc_down
+}
+if [[ -n ${NODE_QUOTA_US:-} ]]; then
+  cg=$tmp/cpu
+  mkdir -p "$cg" && mount -t cgroup -o cpu cgroup "$cg" || fail "cannot mount the cgroup-v1 cpu controller"
+  trap quota_down EXIT
+  for k in 1 2 3; do
+    mkdir -p "$cg/n$k" && echo 10000 >"$cg/n$k/cpu.cfs_period_us" && echo "$NODE_QUOTA_US" >"$cg/n$k/cpu.cfs_quota_us" ||
+      fail "cannot make the CPU group of node $k"
+  done
+  cat >"$tmp/in-quota" <<WRAP
+#!/bin/bash
+echo \$\$ >"$cg/n\$(hostname | sed 's/.*n//')/tasks" || exit 1
+exec "$meridian" "\$@"
+WRAP
+  chmod +x "$tmp/in-quota"
+fi
+ranks_run=${cg:+$tmp/in-quota}
+ranks_run=${ranks_run:-$meridian}
 mpirun=mpirun
 # shellcheck source=tests/ckpt/fixture.sh
 source "$src/tests/ckpt/fixture.sh"
 # The sample record in the fault modes: every sample of every epoch once across the attempts.
 case $mode in
   equal) steps=12 every=6 record=false ;;
-  data-cut) steps=${STEPS:-1200} every=50 record=true ;;  # long enough to outlast the cut and the grow-back
+  data-cut) steps=${STEPS:-800} every=50 record=true ;;  # long enough to outlast the cut and the grow-back
   flap) steps=${STEPS:-1700} every=50 record=true ;;  # still running at the third cut (80 s after the first)
   *) steps=30 every=5 record=true ;;
 esac
 make_fixture "train: {batch: 8, steps: $steps, log_every: 1, record_samples: $record}
 checkpoint: {every_steps: $every, keep_last: 10}"
 train_args=(train --config "$tmp/small.yaml" --data "$tmp/data.h5")
-# data-cut: a model that computes more than it communicates, so that a step's time follows the ranks'
-# work (the throughput figures). flap: slow steps that cost little CPU (rank 0 sleeps 40 ms in each
-# forward; the others wait for it), as the test is about the restarts' timeline.
-[[ $mode == data-cut ]] &&
+# data-cut and flap in the suite: slow steps that cost little CPU (rank 0 sleeps 40 ms in each forward;
+# the others wait for it), as the tests are about the restarts' timeline. By hand with NODE_QUOTA_US
+# (data-cut's throughput figures): a model that computes more than it communicates instead, so that a
+# step's time follows the nodes' CPU.
+if [[ -n $cg && $mode == data-cut ]]; then
   train_args+=(--set model.vision.width=96 --set model.vision.depth=2 --set model.text.width=96 --set model.text.depth=2
     --set model.embed=96)
-[[ $mode == flap ]] && train_args+=(--inject-straggler 0:compute:40 --set train.health_every=0)
+elif [[ $mode == data-cut || $mode == flap ]]; then
+  train_args+=(--inject-straggler 0:compute:40 --set train.health_every=0)
+fi
 
 if [[ $mode == equal ]]; then
   # One intra-op thread everywhere: a node's rank would take both cores (2 threads) where 3 ranks on
@@ -177,7 +212,7 @@ case $mode in
   flap) options=(--max-restarts 3 --backoff 1 --abort-grace 5 --rejoin-every 3 --flap-window 60) ;;
 esac
 vc_exec 1 bash "$restart" "${options[@]}" --log "$tmp/restarts.log" -- \
-  "${VC_MPIRUN[@]}" -np 3 "$meridian" "${train_args[@]}" --comm-timeout $comm_timeout --run-dir "$tmp/run" >"$tmp/run.out" 2>&1
+  "${VC_MPIRUN[@]}" -np 3 "$ranks_run" "${train_args[@]}" --comm-timeout $comm_timeout --run-dir "$tmp/run" >"$tmp/run.out" 2>&1
 rc=$?
 wait $injector $monitor
 cat "$tmp/restarts.log"
