@@ -21,8 +21,9 @@
 #               report's grow-back; printed: the throughput before, during and after, and the time
 #               from the link's return to the first 3-node step.
 #   flap        node 3's link cut 3 times for 20 s, 20 s apart (--rejoin-every 3, --flap-window 60):
-#               it rejoins once, is lost again within the flap window, and is then held out: at most
-#               one grow-back and two failures, and the run finishes with an exact sample record.
+#               it rejoins, is lost again within the flap window, and is then held out for 60 s of
+#               passing probes: at most 2 grow-backs and 3 failed attempts, and the run finishes with
+#               an exact sample record.
 #   plain       the partition under a plain `mpirun` (no restart script), --comm-timeout 10 and
 #               MERIDIAN_LAUNCHER_GRACE_S=10: mpirun itself must return, with a non-zero exit, within
 #               10 + 10 + 30 s of the fault, meridian's message that it ended mpirun on its output.
@@ -286,8 +287,11 @@ PY
     wait_for "[[ -f '$tmp/link_back_at' ]]" || fail "the link never came back"
     for _ in $(seq 1 120); do [[ -z $(vc_pids 3) ]] && break; sleep 0.5; done ;;
   flap)
+    # Each cut fails at most the attempt that has node 3 in it (a cut during a relaunch is a launch
+    # failure instead); after the first flap node 3 must hold 60 s of passes, so at most one more
+    # grow-back: without the hold every return would be one.
     ((grows >= 1 && grows <= 2)) || fail "$grows grow-backs (expected 1, at most 2 with the hold)"
-    ((failures <= 2)) || fail "$failures failed attempts for 3 cuts (the flap hold should keep it at 2)"
+    ((failures <= 3)) || fail "$failures failed attempts for 3 cuts"
     grep -q "host $(vc_node 3) was lost again [0-9]* s after it rejoined (flap 1)" "$tmp/restarts.log" || fail "no flap noted"
     wait_for "[[ -f '$tmp/link_back_at.3' ]]" || fail "the link never came back"
     for _ in $(seq 1 120); do [[ -z $(vc_pids 3) ]] && break; sleep 0.5; done ;;
