@@ -67,6 +67,9 @@ cleanup() {
 }
 fail() { echo "FAIL: $*"; dump; exit 1; }
 
+# What a killed earlier run of this test left on the host (munged runs outside the namespaces, and a
+# stale one answers the new daemons with the old key: "Unauthorized credential").
+pkill -9 -f "/tmp/meridian-vc203/" 2>/dev/null && sleep 1
 vc_up 203 3  # exits 77 without namespaces; installs vc_down as the EXIT trap, replaced here
 trap cleanup EXIT
 trap 'fail "interrupted, or over the time limit of 560 s"' TERM INT
