@@ -224,7 +224,7 @@ shrink() {
         np=$((run[i + 1] - dropped))
         ((np >= 1)) || np=1
         say "ranks: ${run[i + 1]} -> $np"
-        run[i + 1]=$np ;;
+        run[i + 1]=$np np_now=$np ;;
     esac
   done
 }
@@ -251,7 +251,7 @@ probe_left_out() {
 worth_growing() {
   local line rc
   [[ -n $full_np ]] || { say "the command names no -np: the full size is unknown, not growing back"; return 1; }
-  line=$(grow_back_verdict "$run_dir" "$start" "$np_now" "${full_np:-0}" "$measured_cost")
+  line=$(grow_back_verdict "$run_dir" "$start" "$np_now" "$full_np" "$measured_cost")
   rc=$?
   ((rc == 2)) && line+=": asking again at the next probe"
   say "$line"
@@ -311,14 +311,13 @@ while true; do
     done
     run+=(--resume auto)
     if [[ -n $hostfile ]]; then
-      reduced_hostfile= left_out=() passes=() first_pass=()
+      reduced_hostfile= left_out=() passes=() first_pass=() np_now=$full_np
       # A host that fails again at the grow-back's own probe has flapped too.
       for host in $growing; do rejoined_at[$host]=$(date +%s); done
       probe_hosts "$attempt" || { say "no host of $hostfile passes the probe: giving up"; exit 3; }
       [[ -n $reduced_hostfile ]] && shrink
     fi
   fi
-  np_now=$(for ((i = 0; i < ${#run[@]} - 1; i++)); do [[ ${run[i]} =~ ^(-np|-n|--np|-c)$ ]] && echo "${run[i + 1]}"; done | head -1)
   if [[ -n $growing ]]; then  # the grow-back's attempt: the hosts that came back and passed again
     joined=()
     for host in $growing; do

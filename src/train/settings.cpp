@@ -51,7 +51,7 @@ const ConfigBinding<TrainerSettings>& bindings() {
               "and at the end, on a thread of its own");
     b.boolean("train.record_samples", &S::record_samples,
               "append every step's dataset rows, every rank's, to RUN_DIR/samples.jsonl (an audit of the data order "
-              "across restarts and world sizes; a gather per step)");
+              "across restarts and world sizes; an allreduce per step)");
     b.integer("train.health_every", &S::health_every, "steps between health reports (health.jsonl); 0: none")
         .at_least(0);
     b.choice("train.progress", &S::progress,

@@ -87,7 +87,7 @@ struct Trainer::Impl {
   bool stopping = false, signalled = false;  // agreed this step: the run ends here (stop_at, or a signal on some rank)
   bool said_signal = false;                  // this rank logged the signal it got
   // train.record_samples: this step's (epoch, rows) per micro-batch, and rank 0's RUN_DIR/samples.jsonl.
-  std::vector<std::pair<int64_t, std::vector<int64_t>>> step_rows;
+  std::vector<std::pair<int64_t, at::Tensor>> step_rows;
   std::ofstream samples;
 
   Impl(const comm::Runtime& runtime, Task& t, const TrainerSettings& settings, const TrainerOptions& options)
@@ -297,12 +297,12 @@ struct Trainer::Impl {
     at::Tensor all = at::zeros({int64_t(step_rows.size()), micro}, at::kDouble);
     auto slots = all.accessor<double, 2>();
     for (size_t k = 0; k < step_rows.size(); ++k) {
-      const auto& mine = step_rows[k].second;
-      if (int64_t(mine.size()) != shares[size_t(rt.rank())])
-        throw std::logic_error("train.record_samples: task " + task.name() + " reported " +
-                               std::to_string(mine.size()) + " rows for a share of " +
-                               std::to_string(shares[size_t(rt.rank())]));
-      for (size_t i = 0; i < mine.size(); ++i) slots[int64_t(k)][offset + int64_t(i)] = double(mine[i]);
+      const at::Tensor& mine = step_rows[k].second;
+      const int64_t n = mine.defined() ? mine.numel() : 0;
+      if (n != shares[size_t(rt.rank())])
+        throw std::logic_error("train.record_samples: task " + task.name() + " reported " + std::to_string(n) +
+                               " rows for a share of " + std::to_string(shares[size_t(rt.rank())]));
+      all[int64_t(k)].narrow(0, offset, n).copy_(mine);
     }
     control->allreduce(all, comm::ReduceOp::Sum);
     if (rt.rank() == 0) {

@@ -164,7 +164,7 @@ class DetectTask : public train::Task {
   int64_t batch_size() const override;
   double flops_per_sample() const override;  // models::YoloConfig::flops at the training size
   void next_batch() override;
-  std::vector<int64_t> batch_rows() const override;
+  at::Tensor batch_rows() const override;
   void set_shares(const std::vector<int64_t>& shares) override;
   at::Tensor forward() override;           // the per-image detection loss of this rank's batch
   train::Metrics evaluate() override;      // map50, map50_95 on data.eval

@@ -116,7 +116,7 @@ class LmTask : public train::Task {
   double flops_per_sample() const override;   // per sequence of seq_len tokens
   double tokens_per_sample() const override;  // seq_len (every position is computed, padded or not)
   void next_batch() override;
-  std::vector<int64_t> batch_rows() const override;
+  at::Tensor batch_rows() const override;
   void set_shares(const std::vector<int64_t>& shares) override;
   at::Tensor forward() override;  // cross-entropy summed over this rank's target tokens / the ranks' mean count
   bool decays(const std::string& name, const at::Tensor& parameter) const override;

@@ -91,7 +91,7 @@ class SiglipTask : public train::Task {
   int64_t batch_size() const override;
   double flops_per_sample() const override;
   void next_batch() override;
-  std::vector<int64_t> batch_rows() const override;
+  at::Tensor batch_rows() const override;
   void set_shares(const std::vector<int64_t>& shares) override;
   at::Tensor forward() override;
   bool decays(const std::string& name, const at::Tensor& parameter) const override;

@@ -52,9 +52,9 @@ class Task {
   // Not collective. Blocks until this rank's next batch is ready and moves it to the device; the
   // Trainer counts the time as data wait.
   virtual void next_batch() = 0;
-  // Not collective. The dataset rows of the batch next_batch() took, in its order (train.record_samples);
-  // empty: the task does not know them.
-  virtual std::vector<int64_t> batch_rows() const { return {}; }
+  // Not collective. The dataset rows of the batch next_batch() took, in its order (train.record_samples):
+  // a host int64 [B] tensor; undefined: the task does not know them.
+  virtual at::Tensor batch_rows() const { return {}; }
   // Not collective; every rank passes the same shares, between steps (train.balance). From the
   // next batch on, this rank's part of each global micro-batch (batch_size() x ranks samples) is
   // shares[rank] samples; the shares sum to the global micro-batch; empty: batch_size() each.

@@ -213,10 +213,7 @@ void DetectTask::set_shares(const std::vector<int64_t>& shares) {
   m.loader->set_shares(shares, m.position.epoch, m.position.position);
 }
 
-std::vector<int64_t> DetectTask::batch_rows() const {
-  const at::Tensor rows = impl_->rows.to(at::kLong).contiguous();
-  return {rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel()};
-}
+at::Tensor DetectTask::batch_rows() const { return impl_->rows; }
 
 void DetectTask::next_batch() {
   auto& m = *impl_;

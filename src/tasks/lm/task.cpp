@@ -206,10 +206,7 @@ void LmTask::set_shares(const std::vector<int64_t>& shares) {
   m.loader->set_shares(shares, m.position.epoch, m.position.position);
 }
 
-std::vector<int64_t> LmTask::batch_rows() const {
-  const at::Tensor rows = impl_->rows.to(at::kLong).contiguous();
-  return {rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel()};
-}
+at::Tensor LmTask::batch_rows() const { return impl_->rows; }
 
 void LmTask::next_batch() {
   auto& m = *impl_;

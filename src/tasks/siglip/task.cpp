@@ -307,10 +307,7 @@ int64_t SiglipTask::batch_size() const { return impl_->settings.batch; }
 double SiglipTask::flops_per_sample() const { return impl_->mc.flops_per_sample(); }
 models::Siglip& SiglipTask::siglip() { return impl_->model; }
 
-std::vector<int64_t> SiglipTask::batch_rows() const {
-  const at::Tensor rows = impl_->rows.to(at::kLong).contiguous();
-  return {rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel()};
-}
+at::Tensor SiglipTask::batch_rows() const { return impl_->rows; }
 
 void SiglipTask::next_batch() {
   auto& m = *impl_;
