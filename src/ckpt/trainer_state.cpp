@@ -11,6 +11,7 @@
 #include <cmath>
 #include <ctime>
 #include <mutex>
+#include <sstream>
 #include <utility>
 
 #include "internal.h"
@@ -72,9 +73,16 @@ void save_trainer_state(train::StateWriter& w, train::Trainer& trainer, const Co
   w.attribute("bad_steps", state.bad_steps);
   w.attribute("bad_in_a_row", state.bad_in_a_row);
   w.attribute("global_batch", trainer.global_batch());
-  // train.balance: the shares in force ("6,2"), and each rank's measuring window.
-  w.attribute("balance_shares", fmt::format("{}", fmt::join(state.balance.shares, ",")));
-  w.per_rank("balance_window", at::tensor({state.balance.busy_s, state.balance.samples}, at::kDouble));
+  // train.balance: the shares in force ("6,2"), the last windows' seconds per sample ("a,b;c,d",
+  // oldest first), a change's measured cost, the changes so far, and each rank's measuring window.
+  const auto& b = state.balance;
+  w.attribute("balance_shares", fmt::format("{}", fmt::join(b.shares, ",")));
+  std::vector<std::string> windows;
+  for (const auto& window : b.windows) windows.push_back(fmt::format("{:.17g}", fmt::join(window, ",")));
+  w.attribute("balance_windows", fmt::format("{}", fmt::join(windows, ";")));
+  w.attribute("balance_cost_s", fmt::format("{:.17g}", b.cost_s));
+  w.attribute("balance_changes", b.changes);
+  w.per_rank("balance_window", at::tensor({b.busy_s, b.samples, b.step_s, b.steps}, at::kDouble));
   if (!std::isnan(state.best.value)) {  // checkpoint.best's record, exactly (17 digits round-trip a double)
     w.attribute("best_value", fmt::format("{:.17g}", state.best.value));
     w.attribute("best_step", state.best.step);
@@ -147,10 +155,40 @@ void load_trainer_state(train::StateReader& r, int rank, train::Trainer& trainer
     } catch (const std::invalid_argument& e) {
       throw DataError(point.path, "attribute 'balance_shares'", "is '" + *shares + "': " + e.what());
     }
+    auto& b = state.balance;
+    const auto number = [&](const std::string& text, const char* name) {
+      size_t used = 0;
+      double v = 0;
+      try {
+        v = std::stod(text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != text.size())
+        throw DataError(point.path, std::string("attribute '") + name + "'", "'" + text + "' is not a number");
+      return v;
+    };
+    if (const auto windows = r.string_attribute("balance_windows"); windows && !windows->empty()) {
+      std::stringstream all(*windows);
+      for (std::string window, x; std::getline(all, window, ';');) {
+        std::stringstream one(window);
+        b.windows.emplace_back();
+        while (std::getline(one, x, ',')) {
+          const double v = number(x, "balance_windows");
+          if (!(v > 0) || !std::isfinite(v))
+            throw DataError(point.path, "attribute 'balance_windows'", "'" + x + "' is not a time per sample (> 0)");
+          b.windows.back().push_back(v);
+        }
+      }
+    }
+    if (const auto cost = r.string_attribute("balance_cost_s")) b.cost_s = number(*cost, "balance_cost_s");
+    b.changes = r.int_attribute("balance_changes").value_or(0);
     const std::string window = "ranks/" + std::to_string(rank) + "/balance_window";
-    if (point.world_size == int64_t(state.balance.shares.size()) && r.has(window)) {
+    if (point.world_size == int64_t(b.shares.size()) && r.has(window)) {
       const at::Tensor w = r.read(window).to(at::kDouble).contiguous();
-      if (w.numel() == 2) state.balance.busy_s = w[0].item<double>(), state.balance.samples = w[1].item<double>();
+      const double* v = w.data_ptr<double>();
+      if (w.numel() >= 2) b.busy_s = v[0], b.samples = v[1];
+      if (w.numel() >= 4) b.step_s = v[2], b.steps = v[3];
     }
   }
   trainer.set_state(state);

@@ -1,5 +1,6 @@
 // `meridian train`, `meridian bench train` and `meridian config`: options, the config from the file
 // and --data/--set, and the report; the run itself is tasks::run_training.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -180,6 +181,15 @@ Command bench_train_command() {
           "%.2f GFLOP/s per rank (the log names that peak)\n",
           1e3 * r.max_times.total, r.model_flops_per_s / 1e9, 100.0 * r.model_flops_per_s / (r.peak_flops * rt.size()),
           r.peak_flops / 1e9);
+      if (r.share_changes >= 0) {
+        const double steps = double(std::max<int64_t>(1, int64_t(r.losses.size())));
+        std::printf(
+            "bench train: train.balance auto: %lld share change(s) in %zu steps (%.1f per 100); the longest stretch "
+            "at one set of shares: steps %lld-%lld, %.1f samples/s (the whole run: %.1f)\n",
+            static_cast<long long>(r.share_changes), r.losses.size(), 100.0 * double(r.share_changes) / steps,
+            static_cast<long long>(r.settled_first), static_cast<long long>(r.settled_last), r.settled_samples_per_s,
+            r.samples_per_s);
+      }
       if (count_syncs && r.host_syncs_per_step >= 0)
         std::printf(
             "bench train: host synchronisations per step %.2f (at most %lld in one step; steps after the first, max "

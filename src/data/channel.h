@@ -1,6 +1,6 @@
 // Private to data/: a bounded FIFO between the threads of a loader's pipeline (pipeline.h) and its
 // consumer; close() wakes everyone (push then returns false, pop returns false once the queue is
-// empty).
+// empty); clear() drops what is queued and wakes a producer waiting for room.
 #pragma once
 
 #include <algorithm>
@@ -32,11 +32,14 @@ class Channel {
     not_full_.notify_one();
     return true;
   }
-  // Empty and open again (no thread may be using it).
-  void reopen() {
-    std::lock_guard<std::mutex> lock(mu_);
-    q_.clear();
-    closed_ = false;
+  // Drops what is queued (destroyed outside the lock); the channel stays open.
+  void clear() {
+    std::deque<T> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      dropped.swap(q_);
+      not_full_.notify_all();
+    }
   }
   void close() {
     std::lock_guard<std::mutex> lock(mu_);

@@ -121,7 +121,7 @@ struct Loader::Impl {
       slots.push_back(slot);
     }
     slot->leased.store(true, std::memory_order_relaxed);
-    // The lease keeps the slot alive past set_shares' clear (a stopped pipeline drops its batches).
+    // The lease keeps the slot alive past set_shares' clear (a redirect drops the batches read ahead).
     b.lease = std::shared_ptr<void>(nullptr, [slot](void*) { slot->leased.store(false, std::memory_order_release); });
     return *slot;
   }
@@ -256,10 +256,12 @@ Loader::~Loader() { impl_->pipeline.reset(); }  // the threads stop before what 
 Batch Loader::next() { return impl_->pipeline->next(); }
 
 void Loader::set_shares(const std::vector<int64_t>& shares, int64_t epoch, int64_t position) {
-  impl_->pipeline->stop();
-  impl_->sampler->set_shares(shares);
-  impl_->slots.clear();  // sized for the old shares (batches still held keep their own)
-  impl_->pipeline->restart(epoch, position);
+  Impl* impl = impl_.get();
+  impl->sampler->check_shares(shares);  // here, not on the I/O thread
+  impl->pipeline->redirect(epoch, position, [impl, shares] {
+    impl->sampler->set_shares(shares);
+    impl->slots.clear();  // sized for the old shares (batches still held keep their own)
+  });
 }
 
 const DatasetInfo& Loader::info() const { return impl_->reader->info(); }

@@ -63,21 +63,24 @@ int64_t DistributedSampler::row(int64_t epoch, int64_t position) const {
   return permute(position % n_, n_, key);  // positions past N (padding) wrap to the start
 }
 
-void DistributedSampler::set_shares(std::vector<int64_t> shares) {
-  if (!shares.empty()) {
-    if (int64_t(shares.size()) != world_size_)
-      throw std::invalid_argument("sampler: " + std::to_string(shares.size()) + " shares for " +
-                                  std::to_string(world_size_) + " ranks");
-    int64_t sum = 0;
-    for (int64_t s : shares) {
-      if (s < 1) throw std::invalid_argument("sampler: a share below 1 sample");
-      sum += s;
-    }
-    if (sum != global_batch())
-      throw std::invalid_argument("sampler: shares sum to " + std::to_string(sum) + ", not the global batch " +
-                                  std::to_string(global_batch()));
-    if (std::all_of(shares.begin(), shares.end(), [&](int64_t s) { return s == per_rank_batch_; })) shares.clear();
+void DistributedSampler::check_shares(const std::vector<int64_t>& shares) const {
+  if (shares.empty()) return;
+  if (int64_t(shares.size()) != world_size_)
+    throw std::invalid_argument("sampler: " + std::to_string(shares.size()) + " shares for " +
+                                std::to_string(world_size_) + " ranks");
+  int64_t sum = 0;
+  for (int64_t s : shares) {
+    if (s < 1) throw std::invalid_argument("sampler: a share below 1 sample");
+    sum += s;
   }
+  if (sum != global_batch())
+    throw std::invalid_argument("sampler: shares sum to " + std::to_string(sum) + ", not the global batch " +
+                                std::to_string(global_batch()));
+}
+
+void DistributedSampler::set_shares(std::vector<int64_t> shares) {
+  check_shares(shares);
+  if (std::all_of(shares.begin(), shares.end(), [&](int64_t s) { return s == per_rank_batch_; })) shares.clear();
   shares_ = std::move(shares);
   offset_ = 0;
   for (int r = 0; r < rank_ && !shares_.empty(); ++r) offset_ += shares_[size_t(r)];

@@ -66,6 +66,55 @@ double predicted_step(const std::vector<int64_t>& shares, const std::vector<doub
   return worst;
 }
 
+namespace {
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+constexpr size_t kWindows = 3;  // the windows an estimate looks at
+}  // namespace
+
+BalanceDecision decide_shares(const std::vector<int64_t>& current, const std::vector<std::vector<double>>& windows,
+                              int64_t max_share, double threshold, double cost_s, int64_t steps_ahead) {
+  if (windows.empty()) throw std::invalid_argument("decide_shares: no window");
+  const size_t n = current.size(), first = windows.size() > kWindows ? windows.size() - kWindows : 0;
+  BalanceDecision d;
+  std::vector<double>& estimate = d.estimate;
+  estimate.resize(n);
+  for (size_t r = 0; r < n; ++r) {
+    std::vector<double> seen;
+    for (size_t w = first; w < windows.size(); ++w) seen.push_back(windows[w].at(r));
+    estimate[r] = median(seen);
+    if (seen.size() >= 3) {
+      std::vector<double> deviation;
+      for (double x : seen) deviation.push_back(std::abs(x - estimate[r]));
+      d.scatter = std::max(d.scatter, median(deviation) / estimate[r]);
+    }
+  }
+  const int64_t total = std::accumulate(current.begin(), current.end(), int64_t(0));
+  d.shares = balance_shares(estimate, total, max_share);
+  d.now_s = predicted_step(current, estimate);
+  d.then_s = predicted_step(d.shares, estimate);
+  const double gain = d.now_s - d.then_s, cost = cost_s >= 0 ? cost_s : d.now_s;
+  if (d.shares == current) {
+    d.why = "the proposal is the shares in force";
+  } else if (!(gain > d.now_s * (threshold + d.scatter))) {
+    d.why = fmt::format("predicted gain {:.1f} % within train.balance_threshold {:.0f} % + the estimates' scatter {:.1f} %",
+                        100 * gain / d.now_s, 100 * threshold, 100 * d.scatter);
+  } else if (!(gain * double(steps_ahead) > cost)) {
+    d.why = fmt::format("{:.3f} s gained over the next {} steps, not more than a change costs ({:.3f} s{})",
+                        gain * double(steps_ahead), steps_ahead, cost, cost_s >= 0 ? "" : ": one step, not measured yet");
+  } else {
+    d.change = true;
+    d.why = fmt::format("predicted step {:.3f} s -> {:.3f} s ({:.1f} % faster; threshold {:.0f} % + scatter {:.1f} %; "
+                        "{:.3f} s gained over the next {} steps against a change's {:.3f} s{})",
+                        d.now_s, d.then_s, 100 * gain / d.now_s, 100 * threshold, 100 * d.scatter,
+                        gain * double(steps_ahead), steps_ahead, cost, cost_s >= 0 ? "" : ", one step: not measured yet");
+  }
+  return d;
+}
+
 std::vector<int64_t> parse_shares(const std::string& text) {
   std::vector<int64_t> shares;
   std::stringstream in(text);
@@ -91,6 +140,7 @@ Balancer::Balancer(int rank, int ranks, int64_t batch, const TrainerSettings& s,
       batch_(batch),
       max_share_(s.balance_max > 0 ? s.balance_max : 2 * batch),
       every_(s.balance_every),
+      steps_(s.steps),
       threshold_(s.balance_threshold),
       automatic_(s.balance) {
   if (s.balance_max > 0 && s.balance_max < batch)
@@ -128,31 +178,54 @@ bool Balancer::even() const {
   return std::all_of(state_.shares.begin(), state_.shares.end(), [&](int64_t s) { return s == batch_; });
 }
 
-void Balancer::record(double busy_s, int64_t samples) {
-  if (skip_next_) {
-    skip_next_ = false;
-    return;
-  }
+void Balancer::record(double busy_s, double step_s, int64_t samples) {
+  const Skip skip = skip_;
+  skip_ = Skip::None;
+  if (skip == Skip::Change) after_change_s_ = step_s;
+  if (skip != Skip::None) return;
   state_.busy_s += std::max(busy_s, 0.0);
   state_.samples += double(samples);
+  state_.step_s += step_s;
+  state_.steps += 1;
 }
 
-bool Balancer::rebalance(comm::Communicator& control, int64_t step) {
-  if (!automatic_ || ranks_ < 2 || step % every_ != 0) return false;
-  at::Tensor seconds = at::zeros({ranks_}, at::kDouble);
-  if (state_.samples > 0 && state_.busy_s > 0) seconds[rank_] = state_.busy_s / state_.samples;
-  control.allreduce(seconds, comm::ReduceOp::Sum);
-  state_.busy_s = state_.samples = 0;
-  std::vector<double> t(seconds.data_ptr<double>(), seconds.data_ptr<double>() + ranks_);
+bool Balancer::rebalance(comm::Communicator& control, int64_t step, std::string* why) {
+  // A window ends every `every_` steps, and the run's first after 2 measured steps (a slow node
+  // costs every step until the first decision).
+  if (!automatic_ || ranks_ < 2) return false;
+  if (step % every_ != 0 && !(state_.windows.empty() && state_.steps >= 2)) return false;
+  // Every rank's seconds per sample in its slot; the sums of the measured change costs (a rank that
+  // measured one: the step after the change against the window's other steps) and of how many
+  // ranks measured one.
+  at::Tensor agreed = at::zeros({ranks_ + 2}, at::kDouble);
+  if (state_.samples > 0 && state_.busy_s > 0) agreed[rank_] = state_.busy_s / state_.samples;
+  if (after_change_s_ >= 0 && state_.steps > 0) {
+    agreed[ranks_] = std::max(0.0, after_change_s_ - state_.step_s / state_.steps);
+    agreed[ranks_ + 1] = 1;
+  }
+  control.allreduce(agreed, comm::ReduceOp::Sum);
+  state_.busy_s = state_.samples = state_.step_s = state_.steps = 0;
+  after_change_s_ = -1;
+  const double* a = agreed.data_ptr<double>();
+  if (a[ranks_ + 1] > 0) state_.cost_s = a[ranks_] / a[ranks_ + 1];
+  std::vector<double> t(a, a + ranks_);
   if (std::any_of(t.begin(), t.end(), [](double v) { return !(v > 0) || !std::isfinite(v); }))
     return false;  // a rank measured nothing this window
-  speed_ = t;
+  state_.windows.push_back(t);
+  if (state_.windows.size() > kWindows) state_.windows.erase(state_.windows.begin());
   spdlog::debug("balance at step {}: seconds per sample {}", step, fmt::join(t, ", "));
-  const auto proposed = balance_shares(t, global_micro_batch(), max_share_);
-  const double now = predicted_step(state_.shares, t), then = predicted_step(proposed, t);
-  if (proposed == state_.shares || !(then < now * (1 - threshold_))) return false;
-  state_.shares = proposed;
-  skip_next_ = true;
+  // The gain counts over the next 3 windows at most (what a decision can expect to last), or what
+  // is left of the run.
+  const int64_t ahead = std::max<int64_t>(0, std::min<int64_t>(3 * every_, steps_ - step));
+  const BalanceDecision d =
+      decide_shares(state_.shares, state_.windows, max_share_, threshold_, state_.cost_s, ahead);
+  spdlog::debug("balance at step {}: {}", step, d.why);
+  speed_ = d.estimate;
+  if (!d.change) return false;
+  state_.shares = d.shares;
+  ++state_.changes;
+  skip_ = Skip::Change;
+  if (why) *why = d.why;
   return true;
 }
 
@@ -189,6 +262,8 @@ bool Balancer::set_state(const BalanceState& state) {
       std::accumulate(state.shares.begin(), state.shares.end(), int64_t(0)) != global_micro_batch())
     return false;
   state_ = state;
+  for (const auto& w : state_.windows)
+    if (int64_t(w.size()) != ranks_) state_.windows.clear();  // not this world's: measured again
   return true;
 }
 

@@ -59,6 +59,39 @@ class SyncCounter : public c10::WarningHandler {
   c10::WarningUtils::WarningHandlerGuard guard_;
 };
 
+// The stretches of steps at one set of shares, each without its first step (after a change: the
+// batches read again) and without the run's warm-up step; the longest is kept.
+class Stretches {
+ public:
+  struct Stretch {
+    int64_t first = 0, last = -1;  // steps; empty when last < first
+    double seconds = 0;            // this rank's whole step time over them
+    int64_t steps() const { return last - first + 1; }
+  };
+  // After step `step` (measured: not the warm-up), which took `seconds`; `changed`: the shares
+  // change after it.
+  void add(int64_t step, double seconds, bool measured, bool changed) {
+    if (measured && !after_change_) {
+      if (now_.steps() <= 0) now_.first = step;
+      now_.last = step, now_.seconds += seconds;
+    }
+    after_change_ = changed;
+    if (changed) close();
+  }
+  Stretch longest() {
+    close();
+    return longest_;
+  }
+
+ private:
+  void close() {
+    if (now_.steps() > longest_.steps()) longest_ = now_;
+    now_ = {};
+  }
+  Stretch now_, longest_;
+  bool after_change_ = false;
+};
+
 }  // namespace
 
 void Task::set_shares(const std::vector<int64_t>& shares) {
@@ -276,7 +309,7 @@ struct Trainer::Impl {
     t.waited += comm::blocked_seconds() - blocked_before;
     // Busy: what this rank's share cost it, without the optimizer (the same for every share) and
     // without waiting for the others.
-    balancer.record(t.total - t.optimizer - t.waited, balancer.shares()[size_t(rt.rank())] * s.accumulate);
+    balancer.record(t.total - t.optimizer - t.waited, t.total, balancer.shares()[size_t(rt.rank())] * s.accumulate);
     ++step;
     samples_seen += global_batch();
     if (s.record_samples) record_samples();
@@ -375,6 +408,7 @@ struct Trainer::Impl {
     if (s.eval_at_start && step == 0) summary.first_eval = evaluate();
     StepTimes measured;  // every step after the first
     int64_t measured_steps = 0;
+    Stretches settled;  // train.balance: the longest stretch at one set of shares
     double grad_norm = 0;
     const int64_t first = step;
     int64_t sync_total = 0, sync_max = 0;  // TrainerOptions::count_syncs
@@ -389,7 +423,10 @@ struct Trainer::Impl {
       if (step > first + 1) measured += t, ++measured_steps;  // the first step warms up (allocations, caches)
       if (step == std::min(first + 3, s.steps)) report_peak_memory(step - first);
       reporter->record(t);
-      if (balancer.rebalance(*control, step)) apply_shares(fmt::format("at step {}", step));
+      std::string why;
+      const bool changed = balancer.rebalance(*control, step, &why);
+      if (changed) apply_shares(fmt::format("at step {}", step), why);
+      settled.add(step, t.total, step > first + 1, changed);
       if (health) {
         // Waiting for other ranks, wherever it was (NCCL's waits don't block the host: then the
         // exposed communication after backward is the measure).
@@ -445,6 +482,7 @@ struct Trainer::Impl {
       return summary;
     }
     summarise_times(summary, measured, measured_steps);
+    if (s.balance) summarise_stretch(summary, settled.longest());
     if (trace) {
       std::vector<std::string> events;  // streamed: a long run's traces may pass gather's 2 GiB
       rt.stream_to_root(trace->events_json(), [&](int, const std::string& e) { events.push_back(e); });
@@ -459,10 +497,10 @@ struct Trainer::Impl {
   // Whether the shares are worth showing: train.balance auto, or shares given.
   bool balancing() const { return s.balance || !balancer.even(); }
 
-  // Every rank: the balancer's shares to the task (its loader starts again at the next batch).
-  void apply_shares(const std::string& when) {
+  // Every rank: the balancer's shares to the task (its loader reads from the next batch on at them).
+  void apply_shares(const std::string& when, const std::string& why = "") {
     task.set_shares(balancer.even() ? std::vector<int64_t>{} : balancer.shares());
-    if (rt.rank() == 0) spdlog::info("batch shares {}: {}", when, balancer.describe());
+    if (rt.rank() == 0) spdlog::info("batch shares {}: {}{}", when, balancer.describe(), why.empty() ? "" : "; " + why);
   }
 
   // An evaluation after this step: every train.eval_every steps, when every train.eval_every_epochs
@@ -531,6 +569,16 @@ struct Trainer::Impl {
       summary.samples_per_s = double(global_batch()) / summary.max_times.total;
       summary.model_flops_per_s = 3 * task.flops_per_sample() * summary.samples_per_s;
     }
+  }
+
+  // Collective: the stretch's samples/s at the slowest rank's time, and the run's share changes.
+  void summarise_stretch(TrainSummary& summary, const Stretches::Stretch& longest) {
+    at::Tensor seconds = at::tensor({longest.seconds}, at::kDouble);
+    control->allreduce(seconds, comm::ReduceOp::Max);
+    summary.share_changes = balancer.changes();
+    summary.settled_first = longest.first, summary.settled_last = longest.last;
+    const double slowest = seconds.item<double>();
+    if (slowest > 0) summary.settled_samples_per_s = double(global_batch() * (longest.last - longest.first + 1)) / slowest;
   }
 
   Trainer* owner = nullptr;  // passed to hooks

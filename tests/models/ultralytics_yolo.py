@@ -37,7 +37,9 @@ Usage (python3 of meridian's environment):
       boxes, classes and scores that meridian predict wrote in --labels (YOLO txt, normalised), to 1e-3
       of the image size (boxes) and absolutely (scores).
       --data/--metrics: DetectionValidator (plots=False, the same conf 0.001 / iou 0.7 / max_det 300
-      as meridian eval) on the Ultralytics dataset DATA.yaml with the export's model: the mAP50-95 and
+      as meridian eval; its NMS is multi_label=True, as `yolo val`'s: every class above conf of an
+      anchor is a candidate, where predict keeps the best class) on the Ultralytics dataset DATA.yaml
+      with the export's model: the mAP50-95 and
       mAP50 of its matches equal meridian eval's (--metrics, its --json) within 0.1 points, scored by
       pycocotools' 101-point rule as meridian (Ultralytics' own trapezoid figures are printed beside;
       see check_val) (--imgsz: the images' 64).
@@ -46,6 +48,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 
 import torch
@@ -289,7 +292,8 @@ def check_val(d, data, metrics, imgsz):
 
     model = exported(d)[0]
     with open(metrics) as f:
-        ours = json.load(f)["metrics"]
+        ours_json = json.load(f)
+    ours, counts = ours_json["metrics"], ours_json.get("counts", "")
     args = dict(data=data, imgsz=imgsz, batch=4, conf=0.001, iou=0.7, max_det=300, plots=False, verbose=False,
                 save_json=False, save_txt=False, device="cpu", workers=0, rect=False, split="val", mode="val",
                 task="detect")
@@ -314,6 +318,12 @@ def check_val(d, data, metrics, imgsz):
         M.compute_ap = trapz_ap
     theirs = {"map50": 100 * ap[:, 0].mean(), "map50_95": 100 * ap.mean()}
     diff = {k: abs(theirs[k] - ours[k]) for k in theirs}
+    # The two prediction sets' sizes: unequal when the figures differ says the detections differ (not the
+    # matching or the scoring), e.g. meridian decoding one class per anchor where the validator's
+    # multi-label NMS keeps every class above conf.
+    counted = re.search(r"(\d+) detections", counts)
+    print(f"val: DetectionValidator's {len(m['conf'])} detections on {validator.seen} images (multi_label NMS); "
+          f"meridian eval's {counted.group(1) if counted else '?'} ({counts})")
     print(f"val: Ultralytics' DetectionValidator reports mAP50 {reported['map50']:.3f} mAP50-95 "
           f"{reported['map50_95']:.3f} (its trapezoid rule); its matches by pycocotools' 101-point rule: mAP50 "
           f"{theirs['map50']:.3f} mAP50-95 {theirs['map50_95']:.3f}; meridian eval mAP50 {ours['map50']:.3f} mAP50-95 "

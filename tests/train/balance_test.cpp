@@ -54,6 +54,69 @@ TEST(BalanceShares, ParsedFromText) {
   EXPECT_THROW(parse_shares("4,2.5"), std::invalid_argument);
 }
 
+// decide_shares: the median of the last 3 windows, the threshold plus the scatter, the cost.
+using Windows = std::vector<std::vector<double>>;
+
+TEST(DecideShares, TheFirstWindowDecidesAloneWhenTheGainPassesTheThreshold) {
+  // Rank 1 takes twice as long per sample: 64 samples go 43 : 21; 32 x 2 = 64 s -> 43 s per step.
+  const auto d = decide_shares({32, 32}, {{1.0, 2.0}}, 64, 0.05, 1.0, 15);
+  EXPECT_TRUE(d.change) << d.why;
+  EXPECT_EQ(d.shares, (std::vector<int64_t>{43, 21}));
+  EXPECT_DOUBLE_EQ(d.now_s, 64.0);
+  EXPECT_DOUBLE_EQ(d.then_s, 43.0);
+  EXPECT_DOUBLE_EQ(d.scatter, 0.0);  // one window: no scatter to measure
+  // Rank 1 at 1.06: 33 : 31 would gain 2.7 %, within the threshold.
+  const auto small = decide_shares({32, 32}, {{1.0, 1.06}}, 64, 0.05, 0.0, 15);
+  EXPECT_EQ(small.shares, (std::vector<int64_t>{33, 31}));
+  EXPECT_FALSE(small.change);
+  EXPECT_NE(small.why.find("within train.balance_threshold"), std::string::npos) << small.why;
+}
+
+TEST(DecideShares, OneNoisyWindowMovesNothingARealChangeWinsInItsSecondWindow) {
+  const std::vector<int64_t> even{32, 32};
+  // Balanced at equal speeds; one window where rank 1 looked 1.6x slower: the median is 1.0.
+  const auto noisy = decide_shares(even, Windows{{1.0, 1.0}, {1.0, 1.0}, {1.0, 1.6}}, 64, 0.05, 0.0, 15);
+  EXPECT_FALSE(noisy.change) << noisy.why;
+  EXPECT_EQ(noisy.shares, even);
+  // The same as a lasting change: its second window wins the median (the oldest window drops out).
+  const auto real = decide_shares(even, Windows{{1.0, 1.0}, {1.0, 1.6}, {1.0, 1.6}}, 64, 0.05, 0.0, 15);
+  EXPECT_TRUE(real.change) << real.why;
+  EXPECT_EQ(real.shares, (std::vector<int64_t>{39, 25}));  // 64 x 1.6 / 2.6 = 39.4
+  // More than 3 windows given: only the last 3 count.
+  const auto four = decide_shares(even, Windows{{1.0, 9.0}, {1.0, 1.0}, {1.0, 1.0}, {1.0, 1.6}}, 64, 0.05, 0.0, 15);
+  EXPECT_FALSE(four.change) << four.why;
+  // Given back: back at equal speeds for two windows, the shares go back to even.
+  const std::vector<int64_t> loaded{39, 25};
+  const auto back = decide_shares(loaded, Windows{{1.0, 1.6}, {1.0, 1.0}, {1.0, 1.0}}, 64, 0.05, 0.0, 15);
+  EXPECT_TRUE(back.change) << back.why;
+  EXPECT_EQ(back.shares, even);
+}
+
+TEST(DecideShares, TheEstimatesScatterRaisesTheGainAChangeNeeds) {
+  // Rank 1's median is 1.15: even shares (64) predict 36.8 s, 34 : 30 predict 34.5 (6.3 % faster).
+  const std::vector<int64_t> even{32, 32};
+  const auto steady = decide_shares(even, Windows{{1.0, 1.15}, {1.0, 1.15}, {1.0, 1.15}}, 64, 0.05, 0.0, 15);
+  EXPECT_TRUE(steady.change) << steady.why;
+  EXPECT_EQ(steady.shares, (std::vector<int64_t>{34, 30}));
+  // The same median with rank 0 scattered by 10 % around its own (1.0 +- 0.1): not enough.
+  const auto noisy = decide_shares(even, Windows{{0.9, 1.15}, {1.0, 1.15}, {1.1, 1.15}}, 64, 0.05, 0.0, 15);
+  EXPECT_NEAR(noisy.scatter, 0.1, 1e-12);
+  EXPECT_FALSE(noisy.change) << noisy.why;
+}
+
+TEST(DecideShares, AChangeMustGainMoreThanItCostsOverTheStepsAhead) {
+  // 64 s -> 43 s per step: 21 s gained per step.
+  const std::vector<int64_t> even{32, 32};
+  EXPECT_TRUE(decide_shares(even, {{1.0, 2.0}}, 64, 0.05, 100.0, 5).change);  // 105 s > 100 s
+  const auto costly = decide_shares(even, {{1.0, 2.0}}, 64, 0.05, 110.0, 5);   // 105 s < 110 s
+  EXPECT_FALSE(costly.change);
+  EXPECT_NE(costly.why.find("not more than a change costs"), std::string::npos) << costly.why;
+  EXPECT_FALSE(decide_shares(even, {{1.0, 2.0}}, 64, 0.05, 0.0, 0).change);  // the run's last step
+  // Not measured yet (< 0): one step at the current shares, 64 s: 3 steps ahead pay, 3 x 21 = 63 do not.
+  EXPECT_TRUE(decide_shares(even, {{1.0, 2.0}}, 64, 0.05, -1, 4).change);
+  EXPECT_FALSE(decide_shares(even, {{1.0, 2.0}}, 64, 0.05, -1, 3).change);
+}
+
 // The balance keys' bad values, as `meridian train` meets them with 2 ranks of train.batch 4: the
 // schema's check of the train: keys, then the Balancer (tests/train/balance_mpi_test.sh shows one end
 // to end: exit 2 on every rank).

@@ -73,8 +73,8 @@ class Loader {
   Batch next();
   // Consumer thread: from the batch at (epoch, position) on, this rank's part of each global batch
   // is shares[rank] samples (DistributedSampler::set_shares; empty: even); what was read ahead is
-  // dropped. Not collective, but every rank must pass the same shares. std::invalid_argument on
-  // shares the sampler refuses.
+  // dropped and read again, by the same threads (no restart). Not collective, but every rank must
+  // pass the same shares. std::invalid_argument on shares the sampler refuses.
   void set_shares(const std::vector<int64_t>& shares, int64_t epoch, int64_t position);
 
   const DatasetInfo& info() const;

@@ -32,10 +32,12 @@ class DistributedSampler {
   DistributedSampler(int64_t n, int64_t per_rank_batch, int rank, int world_size, uint64_t seed, bool drop_last);
 
   int64_t global_batch() const { return per_rank_batch_ * world_size_; }
-  // Not thread-safe (a loader calls it while its pipeline is stopped): from now on rank r's part
-  // of each global batch is shares[r] samples (empty: even). Throws std::invalid_argument unless
-  // there is one share per rank, each at least 1, summing to global_batch().
+  // Not thread-safe (a loader calls it on its I/O thread, between two reads): from now on rank r's
+  // part of each global batch is shares[r] samples (empty: even). Throws what check_shares throws.
   void set_shares(std::vector<int64_t> shares);
+  // Thread-safe: std::invalid_argument unless `shares` is empty or has one share per rank, each at
+  // least 1, summing to global_batch().
+  void check_shares(const std::vector<int64_t>& shares) const;
   // This rank's samples per global batch, and the largest share of any rank.
   int64_t share() const;
   int64_t max_share() const;

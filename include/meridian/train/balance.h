@@ -8,15 +8,18 @@
 //
 // Every rank measures its busy time per sample: the step's time minus the optimizer and minus what
 // it waited in collectives (comm::blocked_seconds), over a window of train.balance_every steps (the
-// first step of the run and the step after a change are left out: warm-up, a restarted loader).
-// At the end of a window the ranks exchange their times (collective) and, with the same arithmetic
-// on the same numbers, agree on new shares proportional to speed: integers within [1,
-// train.balance_max] summing to G (balance_shares()), adopted only when the predicted step time
-// (the largest share x time per sample) falls by more than train.balance_threshold of the current
-// one, so the shares do not oscillate.
+// first window of a run ends after 2 measured steps; the first step of the run and the step after a
+// change are left out: warm-up, the batches read again). At the end of a window the ranks exchange
+// their times (collective) and, with the same arithmetic on the same numbers, keep the last 3
+// windows' times. decide_shares() turns them into a decision: the estimate is each rank's median
+// over those windows (one noisy window moves nothing; a real change of speed wins the median in its
+// second whole window), the proposal is shares proportional to speed (balance_shares()), and it is
+// adopted only when the step time it predicts falls by more than train.balance_threshold plus the
+// estimates' own scatter, and by more over the coming windows than a change costs (measured: the
+// step after the last change against the steps after it).
 //
-// The shares in force, and this rank's window, are part of a checkpoint (BalanceState); a run
-// resumed on another world size starts from even shares and measures again.
+// The shares in force, the windows kept, the cost and this rank's window are part of a checkpoint
+// (BalanceState); a run resumed on another world size starts from even shares and measures again.
 #pragma once
 
 #include <cstdint>
@@ -44,12 +47,34 @@ double predicted_step(const std::vector<int64_t>& shares, const std::vector<doub
 // Pure: shares written as text ("6,2"), parsed; std::invalid_argument when not integers.
 std::vector<int64_t> parse_shares(const std::string& text);
 
-// What a checkpoint keeps of the balancer: the shares in force (the same on every rank) and this
-// rank's measuring window.
+// What decide_shares() makes of the windows.
+struct BalanceDecision {
+  std::vector<double> estimate;  // every rank's seconds per sample
+  std::vector<int64_t> shares;   // proposed (balance_shares of the estimate)
+  bool change = false;          // adopt them
+  double now_s = 0, then_s = 0;  // the step time the current and the proposed shares predict
+  double scatter = 0;            // the largest rank's median absolute deviation over its windows, relative
+  std::string why;               // the rule that decided, for the log
+};
+
+// Pure: the decision from `windows` (each: every rank's seconds per sample, > 0; the newest last; at
+// most 3 are used): the estimate is each rank's median (mean of 2); the proposal is adopted when it
+// differs from `current` and now - then > now x (threshold + scatter) and (now - then) x
+// `steps_ahead` > `cost_s` (a change's measured cost; < 0: not measured yet, one step of `now`).
+BalanceDecision decide_shares(const std::vector<int64_t>& current, const std::vector<std::vector<double>>& windows,
+                              int64_t max_share, double threshold, double cost_s, int64_t steps_ahead);
+
+// What a checkpoint keeps of the balancer: what every rank has alike (the shares in force, the last
+// windows, a change's cost) and this rank's measuring window.
 struct BalanceState {
-  std::vector<int64_t> shares;  // one per rank
-  double busy_s = 0;            // this rank's busy seconds in the window so far
-  double samples = 0;           // and its samples
+  std::vector<int64_t> shares;               // one per rank
+  std::vector<std::vector<double>> windows;  // the last windows' seconds per sample of every rank, oldest first
+  double cost_s = -1;                        // a share change's measured cost (seconds); < 0: not measured yet
+  int64_t changes = 0;                       // share changes so far in the run
+  double busy_s = 0;                         // this rank's busy seconds in the window so far
+  double samples = 0;                        // and its samples
+  double step_s = 0;                         // and its steps' whole time
+  double steps = 0;                          // and how many steps were measured
 };
 
 class Balancer {
@@ -64,12 +89,13 @@ class Balancer {
   int64_t global_micro_batch() const { return batch_ * ranks_; }
   int64_t max_share() const { return max_share_; }  // train.balance_max, at most what the others leave
 
-  // Not collective: this rank's busy seconds and samples in the step just done.
-  void record(double busy_s, int64_t samples);
+  // Not collective: this rank's busy seconds, whole step seconds and samples in the step just done.
+  void record(double busy_s, double step_s, int64_t samples);
   // Collective (on `control`, every rank after step `step`): at the end of a window with
   // train.balance auto, the ranks agree on new shares. True when they changed (the caller hands
-  // them to the task).
-  bool rebalance(comm::Communicator& control, int64_t step);
+  // them to the task); `why` then says why (the predicted step times, the rule).
+  bool rebalance(comm::Communicator& control, int64_t step, std::string* why = nullptr);
+  int64_t changes() const { return state_.changes; }  // share changes so far in the run
 
   // The shares as rank 0 logs them: "rank 1: 33 % of the batch (0.51 x median speed), ...".
   std::string describe() const;
@@ -83,12 +109,15 @@ class Balancer {
 
  private:
   int rank_, ranks_;
-  int64_t batch_, max_share_, every_;
+  int64_t batch_, max_share_, every_, steps_;
   double threshold_;
   bool automatic_;
   BalanceState state_;
-  bool skip_next_ = true;      // the next step is not measured (warm-up, a restarted loader)
-  std::vector<double> speed_;  // the last window's time per sample of every rank (empty before one)
+  // The next step is not measured (the run's first: warm-up; after a change: the batches read
+  // again, its whole time is the change's cost, `after_change_s`).
+  enum class Skip { None, WarmUp, Change } skip_ = Skip::WarmUp;
+  double after_change_s_ = -1;  // the step after the last change's whole time, until the window ends
+  std::vector<double> speed_;   // the last decision's estimate, seconds per sample (empty before one)
 };
 
 }  // namespace meridian::train

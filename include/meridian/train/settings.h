@@ -41,7 +41,7 @@ struct TrainerSettings {
   double ema_tau = 2000;               // train.ema_tau: updates over which the EMA's decay ramps up (> 0)
   // Uneven batch shares (train::Balancer, balance.h):
   bool balance = false;             // train.balance: off | auto (shares from measured speed)
-  int64_t balance_every = 20;       // train.balance_every: steps per measuring window (>= 1)
+  int64_t balance_every = 5;        // train.balance_every: steps per measuring window (>= 1)
   int64_t balance_max = 0;          // train.balance_max: most samples per rank per micro-batch; 0: 2 x train.batch
   double balance_threshold = 0.05;  // train.balance_threshold: the predicted gain a change needs, within [0, 1)
   std::string balance_shares;       // train.balance_shares: the shares to start from ("6,2"); "": even

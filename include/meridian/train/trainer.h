@@ -124,6 +124,12 @@ struct TrainSummary {
   // the first and the most in one of them, max over ranks; -1: not counted.
   double host_syncs_per_step = -1;
   int64_t host_syncs_max = -1;
+  // train.balance auto: the share changes in this run, and the longest stretch of steps at one set
+  // of shares (its first step, after a change, and the run's first step left out): steps
+  // [settled_first, settled_last] and their samples/s (the slowest rank's time); -1/0 without.
+  int64_t share_changes = -1;
+  int64_t settled_first = 0, settled_last = 0;
+  double settled_samples_per_s = 0;
 };
 
 // A test hook (`meridian train --inject-straggler`): one rank made slow on purpose.
