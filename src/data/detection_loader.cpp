@@ -220,9 +220,7 @@ const DatasetInfo& DetectionLoader::info() const { return impl_->reader->info();
 void DetectionLoader::set_shares(const std::vector<int64_t>& shares, int64_t epoch, int64_t position) {
   Impl* impl = impl_.get();
   impl->sampler->check_shares(shares);  // here, not on the I/O thread
-  impl->pipeline->redirect(epoch, position, [impl, shares] {
-    impl->sampler->set_shares(shares);
-  });
+  impl->pipeline->redirect(epoch, position, [impl, shares] { impl->sampler->set_shares(shares); });
 }
 
 const DistributedSampler& DetectionLoader::sampler() const { return *impl_->sampler; }

@@ -100,17 +100,20 @@ BalanceDecision decide_shares(const std::vector<int64_t>& current, const std::ve
   if (d.shares == current) {
     d.why = "the proposal is the shares in force";
   } else if (!(gain > d.now_s * (threshold + d.scatter))) {
-    d.why = fmt::format("predicted gain {:.1f} % within train.balance_threshold {:.0f} % + the estimates' scatter {:.1f} %",
-                        100 * gain / d.now_s, 100 * threshold, 100 * d.scatter);
+    d.why =
+        fmt::format("predicted gain {:.1f} % within train.balance_threshold {:.0f} % + the estimates' scatter {:.1f} %",
+                    100 * gain / d.now_s, 100 * threshold, 100 * d.scatter);
   } else if (!(gain * double(steps_ahead) > cost)) {
-    d.why = fmt::format("{:.3f} s gained over the next {} steps, not more than a change costs ({:.3f} s{})",
-                        gain * double(steps_ahead), steps_ahead, cost, cost_s >= 0 ? "" : ": one step, not measured yet");
+    d.why =
+        fmt::format("{:.3f} s gained over the next {} steps, not more than a change costs ({:.3f} s{})",
+                    gain * double(steps_ahead), steps_ahead, cost, cost_s >= 0 ? "" : ": one step, not measured yet");
   } else {
     d.change = true;
-    d.why = fmt::format("predicted step {:.3f} s -> {:.3f} s ({:.1f} % faster; threshold {:.0f} % + scatter {:.1f} %; "
-                        "{:.3f} s gained over the next {} steps against a change's {:.3f} s{})",
-                        d.now_s, d.then_s, 100 * gain / d.now_s, 100 * threshold, 100 * d.scatter,
-                        gain * double(steps_ahead), steps_ahead, cost, cost_s >= 0 ? "" : ", one step: not measured yet");
+    d.why = fmt::format(
+        "predicted step {:.3f} s -> {:.3f} s ({:.1f} % faster; threshold {:.0f} % + scatter {:.1f} %; "
+        "{:.3f} s gained over the next {} steps against a change's {:.3f} s{})",
+        d.now_s, d.then_s, 100 * gain / d.now_s, 100 * threshold, 100 * d.scatter, gain * double(steps_ahead),
+        steps_ahead, cost, cost_s >= 0 ? "" : ", one step: not measured yet");
   }
   return d;
 }
@@ -217,8 +220,7 @@ bool Balancer::rebalance(comm::Communicator& control, int64_t step, std::string*
   // The gain counts over the next 3 windows at most (what a decision can expect to last), or what
   // is left of the run.
   const int64_t ahead = std::max<int64_t>(0, std::min<int64_t>(3 * every_, steps_ - step));
-  const BalanceDecision d =
-      decide_shares(state_.shares, state_.windows, max_share_, threshold_, state_.cost_s, ahead);
+  const BalanceDecision d = decide_shares(state_.shares, state_.windows, max_share_, threshold_, state_.cost_s, ahead);
   spdlog::debug("balance at step {}: {}", step, d.why);
   speed_ = d.estimate;
   if (!d.change) return false;

@@ -578,7 +578,8 @@ struct Trainer::Impl {
     summary.share_changes = balancer.changes();
     summary.settled_first = longest.first, summary.settled_last = longest.last;
     const double slowest = seconds.item<double>();
-    if (slowest > 0) summary.settled_samples_per_s = double(global_batch() * (longest.last - longest.first + 1)) / slowest;
+    if (slowest > 0)
+      summary.settled_samples_per_s = double(global_batch() * (longest.last - longest.first + 1)) / slowest;
   }
 
   Trainer* owner = nullptr;  // passed to hooks

@@ -108,7 +108,7 @@ TEST(DecideShares, AChangeMustGainMoreThanItCostsOverTheStepsAhead) {
   // 64 s -> 43 s per step: 21 s gained per step.
   const std::vector<int64_t> even{32, 32};
   EXPECT_TRUE(decide_shares(even, {{1.0, 2.0}}, 64, 0.05, 100.0, 5).change);  // 105 s > 100 s
-  const auto costly = decide_shares(even, {{1.0, 2.0}}, 64, 0.05, 110.0, 5);   // 105 s < 110 s
+  const auto costly = decide_shares(even, {{1.0, 2.0}}, 64, 0.05, 110.0, 5);  // 105 s < 110 s
   EXPECT_FALSE(costly.change);
   EXPECT_NE(costly.why.find("not more than a change costs"), std::string::npos) << costly.why;
   EXPECT_FALSE(decide_shares(even, {{1.0, 2.0}}, 64, 0.05, 0.0, 0).change);  // the run's last step

@@ -51,7 +51,7 @@ std::vector<int64_t> parse_shares(const std::string& text);
 struct BalanceDecision {
   std::vector<double> estimate;  // every rank's seconds per sample
   std::vector<int64_t> shares;   // proposed (balance_shares of the estimate)
-  bool change = false;          // adopt them
+  bool change = false;           // adopt them
   double now_s = 0, then_s = 0;  // the step time the current and the proposed shares predict
   double scatter = 0;            // the largest rank's median absolute deviation over its windows, relative
   std::string why;               // the rule that decided, for the log
