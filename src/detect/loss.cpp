@@ -285,19 +285,34 @@ DetectionLoss detection_loss(const std::vector<at::Tensor>& levels, const std::v
 }
 
 std::vector<Detections> decode(const std::vector<at::Tensor>& levels, const std::vector<int64_t>& strides,
-                               int64_t reg_max, double conf_threshold, double iou_threshold, int64_t max_det) {
+                               int64_t reg_max, double conf_threshold, double iou_threshold, int64_t max_det,
+                               bool multi_label, int64_t max_nms) {
   at::NoGradGuard no_grad;
   const int64_t nc = classes_of(levels, reg_max);
   const auto pred = flatten_levels(levels).to(at::kFloat);
   const auto anchors = make_anchors(levels, strides);
   const auto stride = anchors.strides.unsqueeze(-1);
   const auto boxes = dist2bbox(dfl_decode(pred.narrow(-1, 0, 4 * reg_max), reg_max), anchors.points / stride) * stride;
-  const auto [best, cls] = at::max(pred.narrow(-1, 4 * reg_max, nc).sigmoid(), -1);  // [B, A]
+  const auto scores = pred.narrow(-1, 4 * reg_max, nc).sigmoid();  // [B, A, C]
+  const auto [best, cls] = at::max(scores, -1);                    // [B, A]
+  multi_label = multi_label && nc > 1;                             // as Ultralytics: one class, one label
   std::vector<Detections> out;
   for (int64_t b = 0; b < pred.size(0); ++b) {
-    const auto keep = best[b].gt(conf_threshold).nonzero().squeeze(1);
-    const auto bb = boxes[b].index_select(0, keep), sc = best[b].index_select(0, keep),
-               cl = cls[b].index_select(0, keep);
+    at::Tensor bb, sc, cl;
+    if (multi_label) {  // one candidate per (anchor, class) above the threshold, anchor-major as torch.where
+      const auto pairs = scores[b].gt(conf_threshold).nonzero();  // [K, 2]: anchor, class
+      const auto anchor = pairs.select(1, 0), klass = pairs.select(1, 1);
+      bb = boxes[b].index_select(0, anchor);
+      sc = scores[b].reshape(-1).index_select(0, anchor * nc + klass);
+      cl = klass.contiguous();
+    } else {
+      const auto keep = best[b].gt(conf_threshold).nonzero().squeeze(1);
+      bb = boxes[b].index_select(0, keep), sc = best[b].index_select(0, keep), cl = cls[b].index_select(0, keep);
+    }
+    if (max_nms > 0 && sc.size(0) > max_nms) {  // Ultralytics' excess boxes: the max_nms highest scores
+      const auto top = sc.argsort(/*stable=*/true, /*dim=*/0, /*descending=*/true).narrow(0, 0, max_nms);
+      bb = bb.index_select(0, top), sc = sc.index_select(0, top), cl = cl.index_select(0, top);
+    }
     const auto kept = batched_nms(bb, sc, cl, iou_threshold, max_det).to(bb.device());
     out.push_back({bb.index_select(0, kept), sc.index_select(0, kept), cl.index_select(0, kept)});
   }

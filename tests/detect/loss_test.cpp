@@ -337,4 +337,26 @@ TEST(DetectLoss, TinyYoloOverfitsTwoImagesAndDecodesTheBoxes) {
   }
 }
 
+// decode(multi_label): an anchor with two classes above conf gives two detections (same box, each
+// class's score), the best-class decode one; the NMS is per class, so neither suppresses the other.
+TEST(DetectLoss, MultiLabelDecodeKeepsEveryClassAboveConf) {
+  const int64_t reg_max = 16, nc = 3;
+  auto level = at::full({1, 4 * reg_max + nc, 1, 1}, -20.0f);  // one anchor of stride 32; all classes low
+  level.narrow(1, 0, 4 * reg_max).zero_();                     // DFL: uniform bins, 7.5 strides to each side
+  level[0][4 * reg_max + 0][0][0] = 2.0f;                      // class 0: 0.881
+  level[0][4 * reg_max + 2][0][0] = -1.0f;                     // class 2: 0.269
+  const auto one = decode({level}, {32}, reg_max, 0.25, 0.7, 300);
+  ASSERT_EQ(one[0].scores.size(0), 1);
+  EXPECT_EQ(one[0].classes[0].item<int64_t>(), 0);
+  const auto both = decode({level}, {32}, reg_max, 0.25, 0.7, 300, /*multi_label=*/true);
+  ASSERT_EQ(both[0].scores.size(0), 2);
+  EXPECT_EQ(both[0].classes[0].item<int64_t>(), 0);
+  EXPECT_EQ(both[0].classes[1].item<int64_t>(), 2);
+  EXPECT_NEAR(both[0].scores[1].item<double>(), 1 / (1 + std::exp(1.0)), 1e-6);
+  EXPECT_TRUE(both[0].boxes[0].equal(both[0].boxes[1]));
+  const auto capped = decode({level}, {32}, reg_max, 0.25, 0.7, 300, /*multi_label=*/true, /*max_nms=*/1);
+  ASSERT_EQ(capped[0].scores.size(0), 1);  // the highest score only
+  EXPECT_EQ(capped[0].classes[0].item<int64_t>(), 0);
+}
+
 }  // namespace meridian::detect

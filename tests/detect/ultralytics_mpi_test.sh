@@ -28,7 +28,7 @@
 #     classes and scores of Ultralytics' DetectionModel with the exported weights through its
 #     non_max_suppression (same conf, iou, max_det) to 1e-3 of the image size; Ultralytics'
 #     DetectionValidator (plots=False) on the dataset and `eval --model` agree on mAP50-95 and mAP50
-#     within 0.1 points, its matches scored by pycocotools' 101-point rule as meridian's (its own
+#     within 0.01 points, its matches scored by pycocotools' 101-point rule as meridian's (its own
 #     trapezoid-rule figures, up to ~0.5 points off by construction, printed beside).
 set -u
 mpirun=$1 meridian=$2 src=$3

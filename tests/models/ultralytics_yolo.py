@@ -40,7 +40,7 @@ Usage (python3 of meridian's environment):
       as meridian eval; its NMS is multi_label=True, as `yolo val`'s: every class above conf of an
       anchor is a candidate, where predict keeps the best class) on the Ultralytics dataset DATA.yaml
       with the export's model: the mAP50-95 and
-      mAP50 of its matches equal meridian eval's (--metrics, its --json) within 0.1 points, scored by
+      mAP50 of its matches equal meridian eval's (--metrics, its --json) within 0.01 points, scored by
       pycocotools' 101-point rule as meridian (Ultralytics' own trapezoid figures are printed beside;
       see check_val) (--imgsz: the images' 64).
 """
@@ -327,8 +327,8 @@ def check_val(d, data, metrics, imgsz):
     print(f"val: Ultralytics' DetectionValidator reports mAP50 {reported['map50']:.3f} mAP50-95 "
           f"{reported['map50_95']:.3f} (its trapezoid rule); its matches by pycocotools' 101-point rule: mAP50 "
           f"{theirs['map50']:.3f} mAP50-95 {theirs['map50_95']:.3f}; meridian eval mAP50 {ours['map50']:.3f} mAP50-95 "
-          f"{ours['map50_95']:.3f}: differences {diff['map50']:.2e} and {diff['map50_95']:.2e} points (tolerance 0.1)")
-    return ours["map50"] > 1 and diff["map50_95"] <= 0.1 and diff["map50"] <= 0.1
+          f"{ours['map50_95']:.3f}: differences {diff['map50']:.2e} and {diff['map50_95']:.2e} points (tolerance 0.01)")
+    return ours["map50"] > 1 and diff["map50_95"] <= 0.01 and diff["map50"] <= 0.01
 
 
 def main(argv):

@@ -119,9 +119,14 @@ struct Detections {
 };
 
 // Inference: per image, each anchor's best class (sigmoid) above conf_threshold, its box decoded
-// by DFL, then class-aware batched_nms(iou_threshold, max_det). Returns one Detections per image,
-// sorted by descending score. Runs without gradient.
+// by DFL, then class-aware batched_nms(iou_threshold, max_det). multi_label: every class above
+// conf_threshold of an anchor is a candidate of its own (the anchor's box with that class and
+// score), as Ultralytics' DetectionValidator (`yolo val`: non_max_suppression(multi_label=True));
+// without it, as its predictor. Either way at most max_nms candidates, those of the highest scores,
+// go to the NMS (Ultralytics' max_nms 30000). Returns one Detections per image, sorted by
+// descending score. Runs without gradient.
 std::vector<Detections> decode(const std::vector<at::Tensor>& levels, const std::vector<int64_t>& strides,
-                               int64_t reg_max, double conf_threshold, double iou_threshold, int64_t max_det);
+                               int64_t reg_max, double conf_threshold, double iou_threshold, int64_t max_det,
+                               bool multi_label = false, int64_t max_nms = 30000);
 
 }  // namespace meridian::detect

@@ -109,8 +109,10 @@ DetectEval evaluate_detection(const comm::Runtime& rt, models::Yolo& model, cons
                                 .mode(torch::kBilinear)
                                 .align_corners(false));
     }
-    const auto found =
-        detect::decode(model->forward(x), model->strides(), model->config().reg_max, o.conf, o.iou, o.max_det);
+    // Multi-label, as Ultralytics' DetectionValidator (`yolo val`): a box may count for each class above
+    // conf (predict, as its predictor, keeps the best class).
+    const auto found = detect::decode(model->forward(x), model->strides(), model->config().reg_max, o.conf, o.iou,
+                                      o.max_det, /*multi_label=*/true);
     const auto truth = reader.read_boxes(rows, /*evaluation=*/true);
     for (int64_t i = 0; i < m; ++i) {
       const auto& gt = truth[size_t(i)];

@@ -62,7 +62,9 @@ const ConfigBinding<DetectSettings>& detect_bindings() {
     b.number("task.box", loss(&L::box), "weight of the CIoU box loss").at_least(0);
     b.number("task.cls", loss(&L::cls), "weight of the classification loss").at_least(0);
     b.number("task.dfl", loss(&L::dfl), "weight of the distribution focal loss").at_least(0);
-    b.number("task.conf", eval(&DetectEvalOptions::conf), "evaluation: minimum confidence of a detection")
+    b.number("task.conf", eval(&DetectEvalOptions::conf),
+             "evaluation: minimum confidence of a detection; every class of a box above it is a detection of its own "
+             "(Ultralytics' validator's multi-label NMS; `predict` keeps each box's best class)")
         .at_least(0)
         .below(1);
     b.number("task.iou", eval(&DetectEvalOptions::iou), "evaluation: NMS IoU threshold").above(0).at_most(1);
