@@ -9,6 +9,9 @@
 #   2. the 2-node run with train.balance auto;
 #   3. with EVEN=1, the 2-node run with even shares;
 #   4. the solos again (the VM's speed drifts between minutes; the two rounds are averaged).
+# Environment: RATE (the links' rate, default 1gbit; empty: unlimited), AUTO_ARGS (more options for
+# the auto run, e.g. --log-level debug to see every window's decision), EVEN=1, LOOP=0 (no busy
+# loop: equal nodes, to see what auto costs where there is nothing to balance).
 # Prints, per round, the whole run's throughput (bench train's samples/s: steps 2-101, the slowest
 # rank's time) as a share of the solo sum, the longest stretch at one set of shares likewise, and the
 # share changes. Writes its dataset and logs to ${TMPDIR:-/tmp}/meridian-balance-trial.
@@ -30,7 +33,7 @@ if [[ ! -f $data ]]; then
     --split train --size 128 --context-length 32 --vocab-size 8000 --out "$data" --log-level warn || exit 1
 fi
 
-vc_up 222 2 1gbit
+vc_up 222 2 "${RATE-1gbit}"
 vc_mpirun_cmd
 loop=
 stop_loop() { [[ -n $loop ]] && kill "$loop" 2>/dev/null; wait "$loop" 2>/dev/null; loop=; }
@@ -62,11 +65,14 @@ solos() {
   wait $a || exit 1
 }
 
-taskset -c 1 sh -c 'while :; do :; done' &
-loop=$!
+if [[ ${LOOP:-1} == 1 ]]; then
+  taskset -c 1 sh -c 'while :; do :; done' &
+  loop=$!
+fi
 for ((round = 1; round <= rounds; round++)); do
   solos 1
-  run auto 2 101 --set train.balance=auto
+  # shellcheck disable=SC2086
+  run auto 2 101 --set train.balance=auto ${AUTO_ARGS:-}
   [[ ${EVEN:-0} == 1 ]] && run even 2 101
   solos 2
   python3 - "$dir" "$(rate solo1_1)" "$(rate solo1_2)" "$(rate solo2_1)" "$(rate solo2_2)" "$(rate auto)" \
@@ -82,7 +88,7 @@ m = re.search(r"(\d+) share change\(s\) in (\d+) steps \(([0-9.]+) per 100\); th
 shares = re.findall(r"batch shares at step (\d+): rank 0: (\d+) of", out)
 # A binary from before the balance line (for a before/after figure): the changes from the log.
 changes, steps, per100, first, last, settled = m.groups() if m else (len(shares), 101, len(shares) / 1.01, 0, 0, "nan")
-print(f"trial: node 1 alone {a1:.1f} then {b1:.1f}, node 2 alone (beside the loop) {a2:.1f} then {b2:.1f}: "
+print(f"trial: node 1 alone {a1:.1f} then {b1:.1f}, node 2 alone {a2:.1f} then {b2:.1f}: "
       f"solo sum {solo:.1f} samples/s")
 print(f"trial: auto, the whole run {auto:.1f} samples/s = {auto / solo:.3f} of the solo sum; the longest stretch at "
       f"one set of shares (steps {first}-{last}) {float(settled):.1f} = {float(settled) / solo:.3f}; "

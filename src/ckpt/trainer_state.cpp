@@ -74,7 +74,10 @@ void save_trainer_state(train::StateWriter& w, train::Trainer& trainer, const Co
   w.attribute("bad_in_a_row", state.bad_in_a_row);
   w.attribute("global_batch", trainer.global_batch());
   // train.balance: the shares in force ("6,2"), the last windows' seconds per sample ("a,b;c,d",
-  // oldest first), a change's measured cost, the changes so far, and each rank's measuring window.
+  // oldest first), a change's measured cost, the changes so far, and each rank's measuring window
+  // (balance_steps: [its steps' whole time, each step's seconds per sample...]; the balance_window
+  // [busy seconds, samples] of checkpoints before 2026-12-07 is not read: that window is measured
+  // again).
   const auto& b = state.balance;
   w.attribute("balance_shares", fmt::format("{}", fmt::join(b.shares, ",")));
   std::vector<std::string> windows;
@@ -82,7 +85,9 @@ void save_trainer_state(train::StateWriter& w, train::Trainer& trainer, const Co
   w.attribute("balance_windows", fmt::format("{}", fmt::join(windows, ";")));
   w.attribute("balance_cost_s", fmt::format("{:.17g}", b.cost_s));
   w.attribute("balance_changes", b.changes);
-  w.per_rank("balance_window", at::tensor({b.busy_s, b.samples, b.step_s, b.steps}, at::kDouble));
+  std::vector<double> window{b.step_s};  // the steps' whole time, then each step's busy seconds per sample
+  window.insert(window.end(), b.per_sample.begin(), b.per_sample.end());
+  w.per_rank("balance_steps", at::tensor(window, at::kDouble));
   if (!std::isnan(state.best.value)) {  // checkpoint.best's record, exactly (17 digits round-trip a double)
     w.attribute("best_value", fmt::format("{:.17g}", state.best.value));
     w.attribute("best_step", state.best.step);
@@ -183,12 +188,11 @@ void load_trainer_state(train::StateReader& r, int rank, train::Trainer& trainer
     }
     if (const auto cost = r.string_attribute("balance_cost_s")) b.cost_s = number(*cost, "balance_cost_s");
     b.changes = r.int_attribute("balance_changes").value_or(0);
-    const std::string window = "ranks/" + std::to_string(rank) + "/balance_window";
+    const std::string window = "ranks/" + std::to_string(rank) + "/balance_steps";
     if (point.world_size == int64_t(b.shares.size()) && r.has(window)) {
       const at::Tensor w = r.read(window).to(at::kDouble).contiguous();
       const double* v = w.data_ptr<double>();
-      if (w.numel() >= 2) b.busy_s = v[0], b.samples = v[1];
-      if (w.numel() >= 4) b.step_s = v[2], b.steps = v[3];
+      if (w.numel() >= 1) b.step_s = v[0], b.per_sample.assign(v + 1, v + w.numel());
     }
   }
   trainer.set_state(state);

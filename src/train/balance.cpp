@@ -186,28 +186,28 @@ void Balancer::record(double busy_s, double step_s, int64_t samples) {
   skip_ = Skip::None;
   if (skip == Skip::Change) after_change_s_ = step_s;
   if (skip != Skip::None) return;
-  state_.busy_s += std::max(busy_s, 0.0);
-  state_.samples += double(samples);
+  if (samples > 0) state_.per_sample.push_back(std::max(busy_s, 0.0) / double(samples));
   state_.step_s += step_s;
-  state_.steps += 1;
 }
 
 bool Balancer::rebalance(comm::Communicator& control, int64_t step, std::string* why) {
   // A window ends every `every_` steps, and the run's first after 2 measured steps (a slow node
   // costs every step until the first decision).
   if (!automatic_ || ranks_ < 2) return false;
-  if (step % every_ != 0 && !(state_.windows.empty() && state_.steps >= 2)) return false;
+  const size_t measured = state_.per_sample.size();
+  if (step % every_ != 0 && !(state_.windows.empty() && measured >= 2)) return false;
   // Every rank's seconds per sample in its slot; the sums of the measured change costs (a rank that
   // measured one: the step after the change against the window's other steps) and of how many
   // ranks measured one.
   at::Tensor agreed = at::zeros({ranks_ + 2}, at::kDouble);
-  if (state_.samples > 0 && state_.busy_s > 0) agreed[rank_] = state_.busy_s / state_.samples;
-  if (after_change_s_ >= 0 && state_.steps > 0) {
-    agreed[ranks_] = std::max(0.0, after_change_s_ - state_.step_s / state_.steps);
+  if (measured > 0) agreed[rank_] = median(state_.per_sample);
+  if (after_change_s_ >= 0 && measured > 0) {
+    agreed[ranks_] = std::max(0.0, after_change_s_ - state_.step_s / double(measured));
     agreed[ranks_ + 1] = 1;
   }
   control.allreduce(agreed, comm::ReduceOp::Sum);
-  state_.busy_s = state_.samples = state_.step_s = state_.steps = 0;
+  state_.per_sample.clear();
+  state_.step_s = 0;
   after_change_s_ = -1;
   const double* a = agreed.data_ptr<double>();
   if (a[ranks_ + 1] > 0) state_.cost_s = a[ranks_] / a[ranks_ + 1];

@@ -9,14 +9,14 @@
 // Every rank measures its busy time per sample: the step's time minus the optimizer and minus what
 // it waited in collectives (comm::blocked_seconds), over a window of train.balance_every steps (the
 // first window of a run ends after 2 measured steps; the first step of the run and the step after a
-// change are left out: warm-up, the batches read again). At the end of a window the ranks exchange
-// their times (collective) and, with the same arithmetic on the same numbers, keep the last 3
-// windows' times. decide_shares() turns them into a decision: the estimate is each rank's median
-// over those windows (one noisy window moves nothing; a real change of speed wins the median in its
-// second whole window), the proposal is shares proportional to speed (balance_shares()), and it is
-// adopted only when the step time it predicts falls by more than train.balance_threshold plus the
-// estimates' own scatter, and by more over the coming windows than a change costs (measured: the
-// step after the last change against the steps after it).
+// change are left out: warm-up, the batches read again); a window's time is the median of its steps'
+// (a window that holds a change of speed takes the side most of its steps were on). At the end of
+// a window the ranks exchange their times (collective) and, with the same arithmetic on the same
+// numbers, keep the last 3 windows' times. decide_shares() turns them into a decision: the estimate is each rank's
+// median over those windows (one noisy window moves nothing; a real change of speed wins the median in its second whole
+// window), the proposal is shares proportional to speed (balance_shares()), and it is adopted only when the step time
+// it predicts falls by more than train.balance_threshold plus the estimates' own scatter, and by more over the coming
+// windows than a change costs (measured: the step after the last change against the steps after it).
 //
 // The shares in force, the windows kept, the cost and this rank's window are part of a checkpoint
 // (BalanceState); a run resumed on another world size starts from even shares and measures again.
@@ -71,10 +71,8 @@ struct BalanceState {
   std::vector<std::vector<double>> windows;  // the last windows' seconds per sample of every rank, oldest first
   double cost_s = -1;                        // a share change's measured cost (seconds); < 0: not measured yet
   int64_t changes = 0;                       // share changes so far in the run
-  double busy_s = 0;                         // this rank's busy seconds in the window so far
-  double samples = 0;                        // and its samples
-  double step_s = 0;                         // and its steps' whole time
-  double steps = 0;                          // and how many steps were measured
+  std::vector<double> per_sample;            // this rank's window so far: each measured step's busy s per sample
+  double step_s = 0;                         // and those steps' whole time
 };
 
 class Balancer {

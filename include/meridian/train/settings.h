@@ -43,7 +43,7 @@ struct TrainerSettings {
   bool balance = false;             // train.balance: off | auto (shares from measured speed)
   int64_t balance_every = 5;        // train.balance_every: steps per measuring window (>= 1)
   int64_t balance_max = 0;          // train.balance_max: most samples per rank per micro-batch; 0: 2 x train.batch
-  double balance_threshold = 0.05;  // train.balance_threshold: the predicted gain a change needs, within [0, 1)
+  double balance_threshold = 0.02;  // train.balance_threshold: the predicted gain a change needs, within [0, 1)
   std::string balance_shares;       // train.balance_shares: the shares to start from ("6,2"); "": even
   // optim:
   Optimizer optimizer = Optimizer::AdamW;  // optim.name: adamw | sgd
