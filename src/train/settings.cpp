@@ -74,7 +74,7 @@ const ConfigBinding<TrainerSettings>& bindings() {
         .defaults_to("2 x train.batch");
     b.number("train.balance_threshold", &S::balance_threshold,
              "train.balance auto changes the shares only when the predicted step time falls by more than this "
-             "fraction")
+             "fraction plus the estimates' scatter (and by more than a change costs over the next 3 windows)")
         .at_least(0)
         .below(1);
     b.string("train.balance_shares", &S::balance_shares,
