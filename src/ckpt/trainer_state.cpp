@@ -11,7 +11,7 @@
 #include <cmath>
 #include <ctime>
 #include <mutex>
-#include <sstream>
+#include <optional>
 #include <utility>
 
 #include "internal.h"
@@ -80,9 +80,7 @@ void save_trainer_state(train::StateWriter& w, train::Trainer& trainer, const Co
   // again).
   const auto& b = state.balance;
   w.attribute("balance_shares", fmt::format("{}", fmt::join(b.shares, ",")));
-  std::vector<std::string> windows;
-  for (const auto& window : b.windows) windows.push_back(fmt::format("{:.17g}", fmt::join(window, ",")));
-  w.attribute("balance_windows", fmt::format("{}", fmt::join(windows, ";")));
+  w.attribute("balance_windows", train::format_windows(b.windows));
   w.attribute("balance_cost_s", fmt::format("{:.17g}", b.cost_s));
   w.attribute("balance_changes", b.changes);
   std::vector<double> window{b.step_s};  // the steps' whole time, then each step's busy seconds per sample
@@ -161,32 +159,17 @@ void load_trainer_state(train::StateReader& r, int rank, train::Trainer& trainer
       throw DataError(point.path, "attribute 'balance_shares'", "is '" + *shares + "': " + e.what());
     }
     auto& b = state.balance;
-    const auto number = [&](const std::string& text, const char* name) {
-      size_t used = 0;
-      double v = 0;
+    // The balancer's own text formats, each error naming its attribute.
+    const auto parsed = [&](const char* name, const auto& parse) {
+      const auto text = r.string_attribute(name);
       try {
-        v = std::stod(text, &used);
-      } catch (const std::exception&) {
-        used = 0;
+        return text ? std::optional(parse(*text)) : std::nullopt;
+      } catch (const std::invalid_argument& e) {
+        throw DataError(point.path, std::string("attribute '") + name + "'", e.what());
       }
-      if (used == 0 || used != text.size())
-        throw DataError(point.path, std::string("attribute '") + name + "'", "'" + text + "' is not a number");
-      return v;
     };
-    if (const auto windows = r.string_attribute("balance_windows"); windows && !windows->empty()) {
-      std::stringstream all(*windows);
-      for (std::string window, x; std::getline(all, window, ';');) {
-        std::stringstream one(window);
-        b.windows.emplace_back();
-        while (std::getline(one, x, ',')) {
-          const double v = number(x, "balance_windows");
-          if (!(v > 0) || !std::isfinite(v))
-            throw DataError(point.path, "attribute 'balance_windows'", "'" + x + "' is not a time per sample (> 0)");
-          b.windows.back().push_back(v);
-        }
-      }
-    }
-    if (const auto cost = r.string_attribute("balance_cost_s")) b.cost_s = number(*cost, "balance_cost_s");
+    b.windows = parsed("balance_windows", train::parse_windows).value_or(b.windows);
+    b.cost_s = parsed("balance_cost_s", train::parse_number).value_or(b.cost_s);
     b.changes = r.int_attribute("balance_changes").value_or(0);
     const std::string window = "ranks/" + std::to_string(rank) + "/balance_steps";
     if (point.world_size == int64_t(b.shares.size()) && r.has(window)) {

@@ -118,23 +118,55 @@ BalanceDecision decide_shares(const std::vector<int64_t>& current, const std::ve
   return d;
 }
 
+namespace {
+// `item` read whole by `convert` (std::stoll, std::stod: leading spaces skipped; trailing ones too
+// when `trailing_spaces`), else std::invalid_argument "'item' is not WHAT".
+template <typename T, typename Convert>
+T whole(const std::string& item, Convert convert, const char* what, bool trailing_spaces) {
+  size_t used = 0;
+  T v{};
+  try {
+    v = convert(item, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  while (trailing_spaces && used < item.size() && item[used] == ' ') ++used;
+  if (used == 0 || used != item.size()) throw std::invalid_argument("'" + item + "' is not " + what);
+  return v;
+}
+double to_double(const std::string& s, size_t* used) { return std::stod(s, used); }
+}  // namespace
+
 std::vector<int64_t> parse_shares(const std::string& text) {
   std::vector<int64_t> shares;
   std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    size_t used = 0;
-    int64_t v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    while (used < item.size() && item[used] == ' ') ++used;
-    if (used == 0 || used != item.size()) throw std::invalid_argument("'" + item + "' is not an integer");
-    shares.push_back(v);
-  }
+  for (std::string item; std::getline(in, item, ',');)
+    shares.push_back(whole<int64_t>(
+        item, [](const std::string& s, size_t* used) { return std::stoll(s, used); }, "an integer", true));
   return shares;
+}
+
+double parse_number(const std::string& text) { return whole<double>(text, to_double, "a number", false); }
+
+std::string format_windows(const std::vector<std::vector<double>>& windows) {
+  std::vector<std::string> each;
+  for (const auto& window : windows) each.push_back(fmt::format("{:.17g}", fmt::join(window, ",")));
+  return fmt::format("{}", fmt::join(each, ";"));
+}
+
+std::vector<std::vector<double>> parse_windows(const std::string& text) {
+  std::vector<std::vector<double>> windows;
+  std::stringstream all(text);
+  for (std::string window; std::getline(all, window, ';');) {
+    std::stringstream one(window);
+    windows.emplace_back();
+    for (std::string item; std::getline(one, item, ',');) {
+      const double v = parse_number(item);
+      if (!(v > 0) || !std::isfinite(v)) throw std::invalid_argument("'" + item + "' is not a time per sample (> 0)");
+      windows.back().push_back(v);
+    }
+  }
+  return windows;
 }
 
 Balancer::Balancer(int rank, int ranks, int64_t batch, const TrainerSettings& s, const Config& config)

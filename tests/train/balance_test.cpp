@@ -54,6 +54,18 @@ TEST(BalanceShares, ParsedFromText) {
   EXPECT_THROW(parse_shares("4,2.5"), std::invalid_argument);
 }
 
+TEST(BalanceShares, WindowsRoundTripThroughTheirTextExactly) {
+  const std::vector<std::vector<double>> windows{{0.1, 1.0 / 3}, {2.5e-5, 7.0}};
+  EXPECT_EQ(format_windows(windows), "0.10000000000000001,0.33333333333333331;2.5000000000000001e-05,7");
+  EXPECT_EQ(parse_windows(format_windows(windows)), windows);
+  EXPECT_TRUE(parse_windows("").empty());
+  EXPECT_THROW(parse_windows("0.1,x"), std::invalid_argument);
+  EXPECT_THROW(parse_windows("0.1,0"), std::invalid_argument);  // not a time per sample
+  EXPECT_THROW(parse_windows("0.1,nan"), std::invalid_argument);
+  EXPECT_DOUBLE_EQ(parse_number("-1"), -1.0);
+  EXPECT_THROW(parse_number("1.5s"), std::invalid_argument);
+}
+
 // decide_shares: the median of the last 3 windows, the threshold plus the scatter, the cost.
 using Windows = std::vector<std::vector<double>>;
 

@@ -47,6 +47,13 @@ double predicted_step(const std::vector<int64_t>& shares, const std::vector<doub
 // Pure: shares written as text ("6,2"), parsed; std::invalid_argument when not integers.
 std::vector<int64_t> parse_shares(const std::string& text);
 
+// Pure: windows of seconds per sample as a checkpoint keeps them ("a,b;c,d", each number to 17
+// digits: exact), and back; parse_windows throws std::invalid_argument on an item that is not a
+// number > 0. parse_number: the whole of `text` as a number, else std::invalid_argument.
+std::string format_windows(const std::vector<std::vector<double>>& windows);
+std::vector<std::vector<double>> parse_windows(const std::string& text);
+double parse_number(const std::string& text);
+
 // What decide_shares() makes of the windows.
 struct BalanceDecision {
   std::vector<double> estimate;  // every rank's seconds per sample
