@@ -2,15 +2,12 @@
 # LibTorch, and every CUDA path is compiled whether or not the build machine has a GPU).
 # NCCL is the one LibTorch loads: the nvidia-nccl wheel beside it (MERIDIAN_TORCH_SITE) comes first,
 # then NCCL_ROOT / NCCL_HOME and the toolkit. Sets the imported target meridian::nccl and NCCL_VERSION.
-if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
-  set(CUDAToolkit_ROOT /usr/local/cuda)
-endif()
-find_package(CUDAToolkit QUIET)
+find_package(CUDAToolkit QUIET)  # found already by LibTorch's package, at CUDAToolkit_ROOT (MeridianCudaToolkit)
 if(NOT CUDAToolkit_FOUND)
-  message(FATAL_ERROR "meridian: the CUDA toolkit was not found (set CUDAToolkit_ROOT, or install it under /usr/local/cuda)")
+  message(FATAL_ERROR "meridian: the CUDA toolkit was not found at '${CUDAToolkit_ROOT}'")
 endif()
 file(GLOB _nccl_wheel ${MERIDIAN_TORCH_SITE}/nvidia/nccl ${MERIDIAN_TORCH_SITE}/nvidia/*/nccl)
-set(_nccl_hints ${_nccl_wheel} ${NCCL_ROOT} $ENV{NCCL_ROOT} $ENV{NCCL_HOME} ${CUDAToolkit_LIBRARY_ROOT} /usr/local/cuda)
+set(_nccl_hints ${_nccl_wheel} ${NCCL_ROOT} $ENV{NCCL_ROOT} $ENV{NCCL_HOME} ${CUDAToolkit_LIBRARY_ROOT})
 find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_nccl_hints} PATH_SUFFIXES include NO_DEFAULT_PATH)
 find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
 # NAMES_PER_DIR: a hinted directory (the nvidia-nccl wheel ships only libnccl.so.2) wins over a system

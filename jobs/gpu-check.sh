@@ -10,7 +10,10 @@
 #   deps           source jobs/gpu-deps.sh (Open MPI, HDF5, ... unpacked; MERIDIAN_GPU_CMAKE_ARGS)
 #   configure      cmake -G Ninja -DCMAKE_BUILD_TYPE=Release $MERIDIAN_GPU_CMAKE_ARGS  (the whole project)
 #   build          cmake --build $BUILD -j $(nproc)
-#   version, info  meridian --version; mpirun -np 1 meridian info
+#   version, info  meridian --version (its LibTorch track: gpu-check.json's version.track); mpirun -np 1 meridian info
+#   gpu-build      meridian info --device auto: the verdict of this build on the GPU (comm/gpu_build.h): the driver's CUDA and the GPU's
+#                  compute capability, read from the real device, must pass ("runs on ..."; a dry run: "no
+#                  NVIDIA GPU")
 #   unit-tests     tests/meridian_unit_tests
 #   comm-tests, parallel-tests, train-tests
 #                  the MPI test binaries, 1 rank on cuda:0 (MERIDIAN_TEST_DEVICE=cuda: NCCL too)
@@ -256,6 +259,10 @@ fi
 
 step version 30 --needs build -- "$BIN" --version
 step info 60 --needs build -- "${MPI1[@]}" "$BIN" info "${COMMON[@]}"
+if ((DRY)); then build_verdict="no NVIDIA GPU"; else build_verdict="runs on"; fi
+# shellcheck disable=SC2016  # $@ is the inner shell's
+step gpu-build 60 --needs build -- bash -c '"$@" 2>&1 | tee /dev/stderr | grep -qE "^rank 0 gpu build $0"' \
+  "$build_verdict" "${MPI1[@]}" "$BIN" info --device auto
 
 # The test binaries: 1 rank, on cuda:0 with NCCL on the GPU; on CPU (MPI backend only) in a dry run.
 # A dry run leaves out the watchdog's unit tests: their verdict is a time window (the suite runs them
@@ -506,6 +513,13 @@ def figures(name, t):
         m = re.search(r"^meridian (.*)$", t, re.M)
         if m:
             f["meridian"] = m[1]
+        m = re.search(r"^\s*GPUs\s+CUDA ([0-9.]+) \((?:track (\w+)|[^)]*)\), architectures (.*)$", t, re.M)
+        if m:
+            f.update(build_cuda=m[1], track=m[2] or "none", archs=m[3].strip())
+    elif name == "gpu-build":
+        m = re.search(r"^rank 0 gpu build (.*)$", t, re.M)
+        if m:
+            f["verdict"] = m[1]
     elif name.endswith("tests"):
         m = re.search(r"\[  PASSED  \] ([0-9]+) test", t)
         f["passed"] = int(m[1]) if m else 0

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # Installs everything meridian needs to build, test and run, on Debian 12:
 #  1. the Debian packages below (apt-get);
-#  2. meridian's Python environment, $MERIDIAN_VENV (default /opt/meridian/venv): PyTorch 2.15.0 with
-#     CUDA 13 (its LibTorch is what meridian builds against, and NCCL and the CUDA runtime come with it)
-#     and the packages of the tests' references, every version pinned in jobs/python-requirements.txt,
-#     from the Python package index. CMake, the tests and the job scripts find it there.
+#  2. meridian's Python environment, $MERIDIAN_VENV (default /opt/meridian/venv), from the Python package
+#     index: the LibTorch track this node runs (jobs/torch-tracks.tsv: cu13, PyTorch 2.15.0 with CUDA 13.2,
+#     for driver 580+ and compute capability 7.5+; cu128, PyTorch 2.10.0 with CUDA 12.8, for driver 525+
+#     and 7.0+), chosen from nvidia-smi (the driver's CUDA version, the oldest GPU), cu13 where there is no
+#     GPU; its LibTorch is what meridian builds against, and NCCL and the CUDA runtime come with it. With it
+#     the CUDA compiler and headers of the same CUDA version, made into one toolkit at $MERIDIAN_VENV/cuda
+#     (jobs/lib/cuda_toolkit.sh), so the node needs no CUDA toolkit; and the packages of the tests'
+#     references. Every version is pinned in the track's jobs/python-requirements-<track>.txt. CMake, the
+#     tests and the job scripts find it there.
 # Run it on each node (VM) of a cluster (or once where the environment is on a shared file system).
 # Idempotent: a second run installs nothing (apt skips what is present; the environment records the
-# requirements it was made from).
-# Usage: jobs/setup-node.sh [--fuzz]   (as root, or as a user with sudo; MERIDIAN_VENV=DIR for another place)
+# requirements it was made from). An environment of another track is made anew.
+# Usage: jobs/setup-node.sh [--fuzz | --print-track]   (as root, or as a user with sudo; MERIDIAN_VENV=DIR for
+#        another place, MERIDIAN_TORCH_TRACK=cu13|cu128 to choose the track)
 #   --fuzz: also clang and libFuzzer, for tests/fuzz/build.sh and tests/sanitize.sh (developers; the test
 #           command needs neither)
+#   --print-track: print the track this node gets and why, install nothing (exit 2 where none runs)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -34,12 +41,30 @@ PACKAGES=(
   iproute2 iputils-ping              # the virtual cluster of tests/cluster (namespaces, links, tc)
   chromium fonts-dejavu-core         # tests/report opens the run report in headless Chromium; not for the build
 )
+print_track=0
 if [[ ${1:-} == --fuzz ]]; then
   PACKAGES+=(clang libfuzzer-14-dev time)  # the fuzz targets' libFuzzer build, ASan/UBSan/TSan (tests/fuzz); time for the campaign's CPU seconds
+elif [[ ${1:-} == --print-track ]]; then
+  print_track=1
 elif [[ $# -gt 0 ]]; then
-  echo "setup-node.sh: unknown argument '$1' (the only option is --fuzz)" >&2
+  echo "setup-node.sh: unknown argument '$1' (the options are --fuzz and --print-track)" >&2
   exit 2
 fi
+
+# The LibTorch track, first: a node no track runs on is told so before anything is installed.
+TRACKS_TABLE=$root/jobs/torch-tracks.tsv
+source "$root/jobs/lib/torch_track.sh"
+rc=0
+choose_torch_track || rc=$?
+if ((print_track)); then
+  echo "${TRACK:-none}: $TRACK_WHY"
+  exit "$rc"
+fi
+if ((rc != 0)); then
+  echo "setup-node.sh: $TRACK_WHY" >&2
+  exit "$rc"
+fi
+echo "setup-node.sh: torch track $TRACK (torch $(track_field "$TRACK" torch), CUDA $(track_field "$TRACK" cuda)): $TRACK_WHY"
 
 if [[ ! -r /etc/os-release ]] || ! grep -qiE '^(ID|ID_LIKE)=.*debian' /etc/os-release; then
   echo "setup-node.sh: this script installs Debian 12 packages with apt-get; this system is not Debian-based." >&2
@@ -66,40 +91,44 @@ else
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# The CUDA toolkit (nvcc, headers) is not a Debian 12 package at the version LibTorch needs: say so
-# now rather than at the configure.
-if [[ ! -x ${CUDAToolkit_ROOT:-/usr/local/cuda}/bin/nvcc ]] && ! command -v nvcc >/dev/null; then
-  echo "setup-node.sh: WARNING: no CUDA toolkit (nvcc) in ${CUDAToolkit_ROOT:-/usr/local/cuda} or on the PATH;" \
-    "the build needs one (CUDA 13, as built against here: NVIDIA's installer or apt repository); set CUDAToolkit_ROOT to it" >&2
-fi
-
-# The Python environment. Its stamp is the hash of the requirements file and the Python that made it:
-# when both match, nothing is downloaded.
+# The Python environment. Its stamp is the hash of the track's requirements file and the Python that
+# made it: when both match, nothing is downloaded.
 source "$root/jobs/python-env.sh"  # MERIDIAN_VENV and its default, shared with the job scripts
+source "$root/jobs/lib/cuda_toolkit.sh"
 venv=$MERIDIAN_VENV
-requirements=$root/jobs/python-requirements.txt
+requirements=$root/$(track_field "$TRACK" requirements)
 python=/usr/bin/python3  # Debian's, which python3-venv belongs to
 stamp=$({ sha256sum <"$requirements"; "$python" --version; } | sha256sum | cut -c1-16)
-if [[ -f $venv/.meridian-stamp && $(cat "$venv/.meridian-stamp") == "$stamp" ]]; then
-  echo "setup-node.sh: Python environment $venv up to date ($(sed -n 's/^torch==//p' "$requirements"))"
+if [[ -f $venv/.meridian-stamp && $(cat "$venv/.meridian-stamp") == "$stamp" && -x $venv/cuda/bin/nvcc ]]; then
+  echo "setup-node.sh: Python environment $venv up to date (track $TRACK, torch $(sed -n 's/^torch==//p' "$requirements"))"
   exit 0
 fi
 wheels=$(grep -c '==' "$requirements")
 echo "setup-node.sh: installing the Python environment $venv: $wheels pinned packages from the Python package index" \
-  "(jobs/python-requirements.txt), torch $(sed -n 's/^torch==//p' "$requirements") with CUDA 13 among them:" \
-  "about 3.3 GB to download, 6.4 GB on disk"
+  "(${requirements#"$root/"}), torch $(sed -n 's/^torch==//p' "$requirements") with CUDA $(track_field "$TRACK" cuda)" \
+  "and its CUDA compiler among them: about 3.5 GB to download, 7 GB on disk"
 start=$SECONDS
 if [[ ! -w $(dirname "$venv") && -n $SUDO ]]; then
   $SUDO mkdir -p "$venv" && $SUDO chown "$(id -u):$(id -g)" "$venv"
 fi
 rm -f "$venv/.meridian-stamp"
-"$python" -m venv "$venv"
+# Another track's environment is made anew: its nvidia wheels are other packages, not other versions.
+clear=()
+[[ -f $venv/.meridian-track && $(cat "$venv/.meridian-track") != "$TRACK" ]] && clear=(--clear)
+"$python" -m venv "${clear[@]}" "$venv"
 # Byte-compiled afterwards on every core: pip compiles the 14,000 .py files one at a time (25 s of the
 # install on 2 cores; 14 s so). A file that does not compile (a package's Python 2 test data) is left,
 # as pip leaves it.
 "$venv/bin/pip" install --no-input --disable-pip-version-check --progress-bar off -q --no-compile -r "$requirements"
 "$venv/bin/python" -m compileall -q -j 0 "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
   >/dev/null || true
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+nvcc_version=$(cuda_toolkit_view "$site" "$venv/cuda") || {
+  echo "setup-node.sh: the environment has no nvcc (nvidia-cuda-nvcc missing from ${requirements#"$root/"})" >&2
+  exit 1
+}
+echo "$TRACK" >"$venv/.meridian-track"
 echo "$stamp" >"$venv/.meridian-stamp"
-echo "setup-node.sh: Python environment installed in $((SECONDS - start)) s ($(du -sh "$venv" | cut -f1) in $venv)"
+echo "setup-node.sh: Python environment installed in $((SECONDS - start)) s ($(du -sh "$venv" | cut -f1) in $venv);" \
+  "CUDA toolkit $nvcc_version of its wheels at $venv/cuda"
 "$venv/bin/python" -c 'import torch; print("setup-node.sh: torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version(), "NCCL", ".".join(map(str, torch.cuda.nccl.version())))'

@@ -27,6 +27,8 @@ struct Command {
   std::string summary;  // one line for `meridian --help`
   std::function<void(cxxopts::Options&)> add_options;
   std::function<int(const cxxopts::ParseResult&, comm::Runtime&)> run;
+  // info, doctor: a GPU this build cannot run is reported (Runtime::gpu_build) instead of refused.
+  bool reports_gpu_build = false;
 };
 
 Command info_command();

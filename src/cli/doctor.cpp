@@ -99,6 +99,7 @@ std::optional<ops::DataFacts> data_facts(const std::string& path) {
 Command doctor_command() {
   Command c;
   c.name = "doctor";
+  c.reports_gpu_build = true;
   c.summary = "Preflight check of every rank's machine, versions, data and network (run under the training launcher)";
   // clang-format off
   c.add_options = [](cxxopts::Options& o) {
@@ -138,8 +139,8 @@ Command doctor_command() {
       report.emplace();
       std::printf("meridian doctor: %d rank(s) on %d node(s), %s\n", rt.size(), nodes, facts[0].versions.build.c_str());
       report->section("nodes");
-      for (const auto& check :
-           {ops::check_cores, ops::check_cpu, ops::check_memory, ops::check_disk, ops::check_shm, ops::check_gpus})
+      for (const auto& check : {ops::check_cores, ops::check_cpu, ops::check_memory, ops::check_disk, ops::check_shm,
+                                ops::check_gpus, ops::check_gpu_build})
         report->add(check(facts));
       report->section("consistency across ranks");
       report->add(ops::check_versions(facts));

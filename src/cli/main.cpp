@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "meridian/build_config.h"
 #include "meridian/comm/communicator.h"
+#include "meridian/comm/gpu_build.h"
 #include "meridian/comm/probe.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
@@ -49,6 +50,7 @@ std::string version_text() {
       std::string("meridian ") + MERIDIAN_VERSION + " (git " + MERIDIAN_GIT + ", " + MERIDIAN_BUILD_TYPE + ")\n";
   s += std::string("  LibTorch ") + TORCH_VERSION + "\n";
   s += "  CUDA     yes: " + meridian::comm::cuda_build_text() + "\n";
+  s += "  GPUs     " + meridian::comm::cuda_build_summary(meridian::comm::this_cuda_build()) + "\n";
   s += "  NCCL     " + meridian::comm::nccl_version() + "\n";
 #ifdef MERIDIAN_WITH_DATA
   s += "  " + meridian::data::hdf5_version() + "\n";
@@ -166,6 +168,7 @@ int main(int argc, char** argv) {
   ropts.device = parsed["device"].as<std::string>();
   ropts.threads = parsed["threads"].as<int>();
   ropts.comm_timeout_s = parsed["comm-timeout"].as<double>();
+  ropts.refuse_unusable_gpu = !command->reports_gpu_build;
   std::unique_ptr<comm::Runtime> runtime;
   try {
     runtime = std::make_unique<comm::Runtime>(&argc, &argv, ropts);

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "launcher.h"
+#include "meridian/comm/gpu_build.h"
 #include "meridian/comm/mpi_interop.h"
 #include "meridian/comm/probe.h"
 #include "meridian/comm/watchdog.h"
@@ -55,6 +56,26 @@ int env_int(const char* name, int fallback, long min = 1) {
 }
 
 void append_launcher_line(const char* variable, const std::string& what);
+
+// This build against the node's GPU (gpu_build.h): the verdict's text and whether it is a refusal. The
+// GPU judged is the one the rank takes (cuda_index among those it sees) where the CUDA runtime lists
+// it, else the driver's first (NVML) or the test seam's.
+std::pair<std::string, bool> gpu_build_verdict(int cuda_index, const std::string& host) {
+  const NodeGpus node = node_gpus();
+  if (!node.error.empty()) return {node.error, true};
+  const CudaBuild build = this_cuda_build();
+  if (!node.present) return {"no NVIDIA GPU on this node; build: " + cuda_build_summary(build), false};
+  GpuInfo gpu = node.gpus.empty() ? GpuInfo{} : node.gpus.front();
+  if (node.evidence != "MERIDIAN_TEST_NODE_GPU" && cuda_index >= 0) {
+    const GpuInventory visible = local_gpus();
+    if (cuda_index < int(visible.gpus.size())) gpu = visible.gpus[size_t(cuda_index)];
+  }
+  const std::string refusal = gpu_build_refusal(build, node.driver_cuda, gpu, host);
+  if (!refusal.empty()) return {refusal, true};
+  return {fmt::format("runs on {} (compute capability {}.{}), driver CUDA {} ({}); build: {}", gpu.name, gpu.major,
+                      gpu.minor, cuda_version_text(node.driver_cuda), node.evidence, cuda_build_summary(build)),
+          false};
+}
 }  // namespace
 
 Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : options_(options) {
@@ -140,7 +161,21 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
     const GpuInventory inv = local_gpus();
     din.no_gpus = inv.note.empty() ? "CUDA driver " + cuda_version_text(inv.driver_version) + ", 0 devices" : inv.note;
   }
-  const DeviceChoice choice = choose_device(din);
+  DeviceChoice choice = choose_device(din);
+  // Whether this build runs on the node's GPU, before any kernel: also where the CUDA runtime cannot
+  // start (a driver older than the build's CUDA), so auto never trains on the CPU of a GPU node.
+  // CUDA_VISIBLE_DEVICES='' hides the GPUs on purpose: nothing to judge then.
+  if (options_.device != "cpu" && !(env.set && env.value[0] == '\0')) {
+    const auto [verdict, refused] = gpu_build_verdict(choice.cuda_index, host_);
+    gpu_build_ = verdict;
+    gpu_build_refused_ = refused;
+    if (refused && options_.refuse_unusable_gpu) {
+      choice.error = verdict;
+    } else if (refused) {
+      choice.cuda_index = -1;
+      choice.why = "cpu: " + verdict;
+    }
+  }
   device_why_ = choice.why;
   if (choice.error.empty() && choice.cuda_index >= 0) {
     device_ = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(choice.cuda_index));

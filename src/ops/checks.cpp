@@ -131,6 +131,18 @@ Findings check_shm(const Facts& facts) {
   });
 }
 
+Findings check_gpu_build(const Facts& facts) {
+  return per_node(facts, "gpu build", [&](const Node& node, const RankFacts& first) -> Finding {
+    for (int r : node.ranks)
+      if (facts[r].gpu.build_refused)
+        return {Status::Fail, "", fmt::format("rank {}: {}", r, facts[r].gpu.build),
+                "install the track the node runs (jobs/setup-node.sh chooses it; docs/running.md, \"GPUs, drivers "
+                "and tracks\")"};
+    return {Status::Ok, "",
+            node.host + ": " + (first.gpu.build.empty() ? "not checked (--device cpu)" : first.gpu.build), ""};
+  });
+}
+
 Findings check_gpus(const Facts& facts) {
   return per_node(facts, "gpus", [&](const Node& node, const RankFacts& first) -> Finding {
     const comm::GpuInventory& g = first.gpu.inventory;
@@ -145,7 +157,8 @@ Findings check_gpus(const Facts& facts) {
       if (g.driver_version > 0 && g.runtime_version > g.driver_version)
         return {Status::Fail, "", fmt::format("{}: no usable GPU: {}; {}", node.host, g.note, versions),
                 "the NVIDIA driver is older than the CUDA runtime meridian was built with: update the driver "
-                "(nvidia-smi shows the CUDA version it supports) or build with a matching CUDA"};
+                "(nvidia-smi shows the CUDA version it supports) or install the track it runs (jobs/setup-node.sh "
+                "--print-track; docs/running.md, \"GPUs, drivers and tracks\")"};
       return {Status::Ok, "", fmt::format("{}: no GPU ({}); ranks on cpu", node.host, g.note), ""};
     }
     std::map<std::string, int> models;

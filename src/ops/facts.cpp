@@ -252,7 +252,7 @@ RankFacts local_facts(const comm::Runtime& rt, const std::string& run_dir, const
   f.run_dir = run_dir_facts(run_dir, rt.rank());
   f.shm = shm_facts();
   f.versions = version_facts();
-  f.gpu = {nvidia_driver_release(), comm::local_gpus()};
+  f.gpu = {nvidia_driver_release(), comm::local_gpus(), rt.gpu_build(), rt.gpu_build_refused()};
   f.env = env_facts();
   f.network = network_facts(rt.host(), hosts);
   const core::CpuShare cpu = core::sample_cpu_share(kCpuWindowS, rt.machine_pids(), /*list_processes=*/true);
@@ -293,7 +293,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(VersionFacts, build, binary, torch, mpi, nccl
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(NetworkFacts, resolves_to, interfaces, unresolved_peers)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(DataFacts, path, kind, split, created_by, format_version, count, bytes, head, error)
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GpuFacts, driver_release, inventory)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(GpuFacts, driver_release, inventory, build, build_refused)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(CpuFacts, machine, busy_cores, others_cores, steal_pct, runnable, others)
 
 // Without --data: null.

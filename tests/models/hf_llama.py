@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Hugging Face's Llama for tests, from the real libraries: transformers (LlamaConfig,
 LlamaForCausalLM, LlamaTokenizer, apply_chat_template, generate), tokenizers, safetensors and
-sentencepiece's trainer. Needs meridian's Python environment (jobs/python-requirements.txt).
+sentencepiece's trainer. Needs meridian's Python environment (jobs/python-requirements-<track>.txt).
 
   hf_llama.py make DIR [--seed N] [--shard-bytes B] [--dtype bf16|f16|f32] [--tie]
                    [--shape HIDDEN,INTERMEDIATE,LAYERS,HEADS,KV_HEADS,VOCAB] [--no-bos-copy DIR2]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Ultralytics' own YOLO (the ultralytics package, pinned in jobs/python-requirements.txt) as the
+"""Ultralytics' own YOLO (the ultralytics package, pinned in jobs/python-requirements-<track>.txt) as the
 reference for meridian's detection models, loss, export, predict and eval. Everything here calls the
 real library: ultralytics.nn.tasks.DetectionModel built from a model YAML, v8DetectionLoss,
 non_max_suppression and DetectionValidator. Nothing is downloaded: ctest sets YOLO_OFFLINE (no

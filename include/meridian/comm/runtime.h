@@ -24,6 +24,9 @@ struct RuntimeOptions {
   std::string device = "auto";  // auto (cuda:<local_rank> when CUDA is available, else cpu), cpu, cuda
   int threads = 0;              // torch intra-op threads; 0: OMP_NUM_THREADS if set, else choose_threads
   double comm_timeout_s = 600;  // watchdog: a collective not done within this ends the job
+  // A GPU on the node that this build cannot run (gpu_build.h) refuses the start on every rank; false
+  // (`meridian info`, `doctor`): the ranks run on the CPU and gpu_build() reports it.
+  bool refuse_unusable_gpu = true;
 };
 
 // What a rank's intra-op thread count is chosen from (Runtime measures it; choose_threads is pure).
@@ -82,7 +85,8 @@ class Runtime {
  public:
   // Collective. Initialises MPI with MPI_THREAD_MULTIPLE (the communicators' progress threads call
   // MPI concurrently with the main thread) and throws SystemError if the library grants less.
-  // Throws UserError on every rank when any rank's device cannot be chosen (choose_device).
+  // Throws UserError on every rank when any rank's device cannot be chosen (choose_device), or when
+  // any rank's GPU cannot run this build (gpu_build_refusal; unless options.refuse_unusable_gpu is false).
   Runtime(int* argc, char*** argv, const RuntimeOptions& options = {});
   // Collective: MPI_Finalize.
   ~Runtime();
@@ -99,6 +103,9 @@ class Runtime {
   // Why device() is what it is: "cpu: --device auto found no CUDA device (cudaGetDeviceCount: ...)",
   // "cuda:1: local rank 1 of the node's 4 ranks, which all see the same 4 GPU(s) (...)".
   const std::string& device_why() const { return device_why_; }
+  // This build against the node's GPU (gpu_build.h): "runs ...", "no NVIDIA GPU ..." or the refusal.
+  const std::string& gpu_build() const { return gpu_build_; }
+  bool gpu_build_refused() const { return gpu_build_refused_; }
   int threads() const { return threads_; }
   // Why threads() is what it is, and the OpenMP wait policy (choose_threads's `why`); `crowded`: more
   // threads than free cores.
@@ -140,6 +147,8 @@ class Runtime {
   std::vector<int> machine_pids_;
   c10::Device device_{c10::kCPU};
   std::string device_why_;
+  std::string gpu_build_;
+  bool gpu_build_refused_ = false;
   bool owns_mpi_ = false;
   std::unique_ptr<Watchdog> watchdog_;
 };

@@ -47,6 +47,9 @@ Findings check_disk(const std::vector<RankFacts>& facts);
 Findings check_shm(const std::vector<RankFacts>& facts);
 // GPUs: a driver older than the runtime FAIL; GPUs unused, idle or of mixed models WARN.
 Findings check_gpus(const std::vector<RankFacts>& facts);
+// This build against each node's GPU (comm/gpu_build.h): a driver older than the build's CUDA or a GPU
+// whose compute capability it carries no kernels for FAIL, with the track or driver that fixes it.
+Findings check_gpu_build(const std::vector<RankFacts>& facts);
 
 // ---- Consistency across ranks.
 

@@ -68,6 +68,8 @@ struct ShmFacts {
 struct GpuFacts {
   std::string driver_release;    // the NVIDIA kernel module's ("550.54.15"); empty without one
   comm::GpuInventory inventory;  // what this process sees through the CUDA runtime
+  std::string build;             // this build against the node's GPU (comm::Runtime::gpu_build())
+  bool build_refused = false;    // ... a refusal: the build cannot run there
 };
 
 struct VersionFacts {
