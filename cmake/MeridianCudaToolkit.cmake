@@ -1,11 +1,15 @@
-# The CUDA toolkit and the LibTorch track (jobs/torch-tracks.tsv).
+# CUDA for LibTorch's package and meridian's own CUDA calls, and the LibTorch track (jobs/torch-tracks.tsv).
 #
-# Toolkit: LibTorch's CMake package needs nvcc, the CUDA headers and libraries (FindCUDA, enable_language(CUDA),
-# FindCUDAToolkit). By default they are the environment's own: jobs/setup-node.sh installs the compiler and
-# headers as wheels at LibTorch's own CUDA version and makes of them one toolkit root, <venv>/cuda
-# (jobs/lib/cuda_toolkit.sh). A system toolkit is used only when named: -DCUDAToolkit_ROOT=/usr/local/cuda-12.8.
-# Either way its CUDA major version must be LibTorch's, checked here before LibTorch's package looks.
-# Included before find_package(Torch), with MERIDIAN_TORCH_SITE and Torch_DIR set.
+# meridian compiles no CUDA code: it needs the CUDA headers (the runtime API, and what LibTorch's CUDA
+# headers include) and the CUDA runtime LibTorch loads. By default both are the environment's own, at
+# LibTorch's own CUDA version: the nvidia wheels' headers and libraries, which jobs/setup-node.sh gathers
+# into one root, <venv>/cuda (jobs/lib/cuda_toolkit.sh). LibTorch's package would look for a whole CUDA
+# toolkit (public/cuda.cmake: FindCUDA, nvcc, enable_language(CUDA)) only to define torch::cudart;
+# defining that target here first makes the file return at its include guard, so no CUDA compiler is
+# needed, which the Python package index does not have for CUDA 12 (its nvidia-cuda-nvcc-cu12 wheel holds
+# ptxas alone). A system toolkit is used only when named, -DCUDAToolkit_ROOT=/usr/local/cuda-12.8, and then
+# LibTorch's package finds it as usual. Either way the toolkit's CUDA major version must be LibTorch's,
+# checked here first. Included before find_package(Torch), with MERIDIAN_TORCH_SITE and Torch_DIR set.
 
 # LibTorch's CUDA version, from the wheel's torch/version.py ("13.2"; empty when not a wheel).
 set(MERIDIAN_TORCH_CUDA "")
@@ -15,27 +19,28 @@ if(EXISTS ${MERIDIAN_TORCH_SITE}/torch/version.py)
   set(MERIDIAN_TORCH_CUDA "${CMAKE_MATCH_1}")
 endif()
 
-if(NOT CUDAToolkit_ROOT)
-  get_filename_component(_venv_cuda "${MERIDIAN_TORCH_SITE}/../../../cuda" ABSOLUTE)
-  if(NOT EXISTS ${_venv_cuda}/bin/nvcc)
-    message(FATAL_ERROR "meridian: no CUDA toolkit for LibTorch ${MERIDIAN_TORCH_SITE}/torch (CUDA ${MERIDIAN_TORCH_CUDA}): "
-                        "${_venv_cuda}/bin/nvcc is missing. jobs/setup-node.sh installs LibTorch's own (nvcc and "
-                        "headers as wheels); or name a toolkit of the same CUDA major version with -DCUDAToolkit_ROOT=DIR.")
-  endif()
-  set(CUDAToolkit_ROOT ${_venv_cuda} CACHE PATH "CUDA toolkit (default: the environment's own, jobs/setup-node.sh)")
-  set(MERIDIAN_CUDA_FROM "the environment's wheels")
-else()
+if(CUDAToolkit_ROOT)
   set(MERIDIAN_CUDA_FROM "named by CUDAToolkit_ROOT")
+  set(_cuda_root ${CUDAToolkit_ROOT})
+else()
+  get_filename_component(_cuda_root "${MERIDIAN_TORCH_SITE}/../../../cuda" ABSOLUTE)
+  set(MERIDIAN_CUDA_FROM "the environment's wheels")
+  if(NOT EXISTS ${_cuda_root}/include/cuda_runtime_api.h)
+    message(FATAL_ERROR "meridian: no CUDA headers for LibTorch ${MERIDIAN_TORCH_SITE}/torch (CUDA ${MERIDIAN_TORCH_CUDA}): "
+                        "${_cuda_root}/include/cuda_runtime_api.h is missing. jobs/setup-node.sh makes them of the "
+                        "environment's nvidia wheels; or name a CUDA toolkit of the same major version with "
+                        "-DCUDAToolkit_ROOT=DIR.")
+  endif()
 endif()
-# The toolkit's version from its cuda.h (CUDA_VERSION 12080), before anything runs its nvcc.
+# The headers' CUDA version, from cuda.h (CUDA_VERSION 12080).
 set(_cuda_h "")
-foreach(_dir ${CUDAToolkit_ROOT}/include ${CUDAToolkit_ROOT}/targets/x86_64-linux/include)
+foreach(_dir ${_cuda_root}/include ${_cuda_root}/targets/x86_64-linux/include)
   if(NOT _cuda_h AND EXISTS ${_dir}/cuda.h)
     set(_cuda_h ${_dir}/cuda.h)
   endif()
 endforeach()
 if(NOT _cuda_h)
-  message(FATAL_ERROR "meridian: CUDAToolkit_ROOT=${CUDAToolkit_ROOT} is not a CUDA toolkit (no include/cuda.h)")
+  message(FATAL_ERROR "meridian: ${_cuda_root} (${MERIDIAN_CUDA_FROM}) has no include/cuda.h: not a CUDA toolkit")
 endif()
 file(STRINGS ${_cuda_h} _cuda_line REGEX "^#define CUDA_VERSION [0-9]+")
 string(REGEX MATCH "[0-9]+$" _cuda_code "${_cuda_line}")
@@ -45,18 +50,37 @@ set(MERIDIAN_TOOLKIT_CUDA "${_major}.${_minor}")
 if(MERIDIAN_TORCH_CUDA)
   string(REGEX MATCH "^[0-9]+" _torch_major "${MERIDIAN_TORCH_CUDA}")
   if(NOT _torch_major EQUAL _major)
-    message(FATAL_ERROR "meridian: the CUDA toolkit at ${CUDAToolkit_ROOT} is CUDA ${MERIDIAN_TOOLKIT_CUDA} (${MERIDIAN_CUDA_FROM}) "
+    message(FATAL_ERROR "meridian: the CUDA toolkit at ${_cuda_root} is CUDA ${MERIDIAN_TOOLKIT_CUDA} (${MERIDIAN_CUDA_FROM}) "
                         "but LibTorch ${MERIDIAN_TORCH_SITE}/torch is built with CUDA ${MERIDIAN_TORCH_CUDA}: the major "
                         "versions must match. Leave CUDAToolkit_ROOT unset to use the environment's own "
                         "(jobs/setup-node.sh), or choose the track of that CUDA (MERIDIAN_TORCH_TRACK, docs/running.md).")
   endif()
 endif()
-# FindCUDA (LibTorch's package calls it) and enable_language(CUDA) look for nvcc by their own variables.
-if(NOT CUDA_TOOLKIT_ROOT_DIR)
-  set(CUDA_TOOLKIT_ROOT_DIR ${CUDAToolkit_ROOT} CACHE PATH "FindCUDA's root: CUDAToolkit_ROOT")
-endif()
-if(NOT CMAKE_CUDA_COMPILER AND EXISTS ${CUDAToolkit_ROOT}/bin/nvcc)
-  set(CMAKE_CUDA_COMPILER ${CUDAToolkit_ROOT}/bin/nvcc CACHE FILEPATH "nvcc of CUDAToolkit_ROOT")
+
+if(CUDAToolkit_ROOT)
+  # FindCUDA (LibTorch's package calls it) and enable_language(CUDA) look for nvcc by their own variables.
+  if(NOT CUDA_TOOLKIT_ROOT_DIR)
+    set(CUDA_TOOLKIT_ROOT_DIR ${CUDAToolkit_ROOT} CACHE PATH "FindCUDA's root: CUDAToolkit_ROOT")
+  endif()
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS ${CUDAToolkit_ROOT}/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER ${CUDAToolkit_ROOT}/bin/nvcc CACHE FILEPATH "nvcc of CUDAToolkit_ROOT")
+  endif()
+else()
+  # The CUDA runtime LibTorch loads (its wheel, beside it) with the environment's headers, as the
+  # targets LibTorch's package (torch::cudart) and meridian (CUDA::cudart) link.
+  meridian_wheel_lib(_wheel_cudart cudart)
+  if(NOT _wheel_cudart)
+    message(FATAL_ERROR "meridian: no libcudart.so.* in ${MERIDIAN_TORCH_SITE}/nvidia/*/lib (LibTorch's CUDA runtime wheel)")
+  endif()
+  add_library(CUDA::cudart SHARED IMPORTED)
+  set_target_properties(CUDA::cudart PROPERTIES IMPORTED_LOCATION ${_wheel_cudart}
+                        INTERFACE_INCLUDE_DIRECTORIES ${_cuda_root}/include)
+  add_library(torch::cudart INTERFACE IMPORTED)
+  set_target_properties(torch::cudart PROPERTIES INTERFACE_LINK_LIBRARIES CUDA::cudart)
+  set(CUDAToolkit_VERSION ${MERIDIAN_TOOLKIT_CUDA})
+  set(CUDAToolkit_INCLUDE_DIRS ${_cuda_root}/include)
+  set(CUDAToolkit_LIBRARY_DIR ${_cuda_root}/lib)
+  set(CUDAToolkit_BIN_DIR ${_cuda_root})
 endif()
 
 # meridian_torch_track(PYTHON): after find_package(Torch). Sets MERIDIAN_TORCH_TRACK (the row of

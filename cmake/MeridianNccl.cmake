@@ -2,9 +2,11 @@
 # LibTorch, and every CUDA path is compiled whether or not the build machine has a GPU).
 # NCCL is the one LibTorch loads: the nvidia-nccl wheel beside it (MERIDIAN_TORCH_SITE) comes first,
 # then NCCL_ROOT / NCCL_HOME and the toolkit. Sets the imported target meridian::nccl and NCCL_VERSION.
-find_package(CUDAToolkit QUIET)  # found already by LibTorch's package, at CUDAToolkit_ROOT (MeridianCudaToolkit)
-if(NOT CUDAToolkit_FOUND)
-  message(FATAL_ERROR "meridian: the CUDA toolkit was not found at '${CUDAToolkit_ROOT}'")
+if(NOT TARGET CUDA::cudart)  # a toolkit named by CUDAToolkit_ROOT (else MeridianCudaToolkit defined it)
+  find_package(CUDAToolkit QUIET)
+  if(NOT CUDAToolkit_FOUND)
+    message(FATAL_ERROR "meridian: the CUDA toolkit was not found at '${CUDAToolkit_ROOT}'")
+  endif()
 endif()
 file(GLOB _nccl_wheel ${MERIDIAN_TORCH_SITE}/nvidia/nccl ${MERIDIAN_TORCH_SITE}/nvidia/*/nccl)
 set(_nccl_hints ${_nccl_wheel} ${NCCL_ROOT} $ENV{NCCL_ROOT} $ENV{NCCL_HOME} ${CUDAToolkit_LIBRARY_ROOT})

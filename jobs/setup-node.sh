@@ -5,9 +5,9 @@
 #     index: the LibTorch track this node runs (jobs/torch-tracks.tsv: cu13, PyTorch 2.15.0 with CUDA 13.2,
 #     for driver 580+ and compute capability 7.5+; cu128, PyTorch 2.10.0 with CUDA 12.8, for driver 525+
 #     and 7.0+), chosen from nvidia-smi (the driver's CUDA version, the oldest GPU), cu13 where there is no
-#     GPU; its LibTorch is what meridian builds against, and NCCL and the CUDA runtime come with it. With it
-#     the CUDA compiler and headers of the same CUDA version, made into one toolkit at $MERIDIAN_VENV/cuda
-#     (jobs/lib/cuda_toolkit.sh), so the node needs no CUDA toolkit; and the packages of the tests'
+#     GPU; its LibTorch is what meridian builds against, and NCCL, the CUDA runtime and the CUDA headers
+#     come with it as wheels, gathered into one root at $MERIDIAN_VENV/cuda (jobs/lib/cuda_toolkit.sh), so
+#     the node needs no CUDA toolkit; and the packages of the tests'
 #     references. Every version is pinned in the track's jobs/python-requirements-<track>.txt. CMake, the
 #     tests and the job scripts find it there.
 # Run it on each node (VM) of a cluster (or once where the environment is on a shared file system).
@@ -99,14 +99,14 @@ venv=$MERIDIAN_VENV
 requirements=$root/$(track_field "$TRACK" requirements)
 python=/usr/bin/python3  # Debian's, which python3-venv belongs to
 stamp=$({ sha256sum <"$requirements"; "$python" --version; } | sha256sum | cut -c1-16)
-if [[ -f $venv/.meridian-stamp && $(cat "$venv/.meridian-stamp") == "$stamp" && -x $venv/cuda/bin/nvcc ]]; then
+if [[ -f $venv/.meridian-stamp && $(cat "$venv/.meridian-stamp") == "$stamp" && -e $venv/cuda/include/cuda.h ]]; then
   echo "setup-node.sh: Python environment $venv up to date (track $TRACK, torch $(sed -n 's/^torch==//p' "$requirements"))"
   exit 0
 fi
 wheels=$(grep -c '==' "$requirements")
 echo "setup-node.sh: installing the Python environment $venv: $wheels pinned packages from the Python package index" \
   "(${requirements#"$root/"}), torch $(sed -n 's/^torch==//p' "$requirements") with CUDA $(track_field "$TRACK" cuda)" \
-  "and its CUDA compiler among them: about 3.5 GB to download, 7 GB on disk"
+  "among them: about 3.3 GB to download, 6.4 GB on disk"
 start=$SECONDS
 if [[ ! -w $(dirname "$venv") && -n $SUDO ]]; then
   $SUDO mkdir -p "$venv" && $SUDO chown "$(id -u):$(id -g)" "$venv"
@@ -123,12 +123,13 @@ clear=()
 "$venv/bin/python" -m compileall -q -j 0 "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
   >/dev/null || true
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-nvcc_version=$(cuda_toolkit_view "$site" "$venv/cuda") || {
-  echo "setup-node.sh: the environment has no nvcc (nvidia-cuda-nvcc missing from ${requirements#"$root/"})" >&2
+cuda_version=$(cuda_toolkit_view "$site" "$venv/cuda") || {
+  echo "setup-node.sh: the environment's nvidia wheels hold no CUDA runtime headers (nvidia-cuda-runtime with its" \
+    "include/, pinned in ${requirements#"$root/"})" >&2
   exit 1
 }
 echo "$TRACK" >"$venv/.meridian-track"
 echo "$stamp" >"$venv/.meridian-stamp"
 echo "setup-node.sh: Python environment installed in $((SECONDS - start)) s ($(du -sh "$venv" | cut -f1) in $venv);" \
-  "CUDA toolkit $nvcc_version of its wheels at $venv/cuda"
+  "CUDA $cuda_version headers and libraries of its wheels at $venv/cuda"
 "$venv/bin/python" -c 'import torch; print("setup-node.sh: torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version(), "NCCL", ".".join(map(str, torch.cuda.nccl.version())))'

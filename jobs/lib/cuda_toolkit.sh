@@ -1,30 +1,25 @@
 # shellcheck shell=bash
-# The CUDA toolkit meridian builds with, made of the environment's own wheels: sourced by
-# jobs/setup-node.sh. NVIDIA ships the compiler, headers and libraries as wheels (nvidia-cuda-nvcc,
-# nvidia-cuda-runtime, nvidia-cuda-cccl and the libraries LibTorch loads), each in a folder of its own
-# under site-packages/nvidia (CUDA 12: nvidia/cuda_nvcc, nvidia/cublas, ...; CUDA 13: nvidia/cu13).
-# CMake's FindCUDA and FindCUDAToolkit, which LibTorch's package calls, expect one root with bin/,
-# include/, lib/ (lib64/) and nvvm/, and linkable (unversioned) library names: cuda_toolkit_view makes that
-# root of links, so the toolkit is exactly the CUDA version of the LibTorch beside it.
+# The CUDA headers and libraries meridian builds with, gathered from the environment's own wheels: sourced
+# by jobs/setup-node.sh. NVIDIA ships them as wheels at LibTorch's own CUDA version (nvidia-cuda-runtime
+# with its include/, nvidia-cuda-cccl, and the libraries LibTorch loads, each with its headers), each in a
+# folder of its own under site-packages/nvidia (CUDA 12: nvidia/cuda_runtime, nvidia/cublas, ...; CUDA 13:
+# nvidia/cu13). cuda_toolkit_view makes of them one root of links, include/ and lib/ (lib64/), with
+# linkable (unversioned) library names, which CMake uses by default (cmake/MeridianCudaToolkit.cmake).
+# meridian compiles no CUDA code, so no CUDA compiler is needed (and the package index has none for
+# CUDA 12: nvidia-cuda-nvcc-cu12 holds ptxas alone).
 
-# cuda_toolkit_view SITE_PACKAGES DEST: (re)makes DEST as links into SITE_PACKAGES/nvidia/*. Prints
-# the nvcc version; returns 1 when the wheels hold no nvcc.
+# cuda_toolkit_view SITE_PACKAGES DEST: (re)makes DEST as links into SITE_PACKAGES/nvidia/*. Prints the
+# headers' CUDA version (cuda.h); returns 1 when the wheels hold no CUDA runtime headers.
 cuda_toolkit_view() {
-  local site=$1 dest=$2 pkg entry lib base name
+  local site=$1 dest=$2 pkg entry lib base name code
   rm -rf "$dest"
   mkdir -p "$dest/include" "$dest/lib"
   ln -s lib "$dest/lib64"
   for pkg in "$site"/nvidia/*/; do
     pkg=${pkg%/}
-    # The compiler: bin/ and nvvm/ together (nvcc.profile finds nvvm beside its own folder), linked
-    # whole so that nvcc's real path keeps them side by side.
-    if [[ -x $pkg/bin/nvcc ]]; then
-      ln -s "$pkg/bin" "$dest/bin"
-      [[ -d $pkg/nvvm ]] && ln -s "$pkg/nvvm" "$dest/nvvm"
-    fi
     if [[ -d $pkg/include ]]; then
       for entry in "$pkg"/include/*; do
-        [[ -e $dest/include/${entry##*/} ]] || ln -s "$entry" "$dest/include/${entry##*/}"
+        [[ ${entry##*/} == __* || -e $dest/include/${entry##*/} ]] || ln -s "$entry" "$dest/include/${entry##*/}"
       done
     fi
     for lib in "$pkg"/lib/*.so* "$pkg"/lib/*.a; do
@@ -35,6 +30,7 @@ cuda_toolkit_view() {
       if [[ $base == *.so.* && ! -e $dest/lib/$name.so ]]; then ln -s "$lib" "$dest/lib/$name.so"; fi
     done
   done
-  [[ -x $dest/bin/nvcc ]] || return 1
-  "$dest/bin/nvcc" --version | sed -n 's/^Cuda compilation tools, release \([0-9.]*\).*/\1/p'
+  [[ -e $dest/include/cuda_runtime_api.h && -e $dest/include/cuda.h ]] || return 1
+  code=$(sed -n 's/^#define CUDA_VERSION \([0-9]*\).*/\1/p' "$dest/include/cuda.h")
+  echo "$((code / 1000)).$((code % 1000 / 10))"
 }

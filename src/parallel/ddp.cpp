@@ -60,7 +60,10 @@ struct DistributedDataParallel::Impl {
   // place, so no copy in and no copy out. The accumulators are kept alive here (a parameter holds
   // only a weak reference) and their hooks find us through `alive`, cleared when we go away.
   bool views = false;
-  std::vector<c10::intrusive_ptr<torch::autograd::Node>> accumulators;
+  // The accumulator's handle type is LibTorch's: std::shared_ptr<Node> up to 2.10 (the cu128 track),
+  // c10::intrusive_ptr<Node> later (cu13).
+  using AccumulatorPtr = decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
+  std::vector<AccumulatorPtr> accumulators;
   std::vector<uintptr_t> post_hook_keys;
   std::shared_ptr<Impl*> alive;
 
