@@ -3,7 +3,7 @@
 # meridian compiles no CUDA code: it needs the CUDA headers (the runtime API, and what LibTorch's CUDA
 # headers include) and the CUDA runtime LibTorch loads. By default both are the environment's own, at
 # LibTorch's own CUDA version: the nvidia wheels' headers and libraries, which jobs/setup-node.sh gathers
-# into one root, <venv>/cuda (jobs/lib/cuda_toolkit.sh). LibTorch's package would look for a whole CUDA
+# into one root, <venv>/cuda (jobs/lib/cuda_toolkit.sh; -DMERIDIAN_CUDA_ROOT names another such root). LibTorch's package would look for a whole CUDA
 # toolkit (public/cuda.cmake: FindCUDA, nvcc, enable_language(CUDA)) only to define torch::cudart;
 # defining that target here first makes the file return at its include guard, so no CUDA compiler is
 # needed, which the Python package index does not have for CUDA 12 (its nvidia-cuda-nvcc-cu12 wheel holds
@@ -23,7 +23,11 @@ if(CUDAToolkit_ROOT)
   set(MERIDIAN_CUDA_FROM "named by CUDAToolkit_ROOT")
   set(_cuda_root ${CUDAToolkit_ROOT})
 else()
-  get_filename_component(_cuda_root "${MERIDIAN_TORCH_SITE}/../../../cuda" ABSOLUTE)
+  if(NOT MERIDIAN_CUDA_ROOT)
+    get_filename_component(_venv_cuda "${MERIDIAN_TORCH_SITE}/../../../cuda" ABSOLUTE)
+    set(MERIDIAN_CUDA_ROOT ${_venv_cuda} CACHE PATH "CUDA headers and libraries gathered from the nvidia wheels (jobs/lib/cuda_toolkit.sh)")
+  endif()
+  set(_cuda_root ${MERIDIAN_CUDA_ROOT})
   set(MERIDIAN_CUDA_FROM "the environment's wheels")
   if(NOT EXISTS ${_cuda_root}/include/cuda_runtime_api.h)
     message(FATAL_ERROR "meridian: no CUDA headers for LibTorch ${MERIDIAN_TORCH_SITE}/torch (CUDA ${MERIDIAN_TORCH_CUDA}): "

@@ -72,6 +72,11 @@ if(Torch_VERSION VERSION_LESS 2.4)
   message(FATAL_ERROR "meridian: LibTorch ${Torch_VERSION} in ${Torch_DIR} is older than 2.4 (the autocast API per device type)")
 endif()
 get_filename_component(MERIDIAN_TORCH_SITE "${Torch_DIR}/../../../.." ABSOLUTE)  # Torch_DIR is now set
+# LibTorch 2.10's libtorch.so (the cu128 track) exports its own copies of libstdc++'s std::filesystem and
+# std::chrono time-zone functions, and comes before libstdc++ in a program's library order, so its copies
+# won: std::filesystem::remove_all jumped to address 0. libstdc++ first among every binary's libraries
+# makes the C++ library's own definitions the ones used, on every track.
+add_link_options("LINKER:--no-as-needed,-lstdc++,--as-needed")
 meridian_wheel_lib(_wheel_cudart cudart)
 if(_wheel_cudart)
   set_target_properties(CUDA::cudart PROPERTIES IMPORTED_LOCATION ${_wheel_cudart})

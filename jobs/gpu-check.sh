@@ -118,7 +118,7 @@ if ((DRY)); then
     --set model.vocab_size=512 --set model.max_seq_len=64 --set "data.seq_len=$LLAMA_SEQ" --set train.batch=2)
   RESUME_MODEL="{vocab_size: 512, dim: 64, layers: 2, heads: 4, kv_heads: 2, hidden: 172, max_seq_len: 64}"
   RESUME_TRAIN="batch: 4" RESUME_SEQ=64 RESUME_STEPS=12 RESUME_EVERY=4 STALL_MS=60
-  T_TEST=60 T_PREP=30 T_BENCH=60 T_TRAIN=60 T_INFER=30
+  T_TEST=60 T_PREP=30 T_BENCH=120 T_TRAIN=120 T_INFER=30  # bench-yolo: 34 s alone, past 60 s beside the suite
 else
   DEV=cuda PREP_NP=8 PREC=bf16
   N_IT=1024 IT_SIZE=256 IT_CTX=64 N_DET=256 DET_SIZE=640 N_TEXT=6000

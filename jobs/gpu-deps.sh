@@ -279,12 +279,13 @@ LIBS="$L/openmpi/lib:$L:$ROOT/lib/$ARCH:$P/lib"
 CMAKE_ARGS="-DMPI_C_COMPILER=$ROOT/usr/bin/mpicc -DMPI_CXX_COMPILER=$ROOT/usr/bin/mpicxx -DMPIEXEC_EXECUTABLE=$ROOT/usr/bin/mpirun"
 CMAKE_ARGS+=" -DHDF5_C_COMPILER_EXECUTABLE=$ROOT/usr/bin/h5pcc -DOpenCV_DIR=$L/cmake/opencv4"
 [[ -n $TORCH_DIR ]] && CMAKE_ARGS+=" -DTorch_DIR=$TORCH_DIR"
-# A node's own PyTorch has no toolkit made beside it by jobs/setup-node.sh: name the node's nvcc (the
-# configure checks that its CUDA major version is LibTorch's).
-if [[ -n $TORCH_DIR && ! -x $TORCH_DIR/../../../../../../../cuda/bin/nvcc ]]; then
-  nvcc=$(command -v nvcc || true)
-  [[ -z $nvcc && -x /usr/local/cuda/bin/nvcc ]] && nvcc=/usr/local/cuda/bin/nvcc
-  [[ -n $nvcc ]] && CMAKE_ARGS+=" -DCUDAToolkit_ROOT=$(dirname "$(dirname "$(readlink -f "$nvcc")")")"
+# A node's own PyTorch has no CUDA root made beside it by jobs/setup-node.sh: gather one from the nvidia
+# wheels beside that torch, as the setup does (meridian needs the CUDA headers, not a compiler).
+if [[ -n $TORCH_DIR ]]; then
+  source "$REPO/jobs/lib/cuda_toolkit.sh"
+  if cuda_toolkit_view "$(cd "$TORCH_DIR/../../../.." && pwd)" "$ROOT/cuda" >/dev/null; then
+    CMAKE_ARGS+=" -DMERIDIAN_CUDA_ROOT=$ROOT/cuda"
+  fi
 fi
 [[ -n $NCCL_DIR ]] && CMAKE_ARGS+=" -DNCCL_ROOT=$NCCL_DIR"
 

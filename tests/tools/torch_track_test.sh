@@ -3,6 +3,7 @@
 # gets and why, in the six cases of issue 69 (V100 with driver 550, T4 with 580, H100 with 580, A100 with
 # 535, driver 470 on anything, no GPU), a node of mixed GPUs, and MERIDIAN_TORCH_TRACK. Installs nothing.
 set -u
+unset MERIDIAN_TORCH_TRACK  # the cases choose; tests/compat.sh runs the suite with it set
 src=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
