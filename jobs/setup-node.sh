@@ -124,8 +124,8 @@ clear=()
   >/dev/null || true
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 cuda_version=$(cuda_toolkit_view "$site" "$venv/cuda") || {
-  echo "setup-node.sh: the environment's nvidia wheels hold no CUDA runtime headers (nvidia-cuda-runtime with its" \
-    "include/, pinned in ${requirements#"$root/"})" >&2
+  echo "setup-node.sh: the environment's nvidia wheels lack CUDA runtime headers (cuda.h, cuda_runtime_api.h," \
+    "crt/host_config.h: nvidia-cuda-runtime, nvidia-cuda-crt or nvidia-cuda-nvcc-cu12, pinned in ${requirements#"$root/"})" >&2
   exit 1
 }
 echo "$TRACK" >"$venv/.meridian-track"

@@ -9,7 +9,8 @@
 # CUDA 12: nvidia-cuda-nvcc-cu12 holds ptxas alone).
 
 # cuda_toolkit_view SITE_PACKAGES DEST: (re)makes DEST as links into SITE_PACKAGES/nvidia/*. Prints the
-# headers' CUDA version (cuda.h); returns 1 when the wheels hold no CUDA runtime headers.
+# headers' CUDA version (cuda.h); returns 1 when the wheels lack the CUDA runtime headers (cuda.h,
+# cuda_runtime_api.h, and crt/host_config.h: nvidia-cuda-crt for CUDA 13, nvidia-cuda-nvcc-cu12 for 12).
 cuda_toolkit_view() {
   local site=$1 dest=$2 pkg entry lib base name code
   rm -rf "$dest"
@@ -30,7 +31,7 @@ cuda_toolkit_view() {
       if [[ $base == *.so.* && ! -e $dest/lib/$name.so ]]; then ln -s "$lib" "$dest/lib/$name.so"; fi
     done
   done
-  [[ -e $dest/include/cuda_runtime_api.h && -e $dest/include/cuda.h ]] || return 1
+  [[ -e $dest/include/cuda_runtime_api.h && -e $dest/include/cuda.h && -e $dest/include/crt/host_config.h ]] || return 1
   code=$(sed -n 's/^#define CUDA_VERSION \([0-9]*\).*/\1/p' "$dest/include/cuda.h")
   echo "$((code / 1000)).$((code % 1000 / 10))"
 }

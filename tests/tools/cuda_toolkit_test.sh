@@ -15,7 +15,8 @@ source "$src/jobs/lib/cuda_toolkit.sh"
 # 1. CUDA 12 layout: a folder per wheel.
 site=$tmp/site12
 mkdir -p "$site/nvidia/cuda_runtime/include" "$site/nvidia/cuda_runtime/lib" "$site/nvidia/cublas/include" \
-  "$site/nvidia/cublas/lib" "$site/nvidia/cuda_cccl/include/cub"
+  "$site/nvidia/cublas/lib" "$site/nvidia/cuda_cccl/include/cub" "$site/nvidia/cuda_nvcc/include/crt"
+: >"$site/nvidia/cuda_nvcc/include/crt/host_config.h"
 printf '#define CUDA_VERSION 12080\n' >"$site/nvidia/cuda_runtime/include/cuda.h"
 : >"$site/nvidia/cuda_runtime/include/cuda_runtime_api.h"
 : >"$site/nvidia/cuda_runtime/include/__init__.py"
@@ -25,7 +26,7 @@ printf '#define CUDA_VERSION 12080\n' >"$site/nvidia/cuda_runtime/include/cuda.h
 : >"$site/nvidia/cublas/lib/libcublasLt.so.12"
 version=$(cuda_toolkit_view "$site" "$tmp/view12") || fail "the CUDA 12 layout was not gathered"
 [[ $version == 12.8 ]] || fail "version '$version', expected 12.8"
-for f in include/cuda.h include/cuda_runtime_api.h include/cublas_v2.h include/cub lib/libcudart.so.12 lib/libcudart.so \
+for f in include/cuda.h include/cuda_runtime_api.h include/crt/host_config.h include/cublas_v2.h include/cub lib/libcudart.so.12 lib/libcudart.so \
   lib/libcublas.so lib/libcublasLt.so lib64/libcublasLt.so.12; do
   [[ -e $tmp/view12/$f ]] || fail "view12 lacks $f"
 done
@@ -34,15 +35,18 @@ done
 [[ -e $tmp/view12/include/__init__.py ]] && fail "the wheels' Python files were gathered"
 echo "ok: CUDA 12 layout gathered, CUDA $version"
 # CUDA 13 layout: one folder; and wheels without the runtime headers are refused.
-mkdir -p "$tmp/site13/nvidia/cu13/include" "$tmp/site13/nvidia/cu13/lib"
+mkdir -p "$tmp/site13/nvidia/cu13/include/crt" "$tmp/site13/nvidia/cu13/lib"
+: >"$tmp/site13/nvidia/cu13/include/crt/host_config.h"
 printf '#define CUDA_VERSION 13020\n' >"$tmp/site13/nvidia/cu13/include/cuda.h"
 : >"$tmp/site13/nvidia/cu13/include/cuda_runtime_api.h"
 : >"$tmp/site13/nvidia/cu13/lib/libcudart.so.13"
 version=$(cuda_toolkit_view "$tmp/site13" "$tmp/view13") || fail "the CUDA 13 layout was not gathered"
 [[ $version == 13.2 && -e $tmp/view13/lib/libcudart.so ]] || fail "CUDA 13 layout: version '$version'"
 echo "ok: CUDA 13 layout gathered, CUDA $version"
+rm "$tmp/site13/nvidia/cu13/include/crt/host_config.h"
+cuda_toolkit_view "$tmp/site13" "$tmp/view13b" >/dev/null && fail "wheels without crt/host_config.h were accepted"
 rm "$tmp/site13/nvidia/cu13/include/cuda_runtime_api.h"
-cuda_toolkit_view "$tmp/site13" "$tmp/view13b" >/dev/null && fail "wheels without cuda_runtime_api.h were accepted"
+cuda_toolkit_view "$tmp/site13" "$tmp/view13c" >/dev/null && fail "wheels without cuda_runtime_api.h were accepted"
 echo "ok: wheels without the runtime headers refused"
 
 # 2. A named toolkit of another major version than LibTorch's CUDA.
