@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "meridian/build_config.h"
+#include "meridian/comm/probe.h"
 
 namespace meridian::comm {
 
@@ -107,6 +108,7 @@ bool parse_test_node_gpu(const std::string& spec, NodeGpus& out, std::string& er
   out = NodeGpus{};
   out.present = true;
   out.evidence = "MERIDIAN_TEST_NODE_GPU";
+  out.from_test_seam = true;
   GpuInfo g;
   std::istringstream fields(spec);
   for (std::string field; std::getline(fields, field, ';');) {
@@ -235,6 +237,23 @@ std::string gpu_build_refusal(const CudaBuild& build, int driver_cuda, const Gpu
                                     : (gpu.name.empty() ? std::string("a GPU of unknown model") : gpu.name);
   return fmt::format("this build cannot run on {}'s GPU: {}, driver CUDA {}; build: {}. {}. Fix: {}", host, what,
                      cuda_version_text(driver_cuda), cuda_build_summary(build), because, fix);
+}
+
+GpuBuildVerdict gpu_build_verdict(int cuda_index, const std::string& host) {
+  const NodeGpus node = node_gpus();
+  if (!node.error.empty()) return {node.error, true};
+  const CudaBuild build = this_cuda_build();
+  if (!node.present) return {"no NVIDIA GPU on this node; build: " + cuda_build_summary(build), false};
+  GpuInfo gpu = node.gpus.empty() ? GpuInfo{} : node.gpus.front();
+  if (!node.from_test_seam && cuda_index >= 0) {
+    const GpuInventory visible = local_gpus();
+    if (cuda_index < int(visible.gpus.size())) gpu = visible.gpus[size_t(cuda_index)];
+  }
+  const std::string refusal = gpu_build_refusal(build, node.driver_cuda, gpu, host);
+  if (!refusal.empty()) return {refusal, true};
+  return {fmt::format("runs on {} (compute capability {}.{}), driver CUDA {} ({}); build: {}", gpu.name, gpu.major,
+                      gpu.minor, cuda_version_text(node.driver_cuda), node.evidence, cuda_build_summary(build)),
+          false};
 }
 
 }  // namespace meridian::comm

@@ -2,7 +2,6 @@
 
 #include <ATen/Parallel.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <fcntl.h>
 #include <mpi.h>
 #include <sched.h>
 #include <spdlog/spdlog.h>
@@ -10,17 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
-#include <iostream>
 #include <map>
-#include <mutex>
-#include <thread>
 
 #include "launcher.h"
 #include "meridian/comm/gpu_build.h"
@@ -35,48 +27,6 @@
 #include "work.h"
 
 namespace meridian::comm {
-
-namespace {
-std::mutex& hooks_mutex() {
-  static std::mutex mu;
-  return mu;
-}
-std::map<int, std::function<void()>>& hooks() {
-  static std::map<int, std::function<void()>> h;
-  return h;
-}
-
-// $name as an integer >= min, else `fallback`.
-int env_int(const char* name, int fallback, long min = 1) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const long x = std::strtol(v, &end, 10);
-  return (end && *end == '\0' && x >= min && x <= 1000000) ? static_cast<int>(x) : fallback;
-}
-
-void append_launcher_line(const char* variable, const std::string& what);
-
-// This build against the node's GPU (gpu_build.h): the verdict's text and whether it is a refusal. The
-// GPU judged is the one the rank takes (cuda_index among those it sees) where the CUDA runtime lists
-// it, else the driver's first (NVML) or the test seam's.
-std::pair<std::string, bool> gpu_build_verdict(int cuda_index, const std::string& host) {
-  const NodeGpus node = node_gpus();
-  if (!node.error.empty()) return {node.error, true};
-  const CudaBuild build = this_cuda_build();
-  if (!node.present) return {"no NVIDIA GPU on this node; build: " + cuda_build_summary(build), false};
-  GpuInfo gpu = node.gpus.empty() ? GpuInfo{} : node.gpus.front();
-  if (node.evidence != "MERIDIAN_TEST_NODE_GPU" && cuda_index >= 0) {
-    const GpuInventory visible = local_gpus();
-    if (cuda_index < int(visible.gpus.size())) gpu = visible.gpus[size_t(cuda_index)];
-  }
-  const std::string refusal = gpu_build_refusal(build, node.driver_cuda, gpu, host);
-  if (!refusal.empty()) return {refusal, true};
-  return {fmt::format("runs on {} (compute capability {}.{}), driver CUDA {} ({}); build: {}", gpu.name, gpu.major,
-                      gpu.minor, cuda_version_text(node.driver_cuda), node.evidence, cuda_build_summary(build)),
-          false};
-}
-}  // namespace
 
 Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : options_(options) {
   int initialized = 0;
@@ -98,7 +48,7 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
   MERIDIAN_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   set_process_identity(rank_, size_);
   host_ = process_identity().host;
-  append_launcher_line("MERIDIAN_STARTED_FILE", "started");  // the launch worked (jobs/mpirun-restart.sh)
+  detail::append_launcher_line("MERIDIAN_STARTED_FILE", "started");  // the launch worked (jobs/mpirun-restart.sh)
   watchdog_ =
       std::make_unique<Watchdog>(options_.comm_timeout_s, detail::watchdog_abort("MPI world", options_.comm_timeout_s));
   if (provided < MPI_THREAD_MULTIPLE) {
@@ -212,7 +162,7 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
   // (every rank of the machine over the same 0.15 s; the busiest reading counts for all of them).
   ThreadInputs in;
   in.requested = options_.threads;
-  in.omp_num_threads = env_int("OMP_NUM_THREADS", 0);
+  in.omp_num_threads = detail::env_int("OMP_NUM_THREADS", 0);
   in.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   in.machine_ranks = static_cast<int>(machine_pids_.size());
   in.node_ranks = local_size_;
@@ -232,115 +182,6 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) : optio
   thread_choice_ = choose_threads(in);
   threads_ = thread_choice_.threads;
   at::set_num_threads(threads_);
-}
-
-DeviceChoice choose_device(const DeviceInputs& in) {
-  DeviceChoice c;
-  const auto env_text = [](const std::optional<std::string>& v) {
-    return v ? "CUDA_VISIBLE_DEVICES=" + (v->empty() ? std::string("''") : *v)
-             : std::string("CUDA_VISIBLE_DEVICES unset");
-  };
-  const std::string mine = in.local_rank < int(in.visible_env.size()) ? env_text(in.visible_env[size_t(in.local_rank)])
-                                                                      : env_text(std::nullopt);
-  if (in.requested == "cpu") {
-    c.why = "cpu: --device cpu";
-    return c;
-  }
-  if (in.requested != "auto" && in.requested != "cuda") {
-    c.error = "--device: unknown device '" + in.requested + "' (expected auto, cpu or cuda)";
-    return c;
-  }
-  if (in.visible == 0) {
-    const std::string what = " (" + in.no_gpus + "; " + mine + ")";
-    if (in.requested == "cuda")
-      c.error = "--device cuda: no CUDA device is visible on " + in.host + what;
-    else
-      c.why = "cpu: --device auto found no CUDA device" + what;
-    return c;
-  }
-  const std::string flag = "--device " + in.requested + ": ";
-  const auto& envs = in.visible_env;
-  const bool shared = std::all_of(envs.begin(), envs.end(), [&](const auto& e) { return e == envs.front(); });
-  if (shared) {  // mpirun, srun --gpus-per-node: the node's ranks split the GPUs they all see
-    if (in.local_size > in.visible) {
-      c.error = flag + std::to_string(in.local_size) + " ranks run on " + in.host + " and all see the same " +
-                std::to_string(in.visible) + " GPU(s) (" + mine + "): start at most " + std::to_string(in.visible) +
-                " rank(s) per node (one per GPU), or give each rank a GPU of its own through CUDA_VISIBLE_DEVICES "
-                "(Slurm: --gpus-per-task=1)";
-      return c;
-    }
-    c.cuda_index = in.local_rank;
-    c.why = fmt::format("cuda:{}: local rank {} of the node's {} rank(s), which all see the same {} GPU(s) ({})",
-                        in.local_rank, in.local_rank, in.local_size, in.visible, mine);
-    return c;
-  }
-  // Each rank its own GPUs (Slurm --gpus-per-task, wrappers): its first one. Two ranks on one GPU
-  // would fail in NCCL ("duplicate GPU") or share its memory and time.
-  std::map<std::string, int> first_owner;
-  for (size_t r = 0; r < envs.size(); ++r) {
-    if (!envs[r]) {
-      c.error = flag + "CUDA_VISIBLE_DEVICES is set for some ranks on " + in.host + " but not for local rank " +
-                std::to_string(r) + ": set it for every rank (each its own GPUs) or for none";
-      return c;
-    }
-    const std::string first = envs[r]->substr(0, envs[r]->find(','));
-    const auto [it, fresh] = first_owner.emplace(first, int(r));
-    if (!fresh) {
-      c.error = flag + "local ranks " + std::to_string(it->second) + " and " + std::to_string(r) + " on " + in.host +
-                " would both use GPU '" + first + "', the first of their CUDA_VISIBLE_DEVICES ('" +
-                *envs[size_t(it->second)] + "' and '" + *envs[r] + "'): give each rank a GPU of its own";
-      return c;
-    }
-  }
-  c.cuda_index = 0;
-  c.why =
-      fmt::format("cuda:0: the first of the {} GPU(s) this rank sees ({}; each of the node's {} rank(s) has its own)",
-                  in.visible, mine, in.local_size);
-  return c;
-}
-
-ThreadChoice choose_threads(const ThreadInputs& in) {
-  ThreadChoice c;
-  const int cores = std::max(1, in.cores), ranks = std::max(1, in.machine_ranks);
-  // Other processes' load counts in whole cores, from half a core up: a shell or a daemon does not.
-  const int busy = in.others_cores >= core::kSharedOthersCores ? static_cast<int>(std::lround(in.others_cores)) : 0;
-  const int free = std::max(1, cores - busy);
-  const std::string machine =
-      fmt::format("{} cores on this machine{} for {} rank{} of the job{}", cores,
-                  busy > 0 ? fmt::format(", {:.1f} of them busy with other processes,", in.others_cores) : "", ranks,
-                  ranks == 1 ? "" : "s",
-                  ranks > in.node_ranks ? " (ranks of other nodes share this machine: the same kernel boot id)" : "");
-  if (in.requested > 0 || in.omp_num_threads > 0) {
-    c.threads = in.requested > 0 ? in.requested : in.omp_num_threads;
-    c.why = fmt::format("{} (from {}); {}", c.threads, in.requested > 0 ? "--threads" : "OMP_NUM_THREADS", machine);
-  } else {
-    c.threads = std::max(1, free / ranks);
-    c.why = fmt::format("{}: {}", c.threads, machine);
-    const int bound = std::max(1, in.bound_cpus / std::max(1, in.ranks_bound_alike));
-    if (in.bound_cpus > 0 && bound < c.threads) {
-      c.threads = bound;
-      c.why = fmt::format("{}: bound to {} CPU{} for {} rank{}; {}", c.threads, in.bound_cpus,
-                          in.bound_cpus == 1 ? "" : "s", in.ranks_bound_alike, in.ranks_bound_alike == 1 ? "" : "s",
-                          machine);
-    }
-  }
-  c.crowded = c.threads > 1 && c.threads * ranks > free;
-  if (c.crowded)
-    c.why += fmt::format(
-        "; {} threads x {} ranks on {} free core{}: OpenMP workers spin-wait for the time slices the working threads "
-        "need (a step can take 20x longer): use --threads {}",
-        c.threads, ranks, free, free == 1 ? "" : "s", std::max(1, free / ranks));
-  if (c.threads == 1)
-    c.why += "; no OpenMP worker threads";
-  else if (in.wait_policy)
-    c.why += fmt::format("; OpenMP workers wait by OMP_WAIT_POLICY={}", in.wait_policy);
-  else if (in.spin_count)
-    c.why += fmt::format("; OpenMP workers spin GOMP_SPINCOUNT={} times, then sleep", in.spin_count);
-  else
-    c.why +=
-        "; OpenMP workers spin briefly, then sleep (the runtime's default: waiting passively was 10-13 % slower on "
-        "cores of their own)";
-  return c;
 }
 
 Runtime::~Runtime() {
@@ -492,100 +333,6 @@ std::string mpi_library_version() {
   int major = 0, minor = 0;
   MPI_Get_version(&major, &minor);
   return s + " (MPI " + std::to_string(major) + "." + std::to_string(minor) + ")";
-}
-
-int add_abort_hook(std::function<void()> hook) {
-  static int next = 1;
-  std::lock_guard<std::mutex> lock(hooks_mutex());
-  hooks()[next] = std::move(hook);
-  return next++;
-}
-
-void remove_abort_hook(int id) {
-  std::lock_guard<std::mutex> lock(hooks_mutex());
-  hooks().erase(id);
-}
-
-namespace {
-
-// Appends "<time> rank R host H <what>\n" to the file named by $`variable` (nothing when unset), in one
-// write so that lines from several ranks don't mix. For a launcher that watches the job
-// (jobs/mpirun-restart.sh): which ranks started, and that the job is over even when mpirun cannot end
-// it (a node it cannot reach).
-void append_launcher_line(const char* variable, const std::string& what) {
-  const char* path = std::getenv(variable);
-  if (!path || !*path) return;
-  const ProcessIdentity& id = process_identity();  // rank -1 before MPI is up
-  const std::time_t now = std::time(nullptr);
-  char when[32] = {0};
-  std::strftime(when, sizeof(when), "%FT%TZ", std::gmtime(&now));
-  const std::string line = fmt::format("{} rank {} host {} {}\n", when, id.rank, id.host, what);
-  const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd < 0) return;
-  [[maybe_unused]] const ssize_t n = ::write(fd, line.data(), line.size());
-  ::close(fd);
-}
-
-void record_abort(const std::string& message, int exit_code) {
-  append_launcher_line("MERIDIAN_ABORT_FILE",
-                       fmt::format("exit {}: {}", exit_code, message.substr(0, message.find('\n'))));
-}
-
-}  // namespace
-
-void abort_job(const std::string& message, int exit_code) {
-  static std::once_flag once;
-  std::call_once(once, [&] {
-    // meridian's logger shows critical messages on every rank's console and in the rank's log file;
-    // before it is set up, plain stderr.
-    if (log::initialized()) {
-      spdlog::critical("{}", message);
-      log::flush();
-    } else {
-      std::cerr << message << std::endl;
-    }
-    record_abort(message, exit_code);
-    int initialized = 0, finalized = 0;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    const bool mpi_up = initialized && !finalized;
-    if (mpi_up) {  // $MERIDIAN_LAUNCHER_GRACE_S: seconds before a launcher still waiting is ended
-      detail::end_launcher_later(env_int("MERIDIAN_LAUNCHER_GRACE_S", 30, 0), process_identity().rank,
-                                 ("exit code " + std::to_string(exit_code)).c_str());
-    }
-    // MPI_Abort is entered once, by whichever comes first: the hooks done, or 10 s (a hook can block:
-    // ncclCommAbort with a stuck network thread). It can block too (the launcher cannot reach a node
-    // that lost its network): this process ends 10 s after entering it regardless.
-    static std::atomic<bool> aborting{false};
-    const auto mpi_abort = [exit_code, mpi_up] {
-      if (aborting.exchange(true)) return;
-      std::thread([exit_code] {
-        std::this_thread::sleep_for(std::chrono::seconds(10));
-        std::_Exit(exit_code);
-      }).detach();
-      if (mpi_up) MPI_Abort(MPI_COMM_WORLD, exit_code);
-      std::_Exit(exit_code);
-    };
-    std::thread([mpi_abort] {
-      std::this_thread::sleep_for(std::chrono::seconds(10));
-      mpi_abort();
-      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // the other caller ends the process
-    }).detach();
-    {
-      // Held while hooks run, so remove_abort_hook (a communicator being destroyed) waits for them.
-      std::lock_guard<std::mutex> lock(hooks_mutex());
-      for (auto& [id, hook] : hooks()) {
-        try {
-          hook();
-        } catch (...) {
-        }
-      }
-    }
-    mpi_abort();
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  });
-  // A second caller (another thread) waits here until the first one has ended the process.
-  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 void require_same_on_every_rank(const Runtime& rt, const std::string& what,

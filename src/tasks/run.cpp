@@ -102,9 +102,9 @@ nlohmann::json attempt_end(const train::TrainSummary& summary, int64_t step, con
   nlohmann::json r = attempt_end(step,
                                  summary.signalled                ? "signalled"
                                  : summary.stopped                ? "stopped"
-                                 : !summary.patience_stop.empty() ? "early stop"
+                                 : !summary.early_stop.empty() ? "early stop"
                                                                   : "finished",
-                                 summary.patience_stop);
+                                 summary.early_stop);
   if (!metric.empty() && std::isfinite(summary.best.value))
     r["best"] = {{"metric", metric}, {"value", summary.best.value}, {"step", summary.best.step}};
   return r;

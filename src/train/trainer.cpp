@@ -1,21 +1,12 @@
 #include "meridian/train/trainer.h"
 
-#include <ATen/autocast_mode.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
-#include <c10/util/Exception.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
-#include <sys/resource.h>
-#include <torch/utils.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <fstream>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -24,11 +15,16 @@
 #include "meridian/core/trace.h"
 #include "meridian/nn/autocast.h"
 #include "meridian/ops/facts.h"
-#include "meridian/ops/health.h"
 #include "meridian/parallel/ddp.h"
-#include "meridian/train/balance.h"
+#include "balance_watch.h"
+#include "best.h"
+#include "health_watch.h"
+#include "peak_memory.h"
 #include "process.h"
 #include "progress.h"
+#include "run_summary.h"
+#include "sample_record.h"
+#include "sync_count.h"
 
 namespace meridian::train {
 
@@ -37,67 +33,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// TrainerOptions::count_syncs: for one step, LibTorch's CUDA sync debug mode warns at every host wait
-// for the GPU (.item(), a blocking copy, nonzero, a stream synchronize); this handler counts those
-// warnings instead of printing them and passes any other warning on.
-class SyncCounter : public c10::WarningHandler {
- public:
-  SyncCounter() : previous_(c10::WarningUtils::get_warning_handler()), guard_(this) {
-    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
-  }
-  ~SyncCounter() override { c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED); }
-  void process(const c10::Warning& warning) override {
-    if (warning.msg().find("synchronizing CUDA operation") != std::string::npos)
-      ++count;
-    else
-      previous_->process(warning);
-  }
-  int64_t count = 0;
-
- private:
-  c10::WarningHandler* previous_;
-  c10::WarningUtils::WarningHandlerGuard guard_;
-};
-
-// The stretches of steps at one set of shares, each without its first step (after a change: the
-// batches read again) and without the run's warm-up step; the longest is kept.
-class Stretches {
- public:
-  struct Stretch {
-    int64_t first = 0, last = -1;  // steps; empty when last < first
-    double seconds = 0;            // this rank's whole step time over them
-    int64_t steps() const { return last - first + 1; }
-  };
-  // After step `step` (measured: not the warm-up), which took `seconds`; `changed`: the shares
-  // change after it.
-  void add(int64_t step, double seconds, bool measured, bool changed) {
-    if (measured && !after_change_) {
-      if (now_.steps() <= 0) now_.first = step;
-      now_.last = step, now_.seconds += seconds;
-    }
-    after_change_ = changed;
-    if (changed) close();
-  }
-  Stretch longest() {
-    close();
-    return longest_;
-  }
-
- private:
-  void close() {
-    if (now_.steps() > longest_.steps()) longest_ = now_;
-    now_ = {};
-  }
-  Stretch now_, longest_;
-  bool after_change_ = false;
-};
-
 }  // namespace
-
-void Task::set_shares(const std::vector<int64_t>& shares) {
-  if (!shares.empty())
-    throw std::logic_error("task " + name() + " cannot split its batches unevenly (train.balance needs it)");
-}
 
 struct Trainer::Impl {
   const comm::Runtime& rt;
@@ -110,18 +46,14 @@ struct Trainer::Impl {
   std::unique_ptr<Strategy> strategy;                      // how gradients are reduced and parameters updated
   std::unique_ptr<Ema> ema;                                // train.ema > 0
   std::unique_ptr<core::Trace> trace;                      // options.trace_path set
-  std::unique_ptr<ops::HealthMonitor> health;              // every rank, when train.health_every > 0
   std::unique_ptr<Reporter> reporter;
   Balancer balancer;  // each rank's share of the global batch (train.balance)
-  std::vector<StepHook> hooks;
+  std::vector<std::unique_ptr<Observer>> observers;  // observer.h; the trainer's own first
+  BestJudge* best = nullptr;                         // among them: checkpoint.best and train.patience
   int64_t step = 0, bad_in_a_row = 0, bad_total = 0, samples_seen = 0;
-  BestRecord best;
   int64_t parameter_count = 0;               // counted before the strategy takes the parameters (it may shard them)
   bool stopping = false, signalled = false;  // agreed this step: the run ends here (stop_at, or a signal on some rank)
   bool said_signal = false;                  // this rank logged the signal it got
-  // train.record_samples: this step's (epoch, rows) per micro-batch, and rank 0's RUN_DIR/samples.jsonl.
-  std::vector<std::pair<int64_t, at::Tensor>> step_rows;
-  std::ofstream samples;
 
   Impl(const comm::Runtime& runtime, Task& t, const TrainerSettings& settings, const TrainerOptions& options)
       : rt(runtime),
@@ -152,20 +84,24 @@ struct Trainer::Impl {
     return_freed_memory();           // what building, loading and sharding freed
     // After the broadcast: every rank starts its EMA from the same weights.
     if (s.ema > 0) ema = std::make_unique<Ema>(*model, s.ema, s.ema_tau);
-    if (s.health_every > 0) health = std::make_unique<ops::HealthMonitor>(rt, *control, o.run_dir);
     if (!o.trace_path.empty()) {
       trace = std::make_unique<core::Trace>(rt.rank());
       strategy->set_trace(trace.get());
     }
-    if (s.record_samples && o.run_dir.empty())
-      throw ConfigError(o.config.source("train.record_samples"), "train.record_samples",
-                        "the sample record is written to RUN_DIR/samples.jsonl: give --run-dir");
+    // What watches the loop, in the order it is called (SyncCount first: it ends the step's count).
+    if (o.count_syncs) observers.push_back(std::make_unique<SyncCount>(*control, rt.device().is_cuda()));
+    if (s.record_samples)
+      observers.push_back(std::make_unique<SampleRecord>(rt, *control, task, balancer, o.run_dir, o.config));
+    observers.push_back(std::make_unique<PeakMemory>(rt, *control, *strategy, s.steps));
+    observers.push_back(std::make_unique<BalanceWatch>(rt.rank(), *control, task, balancer, s, global_batch()));
+    if (s.health_every > 0)
+      observers.push_back(std::make_unique<HealthWatch>(rt, *control, o.run_dir, s.health_every, balancer));
+    observers.push_back(std::make_unique<RunSummary>(rt, *control, task, global_batch(), trace.get(), o.trace_path));
+    auto judge = std::make_unique<BestJudge>(rt.rank(), o.best, s.patience);
+    best = judge.get();
+    observers.push_back(std::move(judge));
     if (rt.rank() == 0) spdlog::info("resolved config ({}):\n{}", o.config.origin(), o.config.dump());
     reporter = std::make_unique<Reporter>(rt.rank(), rt.size(), global_batch(), task, s, o);
-    if (s.record_samples && rt.rank() == 0) {
-      samples.open(o.run_dir + "/samples.jsonl", std::ios::app);
-      if (!samples) throw SystemError("cannot open '" + o.run_dir + "/samples.jsonl' for writing");
-    }
     spdlog::info("device {}", rt.device_why());
     if (rt.thread_choice().crowded)
       spdlog::warn("intra-op threads {}", rt.thread_choice().why);
@@ -189,32 +125,6 @@ struct Trainer::Impl {
     if (s.precision == Precision::BFloat16 && rt.device().is_cpu() && !ops::cpu_has_native_bf16())
       spdlog::warn(
           "train.precision bf16: this CPU has no native bfloat16 (avx512_bf16/amx_bf16); expect it to be slow");
-  }
-
-  // Collective: every rank's peak memory so far, logged by rank 0 next to the strategy's closed form:
-  // on a GPU the device memory LibTorch's allocator has held at most (tensors: activations, weights,
-  // optimizer state, the batch), on the CPU the resident memory (getrusage: the whole process,
-  // LibTorch and the batch included).
-  void report_peak_memory(int64_t steps) {
-    double mine = 0;
-    if (rt.device().is_cuda()) {
-      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(rt.device().index());
-      mine = double(stats.allocated_bytes[size_t(c10::CachingAllocator::StatType::AGGREGATE)].peak);
-    } else {
-      struct rusage usage {};
-      getrusage(RUSAGE_SELF, &usage);
-      mine = double(usage.ru_maxrss) * 1024;  // KiB on Linux
-    }
-    at::Tensor peaks = at::tensor({mine, -mine}, at::kDouble);
-    control->allreduce(peaks, comm::ReduceOp::Max);
-    const auto closed_form = strategy->memory();
-    if (rt.rank() != 0 || !closed_form) return;
-    const double gib = double(int64_t(1) << 30);
-    spdlog::info(
-        "memory after {} step(s): peak {} {:.2f} GiB per rank (max over ranks; min {:.2f}); closed form "
-        "of optim.zero {}: {:.2f} GiB before activations",
-        steps, rt.device().is_cuda() ? "GPU allocated" : "resident", peaks[0].item<double>() / gib,
-        -peaks[1].item<double>() / gib, closed_form->stage, double(closed_form->total()) / gib);
   }
 
   int64_t global_batch() const { return task.batch_size() * s.accumulate * rt.size(); }
@@ -245,7 +155,7 @@ struct Trainer::Impl {
       strategy->begin_micro_step(micro + 1 == s.accumulate);
       auto t0 = Clock::now();
       task.next_batch();
-      if (s.record_samples) step_rows.emplace_back(task.data_position().epoch, task.batch_rows());
+      for (auto& obs : observers) obs->on_batch(micro);
       maybe_stall(o.straggler.data_s);
       end_phase(t.data, "data", t0);
       t0 = Clock::now();
@@ -307,50 +217,9 @@ struct Trainer::Impl {
     end_phase(t.optimizer, "optimizer", t0);
     t.total += since(start);
     t.waited += comm::blocked_seconds() - blocked_before;
-    // Busy: what this rank's share cost it, without the optimizer (the same for every share) and
-    // without waiting for the others.
-    balancer.record(t.total - t.optimizer - t.waited, t.total, balancer.shares()[size_t(rt.rank())] * s.accumulate);
     ++step;
     samples_seen += global_batch();
-    if (s.record_samples) record_samples();
     return bad ? std::nan("") : agreed[0].item<double>() / rt.size();
-  }
-
-  // Collective (with train.record_samples only: an allreduce over the control communicator, so the
-  // watchdog covers it): rank 0 appends the step's rows to samples.jsonl, one line per step:
-  // {"step", "world_size", "batches": [{"epoch", "rows"}]}, a micro-batch's rows every rank's in rank
-  // order (each rank fills its share's slots of the global micro-batch; the sum is the whole). A
-  // resumed run writes the steps after its checkpoint again: the last line of a step is the one that
-  // counts.
-  void record_samples() {
-    const std::vector<int64_t>& shares = balancer.shares();
-    int64_t offset = 0, micro = 0;
-    for (int r = 0; r < rt.size(); ++r) (r < rt.rank() ? offset : micro) += shares[size_t(r)];
-    micro += offset;
-    at::Tensor all = at::zeros({int64_t(step_rows.size()), micro}, at::kDouble);
-    auto slots = all.accessor<double, 2>();
-    for (size_t k = 0; k < step_rows.size(); ++k) {
-      const at::Tensor& mine = step_rows[k].second;
-      const int64_t n = mine.defined() ? mine.numel() : 0;
-      if (n != shares[size_t(rt.rank())])
-        throw std::logic_error("train.record_samples: task " + task.name() + " reported " + std::to_string(n) +
-                               " rows for a share of " + std::to_string(shares[size_t(rt.rank())]));
-      all[int64_t(k)].narrow(0, offset, n).copy_(mine);
-    }
-    control->allreduce(all, comm::ReduceOp::Sum);
-    if (rt.rank() == 0) {
-      nlohmann::json batches = nlohmann::json::array();
-      for (size_t k = 0; k < step_rows.size(); ++k) {
-        std::vector<int64_t> ids(static_cast<size_t>(micro));
-        for (int64_t j = 0; j < micro; ++j) ids[size_t(j)] = int64_t(slots[int64_t(k)][j]);
-        batches.push_back({{"epoch", step_rows[k].first}, {"rows", std::move(ids)}});
-      }
-      samples << nlohmann::json{{"step", step}, {"world_size", rt.size()}, {"batches", std::move(batches)}}.dump()
-              << '\n';
-      samples.flush();
-      if (!samples) throw SystemError("cannot write '" + o.run_dir + "/samples.jsonl' (disk full?)");
-    }
-    step_rows.clear();
   }
 
   // The NaN/Inf guard: the step is counted and skipped; max_bad_steps in a row stop the job.
@@ -388,6 +257,7 @@ struct Trainer::Impl {
     return m;
   }
 
+  // The loop: each step, then what watches it at its fixed points (observer.h).
   TrainSummary run() {
     TrainSummary summary;
     summary.parameters = parameter_count;
@@ -398,109 +268,62 @@ struct Trainer::Impl {
       summary.stopped = true;
       return summary;
     }
-    if (const std::string why = patience_exhausted(); !why.empty()) {
-      if (rt.rank() == 0) spdlog::info("{} (resumed at step {}): nothing to do", why, step);
-      summary.patience_stop = why;
-      summary.best = best;
-      return summary;
+    LoopControl begin;
+    for (auto& obs : observers) obs->on_run_begin(step, begin);
+    if (begin.stop) {
+      if (rt.rank() == 0) spdlog::info("{} (resumed at step {}): nothing to do", begin.why, step);
+      summary.early_stop = begin.why;
+    } else if (s.eval_at_start && step == 0) {
+      summary.first_eval = evaluate();
     }
-    if (!balancer.even()) apply_shares("from the start");
-    if (s.eval_at_start && step == 0) summary.first_eval = evaluate();
-    StepTimes measured;  // every step after the first
-    int64_t measured_steps = 0;
-    Stretches settled;  // train.balance: the longest stretch at one set of shares
-    double grad_norm = 0;
-    const int64_t first = step;
-    int64_t sync_total = 0, sync_max = 0;  // TrainerOptions::count_syncs
-    while (step < s.steps) {
+    while (step < s.steps && !begin.stop) {
+      for (auto& obs : observers) obs->on_step_begin(step);
       StepTimes t;
-      std::optional<SyncCounter> syncs;  // this step's, with TrainerOptions::count_syncs on a GPU
-      if (o.count_syncs && rt.device().is_cuda()) syncs.emplace();
+      double grad_norm = 0;
       const double loss = train_step(t, grad_norm);
-      if (syncs && step > first + 1) sync_total += syncs->count, sync_max = std::max(sync_max, syncs->count);
-      syncs.reset();
       summary.losses.push_back(loss);
-      if (step > first + 1) measured += t, ++measured_steps;  // the first step warms up (allocations, caches)
-      if (step == std::min(first + 3, s.steps)) report_peak_memory(step - first);
       reporter->record(t);
-      std::string why;
-      const bool changed = balancer.rebalance(*control, step, &why);
-      if (changed) apply_shares(fmt::format("at step {}", step), why);
-      settled.add(step, t.total, step > first + 1, changed);
-      if (health) {
-        // Waiting for other ranks, wherever it was (NCCL's waits don't block the host: then the
-        // exposed communication after backward is the measure).
-        health->record({t.total, t.data, std::max(t.comm, t.waited)});
-        if (step % s.health_every == 0)
-          for (auto& w : health->report(step, balancing() ? balancer.describe() : ""))
-            summary.health_warnings.push_back(std::move(w));
-      }
-      bool last = step == s.steps;
+      StepEvent event{step, step == s.steps, stopping};
+      LoopControl control;
+      for (auto& obs : observers) obs->on_step_end(event, {loss, grad_norm, t}, control);
       const auto aside = Clock::now();  // evaluations and checkpoints are not training throughput
+      const auto end_early = [&] {      // an observer's stop before the last step: this one is the last
+        if (!control.stop || event.last) return;
+        if (rt.rank() == 0) spdlog::info("{}", control.why);
+        summary.early_stop = control.why;
+        event.last = true;  // the end of the run: its evaluation and at_end checkpoint
+      };
+      end_early();
       // The evaluation first, so that the step's checkpoint holds its best record.
-      bool improved = false;
-      const bool evaluated = evaluation_due(last);
-      if (evaluated) {
+      if (control.evaluate || evaluation_due(event.last)) {
+        event.evaluated = true;
         summary.last_eval = evaluate();
-        improved = judge(summary.last_eval);
-        if (!last && !(summary.patience_stop = patience_exhausted()).empty()) {
-          if (rt.rank() == 0) spdlog::info("{}", summary.patience_stop);
-          last = true;  // the end of the run: its at_end checkpoint
-        }
+        for (auto& obs : observers) obs->on_evaluate(event, summary.last_eval, control);
+        event.best = control.best;
+        end_early();
       }
-      for (auto& hook : hooks) hook(*owner, StepEvent{step, last, stopping, improved, evaluated});
+      event.save = control.save;
+      for (auto& obs : observers) obs->on_save(event);
       reporter->exclude(Clock::now() - aside);
-      reporter->step(step, loss, grad_norm, bad_total, last || stopping, [&] {
+      reporter->step(step, loss, grad_norm, bad_total, event.last || stopping, [&] {
         Metrics m = strategy->step_metrics(step - 1);
         for (auto& kv : task.step_metrics()) m.push_back(std::move(kv));
-        if (balancing())
-          for (auto& kv : balancer.metrics()) m.push_back(std::move(kv));
+        for (auto& obs : observers) obs->on_log(m);
         return m;
       });
-      if (stopping || last) break;
-    }
-    if (o.count_syncs) {  // collective: max over ranks of the mean and of the most (CPU ranks: -1)
-      const double counted = double(std::max<int64_t>(1, step - first - 1));
-      const bool gpu = rt.device().is_cuda();
-      at::Tensor both =
-          at::tensor({gpu ? double(sync_total) / counted : -1.0, gpu ? double(sync_max) : -1.0}, at::kDouble);
-      control->allreduce(both, comm::ReduceOp::Max);
-      summary.host_syncs_per_step = both[0].item<double>();
-      summary.host_syncs_max = int64_t(both[1].item<double>());
+      if (stopping || event.last) break;
     }
     summary.bad_steps = bad_total;
-    summary.best = best;
-    if (stopping) {
-      if (rt.rank() == 0) {
-        if (signalled)
-          spdlog::warn("stopped at step {} on request (SIGTERM/SIGUSR1)", step);
-        else
-          spdlog::info("stopped at step {} (train.stop_at)", step);
-      }
-      summary.stopped = true;
-      summary.signalled = signalled;
-      return summary;
+    summary.stopped = stopping;
+    summary.signalled = signalled;
+    if (stopping && rt.rank() == 0) {
+      if (signalled)
+        spdlog::warn("stopped at step {} on request (SIGTERM/SIGUSR1)", step);
+      else
+        spdlog::info("stopped at step {} (train.stop_at)", step);
     }
-    summarise_times(summary, measured, measured_steps);
-    if (s.balance) summarise_stretch(summary, settled.longest());
-    if (trace) {
-      std::vector<std::string> events;  // streamed: a long run's traces may pass gather's 2 GiB
-      rt.stream_to_root(trace->events_json(), [&](int, const std::string& e) { events.push_back(e); });
-      if (rt.rank() == 0) {
-        core::Trace::write(o.trace_path, events);
-        spdlog::info("trace of {} ranks written to {}", rt.size(), o.trace_path);
-      }
-    }
+    for (auto& obs : observers) obs->on_run_end(summary);
     return summary;
-  }
-
-  // Whether the shares are worth showing: train.balance auto, or shares given.
-  bool balancing() const { return s.balance || !balancer.even(); }
-
-  // Every rank: the balancer's shares to the task (its loader reads from the next batch on at them).
-  void apply_shares(const std::string& when, const std::string& why = "") {
-    task.set_shares(balancer.even() ? std::vector<int64_t>{} : balancer.shares());
-    if (rt.rank() == 0) spdlog::info("batch shares {}: {}{}", when, balancer.describe(), why.empty() ? "" : "; " + why);
   }
 
   // An evaluation after this step: every train.eval_every steps, when every train.eval_every_epochs
@@ -515,92 +338,34 @@ struct Trainer::Impl {
     const int64_t epochs = step * s.accumulate / per_epoch, before = (step - 1) * s.accumulate / per_epoch;
     return epochs > before && epochs % s.eval_every_epochs == 0;
   }
+};
 
-  // Records evaluation `m` against the best so far (TrainerOptions::best); true when it is the new best.
-  bool judge(const Metrics& m) {
-    if (o.best.metric.empty()) return false;
-    const auto it = std::find_if(m.begin(), m.end(), [&](const auto& kv) { return kv.first == o.best.metric; });
-    if (it == m.end()) {
-      std::string reported;
-      for (const auto& kv : m) reported += (reported.empty() ? "" : ", ") + kv.first;
-      throw TrainingError("checkpoint.best: the evaluation at step " + std::to_string(step) + " reported no " +
-                          o.best.metric + " (it reported: " + (reported.empty() ? "nothing" : reported) +
-                          "); name one of these or give data.eval a dataset that has it");
-    }
-    const double v = it->second;
-    const bool better = std::isnan(best.value) || (o.best.maximize ? v > best.value : v < best.value);
-    if (better) {
-      best = {v, step, 0};
-    } else {
-      ++best.evals_since;
-    }
-    if (rt.rank() == 0)
-      spdlog::info("checkpoint.best {}: {:.4f} at step {}{}", o.best.metric, v, step,
-                   better ? " (the best so far)"
-                          : fmt::format("; the best is {:.4f} at step {} ({} evaluation(s) since)", best.value,
-                                        best.step, best.evals_since));
-    return better;
-  }
+// An observer of on_save alone (Trainer::add_step_hook).
+class HookObserver : public Observer {
+ public:
+  HookObserver(Trainer& trainer, Trainer::StepHook hook) : trainer_(trainer), hook_(std::move(hook)) {}
+  void on_save(const StepEvent& event) override { hook_(trainer_, event); }
 
-  // Why train.patience ends the run now ("": it does not).
-  std::string patience_exhausted() const {
-    if (s.patience <= 0 || best.evals_since < s.patience) return "";
-    return fmt::format(
-        "stopped at step {}: {} evaluations without a better {} (train.patience {}; the best, {:.4f}, "
-        "at step {})",
-        step, best.evals_since, o.best.metric, s.patience, best.value, best.step);
-  }
-
-  // Mean over measured steps and ranks, and the slowest rank's mean, per phase.
-  void summarise_times(TrainSummary& summary, const StepTimes& t, int64_t steps) {
-    const double n = double(std::max<int64_t>(steps, 1));
-    auto mean =
-        at::tensor({t.data / n, t.forward / n, t.backward / n, t.comm / n, t.optimizer / n, t.total / n}, at::kDouble);
-    auto slowest = mean.clone();
-    control->allreduce(mean, comm::ReduceOp::Avg);
-    control->allreduce(slowest, comm::ReduceOp::Max);
-    auto unpack = [](const at::Tensor& v) {
-      auto a = v.accessor<double, 1>();
-      return StepTimes{a[0], a[1], a[2], a[3], a[4], a[5]};
-    };
-    summary.mean_times = unpack(mean);
-    summary.max_times = unpack(slowest);
-    if (steps > 0 && summary.mean_times.total > 0) {
-      summary.samples_per_s = double(global_batch()) / summary.max_times.total;
-      summary.model_flops_per_s = 3 * task.flops_per_sample() * summary.samples_per_s;
-    }
-  }
-
-  // Collective: the stretch's samples/s at the slowest rank's time, and the run's share changes.
-  void summarise_stretch(TrainSummary& summary, const Stretches::Stretch& longest) {
-    at::Tensor seconds = at::tensor({longest.seconds}, at::kDouble);
-    control->allreduce(seconds, comm::ReduceOp::Max);
-    summary.share_changes = balancer.changes();
-    summary.settled_first = longest.first, summary.settled_last = longest.last;
-    const double slowest = seconds.item<double>();
-    if (slowest > 0)
-      summary.settled_samples_per_s = double(global_batch() * (longest.last - longest.first + 1)) / slowest;
-  }
-
-  Trainer* owner = nullptr;  // passed to hooks
+ private:
+  Trainer& trainer_;
+  Trainer::StepHook hook_;
 };
 
 Trainer::Trainer(const comm::Runtime& runtime, Task& task, const TrainerSettings& settings,
                  const TrainerOptions& options)
-    : impl_(std::make_unique<Impl>(runtime, task, settings, options)) {
-  impl_->owner = this;
-}
+    : impl_(std::make_unique<Impl>(runtime, task, settings, options)) {}
 Trainer::~Trainer() = default;
 TrainSummary Trainer::run() { return impl_->run(); }
-void Trainer::add_step_hook(StepHook hook) { impl_->hooks.push_back(std::move(hook)); }
+void Trainer::add_observer(std::unique_ptr<Observer> observer) { impl_->observers.push_back(std::move(observer)); }
+void Trainer::add_step_hook(StepHook hook) { add_observer(std::make_unique<HookObserver>(*this, std::move(hook))); }
 int64_t Trainer::step() const { return impl_->step; }
 TrainerState Trainer::state() const {
-  return {impl_->step,         impl_->bad_total, impl_->bad_in_a_row,
-          impl_->samples_seen, impl_->best,      impl_->balancer.state()};
+  return {impl_->step,         impl_->bad_total,          impl_->bad_in_a_row,
+          impl_->samples_seen, impl_->best->record(), impl_->balancer.state()};
 }
 void Trainer::set_state(const TrainerState& state) {
   impl_->step = state.step;
-  impl_->best = state.best;
+  impl_->best->set_record(state.best);
   impl_->samples_seen = state.samples_seen;
   impl_->bad_total = state.bad_steps;
   impl_->bad_in_a_row = state.bad_in_a_row;

@@ -607,3 +607,70 @@ TEST(Trainer, EmaFollowsTheReferenceAndEvaluationsUseIt) {
     EXPECT_TRUE(torch::equal(flat(*task.model()), after_step.back()));
   }
 }
+
+// An observer attached from outside (observer.h): it is called at every fixed point in order, and its
+// requests steer the loop: an evaluation after step 2, a save at step 3, and a stop after step 4 that
+// rank 0 decides and every rank agrees on (a collective in on_step_end).
+class Watcher : public train::Observer {
+ public:
+  explicit Watcher(std::vector<std::string>& calls, std::string name) : calls_(calls), name_(std::move(name)) {}
+  void on_run_begin(int64_t step, train::LoopControl&) override { note("run_begin " + std::to_string(step)); }
+  void on_step_begin(int64_t step) override { note("step_begin " + std::to_string(step)); }
+  void on_batch(int64_t micro) override { note("batch " + std::to_string(micro)); }
+  void on_step_end(const train::StepEvent& e, const train::StepResult& r, train::LoopControl& c) override {
+    note("step_end " + std::to_string(e.steps_done) + (e.last ? " last" : ""));
+    EXPECT_TRUE(std::isfinite(r.loss));
+    EXPECT_GT(r.times.total, 0);
+    if (name_ != "a") return;
+    c.evaluate = e.steps_done == 2;
+    c.save = e.steps_done == 3;
+    if (runtime().max(int64_t(runtime().rank() == 0 && e.steps_done == 4)) > 0) c.request_stop("the watcher had enough");
+  }
+  void on_evaluate(const train::StepEvent& e, const train::Metrics& m, train::LoopControl&) override {
+    note("evaluate " + std::to_string(e.steps_done) + " " + m.at(0).first);
+  }
+  void on_save(const train::StepEvent& e) override {
+    note("save " + std::to_string(e.steps_done) + (e.last ? " last" : "") + (e.evaluated ? " evaluated" : "") +
+         (e.save ? " asked" : ""));
+  }
+  void on_log(train::Metrics& m) override { m.emplace_back("watcher_" + name_, 1.0); }
+  void on_run_end(train::TrainSummary& s) override { note("run_end " + s.early_stop); }
+
+ private:
+  void note(const std::string& what) { calls_.push_back(name_ + ": " + what); }
+  std::vector<std::string>& calls_;
+  std::string name_;
+};
+
+TEST(Trainer, ObserversSeeTheFixedPointsInOrderAndSteerTheLoop) {
+  train::seed(13);
+  LinearTask task(2);
+  train::Trainer trainer(runtime(), task,
+                         settings("train: {steps: 10, accumulate: 2, log_every: 1000}\noptim: {lr: 0.01}\n"), {});
+  std::vector<std::string> calls;
+  trainer.add_observer(std::make_unique<Watcher>(calls, "a"));
+  trainer.add_observer(std::make_unique<Watcher>(calls, "b"));
+  const auto summary = trainer.run();
+  EXPECT_EQ(trainer.step(), 4);
+  EXPECT_EQ(summary.losses.size(), 4u);
+  EXPECT_EQ(summary.early_stop, "the watcher had enough");
+  EXPECT_FALSE(summary.stopped);
+  EXPECT_EQ(task.evaluations_, 2);  // asked for after step 2, and the end of the run after step 4
+  std::vector<std::string> expected;
+  const auto both = [&](const std::string& what) {
+    expected.push_back("a: " + what);
+    expected.push_back("b: " + what);
+  };
+  both("run_begin 0");
+  for (int step = 1; step <= 4; ++step) {
+    both("step_begin " + std::to_string(step - 1));
+    both("batch 0");
+    both("batch 1");
+    both("step_end " + std::to_string(step));
+    if (step == 2 || step == 4) both("evaluate " + std::to_string(step) + " weight0");
+    both("save " + std::to_string(step) + (step == 4 ? " last" : "") + (step == 2 || step == 4 ? " evaluated" : "") +
+         (step == 3 ? " asked" : ""));
+  }
+  both("run_end the watcher had enough");
+  EXPECT_EQ(calls, expected);
+}

@@ -145,9 +145,10 @@ bool load_module(const std::string& path, torch::nn::Module& module, Weights wei
 void load_module(const std::string& path, torch::nn::Module& module);
 
 // Saves every `every_steps` steps / `every_minutes` minutes, after the last step (at_end), when
-// the trainer stops on a signal (SIGTERM/SIGUSR1), and at a step whose evaluation is the best so far
-// (StepEvent::best), then points best.h5 at that checkpoint (agreed; a background save is waited
-// for first): registers a step hook on the trainer.
+// the trainer stops on a signal (SIGTERM/SIGUSR1), when an observer of the loop asks for it
+// (StepEvent::save), and at a step whose evaluation is the best so far (StepEvent::best), then points
+// best.h5 at that checkpoint (agreed; a background save is waited for first): an observer of the
+// trainer's on_save point (train/observer.h).
 // checkpoint.async: at the step, every rank copies what it writes (its share of the rows, its
 // shards) to host memory, then a background thread writes the file through its own duplicate of
 // the world while training goes on; the next save first waits for it (at most one in flight), and

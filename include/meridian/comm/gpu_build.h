@@ -43,6 +43,7 @@ CudaBuild this_cuda_build();
 struct NodeGpus {
   bool present = false;       // the node has an NVIDIA GPU: NVML lists one, or a /dev/nvidia<N> device file exists
   std::string evidence;       // how that is known: "NVML lists 8", "/dev/nvidia0", "MERIDIAN_TEST_NODE_GPU"
+  bool from_test_seam = false;  // described by MERIDIAN_TEST_NODE_GPU: no GPU of the CUDA runtime's is judged
   int driver_cuda = 0;        // the CUDA version the driver supports (cudaDriverGetVersion; 12040); 0: no driver
   std::vector<GpuInfo> gpus;  // NVML's list (also where the CUDA runtime cannot start); empty: not known
   std::string error;          // the test seam's value is malformed (then nothing else is set)
@@ -68,6 +69,17 @@ bool archs_run_on(const std::vector<std::string>& archs, int major, int minor);
 // driver to install. The driver must support the build's CUDA major version (CUDA's minor-version
 // compatibility covers the rest). Pure; not collective.
 std::string gpu_build_refusal(const CudaBuild& build, int driver_cuda, const GpuInfo& gpu, const std::string& host);
+
+// This build against this node's GPU, as the Runtime judges it at start-up: the verdict's text (what
+// runs where, or gpu_build_refusal's line, or "no NVIDIA GPU on this node; build: ...") and whether it
+// is a refusal. The GPU judged is the one the rank takes (cuda_index among those it sees; -1: none
+// chosen) where the CUDA runtime lists it, else the driver's first (NVML) or the test seam's. Not
+// collective.
+struct GpuBuildVerdict {
+  std::string text;
+  bool refused = false;
+};
+GpuBuildVerdict gpu_build_verdict(int cuda_index, const std::string& host);
 
 // "CUDA 13.2 (track cu13), architectures sm_75 ... sm_120". Pure.
 std::string cuda_build_summary(const CudaBuild& build);

@@ -16,6 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "meridian/comm/device_choice.h"
+#include "meridian/comm/thread_choice.h"
+
 namespace meridian::comm {
 
 class Watchdog;
@@ -28,58 +31,6 @@ struct RuntimeOptions {
   // (`meridian info`, `doctor`): the ranks run on the CPU and gpu_build() reports it.
   bool refuse_unusable_gpu = true;
 };
-
-// What a rank's intra-op thread count is chosen from (Runtime measures it; choose_threads is pure).
-struct ThreadInputs {
-  int requested = 0;                  // --threads; 0: not given
-  int omp_num_threads = 0;            // OMP_NUM_THREADS; 0: unset
-  int cores = 1;                      // CPUs online on this machine
-  int machine_ranks = 1;              // the job's ranks on this machine: the same kernel boot id, whatever "node" MPI
-                                      // counts them on (network namespaces, containers: a virtual cluster)
-  int node_ranks = 1;                 // of those, on this rank's node as MPI counts it (local_size)
-  int bound_cpus = 0;                 // CPUs this rank is bound to (its affinity mask); 0: unknown
-  int ranks_bound_alike = 1;          // the node's ranks bound to the very same CPUs (they split them)
-  double others_cores = -1;           // CPUs kept busy by processes outside the job (sampled); < 0: not measured
-  const char* wait_policy = nullptr;  // OMP_WAIT_POLICY, GOMP_SPINCOUNT as set in the environment, or null
-  const char* spin_count = nullptr;
-};
-struct ThreadChoice {
-  int threads = 1;
-  std::string why;       // "1 per rank: 2 cores on this machine for 2 ranks of the job (...); ..."
-  bool crowded = false;  // more threads than free cores: OpenMP workers spin for time slices (warn)
-};
-// The intra-op threads of a rank. The user's choice wins (--threads, then OMP_NUM_THREADS). Else the
-// machine's free cores (cores minus those other processes keep busy, counted when at least half busy)
-// split over the job's ranks on the machine, no more than the CPUs the rank is bound to split over the
-// ranks bound alike, and at least 1. More threads than free cores is what makes a shared CPU cost 20x
-// its share: OpenMP workers spin-wait at every parallel region for time slices the working threads need
-// (docs/performance.md). `why` also names the OpenMP wait policy in force. Not collective.
-ThreadChoice choose_threads(const ThreadInputs& in);
-
-// What a rank's device is chosen from (Runtime gathers it; choose_device is pure).
-struct DeviceInputs {
-  std::string requested = "auto";  // --device: auto, cpu, cuda
-  int visible = 0;                 // CUDA devices this process sees (after CUDA_VISIBLE_DEVICES)
-  int local_rank = 0, local_size = 1;
-  // CUDA_VISIBLE_DEVICES of each rank on this node, by local rank; nullopt where it is unset.
-  std::vector<std::optional<std::string>> visible_env;
-  std::string host;     // for messages
-  std::string no_gpus;  // what CUDA said when it found no device ("cudaGetDeviceCount: ...")
-};
-struct DeviceChoice {
-  int cuda_index = -1;  // the CUDA device among this rank's visible ones; -1: the CPU
-  std::string why;      // "cuda:1: local rank 1 of the node's 4 ranks, which all see the same 4 GPUs ..."
-  std::string error;    // non-empty: the run cannot start (names the variable to change)
-};
-// A rank's device, as launchers hand out GPUs:
-//  * every rank of the node sees the same GPUs (CUDA_VISIBLE_DEVICES the same or unset everywhere:
-//    mpirun, srun --gpus-per-node): the local rank's GPU among them; more ranks than GPUs is refused;
-//  * each rank sees GPUs of its own (CUDA_VISIBLE_DEVICES differs between the node's ranks: Slurm's
-//    --gpus-per-task=1, site wrappers): its first visible GPU, cuda:0. Refused when two ranks would
-//    take the same GPU (the same first entry) or when the variable is set for only some ranks.
-// auto falls back to the CPU only when no GPU is visible. Every rank of a node decides from the same
-// inputs, so they agree. Not collective.
-DeviceChoice choose_device(const DeviceInputs& in);
 
 class Runtime {
  public:

@@ -91,6 +91,8 @@ class Balancer {
 
   const std::vector<int64_t>& shares() const { return state_.shares; }
   bool even() const;
+  // Whether the shares are worth showing (logs, health, metrics): train.balance auto, or shares given.
+  bool shown() const { return automatic_ || !even(); }
   int64_t global_micro_batch() const { return batch_ * ranks_; }
   int64_t max_share() const { return max_share_; }  // train.balance_max, at most what the others leave
 

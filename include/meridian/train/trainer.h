@@ -43,6 +43,7 @@
 #include "meridian/core/error.h"
 #include "meridian/train/balance.h"
 #include "meridian/train/ema.h"
+#include "meridian/train/observer.h"
 #include "meridian/train/settings.h"
 #include "meridian/train/strategy.h"
 #include "meridian/train/task.h"
@@ -88,16 +89,6 @@ struct TrainerState {
   BalanceState balance;  // the shares in force (train.balance) and this rank's measuring window
 };
 
-// After each optimizer step, to every hook on every rank (all ranks agree on every field).
-struct StepEvent {
-  int64_t steps_done = 0;
-  bool last = false;       // the last step of the run
-  bool stopping = false;   // the run ends here early (train.stop_at, or SIGTERM/SIGUSR1 on some rank before
-                           // the last step): run() returns after the hooks
-  bool best = false;       // this step's evaluation is the best so far (TrainerOptions::best): keep its weights
-  bool evaluated = false;  // an evaluation ran after this step (its metrics.csv rows are written)
-};
-
 // Installs handlers for SIGTERM and SIGUSR1 that ask running Trainers to stop after the current
 // step (Slurm sends one before the time limit with --signal). Idempotent.
 void install_stop_signals();
@@ -115,9 +106,9 @@ struct TrainSummary {
   double peak_flops = 0;         // per device, what MFU is measured against (train.peak_flops); 0: none
   int64_t parameters = 0;
   Metrics first_eval, last_eval;             // eval_at_start's and the last evaluation's (empty if none)
-  bool stopped = false;                      // ended early (train.stop_at or a signal; the hooks saw stopping = true)
-  bool signalled = false;                    // ... because of SIGTERM/SIGUSR1
-  std::string patience_stop;                 // ended early by train.patience: why ("" otherwise; hooks saw last)
+  bool stopped = false;     // ended early (train.stop_at or a signal; the observers saw stopping = true)
+  bool signalled = false;   // ... because of SIGTERM/SIGUSR1
+  std::string early_stop;   // ended early by an observer's stop (train.patience): why ("" otherwise; it saw last)
   BestRecord best;                           // the best evaluation (value NaN without TrainerOptions::best)
   std::vector<std::string> health_warnings;  // rank 0: what the health monitor warned about
   // TrainerOptions::count_syncs on a GPU: host synchronisations per step, mean over the steps after
@@ -155,7 +146,7 @@ struct TrainerOptions {
   std::string trace_path;
   // checkpoint.best: after each evaluation (train.eval_every, train.eval_every_epochs, the last step)
   // the trainer compares it with the best so far (StepEvent::best) and counts evaluations without
-  // improvement; train.patience of them end the run (the hooks see the step as the last). A run
+  // improvement; train.patience of them end the run (the observers see the step as the last). A run
   // resumed from such an end does nothing. TrainingError when an evaluation lacks the metric.
   BestMetric best;
   // GPU ranks: LibTorch's CUDA sync debug mode (warn) over every training step, its warnings counted
@@ -175,8 +166,12 @@ class Trainer {
   // when the NaN/Inf guard gives up.
   TrainSummary run();
 
-  // Called on every rank after each completed optimizer step (checkpoint hooks; may be collective
-  // since every rank calls it at the same step with the same event).
+  // Attaches `observer` to the loop (observer.h: its fixed points and contract), after the trainer's
+  // own (the NaN guard's step, the balancer, best/patience, ...): on every rank, in the same order,
+  // before run().
+  void add_observer(std::unique_ptr<Observer> observer);
+  // The shorthand for an observer of on_save alone (checkpoints, the run page): called on every rank
+  // at each step's last point; may be collective.
   using StepHook = std::function<void(Trainer& trainer, const StepEvent& event)>;
   void add_step_hook(StepHook hook);
 
