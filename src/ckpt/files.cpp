@@ -17,6 +17,38 @@ namespace meridian::ckpt {
 
 namespace fs = std::filesystem;
 
+uint64_t Files::size(const std::string& path) {
+  std::error_code ec;
+  const auto n = fs::file_size(path, ec);
+  if (ec) throw SystemError("cannot read " + path + ": " + ec.message());
+  return n;
+}
+
+void Files::read_at(const std::string& path, uint64_t offset, void* data, size_t n) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw SystemError("cannot read " + path + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd, static_cast<char*>(data) + done, n - done, off_t(offset + done));
+    if (got <= 0) {
+      const std::string why = got == 0 ? "the file ends early" : std::strerror(errno);
+      ::close(fd);
+      throw SystemError("cannot read " + path + " at byte " + std::to_string(offset + done) + ": " + why);
+    }
+    done += size_t(got);
+  }
+  ::close(fd);
+}
+
+void Files::write_at(const std::string& path, uint64_t offset, const std::string& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  bool ok = fd >= 0 && ::pwrite(fd, bytes.data(), bytes.size(), off_t(offset)) == ssize_t(bytes.size()) &&
+            ::fsync(fd) == 0;
+  const int err = errno;
+  if (fd >= 0 && ::close(fd) != 0) ok = false;
+  if (!ok) throw SystemError("cannot write " + path + ": " + std::strerror(err));
+}
+
 void Files::create_dir(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);

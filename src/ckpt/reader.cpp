@@ -6,6 +6,7 @@
 #include "meridian/ckpt/files.h"
 #include "meridian/core/crc32c.h"
 #include "meridian/core/error.h"
+#include "seal.h"
 
 namespace meridian::ckpt {
 
@@ -25,6 +26,14 @@ herr_t collect(hid_t, const char* name, const H5O_info_t* info, void* out) {
 }  // namespace
 
 bool is_checkpoint(const std::string& path) {
+  char first[8] = {0};
+  try {
+    files().read_at(path, 0, first, sizeof first);
+  } catch (const SystemError&) {
+    return false;  // missing, unreadable or under 8 bytes
+  }
+  if (std::string(first, 8) != "meridian" && std::string(first, 4) != "\x89HDF") return false;
+  check_seal(path);  // a sealed checkpoint that does not match: DataError
   const auto locked = h5::lock();
   h5::QuietErrors quiet;
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -36,6 +45,7 @@ bool is_checkpoint(const std::string& path) {
 Reader::Reader(const std::string& path) : impl_(std::make_unique<Impl>()) {
   auto& m = *impl_;
   m.path = path;
+  check_seal(path);  // before any HDF5 call: a damaged file must not reach HDF5's parser
   const auto locked = h5::lock();
   h5::QuietErrors quiet;
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "internal.h"
+#include "seal.h"
 #include "meridian/comm/agree.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
@@ -115,6 +116,7 @@ bool load_module(const std::string& path, torch::nn::Module& module, Weights wei
 void load_module(const std::string& path, torch::nn::Module& module) { load_module(path, module, Weights::PreferEma); }
 
 void restore(const comm::Runtime& rt, train::Trainer& trainer, const ResumePoint& point) {
+  check_seal(rt, point.path);  // the whole file verified once between the ranks, before any opens it
   Reader r(point.path);
   at::NoGradGuard no_grad;
   SharedReader shared(rt, r);

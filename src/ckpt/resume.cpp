@@ -72,7 +72,7 @@ std::optional<ResumePoint> find_resumable(const std::string& dir, std::vector<st
 }
 
 std::optional<ResumePoint> choose_resume_point(const comm::Runtime& rt, const std::string& resume,
-                                               const std::string& dir) {
+                                               const std::string& dir, std::vector<std::string>* skipped) {
   if (resume.empty()) return std::nullopt;
   std::string chosen;
   comm::agree(
@@ -83,6 +83,7 @@ std::optional<ResumePoint> choose_resume_point(const comm::Runtime& rt, const st
           std::vector<std::string> rejected;
           const auto point = find_resumable(dir, &rejected);
           for (const auto& r : rejected) spdlog::warn("resume: skipping {}", r);
+          if (skipped) *skipped = rejected;
           if (point)
             chosen = point->path;
           else

@@ -12,6 +12,7 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/comm/watchdog.h"
 #include "meridian/core/crc32c.h"
+#include "seal.h"
 #include "meridian/core/error.h"
 
 namespace meridian::ckpt {
@@ -31,6 +32,7 @@ struct Writer::Impl {
           comm::abort_job(os.str(), kExitFatal);
         }) {}
   const comm::Runtime& rt;
+  double seal_seconds = 0;  // close(): this rank's time for the whole-file checksum
   std::string path;
   // Every step below is collective file I/O: one stuck rank would hang every rank.
   comm::Watchdog watchdog;
@@ -120,7 +122,10 @@ void Writer::Impl::create() {
     MERIDIAN_H5_CHECK(H5Pset_fapl_mpio(fapl, m.comm->get(), MPI_INFO_NULL));
     // HDF5 1.8+ object format: attributes over 64 KiB (a long config) are stored densely.
     MERIDIAN_H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST));
-    const hid_t f = H5Fcreate(m.path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    // The user block that seal_file() fills with the whole-file checksum (seal.h).
+    h5::Id fcpl = h5::plist_id(MERIDIAN_H5_CHECK(H5Pcreate(H5P_FILE_CREATE)));
+    MERIDIAN_H5_CHECK(H5Pset_userblock(fcpl, kSealBytes));
+    const hid_t f = H5Fcreate(m.path.c_str(), H5F_ACC_TRUNC, fcpl, fapl);
     if (f < 0) throw SystemError("cannot create the file (directory missing or not writable?)");
     m.file = h5::file_id(f);
     files().on_create(m.path);
@@ -296,6 +301,10 @@ void Writer::close() {
   // Durable before the caller renames it into place: every rank flushes what its node's page cache
   // holds of the file (on NFS each client's own writes).
   m.agreed("fsync", [&] { files().sync_file(m.path); });
+  // The whole-file checksum into the user block, before anything may name the file (seal.h).
+  m.seal_seconds = seal_file(m.rt, m.comm, m.path);
 }
+
+double Writer::seal_seconds() const { return impl_->seal_seconds; }
 
 }  // namespace meridian::ckpt

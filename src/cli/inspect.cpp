@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "meridian/ckpt/checkpoint.h"
 #include "meridian/ckpt/file.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
@@ -51,7 +52,8 @@ Command inspect_command() {
     // clang-format off
     o.add_options()
         ("file", "Dataset file (.h5)", cxxopts::value<std::string>()->default_value(""))
-        ("samples", "Captions to decode and show", cxxopts::value<int>()->default_value("3"));
+        ("samples", "Captions to decode and show", cxxopts::value<int>()->default_value("3"))
+        ("no-verify", "Read a checkpoint whose whole-file checksum does not match anyway");
     // clang-format on
     o.parse_positional({"file"});
     o.positional_help("FILE.h5");
@@ -60,6 +62,7 @@ Command inspect_command() {
     const std::string path = p["file"].as<std::string>();
     if (path.empty()) throw UserError("inspect: give the dataset file (meridian inspect FILE.h5)");
     if (rt.rank() != 0) return 0;  // a local check: rank 0 reports
+    ckpt::set_verify_checksums(!p.count("no-verify"));
     if (ckpt::is_checkpoint(path)) return inspect_checkpoint(path);
     const data::DatasetInfo info = data::validate_dataset(path);
     std::printf("%s: valid %s dataset, format %s v%lld, %.1f MB\n", path.c_str(), info.kind.c_str(), data::kFormatName,

@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "meridian/ckpt/checkpoint.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/config.h"
 #include "meridian/core/error.h"
@@ -12,7 +13,8 @@ void add_model_option(cxxopts::Options& o, const std::string& help) {
   // clang-format off
   o.add_options()
       ("model", help + ": a checkpoint (<run>/checkpoints/step_*.h5 or best.h5), a Hugging Face model directory (SigLIP, Llama) or Ultralytics .safetensors (with --set model.yaml=..., or its YAML beside it)", cxxopts::value<std::string>()->default_value(""))
-      ("checkpoint", "The same as --model", cxxopts::value<std::string>()->default_value(""));
+      ("checkpoint", "The same as --model", cxxopts::value<std::string>()->default_value(""))
+      ("no-verify", "Read a checkpoint whose whole-file checksum does not match (or is damaged) anyway; by default such a file is refused before HDF5 reads it");
   // clang-format on
 }
 
@@ -25,6 +27,7 @@ tasks::ModelSource open_model_option(const cxxopts::ParseResult& p, const comm::
     path = p[name].as<std::string>();
   }
   if (path.empty()) throw UserError(command + ": --model is required");
+  ckpt::set_verify_checksums(!p.count("no-verify"));
   auto model = tasks::open_model(path, command, [&](Config& config) {
     apply_overrides(p, config);
     if (adjust) adjust(config);

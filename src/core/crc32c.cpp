@@ -38,13 +38,15 @@ __attribute__((target("sse4.2"))) uint32_t crc32c_sse42(const uint8_t* p, size_t
 #endif
 }  // namespace
 
-uint32_t crc32c(const void* data, size_t n) {
+uint32_t crc32c_extend(uint32_t crc, const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);
 #if defined(__x86_64__)
   static const bool sse42 = __builtin_cpu_supports("sse4.2");
-  if (sse42) return ~crc32c_sse42(p, n, 0xFFFFFFFFu);
+  if (sse42) return ~crc32c_sse42(p, n, ~crc);
 #endif
-  return ~crc32c_table(p, n, 0xFFFFFFFFu);
+  return ~crc32c_table(p, n, ~crc);
 }
+
+uint32_t crc32c(const void* data, size_t n) { return crc32c_extend(0, data, n); }
 
 }  // namespace meridian

@@ -75,6 +75,11 @@
   var lastEnd = attempts.length ? attempts[attempts.length - 1].end : null;
   var marks = [];  // {step, kind, text}: the timeline, the events table and the dashed lines
   attempts.forEach(function (a, i) {
+    (a.start.skipped_checkpoints || []).forEach(function (why) {
+      var r0 = a.start.resumed_from;
+      marks.push({ step: r0 && typeof r0.step === "number" ? r0.step : 0, kind: "finding",
+        text: "attempt " + (i + 1) + " skipped a checkpoint: " + why });
+    });
     if (i === 0) return;
     var r = a.start.resumed_from;
     var step = r && typeof r.step === "number" ? r.step : 0;
@@ -353,6 +358,8 @@
       var s = a.start, r = s.resumed_from, e = a.end;
       var from = r ? (r.path ? r.path + " (step " + r.step + ")" : "step " + r.step) : (s.inferred && i > 0 ? "?" :
         "the start");
+      if ((s.skipped_checkpoints || []).length) from += "; skipped as corrupt or unreadable: " +
+        s.skipped_checkpoints.join("; ");
       var ended = e ? e.status + " at step " + e.step + (e.message ? ": " + e.message : "") + " (" + when(e.time) + ")"
         : (a.last_step !== null && a.last_step !== undefined ? "no record after step " + a.last_step +
           (i === attempts.length - 1 ? " (still running, or killed)" : " (killed or crashed)") : "no record");

@@ -87,6 +87,7 @@ nlohmann::json attempt_start(const comm::Runtime& rt, const ResolvedRun& run, tr
       {"data", DataSettings::from_config(run.config).train},
       {"resumed_from", nullptr}};
   if (run.resume) r["resumed_from"] = {{"path", run.resume->path}, {"step", run.resume->step}};
+  if (!run.skipped.empty()) r["skipped_checkpoints"] = run.skipped;  // corrupt or unreadable: passed over
   return r;
 }
 
@@ -115,7 +116,7 @@ ResolvedRun resolve_run(const comm::Runtime& rt, Config config, const std::strin
   ResolvedRun r;
   // The checkpoint: keys first (the pass below changes none of them): where to look for the resume point.
   r.checkpoint = ckpt::CheckpointSettings::from_config(config, run_dir);
-  r.resume = ckpt::choose_resume_point(rt, resume, r.checkpoint.dir);
+  r.resume = ckpt::choose_resume_point(rt, resume, r.checkpoint.dir, &r.skipped);
   std::optional<Config> saved;  // the checkpoint's config
   if (r.resume) {
     const ckpt::ResumePoint& point = *r.resume;

@@ -4,7 +4,9 @@
 #     optimizer state compared with h5diff), on 2 ranks; the same with SGD and a model EMA (/ema too);
 #     resuming that SGD run as AdamW is a clear error; `meridian eval` takes the EMA weights;
 #  2. `meridian inspect` lists a checkpoint and verifies it; a corrupted newest checkpoint is
-#     reported by inspect and skipped by --resume auto, which takes the previous one;
+#     reported by inspect and skipped by --resume auto, which takes the previous one; the whole-file
+#     checksum refuses 14 kinds of damage before HDF5 (the known HDF5 crash input skipped by a resume
+#     that ends bit-identical), reads a file without one, and --no-verify;
 #  3. elastic: a 2-rank checkpoint resumes on 4 ranks with the same global batch, and back on 2;
 #  4. SIGUSR1 mid-run: a checkpoint at the step it stopped, exit code 4;
 #  5. `meridian eval` on a checkpoint; an unwritable checkpoint directory is a clear error.
@@ -81,6 +83,79 @@ grep -qE "checksum mismatch|corrupt|cannot" "$tmp/i" || { cat "$tmp/i"; fail "no
 train 2 --run-dir "$tmp/c" --resume auto --set train.steps=14 >"$tmp/c.out" 2>&1 || { cat "$tmp/c.out"; fail "fallback resume exited $?"; }
 grep -q "resume: skipping .*step_00000012.h5" "$tmp/c.out" && grep -q "resumed from .*step_00000009.h5: step 9" "$tmp/c.out" \
   || { cat "$tmp/c.out"; fail "resume auto did not fall back to step 9"; }
+
+# 2b. The whole-file checksum (issue 73): a checkpoint is a plain HDF5 file behind a 4096-byte user
+# block that holds its checksum; every damage is refused before HDF5 reads a byte (exit 2 naming the
+# file, never a crash), the known HDF5 heap-corrupting input included; a file from before checksums
+# (the same file without its user block) is still read, said to be unverified; --no-verify reads a
+# file whose checksum header alone is damaged.
+good=$tmp/b/checkpoints/step_00000012.h5
+[[ $(head -c 31 "$good") == "meridian-checkpoint-checksum 1" ]] || fail "no checksum header at the start of $good"
+h5ls -r "$good" | grep -q "^/model" || fail "h5ls cannot read a sealed checkpoint"
+python3 -c "import h5py, sys; f = h5py.File(sys.argv[1], 'r'); assert f.attrs['format'] in (b'meridian-checkpoint', 'meridian-checkpoint'); assert 'model' in f" "$good" \
+  || fail "h5py cannot read a sealed checkpoint"
+known=$(dirname "$0")/../fuzz/known/h5_checkpoint/link-table-free
+damage() {  # NAME: a damaged copy of $good as $tmp/d/NAME.h5
+  local out=$tmp/d/$1.h5 size
+  mkdir -p "$tmp/d"; cp "$good" "$out"; size=$(stat -c %s "$out")
+  case $1 in
+    empty) : >"$out" ;;
+    half) truncate -s $((size / 2)) "$out" ;;
+    header-zeroed) dd if=/dev/zero of="$out" bs=4096 count=1 conv=notrunc status=none ;;
+    superblock-zeroed) dd if=/dev/zero of="$out" bs=1 seek=4096 count=96 conv=notrunc status=none ;;
+    appended) printf 'x' >>"$out" ;;
+    known-crash) dd if="$known" of="$out" bs=4096 seek=1 conv=notrunc status=none ;;
+    random-*) python3 - "$out" "${1#random-}" <<'PY'
+import random, sys
+path, seed = sys.argv[1], int(sys.argv[2])
+rng = random.Random(seed)
+with open(path, "r+b") as f:
+    for _ in range(8):  # 8 runs of random bytes somewhere in the first 64 KiB
+        f.seek(rng.randrange(0, 65536 - 16))
+        f.write(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 16))))
+PY
+    ;;
+  esac
+}
+for kind in empty half header-zeroed superblock-zeroed appended known-crash random-1 random-2 random-3 random-4 \
+    random-5 random-6 random-7 random-8; do
+  damage $kind
+  "$meridian" inspect "$tmp/d/$kind.h5" >"$tmp/i" 2>&1; rc=$?
+  [[ $rc == 2 ]] && grep -q "$tmp/d/$kind.h5" "$tmp/i" \
+    || { cat "$tmp/i"; fail "inspect of the damaged ($kind) checkpoint: exit $rc, expected 2 naming the file"; }
+  [[ $kind == empty || $kind == header-zeroed ]] || grep -q "$tmp/d/$kind.h5: checksum: " "$tmp/i" \
+    || { cat "$tmp/i"; fail "inspect of the damaged ($kind) checkpoint: no checksum message"; }
+done
+echo "14 damaged checkpoints refused before HDF5 (exit 2 naming the file)"
+tail -c +4097 "$good" >"$tmp/d/unsealed.h5"  # HDF5 addresses are relative to the user block: a plain file
+"$meridian" inspect "$tmp/d/unsealed.h5" >"$tmp/i" 2>&1 || { cat "$tmp/i"; fail "inspect of a checkpoint without checksum: exit $?"; }
+grep -q "no whole-file checksum .*read without verifying it" "$tmp/i" && grep -q "all checksums verified" "$tmp/i" \
+  || { cat "$tmp/i"; fail "a checkpoint without checksum: not read, or not said to be unverified"; }
+cp "$good" "$tmp/d/end-line.h5"
+python3 - "$tmp/d/end-line.h5" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    head = f.read(4096)
+    at = head.index(b"\nend ") + 5
+    f.seek(at)
+    f.write(b"00000000" if head[at:at + 8] != b"00000000" else b"11111111")
+PY
+"$meridian" inspect "$tmp/d/end-line.h5" >/dev/null 2>&1 && fail "a damaged checksum header was accepted"
+"$meridian" inspect --no-verify "$tmp/d/end-line.h5" >"$tmp/i" 2>&1 || { cat "$tmp/i"; fail "inspect --no-verify exited $?"; }
+# The known crash input as the newest checkpoint: --resume auto skips it, falls back to step 9 and
+# ends bit-identical to the straight run, with exit 0; attempts.jsonl names the skipped file.
+cp -r "$tmp/b" "$tmp/k"
+cp "$tmp/d/known-crash.h5" "$tmp/k/checkpoints/step_00000012.h5"
+train 2 --run-dir "$tmp/k" --resume auto >"$tmp/k.out" 2>&1 || { cat "$tmp/k.out"; fail "resume past the known crash input exited $?"; }
+grep -q "resume: skipping .*step_00000012.h5: .*checksum" "$tmp/k.out" && grep -q "resumed from .*step_00000009.h5: step 9" "$tmp/k.out" \
+  || { cat "$tmp/k.out"; fail "resume auto did not skip the known crash input for step 9"; }
+for group in /model /optim; do
+  h5diff -r "$tmp/a/checkpoints/step_00000012.h5" "$tmp/k/checkpoints/step_00000012.h5" $group $group >"$tmp/diff" \
+    || { head -20 "$tmp/diff"; fail "$group differs between the straight run and the one resumed past a corrupt file"; }
+done
+tail -n 2 "$tmp/k/attempts.jsonl" | grep -q '"skipped_checkpoints":\[".*step_00000012.h5.abandoned\|"skipped_checkpoints":\[".*step_00000012.h5' \
+  || { tail -n 2 "$tmp/k/attempts.jsonl"; fail "attempts.jsonl does not name the skipped checkpoint"; }
+echo "the known crash input skipped: fell back to step 9, bit-identical at step 12"
 
 # 3. Elastic: 2 -> 4 ranks (global batch 16 = 4 x 4), then 4 -> 2.
 train 4 --run-dir "$tmp/e" --resume "$tmp/a/checkpoints/step_00000009.h5" --set train.steps=15 >"$tmp/e.out" 2>&1 \

@@ -32,3 +32,13 @@ TEST(Crc32c, MatchesBitwiseReferenceAtEveryLengthAndOffset) {
       ASSERT_EQ(meridian::crc32c(data.data() + offset, n), bitwise_crc32c(data.data() + offset, n))
           << offset << " " << n;
 }
+
+TEST(Crc32c, ExtendContinuesAMessageAtAnySplit) {
+  std::vector<uint8_t> data(1000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = uint8_t(i * 131 + 7);
+  const uint32_t whole = bitwise_crc32c(data.data(), data.size());
+  for (size_t split : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(500), size_t(999), size_t(1000)}) {
+    const uint32_t first = meridian::crc32c(data.data(), split);
+    EXPECT_EQ(meridian::crc32c_extend(first, data.data() + split, data.size() - split), whole) << "split " << split;
+  }
+}

@@ -24,6 +24,7 @@ struct CkptBenchResult {
   // and verification of everything by every rank (as resume reads), and rank 0's plain write + fsync
   // and read of the same bytes.
   double write_s = 0, read_s = 0, plain_write_s = 0, plain_read_s = 0;
+  double seal_s = 0;  // of the best write: its whole-file checksum (the slowest rank's share)
 };
 
 // Collective. UserError for options out of range (tensors or repeat < 1, under 4 KiB per tensor).

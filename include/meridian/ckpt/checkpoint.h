@@ -90,8 +90,9 @@ ResumePoint read_resume_point(const std::string& path, bool verify);
 // answer. Logs what was rejected and why. Checkpoints newer than the chosen one are renamed to
 // <name>.abandoned. UserError "--resume <resume>: ..." on every rank when rank 0 cannot choose (no
 // valid file at the path given, the directory or `latest` unreadable, a rename that fails).
+// `skipped` (rank 0): each checkpoint passed over as corrupt or unreadable, "<path>: <why>".
 std::optional<ResumePoint> choose_resume_point(const comm::Runtime& runtime, const std::string& resume,
-                                               const std::string& dir);
+                                               const std::string& dir, std::vector<std::string>* skipped = nullptr);
 
 // Not collective. The per-rank batch that keeps the checkpoint's global batch on `world_size` ranks
 // with `accumulate` micro-steps (elastic resume): `batch` itself when it already does. UserError
@@ -130,6 +131,11 @@ DeviceGeneratorResolver set_device_generator_resolver(DeviceGeneratorResolver re
 // ema_updates when the trainer has an EMA and the checkpoint none); UserError naming both when the
 // checkpoint's optimizer (adamw, ZeRO included, or sgd) is not the trainer's.
 void restore(const comm::Runtime& runtime, train::Trainer& trainer, const ResumePoint& point);
+
+// Whether readers verify a checkpoint's whole-file checksum before HDF5 opens it (default true;
+// `--no-verify` turns it off for a file the user wants read regardless). Not collective: every rank
+// sets the same.
+void set_verify_checksums(bool verify);
 
 // Which weights load_module takes: PreferEma: ema/<name> when the checkpoint has EMA weights (root
 // attribute ema_updates: they are the ones to evaluate), else model/<name>; Model: always

@@ -65,21 +65,28 @@ class Writer : public train::StateWriter {
   // Collective: root attributes, the same value on every rank (rank 0's is used).
   void attribute(const std::string& name, int64_t value) override;
   void attribute(const std::string& name, const std::string& value) override;
-  // Collective: writes the checksum attributes and closes the file; throws SystemError (same on
-  // every rank) if any rank's write failed.
+  // Collective: writes the checksum attributes and closes the file, fsyncs it, then writes its
+  // whole-file checksum into the user block (seal_file, src/ckpt/seal.h); throws SystemError (same
+  // on every rank) if any rank's write failed.
   void close();
+  // After close(): the seconds this rank spent on the whole-file checksum.
+  double seal_seconds() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-// Not collective: whether `path` is an HDF5 file with format = "meridian-checkpoint".
+// Not collective: whether `path` is an HDF5 file with format = "meridian-checkpoint". A file that
+// begins with a checkpoint's checksum header is verified first (DataError when it does not match).
 bool is_checkpoint(const std::string& path);
 
 class Reader {
  public:
-  // Not collective. DataError naming the file when it is not a readable checkpoint.
+  // Not collective. Verifies the file's whole-file checksum before HDF5 opens it (seal.h; a file
+  // without one, from before checksums, is read unverified and said so; set_verify_checksums(false)
+  // skips the check). DataError naming the file when it is not a readable checkpoint or its bytes
+  // do not match their checksum.
   explicit Reader(const std::string& path);
   ~Reader();
   Reader(const Reader&) = delete;

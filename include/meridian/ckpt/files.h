@@ -22,6 +22,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,6 +43,15 @@ class Files {
   // After this rank read `data` (raw bytes, possibly part of the dataset) from `path`: throwing fails
   // the read; changing `data` stands for a short or corrupted read (the checksums must catch it).
   virtual void on_read(const std::string& path, const std::string& dataset, at::Tensor& data) {}
+
+  // --- The whole-file checksum (seal.cpp), around HDF5 ---
+  // The size of the file `path` in bytes. SystemError "cannot read <path>: <reason>".
+  virtual uint64_t size(const std::string& path);
+  // Reads `n` bytes at `offset` of `path` into `data`. SystemError naming the path when the file
+  // cannot be read or ends before offset + n.
+  virtual void read_at(const std::string& path, uint64_t offset, void* data, size_t n);
+  // Writes `bytes` at `offset` of `path` (no truncation), then fsyncs it. SystemError naming the path.
+  virtual void write_at(const std::string& path, uint64_t offset, const std::string& bytes);
 
   // --- The file system ---
   // Creates `dir` and its missing parents (nothing when it exists). SystemError "cannot create the

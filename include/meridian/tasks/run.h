@@ -39,6 +39,7 @@ struct ResolvedRun {
   train::TrainerSettings trainer;  // train.epochs and optim.warmup_ratio still to apply (resolve_length)
   ckpt::CheckpointSettings checkpoint;
   std::optional<ckpt::ResumePoint> resume;
+  std::vector<std::string> skipped;   // rank 0: checkpoints --resume auto passed over, "<path>: <why>"
   train::DataPosition start;          // where the training data resumes
   std::vector<std::string> notes;     // what the pass decided and why, for rank 0's log
   std::vector<std::string> warnings;  // what it turned off and why (checkpoint.best without data.eval)
