@@ -171,7 +171,8 @@ Checkpointer::Checkpointer(const comm::Runtime& rt, train::Trainer& trainer, con
   if (s.async) background_ = std::make_unique<Background>(rt);
   auto last_time = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
   trainer.add_step_hook([&rt, config, s, last_time, this](train::Trainer& t, const train::StepEvent& e) {
-    bool due = e.stopping || e.best || e.save || (e.last && s.at_end) || (s.every_steps > 0 && e.steps_done % s.every_steps == 0);
+    bool due = e.stopping || e.best || e.save || (e.last && s.at_end) ||
+               (s.every_steps > 0 && e.steps_done % s.every_steps == 0);
     if (s.every_minutes > 0) {
       // Rank 0's clock decides, so every rank saves at the same step.
       const bool late =

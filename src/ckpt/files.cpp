@@ -42,8 +42,8 @@ void Files::read_at(const std::string& path, uint64_t offset, void* data, size_t
 
 void Files::write_at(const std::string& path, uint64_t offset, const std::string& bytes) {
   const int fd = ::open(path.c_str(), O_WRONLY);
-  bool ok = fd >= 0 && ::pwrite(fd, bytes.data(), bytes.size(), off_t(offset)) == ssize_t(bytes.size()) &&
-            ::fsync(fd) == 0;
+  bool ok =
+      fd >= 0 && ::pwrite(fd, bytes.data(), bytes.size(), off_t(offset)) == ssize_t(bytes.size()) && ::fsync(fd) == 0;
   const int err = errno;
   if (fd >= 0 && ::close(fd) != 0) ok = false;
   if (!ok) throw SystemError("cannot write " + path + ": " + std::strerror(err));

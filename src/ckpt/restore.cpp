@@ -6,12 +6,12 @@
 #include <exception>
 
 #include "internal.h"
-#include "seal.h"
 #include "meridian/comm/agree.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/train/trainer.h"
+#include "seal.h"
 
 namespace meridian::ckpt {
 

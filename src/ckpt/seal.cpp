@@ -114,7 +114,8 @@ double seal_file(const comm::Runtime& rt, const comm::OwnComm* own, const std::s
         std::vector<std::string> crcs(size_t((size - std::min(size, kSealBytes) + chunk - 1) / chunk));
         for (const auto& part : all) {
           std::istringstream in(part);
-          for (std::string item; in >> item;) crcs.at(std::stoull(item.substr(0, item.find(':')))) = item.substr(item.find(':') + 1);
+          for (std::string item; in >> item;)
+            crcs.at(std::stoull(item.substr(0, item.find(':')))) = item.substr(item.find(':') + 1);
         }
         std::string text = std::string(kMagic) + fmt::format("bytes {}\nchunk {}\ncrc32c", size, chunk);
         for (const auto& c : crcs) text += " " + c;
@@ -165,9 +166,12 @@ std::optional<Header> read_header(const std::string& path) {
   in >> word >> h.bytes >> word >> h.chunk >> word;
   for (std::string crc; in >> crc;) h.crcs.push_back(crc);
   if (h.bytes != size)
-    throw corrupt(path, fmt::format("the file has {} bytes; it had {} when written (truncated or extended)", size,
-                                    h.bytes));
-  if (h.chunk == 0 || h.crcs.size() != (size - std::min(size, kSealBytes) + h.chunk - 1) / h.chunk)
+    throw corrupt(path,
+                  fmt::format("the file has {} bytes; it had {} when written (truncated or extended)", size, h.bytes));
+  // Chunks as seal_file makes them (whole MiB, 64 MiB up to 64 GiB), so that no arithmetic below wraps.
+  const uint64_t mib = uint64_t(1) << 20;
+  if (h.chunk < kMinChunk || h.chunk > (uint64_t(1) << 36) || h.chunk % mib != 0 || size < kSealBytes ||
+      h.crcs.size() != (size - kSealBytes + h.chunk - 1) / h.chunk)
     throw corrupt(path, "the checksum header is damaged (its chunks do not cover the file)");
   return h;
 }

@@ -12,8 +12,8 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/comm/watchdog.h"
 #include "meridian/core/crc32c.h"
-#include "seal.h"
 #include "meridian/core/error.h"
+#include "seal.h"
 
 namespace meridian::ckpt {
 

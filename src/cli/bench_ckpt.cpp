@@ -34,8 +34,8 @@ Command bench_ckpt_command() {
       std::printf(
           "  collective write   %7.2f s  %6.2f GB/s  (+ checksums + fsync: the training stall per checkpoint)\n",
           r.write_s, gb / r.write_s);
-      std::printf("    whole-file checksum %6.3f s  (%.1f %% of the write; slowest rank's share of the file)\n", r.seal_s,
-                  100 * r.seal_s / r.write_s);
+      std::printf("    whole-file checksum %6.3f s  (%.1f %% of the write; slowest rank's share of the file)\n",
+                  r.seal_s, 100 * r.seal_s / r.write_s);
       std::printf("  plain write        %7.2f s  %6.2f GB/s  (rank 0, one stream, + fsync)\n", r.plain_write_s,
                   gb / r.plain_write_s);
       std::printf("  ratio              %7.2f\n", r.plain_write_s / r.write_s);

@@ -137,8 +137,8 @@ Command train_command() {
     if (rt.rank() == 0 && !std::isnan(r.best.value))
       std::printf("best: %s %.4f at step %lld -> %s/best.h5%s%s\n", config.get<std::string>("checkpoint.best").c_str(),
                   r.best.value, (long long)r.best.step,
-                  ckpt::CheckpointSettings::from_config(config, run_dir).dir.c_str(),
-                  r.early_stop.empty() ? "" : "; ", r.early_stop.c_str());
+                  ckpt::CheckpointSettings::from_config(config, run_dir).dir.c_str(), r.early_stop.empty() ? "" : "; ",
+                  r.early_stop.c_str());
     return 0;
   };
   return c;

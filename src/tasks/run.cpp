@@ -101,10 +101,10 @@ nlohmann::json attempt_end(int64_t step, const std::string& status, const std::s
 // ... of a run that returned: how it ended, and the best evaluation of `metric` (checkpoint.best).
 nlohmann::json attempt_end(const train::TrainSummary& summary, int64_t step, const std::string& metric) {
   nlohmann::json r = attempt_end(step,
-                                 summary.signalled                ? "signalled"
-                                 : summary.stopped                ? "stopped"
+                                 summary.signalled             ? "signalled"
+                                 : summary.stopped             ? "stopped"
                                  : !summary.early_stop.empty() ? "early stop"
-                                                                  : "finished",
+                                                               : "finished",
                                  summary.early_stop);
   if (!metric.empty() && std::isfinite(summary.best.value))
     r["best"] = {{"metric", metric}, {"value", summary.best.value}, {"step", summary.best.step}};

@@ -34,7 +34,7 @@ class RunSummary : public Observer {
   const Task& task_;
   int64_t global_batch_, first_ = 0, measured_steps_ = 0;
   bool stepped_ = false;  // a step ran in this run()
-  StepTimes measured_;  // every step after the first
+  StepTimes measured_;    // every step after the first
   const core::Trace* trace_;
   std::string trace_path_;
 };

@@ -41,7 +41,7 @@ class SampleRecord : public Observer {
   Task& task_;
   const Balancer& balancer_;
   std::string path_;
-  std::ofstream file_;                                      // rank 0
+  std::ofstream file_;                                     // rank 0
   std::vector<std::pair<int64_t, at::Tensor>> step_rows_;  // this step's (epoch, rows) per micro-batch
 };
 

@@ -10,15 +10,15 @@
 #include <optional>
 #include <thread>
 
+#include "balance_watch.h"
+#include "best.h"
+#include "health_watch.h"
 #include "meridian/comm/communicator.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/trace.h"
 #include "meridian/nn/autocast.h"
 #include "meridian/ops/facts.h"
 #include "meridian/parallel/ddp.h"
-#include "balance_watch.h"
-#include "best.h"
-#include "health_watch.h"
 #include "peak_memory.h"
 #include "process.h"
 #include "progress.h"
@@ -47,7 +47,7 @@ struct Trainer::Impl {
   std::unique_ptr<Ema> ema;                                // train.ema > 0
   std::unique_ptr<core::Trace> trace;                      // options.trace_path set
   std::unique_ptr<Reporter> reporter;
-  Balancer balancer;  // each rank's share of the global batch (train.balance)
+  Balancer balancer;                                 // each rank's share of the global batch (train.balance)
   std::vector<std::unique_ptr<Observer>> observers;  // observer.h; the trainer's own first
   BestJudge* best = nullptr;                         // among them: checkpoint.best and train.patience
   int64_t step = 0, bad_in_a_row = 0, bad_total = 0, samples_seen = 0;
@@ -360,7 +360,7 @@ void Trainer::add_observer(std::unique_ptr<Observer> observer) { impl_->observer
 void Trainer::add_step_hook(StepHook hook) { add_observer(std::make_unique<HookObserver>(*this, std::move(hook))); }
 int64_t Trainer::step() const { return impl_->step; }
 TrainerState Trainer::state() const {
-  return {impl_->step,         impl_->bad_total,          impl_->bad_in_a_row,
+  return {impl_->step,         impl_->bad_total,      impl_->bad_in_a_row,
           impl_->samples_seen, impl_->best->record(), impl_->balancer.state()};
 }
 void Trainer::set_state(const TrainerState& state) {

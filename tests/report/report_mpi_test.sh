@@ -131,6 +131,35 @@ grep -q "report: wrote $tmp/elsewhere.html in " "$tmp/report.out" || { cat "$tmp
 grep -q "default-src 'none'" "$tmp/elsewhere.html" || fail "the page lacks its Content-Security-Policy (no network)"
 grep -qiE "<(script|img|iframe)[^>]* src=|<link " "$tmp/elsewhere.html" && fail "the page loads something from outside it"
 
+# 1b. A checkpoint the resume skipped as corrupt (attempts.jsonl's skipped_checkpoints, as train writes
+# it): named in the attempts table and as a finding on the timeline.
+sk=$tmp/skipped
+cp -r "$run" "$sk"
+rm -f "$sk/report.html"
+python3 - "$sk/attempts.jsonl" <<'PY' || fail "could not add skipped_checkpoints to attempts.jsonl"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+start = [r for r in lines if r.get("event") == "start"][-1]
+start["skipped_checkpoints"] = ["/x/checkpoints/step_00000010.h5: checksum: bytes 4096-9000 do not match"]
+open(sys.argv[1], "w").write("".join(json.dumps(r) + "\n" for r in lines))
+PY
+"$meridian" report "$sk" >"$tmp/sk.out" 2>&1 || { cat "$tmp/sk.out"; fail "meridian report of the skipped-checkpoint run exited $?"; }
+probe "$sk/report.html" "$tmp/sk.json"
+python3 - "$tmp/sk.json" "$tmp/sk.json.console" <<'PY' || fail "the page does not show the skipped checkpoint"
+import json, sys
+r = json.load(open(sys.argv[1]))
+bad = []
+if open(sys.argv[2]).read().strip(): bad.append("the console shows: " + open(sys.argv[2]).read().strip())
+want = "/x/checkpoints/step_00000010.h5: checksum: bytes 4096-9000 do not match"
+if not any("skipped as corrupt or unreadable: " + want in row[3] for row in r["attempts"]):
+    bad.append(f"the attempts table does not name it: {r['attempts']}")
+if not any("skipped a checkpoint: " + want in t for t in r["marks"].get("finding", [])):
+    bad.append(f"no finding names it: {r['marks'].get('finding')}")
+for b in bad: print("FAIL:", b)
+sys.exit(1 if bad else 0)
+PY
+echo "a skipped checkpoint: in the attempts table and on the timeline"
+
 # 2. Cut and hostile: a metrics.csv cut mid-line, a config with markup, no health or attempts files.
 bad=$tmp/bad
 mkdir -p "$bad"

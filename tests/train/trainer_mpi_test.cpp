@@ -624,7 +624,8 @@ class Watcher : public train::Observer {
     if (name_ != "a") return;
     c.evaluate = e.steps_done == 2;
     c.save = e.steps_done == 3;
-    if (runtime().max(int64_t(runtime().rank() == 0 && e.steps_done == 4)) > 0) c.request_stop("the watcher had enough");
+    if (runtime().max(int64_t(runtime().rank() == 0 && e.steps_done == 4)) > 0)
+      c.request_stop("the watcher had enough");
   }
   void on_evaluate(const train::StepEvent& e, const train::Metrics& m, train::LoopControl&) override {
     note("evaluate " + std::to_string(e.steps_done) + " " + m.at(0).first);

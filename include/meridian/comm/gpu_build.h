@@ -41,12 +41,12 @@ CudaBuild this_cuda_build();
 
 // A GPU of the node, whatever this build can use of it.
 struct NodeGpus {
-  bool present = false;       // the node has an NVIDIA GPU: NVML lists one, or a /dev/nvidia<N> device file exists
-  std::string evidence;       // how that is known: "NVML lists 8", "/dev/nvidia0", "MERIDIAN_TEST_NODE_GPU"
+  bool present = false;         // the node has an NVIDIA GPU: NVML lists one, or a /dev/nvidia<N> device file exists
+  std::string evidence;         // how that is known: "NVML lists 8", "/dev/nvidia0", "MERIDIAN_TEST_NODE_GPU"
   bool from_test_seam = false;  // described by MERIDIAN_TEST_NODE_GPU: no GPU of the CUDA runtime's is judged
-  int driver_cuda = 0;        // the CUDA version the driver supports (cudaDriverGetVersion; 12040); 0: no driver
-  std::vector<GpuInfo> gpus;  // NVML's list (also where the CUDA runtime cannot start); empty: not known
-  std::string error;          // the test seam's value is malformed (then nothing else is set)
+  int driver_cuda = 0;          // the CUDA version the driver supports (cudaDriverGetVersion; 12040); 0: no driver
+  std::vector<GpuInfo> gpus;    // NVML's list (also where the CUDA runtime cannot start); empty: not known
+  std::string error;            // the test seam's value is malformed (then nothing else is set)
 };
 // Not collective; any thread; never throws; creates no CUDA context. NVML is loaded at run time
 // (libnvidia-ml.so.1, part of the driver), so a node without a driver is simply "not present".

@@ -105,11 +105,11 @@ struct TrainSummary {
   double model_flops_per_s = 0;  // 3 x forward FLOPs (forward + backward) x samples/s, global
   double peak_flops = 0;         // per device, what MFU is measured against (train.peak_flops); 0: none
   int64_t parameters = 0;
-  Metrics first_eval, last_eval;             // eval_at_start's and the last evaluation's (empty if none)
-  bool stopped = false;     // ended early (train.stop_at or a signal; the observers saw stopping = true)
-  bool signalled = false;   // ... because of SIGTERM/SIGUSR1
-  std::string early_stop;   // ended early by an observer's stop (train.patience): why ("" otherwise; it saw last)
-  BestRecord best;                           // the best evaluation (value NaN without TrainerOptions::best)
+  Metrics first_eval, last_eval;  // eval_at_start's and the last evaluation's (empty if none)
+  bool stopped = false;           // ended early (train.stop_at or a signal; the observers saw stopping = true)
+  bool signalled = false;         // ... because of SIGTERM/SIGUSR1
+  std::string early_stop;         // ended early by an observer's stop (train.patience): why ("" otherwise; it saw last)
+  BestRecord best;                // the best evaluation (value NaN without TrainerOptions::best)
   std::vector<std::string> health_warnings;  // rank 0: what the health monitor warned about
   // TrainerOptions::count_syncs on a GPU: host synchronisations per step, mean over the steps after
   // the first and the most in one of them, max over ranks; -1: not counted.
