@@ -26,13 +26,7 @@ herr_t collect(hid_t, const char* name, const H5O_info_t* info, void* out) {
 }  // namespace
 
 bool is_checkpoint(const std::string& path) {
-  char first[8] = {0};
-  try {
-    files().read_at(path, 0, first, sizeof first);
-  } catch (const SystemError&) {
-    return false;  // missing, unreadable or under 8 bytes
-  }
-  if (std::string(first, 8) != "meridian" && std::string(first, 4) != "\x89HDF") return false;
+  if (!starts_as_checkpoint(path)) return false;
   check_seal(path);  // a sealed checkpoint that does not match: DataError
   const auto locked = h5::lock();
   h5::QuietErrors quiet;

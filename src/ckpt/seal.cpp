@@ -211,23 +211,36 @@ Seal check_seal(const std::string& path) {
 
 Seal check_seal(const comm::Runtime& rt, const std::string& path) {
   if (!g_verify) return Seal::Skipped;
-  std::optional<Header> header;
+  bool sealed = false;
   comm::agree(
       rt,
       [&] {
-        header = read_header(path);
+        // A rank that verified the whole file already (rank 0 choosing the resume point) reads nothing.
+        if ((sealed = known(g_verified, path))) return;
+        const auto header = read_header(path);
+        sealed = header.has_value();
         if (header) verify_chunks(path, *header, size_t(rt.rank()), size_t(rt.size()));
       },
       [&](const comm::Failure& f) {
         if (f.mine) std::rethrow_exception(f.mine);
         throw UserError(f.message);
       });
-  if (!header) {
+  if (!sealed) {
     if (rt.rank() == 0) say_unsealed(path);
     return Seal::Unsealed;
   }
   remember(g_verified, path);
   return Seal::Verified;
+}
+
+bool starts_as_checkpoint(const std::string& path) {
+  char first[8] = {0};
+  try {
+    files().read_at(path, 0, first, sizeof first);
+  } catch (const SystemError&) {
+    return false;  // missing, unreadable or under 8 bytes
+  }
+  return std::memcmp(first, kMagic, sizeof first) == 0 || std::memcmp(first, kHdf5Signature, sizeof first) == 0;
 }
 
 }  // namespace meridian::ckpt

@@ -46,8 +46,13 @@ enum class Seal {
 // not read again. Logs (once per file per process) that an unsealed file was not verified.
 Seal check_seal(const std::string& path);
 // The same, collective over the world: each rank checks its share of the chunks (as seal_file
-// wrote them), the outcome agreed; then no rank's Reader reads the file for it again. A mismatch is
+// wrote them; a rank that verified the whole file before, as rank 0 does when it chooses the resume
+// point, reads nothing), the outcome agreed; then no rank's Reader reads the file for it again. A mismatch is
 // a DataError on the rank that found it and a UserError with its message on the others.
 Seal check_seal(const comm::Runtime& rt, const std::string& path);
+
+// Not collective: whether `path` begins as a checkpoint file does, with the checksum header or (from
+// before checksums) the HDF5 signature; false when it is missing, unreadable or under 8 bytes.
+bool starts_as_checkpoint(const std::string& path);
 
 }  // namespace meridian::ckpt
