@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check: one command on a lent GPU machine (one H100/H200, 16 cores, python3 with a CUDA PyTorch,
 # no network, no MPI) that builds the whole project, runs its GPU tests, trains every task on the GPU
-# in bf16 and records what it measured. Nothing is downloaded: the Debian packages come carried in
+# in train.precision auto (bf16 on an H100), an lm in fp16 with its loss scale, and records what it
+# measured. Nothing is downloaded: the Debian packages come carried in
 # .gpudeps/ (jobs/gpu-deps.sh), the data is drawn by `meridian prep synthetic`.
 #
 # Steps (each with a timeout; all together under --budget, 470 s by default; a step whose input
@@ -20,18 +21,19 @@
 #   rng-tests      the CUDA generator's state through a checkpoint (ckpt tests, DeviceRng; CPU ranks)
 #   bench-comm     bench comm --backend nccl (1 rank)
 #   prep-*         synthetic data, 8 ranks on the CPU: image-text 256 px, detection 640 px, instruction text
-#   bench-siglip   bench train, SigLIP base/16 at 256 px (jobs/configs/siglip-base.yaml), bf16, batch 128
+#   bench-siglip   bench train, SigLIP base/16 at 256 px (jobs/configs/siglip-base.yaml), auto (bf16), batch 128
 #   bench-yolo     bench train, YOLO12s at 640 px (jobs/configs/yolo-coco.yaml with model.yaml yolo12s.yaml,
-#                  train.epochs 0, data.close_mosaic 0), bf16, batch 32 (x accumulate 2: Ultralytics' 64)
+#                  train.epochs 0, data.close_mosaic 0), auto, batch 32 (x accumulate 2: Ultralytics' 64)
 #   bench-llama    bench train, Llama-style 1B (jobs/configs/llama-1b.yaml: optim.zero 3,
-#                  train.activation_checkpointing true), bf16, batch 8 x 1024 tokens
+#                  train.activation_checkpointing true), auto, batch 8 x 1024 tokens
 #                  (bench train: 30 steps, the first not measured; samples/s, step-time breakdown, MFU
 #                  against the GPU's published bf16 peak, or a measured GEMM rate where it is not known;
 #                  --count-syncs: the host's waits for the GPU per step, LibTorch's CUDA sync debug
 #                  mode; goal at most 1 for SigLIP, 2 for YOLO: host_syncs_within_goal in the JSON)
-#   resume-*       a bf16 lm run (about 30M parameters) SIGKILLed after a checkpoint and resumed (--resume
-#                  auto): its last checkpoint's /model and /optim and its metrics.csv losses must be
-#                  bit-identical to an uninterrupted run's (h5py)
+#   resume-*       an fp16 lm run (about 30M parameters; a dynamic loss scale that grows every 3 steps)
+#                  SIGKILLed after a checkpoint and resumed (--resume auto): its last checkpoint's /model,
+#                  /optim and /loss_scale and its metrics.csv losses and loss scales must be bit-identical
+#                  to an uninterrupted run's (h5py)
 #   train-siglip, train-yolo   4 steps each with a checkpoint at the end, for:
 #   images, eval-*, predict-*, generate   on the GPU with those checkpoints and the resume run's
 # Results: $OUT (default /tmp/gpu-check): gpu-check.json (per step: status, seconds, figures such as
@@ -105,7 +107,7 @@ say() { echo "$*" | tee -a "$LOG"; }
 # The sizes. GPU: what the check is for. Dry run: the same configs, shrunk to seconds on 2 CPU cores.
 BIN=$BUILD/meridian
 if ((DRY)); then
-  DEV=cpu PREP_NP=2 PREC=bf16
+  DEV=cpu PREP_NP=2 PREC=auto  # float32 on a CPU without bf16 units (its emulated bf16 is the slow path)
   N_IT=64 IT_SIZE=32 IT_CTX=16 N_DET=32 DET_SIZE=64 N_TEXT=200
   BENCH_STEPS=3 TRAIN_STEPS=2
   SIGLIP_SETS=(--set model.image_size=32 --set model.patch=8 --set model.context_length=16 --set model.vocab_size=300
@@ -120,7 +122,7 @@ if ((DRY)); then
   RESUME_TRAIN="batch: 4" RESUME_SEQ=64 RESUME_STEPS=12 RESUME_EVERY=4 STALL_MS=60
   T_TEST=60 T_PREP=30 T_BENCH=120 T_TRAIN=120 T_INFER=30  # bench-yolo: 34 s alone, past 60 s beside the suite
 else
-  DEV=cuda PREP_NP=8 PREC=bf16
+  DEV=cuda PREP_NP=8 PREC=auto
   N_IT=1024 IT_SIZE=256 IT_CTX=64 N_DET=256 DET_SIZE=640 N_TEXT=6000
   BENCH_STEPS=30 TRAIN_STEPS=4
   SIGLIP_SETS=(--set train.batch=128 --set data.workers=12)
@@ -325,7 +327,7 @@ step bench-llama "$T_BENCH" --needs prep-text -- "${BENCH[@]}" --config "$ROOT/j
   --run-dir "$WORK/bench-llama"
 
 # ---------------------------------------------------------------------------------------------------
-# Kill and resume: a bf16 lm run with a checkpoint every RESUME_EVERY steps, SIGKILLed once a checkpoint
+# Kill and resume: an fp16 lm run with a checkpoint every RESUME_EVERY steps, SIGKILLed once a checkpoint
 # is written and two more steps are logged, then resumed with --resume auto; its last checkpoint and
 # its losses must equal an uninterrupted run's bit for bit. --inject-straggler (a test hook: a sleep
 # after each forward, no effect on the numbers) keeps the steps long enough to be killed mid-run.
@@ -333,7 +335,8 @@ cat >"$WORK/resume.yaml" <<YAML
 # gpu-check.sh: the kill-and-resume run
 task: {name: lm}
 model: $RESUME_MODEL
-train: {$RESUME_TRAIN, steps: $RESUME_STEPS, log_every: 1, health_every: 0, precision: $PREC, seed: 3, report: false}
+train: {$RESUME_TRAIN, steps: $RESUME_STEPS, log_every: 1, health_every: 0, precision: fp16,
+  loss_scale_growth_interval: 3, seed: 3, report: false}
 data: {seq_len: $RESUME_SEQ}
 optim: {lr: 1.0e-3, warmup: 2}
 checkpoint: {every_steps: $RESUME_EVERY, keep_last: 10}
@@ -383,7 +386,7 @@ export -f kill_run
 step resume-kill "$T_TRAIN" --needs prep-text -- bash -c 'kill_run "$@"' kill_run "${RESUME_CMD[@]}"
 step resume-continue "$T_TRAIN" --needs resume-kill -- "${RESUME_CMD[@]}" --run-dir "$WORK/resume-kill" --resume auto
 
-compare_runs() {  # compare_runs REF RESUMED STEPS: /model, /optim and metrics.csv bit for bit
+compare_runs() {  # compare_runs REF RESUMED STEPS: /model, /optim, /loss_scale and metrics.csv bit for bit
   "$PYTHON" - "$@" <<'PY'
 import csv, sys
 import h5py
@@ -395,7 +398,7 @@ def datasets(f, group):
     return out
 bad, count, nbytes = [], 0, 0
 with h5py.File(f"{ref}/{name}", "r") as a, h5py.File(f"{res}/{name}", "r") as b:
-    for group in ("model", "optim"):
+    for group in ("model", "optim", "loss_scale"):
         da, db = datasets(a, group), datasets(b, group)
         if sorted(da) != sorted(db):
             bad.append(f"/{group}: different datasets ({len(da)} vs {len(db)})")
@@ -408,16 +411,16 @@ with h5py.File(f"{ref}/{name}", "r") as a, h5py.File(f"{res}/{name}", "r") as b:
 def losses(run):  # the last value logged for each step (a resumed run logs steps again)
     v = {}
     for r in csv.DictReader(open(f"{run}/metrics.csv")):
-        if r["name"] in ("train/loss", "train/grad_norm", "train/lr"):
+        if r["name"] in ("train/loss", "train/grad_norm", "train/lr", "train/loss_scale"):
             v[(int(r["step"]), r["name"])] = r["value"]
     return v
 la, lb = losses(ref), losses(res)
 rows = [k for k in la if k in lb]
 diff = [k for k in rows if la[k] != lb[k]]
 missing = [k for k in la if k not in lb]
-print(f"compared {count} datasets ({nbytes / 1e6:.1f} MB) of /model and /optim in {name}: "
+print(f"compared {count} datasets ({nbytes / 1e6:.1f} MB) of /model, /optim and /loss_scale in {name}: "
       f"{len(bad)} differ{(': ' + ', '.join(bad[:5])) if bad else ''}")
-print(f"compared {len(rows)} metrics.csv values (loss, grad_norm, lr of steps 1-{steps}): {len(diff)} differ, "
+print(f"compared {len(rows)} metrics.csv values (loss, grad_norm, lr, loss_scale of steps 1-{steps}): {len(diff)} differ, "
       f"{len(missing)} missing{(': ' + str(sorted(diff)[:3])) if diff else ''}")
 print(f"identical: {'yes' if not bad and not diff and not missing and count else 'no'}")
 sys.exit(0 if not bad and not diff and not missing and count else 1)

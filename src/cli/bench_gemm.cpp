@@ -39,7 +39,7 @@ Command bench_gemm_command() {
     const auto rows = rt.gather_to_root(
         fmt::format("{:>4}  {:<16} {:<8} {:>7}  {:>14.1f}  {:>14.1f}  {:>6.2f}", rt.rank(), rt.host(), device.str(),
                     threads ? std::to_string(threads) : "-", f32 / 1e9, bf16 / 1e9, bf16 / f32));
-    const ops::Peak f32_peak = ops::device_peak(rt, false), bf16_peak = ops::device_peak(rt, true);
+    const ops::Peak f32_peak = ops::device_peak(rt, at::kFloat), bf16_peak = ops::device_peak(rt, at::kBFloat16);
     if (rt.rank() != 0) return 0;
     std::printf("bench gemm: %ld^3 matmul, best of %d calls per dtype, every rank at once\n", long(n), iters);
     std::printf("rank  host             device   threads  float32 GFLOP/s  bf16 GFLOP/s  bf16/f32\n");

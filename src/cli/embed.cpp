@@ -32,7 +32,7 @@ Command embed_command() {
     const int64_t batch = p["batch"].as<int64_t>();
     if (batch < 1) throw UserError("embed: --batch must be at least 1");
     const auto source = open_model_option(p, rt, "embed");
-    const nn::AutocastScope precision(rt.device().type(), source.bf16);
+    const nn::AutocastScope precision(rt.device().type(), source.autocast_dtype(rt.device()));
     auto model = tasks::load_siglip(source, p["tokenizer"].as<std::string>());
     const auto out = p["out"].as<std::string>();
     const int64_t n = p.count("images") ? tasks::embed_images(rt, model, p["images"].as<std::string>(), out, batch)

@@ -45,7 +45,7 @@ Command eval_command() {
         throw UserError("eval: --save-json writes detections; task " + task + " has none (task.save_json)");
       config.set("task.save_json", yaml_quoted(save), "--save-json");
     });
-    const nn::AutocastScope precision(rt.device().type(), model.bf16);
+    const nn::AutocastScope precision(rt.device().type(), model.autocast_dtype(rt.device()));
     tasks::require_model_task(model, p["task"].as<std::string>(), "eval");
     const auto evaluate = tasks::need(*model.spec, &tasks::TaskSpec::evaluate, "eval", model.path);
     const tasks::CheckpointEval result = evaluate(rt, model, data_path);

@@ -51,7 +51,7 @@ Command generate_command() {
     if (!(o.temperature > 0)) throw UserError("generate: --temperature must be > 0");
     if (rt.rank() != 0) return 0;
     const auto model = open_model_option(p, rt, "generate");
-    const nn::AutocastScope precision(rt.device().type(), model.bf16);
+    const nn::AutocastScope precision(rt.device().type(), model.autocast_dtype(rt.device()));
     const auto generate = tasks::need(*model.spec, &tasks::TaskSpec::generate, "generate", model.path);
     const auto r = generate(model, o, rt.device());
     std::printf("prompt (%lld tokens): %s\n", (long long)r.prompt_tokens, r.prompt.c_str());

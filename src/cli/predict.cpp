@@ -82,7 +82,7 @@ Command predict_command() {
     if (o.batch < 1) throw UserError("predict: --batch must be at least 1");
     if (const std::string classes = p["classes"].as<std::string>(); !classes.empty()) o.classes = class_list(classes);
     const auto model = open_model_option(p, rt, "predict");
-    const nn::AutocastScope precision(rt.device().type(), model.bf16);
+    const nn::AutocastScope precision(rt.device().type(), model.autocast_dtype(rt.device()));
     const auto predict = tasks::need(*model.spec, &tasks::TaskSpec::predict, "predict", model.path);
     const auto done = predict(rt, model, o);
     if (rt.rank() == 0)

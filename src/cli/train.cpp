@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include <spdlog/fmt/fmt.h>
+
 #include "commands.h"
 #include "meridian/ckpt/checkpoint.h"
 #include "meridian/comm/runtime.h"
@@ -127,10 +129,12 @@ Command train_command() {
     if (r.signalled) return kExitStopped;
     if (rt.rank() == 0 && !r.losses.empty()) {
       std::printf(
-          "train: %s%zu steps, loss %.4f -> %.4f, %.1f samples/s over %d ranks, %lld bad steps, %.2fM parameters, "
+          "train: %s%zu steps, loss %.4f -> %.4f, %.1f samples/s over %d ranks, %lld bad steps%s, %.2fM parameters, "
           "run directory %s\n",
           r.stopped ? "stopped after " : "", r.losses.size(), r.losses.front(), r.losses.back(), r.samples_per_s,
-          rt.size(), (long long)r.bad_steps, r.parameters / 1e6, run_dir.c_str());
+          rt.size(), (long long)r.bad_steps,
+          r.scale_skips < 0 ? "" : fmt::format(", {} skipped by the loss scale", r.scale_skips).c_str(),
+          r.parameters / 1e6, run_dir.c_str());
       if (!r.first_eval.empty()) std::printf("eval before: %s\n", metrics_text(r.first_eval).c_str());
       if (!r.last_eval.empty()) std::printf("eval after: %s\n", metrics_text(r.last_eval).c_str());
     }

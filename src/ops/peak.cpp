@@ -13,6 +13,7 @@
 #include "meridian/comm/probe.h"
 #include "meridian/comm/runtime.h"
 #include "meridian/core/cpu_usage.h"
+#include "meridian/ops/facts.h"
 
 namespace meridian::ops {
 
@@ -28,7 +29,8 @@ struct PublishedPeak {
 constexpr PublishedPeak kPublished[] = {
     {"H200", 989.4e12, 66.9e12}, {"H100 NVL", 835e12, 60e12}, {"H100 PCIe", 756e12, 51.2e12},
     {"H100", 989.4e12, 66.9e12}, {"A100", 312e12, 19.5e12},   {"L40S", 362.05e12, 91.6e12},
-    {"A10", 125e12, 31.2e12},    {"L4", 121e12, 30.3e12},
+    {"A10", 125e12, 31.2e12},    {"L4", 121e12, 30.3e12},      {"V100", 125e12, 15.7e12},
+    {"T4", 65e12, 8.1e12},
 };
 
 // This rank's GPU in the CUDA inventory; nullptr on a CPU or where the inventory does not list it.
@@ -66,20 +68,21 @@ int64_t peak_gemm_size(c10::Device device, int threads) {
   return std::clamp<int64_t>(int64_t(std::lround(n / 128)) * 128, 512, 2048);
 }
 
-double published_peak(const std::string& gpu_name, bool bf16) {
+double published_peak(const std::string& gpu_name, bool half) {
   for (const auto& p : kPublished)
-    if (gpu_name.find(p.name) != std::string::npos) return bf16 ? p.bf16 : p.float32;
+    if (gpu_name.find(p.name) != std::string::npos) return half ? p.bf16 : p.float32;
   return 0;
 }
 
-Peak device_peak(const comm::Runtime& rt, bool bf16) {
+Peak device_peak(const comm::Runtime& rt, at::ScalarType type) {
   const c10::Device device = rt.device();
-  const char* dtype = bf16 ? "bf16" : "float32";
+  const bool half = type != at::kFloat;
+  const char* dtype = type == at::kBFloat16 ? "bf16" : type == at::kHalf ? "fp16" : "float32";
   Peak mine;
   if (device.is_cuda()) {
     const auto inventory = comm::local_gpus();
     if (const comm::GpuInfo* gpu = rank_gpu(device, inventory))
-      mine = {published_peak(gpu->name, bf16), gpu->name + "'s published " + dtype + " dense peak"};
+      mine = {published_peak(gpu->name, half), gpu->name + "'s published " + dtype + " dense peak"};
   }
   rt.barrier();
   core::CpuShare load;  // what else ran on this machine's cores while this rank measured
@@ -88,7 +91,7 @@ Peak device_peak(const comm::Runtime& rt, bool bf16) {
     const int64_t n = peak_gemm_size(device, threads);
     core::CpuWindow window;
     window.open(rt.machine_pids());
-    mine.flops = gemm_rate(device, bf16 ? at::kBFloat16 : at::kFloat, n, device.is_cuda() ? 5 : 8);
+    mine.flops = gemm_rate(device, type, n, device.is_cuda() ? 5 : 8);
     if (!device.is_cuda()) load = window.close();
     mine.source = fmt::format("measured: {}^3 {} GEMM on {}{}", n, dtype, device.str(),
                               threads ? fmt::format(", {} thread(s)", threads) : "");
@@ -118,7 +121,7 @@ Peak device_peak(const comm::Runtime& rt, bool bf16) {
 }
 
 Bf16Path cpu_bf16_path(const comm::Runtime& rt, double bf16_flops) {
-  const double f32 = device_peak(rt, false).flops;
+  const double f32 = device_peak(rt, at::kFloat).flops;
   std::string flags;
   std::ifstream cpuinfo("/proc/cpuinfo");
   for (std::string line; flags.empty() && std::getline(cpuinfo, line);) {
@@ -145,8 +148,28 @@ std::string bf16_unsupported(c10::Device device) {
   const auto inventory = comm::local_gpus();
   const comm::GpuInfo* gpu = rank_gpu(device, inventory);
   if (!gpu || gpu->major >= 8) return "";  // not listed here: the first bf16 kernel will say
-  return fmt::format("{} ({}) has compute capability {}.{}; bf16 needs 8.0 (Ampere) or newer", gpu->name, device.str(),
-                     gpu->major, gpu->minor);
+  return fmt::format(
+      "{} ({}) has compute capability {}.{}; bf16 needs 8.0 (Ampere) or newer{}", gpu->name, device.str(), gpu->major,
+      gpu->minor,
+      gpu->major == 7 ? ": use fp16 (its tensor cores, with a dynamic loss scale; train.precision fp16 or auto)" : "");
+}
+
+PrecisionChoice choose_precision(const std::string& device, const comm::GpuInfo* gpu, bool cpu_native_bf16) {
+  if (!gpu) {
+    if (device.rfind("cuda", 0) == 0) return {"float32", device + ": compute capability not known"};
+    if (cpu_native_bf16) return {"bf16", "this CPU has avx512_bf16/amx_bf16 (native bfloat16)"};
+    return {"float32", "this CPU has no native bfloat16 or float16 (no avx512_bf16/amx_bf16)"};
+  }
+  const std::string what = fmt::format("{} ({}) has compute capability {}.{}", gpu->name, device, gpu->major, gpu->minor);
+  if (gpu->major >= 8) return {"bf16", what + ": bf16 tensor cores"};
+  if (gpu->major == 7) return {"fp16", what + ": fp16 tensor cores, no bf16 (a dynamic loss scale)"};
+  return {"float32", what + ": no 16-bit tensor cores"};
+}
+
+PrecisionChoice choose_precision(c10::Device device) {
+  if (!device.is_cuda()) return choose_precision(device.str(), nullptr, cpu_has_native_bf16());
+  const auto inventory = comm::local_gpus();
+  return choose_precision(device.str(), rank_gpu(device, inventory), false);
 }
 
 }  // namespace meridian::ops

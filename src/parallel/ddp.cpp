@@ -104,7 +104,7 @@ struct DistributedDataParallel::Impl {
   }
 
   void build_buckets() {
-    const auto dtype = o.bf16_communication ? at::kBFloat16 : at::kFloat;
+    const auto dtype = o.communication_dtype;
     const int64_t elem = c10::elementSize(dtype);
     int64_t cap = int64_t(o.first_bucket_mb * (1 << 20));
     Bucket current;
@@ -331,7 +331,7 @@ DistributedDataParallel::DistributedDataParallel(const comm::Runtime& runtime, c
   m.check_same_model();
   broadcast_module(comm, *m.module);
   m.build_buckets();
-  m.views = !options.bf16_communication;
+  m.views = options.communication_dtype == at::kFloat;
   m.alive = std::make_shared<Impl*>(impl_.get());
   for (size_t i = 0; i < m.slots.size(); ++i) {
     if (m.views) {

@@ -104,7 +104,7 @@ DdpBenchResult run_ddp_bench(const comm::Runtime& rt, const DdpBenchOptions& o) 
   DdpOptions on;
   on.bucket_mb = o.bucket_mb;
   on.first_bucket_mb = std::min(on.first_bucket_mb, on.bucket_mb);
-  on.bf16_communication = o.bf16_communication;
+  on.communication_dtype = o.bf16_communication ? at::kBFloat16 : at::kFloat;
   Result overlapped, after;
   {
     DistributedDataParallel ddp(rt, *communicator, model.ptr(), on);
@@ -128,7 +128,7 @@ DdpBenchResult run_ddp_bench(const comm::Runtime& rt, const DdpBenchOptions& o) 
   r.after_s = slowest(after.step_s);
   r.exposed_s = slowest(overlapped.exposed_s);
   r.reduction_s = slowest(after.finish_s);
-  r.gradient_bytes = double(r.parameters) * (on.bf16_communication ? 2.0 : 4.0);
+  r.gradient_bytes = double(r.parameters) * double(c10::elementSize(on.communication_dtype));
   if (trace) {
     std::vector<std::string> all;
     rt.stream_to_root(trace->events_json(), [&](int, const std::string& events) { all.push_back(events); });

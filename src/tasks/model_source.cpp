@@ -6,6 +6,7 @@
 #include "meridian/ckpt/file.h"
 #include "meridian/core/error.h"
 #include "meridian/models/hf_checkpoint.h"
+#include "meridian/ops/peak.h"
 #include "meridian/tasks/registry.h"
 
 namespace meridian::tasks {
@@ -27,11 +28,11 @@ const TaskSpec& file_task() {
   return *found;
 }
 
-// bf16 autocast for the command where the model's config says so (a bf16 run's checkpoint, or
-// --set train.precision=bf16), as training evaluated it.
+// bf16 or fp16 autocast for the command where the model's config says so (a bf16 or fp16 run's
+// checkpoint, or --set train.precision=...), as training evaluated it.
 ModelSource with_precision(ModelSource m) {
-  m.bf16 = m.config.get<std::string>("train.precision", "float32") == "bf16";
-  if (m.bf16) m.what += ", in bf16 (train.precision)";
+  m.precision = m.config.get<std::string>("train.precision", "float32");
+  if (m.precision != "float32") m.what += ", in " + m.precision + " (train.precision)";
   return m;
 }
 
@@ -80,6 +81,11 @@ ModelSource open_model(const std::string& path, const std::string& command,
   validate_config(config);
   m.config = std::move(config);
   return with_precision(std::move(m));
+}
+
+at::ScalarType ModelSource::autocast_dtype(c10::Device device) const {
+  const std::string p = precision == "auto" ? ops::choose_precision(device).precision : precision;
+  return p == "bf16" ? at::kBFloat16 : p == "fp16" ? at::kHalf : at::kFloat;
 }
 
 void require_model_task(const ModelSource& model, const std::string& wanted, const std::string& command) {

@@ -19,6 +19,7 @@
 #include "meridian/report/report.h"
 #include "meridian/tasks/registry.h"
 #include "meridian/train/settings.h"
+#include "meridian/train/strategy_plan.h"
 
 namespace meridian::tasks {
 
@@ -83,7 +84,7 @@ nlohmann::json attempt_start(const comm::Runtime& rt, const ResolvedRun& run, tr
        {{"meridian", v.build}, {"LibTorch", v.torch}, {"MPI", v.mpi}, {"NCCL", v.nccl}, {"CUDA", v.cuda_build}}},
       {"task", trainer.task().name()},
       {"global_batch", trainer.global_batch()},
-      {"precision", settings.precision == train::Precision::BFloat16 ? "bf16" : "float32"},
+      {"precision", train::precision_name(settings.precision)},
       {"data", DataSettings::from_config(run.config).train},
       {"resumed_from", nullptr}};
   if (run.resume) r["resumed_from"] = {{"path", run.resume->path}, {"step", run.resume->step}};
@@ -110,6 +111,24 @@ nlohmann::json attempt_end(const train::TrainSummary& summary, int64_t step, con
     r["best"] = {{"metric", metric}, {"value", summary.best.value}, {"step", summary.best.step}};
   return r;
 }
+// train.precision auto: each rank's device decides (ops::choose_precision), and the job takes the
+// one every rank can run (bf16 > fp16 > float32: the lowest), set in `config` with its reason as the
+// source (the checkpoint's config then says what the run trained in). Collective; the note for rank 0's
+// log, or "" when the precision was given.
+std::string resolve_precision(const comm::Runtime& rt, Config& config) {
+  if (with_defaults(config).get<std::string>("train.precision") != "auto") return "";
+  const ops::PrecisionChoice mine = ops::choose_precision(rt.device());
+  const std::vector<std::string> order = {"float32", "fp16", "bf16"};
+  const auto level = int64_t(std::find(order.begin(), order.end(), mine.precision) - order.begin());
+  const int64_t agreed = -rt.max(-level);
+  const std::string chosen = order[size_t(agreed)];
+  const std::string why = agreed == level ? mine.why : "the lowest of the ranks' devices (each rank's log names its own)";
+  if (agreed != level) spdlog::info("rank {}: train.precision auto: {} here ({}), {} for the job", rt.rank(),
+                                    mine.precision, mine.why, chosen);
+  config.set("train.precision", chosen, "train.precision auto: " + why);
+  return "train.precision auto: " + chosen + " (" + why + ")";
+}
+
 }  // namespace
 
 ResolvedRun resolve_run(const comm::Runtime& rt, Config config, const std::string& run_dir, const std::string& resume) {
@@ -141,6 +160,7 @@ ResolvedRun resolve_run(const comm::Runtime& rt, Config config, const std::strin
   if (saved)
     for (const auto& d : ckpt::compare_configs(*saved, config, r.resume->path))
       r.notes.push_back("resume: config differs from the checkpoint's: " + d);
+  if (const std::string note = resolve_precision(rt, config); !note.empty()) r.notes.push_back(note);
   r.trainer = train::TrainerSettings::from_config(config);
   if (const std::string note = check_best(config, r.checkpoint, r.trainer); !note.empty()) r.warnings.push_back(note);
   r.config = std::move(config);
@@ -181,11 +201,12 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
     const std::string why = ops::bf16_unsupported(rt.device());
     const int64_t ranks = rt.sum(why.empty() ? 0 : 1);
     if (ranks > 0)
-      throw ConfigError(
-          run.config.source("train.precision"), "train.precision",
-          "bf16 on a device without it: " +
-              (why.empty() ? std::to_string(ranks) + " other rank(s)' GPUs (their logs name them)" : why) +
-              "; use float32");
+      throw ConfigError(run.config.source("train.precision"), "train.precision",
+                        "bf16 on a device without it: " +
+                            (why.empty() ? std::to_string(ranks) +
+                                               " other rank(s)' GPUs (their logs name them); use fp16 on compute "
+                                               "capability 7.x (train.precision auto picks it), float32 below"
+                                         : why));
   }
   train::seed(run.trainer.seed);
   auto task =
@@ -193,7 +214,8 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
   auto settings = train::resolve_length(run.trainer, task->batches_per_epoch(), run.config);
   const bool bf16 = settings.precision == train::Precision::BFloat16;
   std::optional<ops::Peak> peak;
-  if (settings.peak_flops <= 0 || (bf16 && !rt.device().is_cuda())) peak = ops::device_peak(rt, bf16);
+  if (settings.peak_flops <= 0 || (bf16 && !rt.device().is_cuda()))
+    peak = ops::device_peak(rt, train::compute_dtype(settings.precision));
   if (settings.peak_flops <= 0) {  // MFU against the device's published or measured peak
     settings.peak_flops = peak->flops;
     if (rt.rank() == 0) spdlog::info("MFU against {:.1f} GFLOP/s per device ({})", peak->flops / 1e9, peak->source);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "meridian/core/config.h"
@@ -12,6 +13,14 @@
 namespace meridian::train {
 
 namespace {
+
+// A whole-string decimal number ("1024", "6.5e4").
+bool parse_number(const std::string& text, double& value) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  value = std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size();
+}
 
 // The train:, comm: and optim: keys, each bound to its field (in the order docs/config.md lists them).
 const ConfigBinding<TrainerSettings>& bindings() {
@@ -28,8 +37,24 @@ const ConfigBinding<TrainerSettings>& bindings() {
         .at_least(1);
     b.integer("train.seed", &S::seed, "seed of the model's initialisation, the data order and augmentation")
         .at_least(0);
-    b.choice("train.precision", &S::precision, {{"float32", Precision::Float32}, {"bf16", Precision::BFloat16}},
-             "forward precision (bf16: autocast)");
+    b.choice("train.precision", &S::precision,
+             {{"float32", Precision::Float32},
+              {"bf16", Precision::BFloat16},
+              {"fp16", Precision::Float16},
+              {"auto", Precision::Auto}},
+             "forward precision: bf16 or fp16 autocast (float32 master weights and optimizer state; fp16 with a loss "
+             "scale), or float32; auto: bf16 where the device has it (compute capability 8.0+, a CPU with "
+             "avx512_bf16 or AMX), fp16 on GPUs of compute capability 7.x (V100, T4, RTX 20xx), float32 elsewhere");
+    b.string("train.loss_scale", &S::loss_scale,
+             "train.precision fp16: dynamic (torch.amp.GradScaler's: x0.5 and the step skipped on inf/NaN "
+             "gradients, x2 after train.loss_scale_growth_interval good steps) or a fixed number (steps with "
+             "inf/NaN gradients are still skipped)");
+    b.number("train.loss_scale_init", &S::loss_scale_init,
+             "train.loss_scale dynamic: the scale of the first step")
+        .above(0);
+    b.integer("train.loss_scale_growth_interval", &S::loss_scale_growth_interval,
+              "train.loss_scale dynamic: steps in a row with finite gradients before the scale doubles")
+        .at_least(1);
     b.integer("train.log_every", &S::log_every, "steps between log lines and metrics.csv rows").at_least(1);
     b.integer("train.eval_every", &S::eval_every, "steps between evaluations on data.eval; 0: after the last step only")
         .at_least(0);
@@ -87,8 +112,10 @@ const ConfigBinding<TrainerSettings>& bindings() {
              "one device's peak FLOP/s, for the reported MFU; 0: a known GPU's published dense peak, else the GEMM "
              "rate each rank measures at the start (meridian bench gemm), in the run's precision")
         .at_least(0);
-    b.choice("comm.grad_dtype", &S::bf16_gradients, {{"float32", false}, {"bf16", true}},
-             "dtype gradients are reduced in (bf16: half the bytes on the wire; the optimizer still gets float32)");
+    b.choice("comm.grad_dtype", &S::grad_dtype,
+             {{"float32", Precision::Float32}, {"bf16", Precision::BFloat16}, {"fp16", Precision::Float16}},
+             "dtype gradients are reduced in (bf16, fp16: half the bytes on the wire, as DDP's compression hooks; "
+             "the optimizer still gets float32)");
     b.number("comm.bucket_mb", &S::bucket_mb,
              "gradient bucket size in MB: each full bucket is reduced while backward goes on (smaller: sending "
              "starts earlier, more messages)")
@@ -151,6 +178,12 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   TrainerSettings s = bindings().read(c);
   if (!c.has("optim.min_lr")) s.min_lr = std::min(s.min_lr, s.lr);
   check_strategy_settings(s, c);  // the strategy's own (strategy_plan.h)
+  if (s.loss_scale != "dynamic") {
+    double fixed = 0;
+    if (!parse_number(s.loss_scale, fixed) || !(fixed > 0) || !std::isfinite(fixed))
+      throw ConfigError(c.source("train.loss_scale"), "train.loss_scale",
+                        "must be dynamic or a positive number, got '" + s.loss_scale + "'");
+  }
   if (!(s.min_lr <= s.lr)) throw ConfigError(c.source("optim.min_lr"), "optim.min_lr", "must be within [0, optim.lr]");
   if (s.warmup_bias_lr > 0 && s.optimizer == Optimizer::AdamW)
     throw ConfigError(c.source("optim.warmup_bias_lr"), "optim.warmup_bias_lr",
@@ -164,6 +197,28 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
                         "must be > 0 with optim.nesterov true (or set optim.nesterov: false)");
   }
   return s;
+}
+
+LossScaleSettings TrainerSettings::loss_scaling() const {
+  LossScaleSettings l;
+  l.dynamic = loss_scale == "dynamic";
+  l.init = loss_scale_init;
+  l.growth_interval = loss_scale_growth_interval;
+  if (!l.dynamic) parse_number(loss_scale, l.init);
+  return l;
+}
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::BFloat16:
+      return "bf16";
+    case Precision::Float16:
+      return "fp16";
+    case Precision::Auto:
+      return "auto";
+    default:
+      return "float32";
+  }
 }
 
 TrainerSettings resolve_length(TrainerSettings s, int64_t batches_per_epoch, const Config& config) {

@@ -54,8 +54,8 @@ class DdpAdamW : public DdpStrategy {
   std::string describe() const override;
   std::optional<ZeroMemoryReport> memory() const override { return memory_; }
   void update(int64_t step) override;
-  void save(StateWriter& w) override;
-  void load(StateReader& r) override;
+  void save_state(StateWriter& w) override;
+  void load_state(StateReader& r) override;
   AdamW& optimizer() { return optimizer_; }
 
  private:
@@ -70,9 +70,9 @@ class DdpSgd : public DdpStrategy {
   std::string optimizer_kind() const override { return "sgd"; }
   std::string describe() const override;
   void update(int64_t step) override;
-  Metrics step_metrics(int64_t step) const override;
-  void save(StateWriter& w) override;
-  void load(StateReader& r) override;
+  Metrics optimizer_metrics(int64_t step) const override;
+  void save_state(StateWriter& w) override;
+  void load_state(StateReader& r) override;
   SGD& optimizer() { return optimizer_; }
 
  private:
@@ -98,8 +98,8 @@ class ZeroAdamW : public Strategy {
   void update(int64_t step) override;
   void begin_eval() override;
   void end_eval() override;
-  void save(StateWriter& w) override;
-  void load(StateReader& r) override;
+  void save_state(StateWriter& w) override;
+  void load_state(StateReader& r) override;
   void assign(const Fill& fill) override;
   ShardedAdamW& optimizer() { return *optimizer_; }
 
@@ -111,7 +111,7 @@ class ZeroAdamW : public Strategy {
   std::unique_ptr<comm::Communicator> flags_comm_;
   std::unique_ptr<ShardedAdamW> optimizer_;
   at::Tensor norm_;   // of the last reduce_gradients()
-  double scale_ = 1;  // of the last clip()
+  double scale_ = 1;  // of the last clip(): the clip and 1/loss scale together
 };
 
 }  // namespace meridian::train

@@ -3,12 +3,14 @@
 #include "meridian/train/strategy.h"
 
 #include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <stdexcept>
 
 #include "adamw_state.h"
 #include "meridian/comm/runtime.h"
+#include "meridian/core/error.h"
 #include "meridian/parallel/ddp.h"
 #include "strategies.h"
 
@@ -19,6 +21,72 @@ void Strategy::zero_grad() {
   for (auto& g : groups_)
     for (auto& p : g.params)
       if (p.grad().defined()) p.mutable_grad().zero_();
+}
+
+void Strategy::backward(const at::Tensor& loss) {
+  if (scaler_)
+    (loss * scaler_->scale()).backward();
+  else
+    loss.backward();
+}
+
+void Strategy::set_loss_scaler(const LossScaleSettings& settings, bool speaks) {
+  scaler_.emplace(settings);
+  speaks_ = speaks;
+}
+
+bool Strategy::apply(double norm, double max_norm, int64_t step) {
+  if (scaler_ && !std::isfinite(norm)) {
+    const double before = scaler_->scale();
+    scaler_->update(false);
+    if (speaks_)
+      spdlog::warn("loss scale {:g} -> {:g} at step {}: inf/NaN gradients, step skipped ({} so far)", before,
+                   scaler_->scale(), step + 1, scaler_->skipped());
+    return false;
+  }
+  clip(norm, max_norm);
+  update(step);
+  if (scaler_) scaler_->update(true);
+  return true;
+}
+
+Metrics Strategy::step_metrics(int64_t step) const {
+  Metrics m = optimizer_metrics(step);
+  if (scaler_) {
+    m.push_back({"loss_scale", scaler_->scale()});
+    m.push_back({"scale_skips", double(scaler_->skipped())});
+  }
+  return m;
+}
+
+// The scaler's state as three one-element tensors (the same on every rank).
+void Strategy::save(StateWriter& w) {
+  save_state(w);
+  if (!scaler_) return;
+  w.replicated("loss_scale/scale", at::tensor({scaler_->scale()}, at::kDouble));
+  w.replicated("loss_scale/growth_tracker", at::tensor({scaler_->growth_tracker()}, at::kLong));
+  w.replicated("loss_scale/skipped", at::tensor({scaler_->skipped()}, at::kLong));
+}
+
+void Strategy::load(StateReader& r) {
+  load_state(r);
+  if (!scaler_) return;
+  if (!r.has("loss_scale/scale")) {
+    if (speaks_)
+      spdlog::info("{} holds no loss scale (not an fp16 run's): the scale starts at {:g}", r.path(),
+                   scaler_->scale());
+    return;
+  }
+  const auto one = [&](const char* name) {
+    const at::Tensor t = r.read(std::string("loss_scale/") + name);
+    if (t.numel() != 1) throw DataError(r.path(), std::string("loss_scale/") + name, "must hold one value");
+    return t.to(at::kDouble).item<double>();
+  };
+  try {
+    scaler_->restore(one("scale"), int64_t(one("growth_tracker")), int64_t(one("skipped")));
+  } catch (const std::invalid_argument& e) {
+    throw DataError(r.path(), "loss_scale", e.what());
+  }
 }
 
 void Strategy::assign(const Fill&) {
@@ -37,9 +105,12 @@ std::vector<ParamGroup> parameter_groups(Task& task, double weight_decay) {
   return {decaying, constant};
 }
 
-std::unique_ptr<Strategy> make_strategy(const comm::Runtime& rt, comm::Communicator& comm, Task& task,
-                                        std::vector<ParamGroup> groups, const TrainerSettings& s) {
-  const StrategyPlan plan = plan_strategy(s);
+namespace {
+
+// The strategy of `plan`, without its loss scaler.
+std::unique_ptr<Strategy> make_plain_strategy(const comm::Runtime& rt, comm::Communicator& comm, Task& task,
+                                              std::vector<ParamGroup> groups, const TrainerSettings& s,
+                                              const StrategyPlan& plan) {
   if (task.defers_weights() && !plan.takes_shape_only_model)
     throw UserError("task " + task.name() + " built its model without values (for ZeRO-3's shards), but the plan is " +
                     plan.name());
@@ -67,6 +138,16 @@ std::unique_ptr<Strategy> make_strategy(const comm::Runtime& rt, comm::Communica
   return std::make_unique<DdpAdamW>(rt, comm, task, std::move(groups), s, memory);
 }
 
+}  // namespace
+
+std::unique_ptr<Strategy> make_strategy(const comm::Runtime& rt, comm::Communicator& comm, Task& task,
+                                        std::vector<ParamGroup> groups, const TrainerSettings& s) {
+  const StrategyPlan plan = plan_strategy(s);
+  std::unique_ptr<Strategy> strategy = make_plain_strategy(rt, comm, task, std::move(groups), s, plan);
+  if (s.precision == Precision::Float16) strategy->set_loss_scaler(s.loss_scaling(), rt.rank() == 0);
+  return strategy;
+}
+
 // --- DistributedDataParallel ---
 
 DdpStrategy::DdpStrategy(const comm::Runtime& rt, comm::Communicator& comm, Task& task, std::vector<ParamGroup> groups,
@@ -74,20 +155,32 @@ DdpStrategy::DdpStrategy(const comm::Runtime& rt, comm::Communicator& comm, Task
     : Strategy(std::move(groups)), s_(s), parameters_(task.model()->parameters()) {
   bucket_mb_ = s.bucket_mb > 0 ? s.bucket_mb : rt.device().is_cuda() ? 25.0 : 2.0;
   ddp_ = std::make_unique<parallel::DistributedDataParallel>(
-      rt, comm, task.model(), parallel::DdpOptions{bucket_mb_, s.first_bucket_mb, false, s.bf16_gradients});
+      rt, comm, task.model(), parallel::DdpOptions{bucket_mb_, s.first_bucket_mb, false, compute_dtype(s.grad_dtype)});
 }
 
 DdpStrategy::~DdpStrategy() = default;
 
 void DdpStrategy::begin_micro_step(bool last) { ddp_->set_sync(last); }
-void DdpStrategy::reduce_gradients() { ddp_->finish(); }
+void DdpStrategy::reduce_gradients() {
+  ddp_->finish();
+  if (loss_scale() == 1.0) return;
+  // GradScaler.unscale_: every gradient multiplied by the float32 inverse of the scale, in place.
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads;
+  for (const auto& p : parameters_)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  at::_foreach_mul_(grads, at::Scalar(inverse_loss_scale()));
+}
 at::Tensor DdpStrategy::grad_norm() { return parallel::grad_norm(parameters_); }
 void DdpStrategy::clip(double norm, double max_norm) { parallel::clip_gradients(parameters_, norm, max_norm); }
 void DdpStrategy::set_trace(core::Trace* trace) { ddp_->set_trace(trace); }
 
 std::string DdpStrategy::describe_reduction() const {
   return fmt::format("gradients: reduced in {} during backward, {} buckets of {} MB (the first {} MB)",
-                     s_.bf16_gradients ? "bfloat16" : "float32", ddp_->bucket_count(), bucket_mb_, s_.first_bucket_mb);
+                     s_.grad_dtype == Precision::Float32    ? "float32"
+                     : s_.grad_dtype == Precision::BFloat16 ? "bfloat16"
+                                                            : "float16",
+                     ddp_->bucket_count(), bucket_mb_, s_.first_bucket_mb);
 }
 
 void DdpStrategy::save_parameters(StateWriter& w) const {
@@ -116,7 +209,7 @@ void DdpAdamW::update(int64_t step) {
 }
 
 // optim/<name>/{exp_avg, exp_avg_sq} (parameters updated at least once) and optim/<name>/step.
-void DdpAdamW::save(StateWriter& w) {
+void DdpAdamW::save_state(StateWriter& w) {
   save_parameters(w);
   const auto names = flat_names(groups_);
   for (size_t i = 0; i < names.size(); ++i) {
@@ -131,7 +224,7 @@ void DdpAdamW::save(StateWriter& w) {
 }
 
 // Per-parameter moments are read in shares (collective); sharded ones (a ZeRO run's) by ranges.
-void DdpAdamW::load(StateReader& r) {
+void DdpAdamW::load_state(StateReader& r) {
   at::NoGradGuard no_grad;
   load_parameters(r);
   const auto names = flat_names(groups_);
@@ -175,13 +268,13 @@ void DdpSgd::update(int64_t step) {
   optimizer_.step();
 }
 
-Metrics DdpSgd::step_metrics(int64_t step) const {
+Metrics DdpSgd::optimizer_metrics(int64_t step) const {
   if (s_.warmup_bias_lr > 0) return {{"momentum", momentum_at(s_, step)}, {"bias_lr", bias_learning_rate(s_, step)}};
   return {{"momentum", momentum_at(s_, step)}};
 }
 
 // optim/<name>/momentum_buffer (once it exists) and optim/<name>/step.
-void DdpSgd::save(StateWriter& w) {
+void DdpSgd::save_state(StateWriter& w) {
   save_parameters(w);
   const auto names = flat_names(groups_);
   for (size_t i = 0; i < names.size(); ++i) {
@@ -192,7 +285,7 @@ void DdpSgd::save(StateWriter& w) {
   }
 }
 
-void DdpSgd::load(StateReader& r) {
+void DdpSgd::load_state(StateReader& r) {
   at::NoGradGuard no_grad;
   load_parameters(r);
   const auto names = flat_names(groups_);

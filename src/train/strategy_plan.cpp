@@ -2,6 +2,8 @@
 
 #include "meridian/core/error.h"
 
+#include <stdexcept>
+
 namespace meridian::train {
 
 std::string StrategyPlan::name() const {
@@ -10,6 +12,19 @@ std::string StrategyPlan::name() const {
   return "ZeRO-" + std::to_string(zero) + " " + opt +
          (parameter_dtype == at::kBFloat16 ? " (bfloat16 parameters)" : "") +
          (offload ? " (float32 state offloaded to host memory)" : "");
+}
+
+at::ScalarType compute_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::Float32:
+      return at::kFloat;
+    case Precision::BFloat16:
+      return at::kBFloat16;
+    case Precision::Float16:
+      return at::kHalf;
+    default:
+      throw std::logic_error("compute_dtype: train.precision auto was not resolved");
+  }
 }
 
 StrategyPlan plan_strategy(const TrainerSettings& s) {
@@ -23,10 +38,11 @@ StrategyPlan plan_strategy(const TrainerSettings& s) {
 }
 
 void check_strategy_settings(const TrainerSettings& s, const Config& c) {
-  if (s.bf16_gradients && s.zero)
+  if (s.grad_dtype != Precision::Float32 && s.zero)
     throw ConfigError(c.source("comm.grad_dtype"), "comm.grad_dtype",
-                      "bf16 gradient reduction is DistributedDataParallel's: not with optim.zero (use "
-                      "train.precision bf16: bfloat16 parameters, gradients reduced in bfloat16, float32 masters)");
+                      std::string(precision_name(s.grad_dtype)) +
+                          " gradient reduction is DistributedDataParallel's: not with optim.zero (use "
+                          "train.precision bf16: bfloat16 parameters, gradients reduced in bfloat16, float32 masters)");
   if (s.zero == 3 && s.ema > 0)
     throw ConfigError(c.source("train.ema"), "train.ema",
                       "not with optim.zero 3 (the EMA keeps a full copy of the weights, which ZeRO-3 shards)");

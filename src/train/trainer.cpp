@@ -1,6 +1,5 @@
 #include "meridian/train/trainer.h"
 
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -19,6 +18,7 @@
 #include "meridian/nn/autocast.h"
 #include "meridian/ops/facts.h"
 #include "meridian/parallel/ddp.h"
+#include "meridian/train/strategy_plan.h"
 #include "peak_memory.h"
 #include "process.h"
 #include "progress.h"
@@ -113,7 +113,8 @@ struct Trainer::Impl {
         "sample forward; {} ranks ({} node{}) x batch {} x accumulate {} = {} samples per step; {} steps; {}",
         task.name(), parameter_count / 1e6, decayed_tensors, s.weight_decay, plain_tensors, plain,
         task.flops_per_sample() / 1e9, rt.size(), rt.node_count(), rt.node_count() == 1 ? "" : "s", task.batch_size(),
-        s.accumulate, global_batch(), s.steps, s.precision == Precision::BFloat16 ? "bf16 autocast" : "float32");
+        s.accumulate, global_batch(), s.steps,
+        s.precision == Precision::Float32 ? std::string("float32") : precision_name(s.precision) + std::string(" autocast"));
     spdlog::info("{}", strategy->describe());
     if (s.activation_checkpointing) spdlog::info("activations: recomputed block by block in backward");
     if (s.balance)
@@ -125,6 +126,9 @@ struct Trainer::Impl {
     if (s.precision == Precision::BFloat16 && rt.device().is_cpu() && !ops::cpu_has_native_bf16())
       spdlog::warn(
           "train.precision bf16: this CPU has no native bfloat16 (avx512_bf16/amx_bf16); expect it to be slow");
+    if (s.precision == Precision::Float16 && rt.device().is_cpu())
+      spdlog::warn("train.precision fp16 on a CPU: float16 is the GPUs' (V100, T4); on a CPU expect it to be slow");
+    if (const LossScaler* scaler = strategy->loss_scaler()) spdlog::info("fp16: {}", scaler->describe());
   }
 
   int64_t global_batch() const { return task.batch_size() * s.accumulate * rt.size(); }
@@ -161,7 +165,7 @@ struct Trainer::Impl {
       t0 = Clock::now();
       at::Tensor loss;
       {
-        nn::AutocastScope autocast(rt.device().type(), s.precision == Precision::BFloat16);
+        nn::AutocastScope autocast(rt.device().type(), compute_dtype(s.precision));
         strategy->begin_forward();
         loss = task.forward();
       }
@@ -169,7 +173,7 @@ struct Trainer::Impl {
       if (s.accumulate > 1) loss = loss / double(s.accumulate);
       end_phase(t.forward, "forward", t0);
       t0 = Clock::now();
-      loss.backward();
+      strategy->backward(loss);
       loss_sum += loss.detach().to(at::kDouble);
       end_phase(t.backward, "backward", t0);
       t0 = Clock::now();
@@ -199,9 +203,9 @@ struct Trainer::Impl {
     signalled = agreed[2].item<double>() > 0 && step + 1 < s.steps;
     stopping = signalled || (s.stop_at > 0 && step + 1 == s.stop_at && s.stop_at < s.steps);
     t0 = Clock::now();
-    strategy->clip(grad_norm, s.clip > 0 ? s.clip : std::numeric_limits<double>::infinity());
     const double bad_losses = agreed[1].item<double>();
-    const bool bad = bad_losses > 0 || !std::isfinite(grad_norm);
+    // Non-finite gradients of a finite loss are the loss scaler's to skip (fp16), else the guard's.
+    const bool bad = bad_losses > 0 || (!std::isfinite(grad_norm) && !strategy->loss_scaler());
     if (bad) {
       // The statistics of a non-finite forward are dropped too (on every rank: the same values).
       for (size_t i = 0; i < float_buffers.size(); ++i) float_buffers[i].detach().copy_(buffers_before[i]);
@@ -210,8 +214,8 @@ struct Trainer::Impl {
       // BatchNorm running statistics: each rank's own batches moved them; one model again.
       parallel::average_buffers(*grad_comm, *model);
       bad_in_a_row = 0;
-      strategy->update(step);
-      if (ema) ema->update();  // applied steps only
+      const double max_norm = s.clip > 0 ? s.clip : std::numeric_limits<double>::infinity();
+      if (strategy->apply(grad_norm, max_norm, step) && ema) ema->update();  // applied steps only
     }
     strategy->zero_grad();
     end_phase(t.optimizer, "optimizer", t0);
@@ -245,7 +249,7 @@ struct Trainer::Impl {
     {
       at::NoGradGuard no_grad;
       // bf16 with precision bf16, as `meridian eval` of the checkpoint: the same numbers
-      nn::AutocastScope autocast(rt.device().type(), s.precision == Precision::BFloat16);
+      nn::AutocastScope autocast(rt.device().type(), compute_dtype(s.precision));
       std::optional<Ema::Swap> ema_weights;  // the EMA in the model while evaluating, then the training weights back
       if (ema) ema_weights.emplace(*ema);
       strategy->begin_eval();
@@ -314,6 +318,7 @@ struct Trainer::Impl {
       if (stopping || event.last) break;
     }
     summary.bad_steps = bad_total;
+    if (const LossScaler* scaler = strategy->loss_scaler()) summary.scale_skips = scaler->skipped();
     summary.stopped = stopping;
     summary.signalled = signalled;
     if (stopping && rt.rank() == 0) {

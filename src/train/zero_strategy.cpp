@@ -42,11 +42,13 @@ void ZeroAdamW::begin_forward() { optimizer_->gather_outside_blocks(); }
 void ZeroAdamW::end_backward() { optimizer_->end_backward(); }
 void ZeroAdamW::reduce_gradients() { norm_ = optimizer_->reduce_gradients(); }
 
-at::Tensor ZeroAdamW::grad_norm() { return norm_; }
+// The shards hold the gradients x the loss scale (fp16): the norm unscaled here (exact for a power
+// of two), the gradients by update()'s factor.
+at::Tensor ZeroAdamW::grad_norm() { return loss_scale() == 1.0 ? norm_ : norm_ / loss_scale(); }
 
 void ZeroAdamW::clip(double norm, double max_norm) {
   // As clip_grad_norm: scaled by max_norm / (norm + 1e-6) when the norm is above max_norm.
-  scale_ = norm > max_norm && norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
+  scale_ = (norm > max_norm && norm > 0 ? max_norm / (norm + 1e-6) : 1.0) * inverse_loss_scale();
 }
 
 void ZeroAdamW::update(int64_t step) {
@@ -62,7 +64,7 @@ void ZeroAdamW::end_eval() { optimizer_->release_all(); }
 // unit's parameters in attribute optim_unit<k>) or ZeRO-1's flat vector (optim/flat/*, attribute
 // optim_flat), each rank writing its shard without the padding. Blocks of S_u elements, or
 // kShardAlign when S_u is larger (S_u is then a multiple of it), so no block straddles two ranks.
-void ZeroAdamW::save(StateWriter& w) {
+void ZeroAdamW::save_state(StateWriter& w) {
   auto& z = *optimizer_;
   const auto names = flat_names(groups_);
   z.with_each_unit(/*gather=*/true, [&](const ZeroUnit& u, const std::vector<at::Tensor>& full) {
@@ -102,7 +104,7 @@ void ZeroAdamW::assign(const Fill& fill) {
 // Every rank loads each unit's parameters in float32 (in shares) and keeps its shard; the moments
 // are read by flat ranges from whichever layout the checkpoint has (per parameter: cut into this
 // rank's shard).
-void ZeroAdamW::load(StateReader& r) {
+void ZeroAdamW::load_state(StateReader& r) {
   at::NoGradGuard no_grad;
   check_optimizer_kind(r, optimizer_kind());
   auto& z = *optimizer_;

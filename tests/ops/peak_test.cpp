@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "meridian/comm/probe.h"
+
 namespace meridian::ops {
 
 TEST(PeakGemmSize, FiveTwelvePerThreadInStepsOf128OnACpu) {
@@ -24,6 +26,28 @@ TEST(PublishedPeak, MoreSpecificNamesFirst) {
   EXPECT_DOUBLE_EQ(published_peak("NVIDIA A10", false), 31.2e12);
   EXPECT_DOUBLE_EQ(published_peak("NVIDIA A100-SXM4-80GB", false), 19.5e12);
   EXPECT_EQ(published_peak("Some CPU", true), 0);
+}
+
+TEST(PublishedPeak, VoltaAndTuringInFp16) {
+  EXPECT_DOUBLE_EQ(published_peak("Tesla V100-SXM2-16GB", true), 125e12);
+  EXPECT_DOUBLE_EQ(published_peak("Tesla T4", true), 65e12);
+  EXPECT_DOUBLE_EQ(published_peak("Tesla T4", false), 8.1e12);
+}
+
+// train.precision auto: bf16 from compute capability 8.0 (or a CPU with bf16 units), fp16 on 7.x,
+// float32 below and on other CPUs; the reason names the device.
+TEST(ChoosePrecision, FromTheDevicesFacts) {
+  const comm::GpuInfo a100{"NVIDIA A100-SXM4-80GB", 0, 8, 0}, v100{"Tesla V100-SXM2-16GB", 0, 7, 0},
+      t4{"Tesla T4", 0, 7, 5}, p100{"Tesla P100-PCIE-16GB", 0, 6, 0};
+  EXPECT_EQ(choose_precision("cuda:0", &a100, false).precision, "bf16");
+  EXPECT_EQ(choose_precision("cuda:1", &v100, false).precision, "fp16");
+  EXPECT_EQ(choose_precision("cuda:0", &t4, false).precision, "fp16");
+  EXPECT_EQ(choose_precision("cuda:0", &p100, false).precision, "float32");
+  EXPECT_EQ(choose_precision("cuda:0", nullptr, false).precision, "float32");
+  EXPECT_EQ(choose_precision("cpu", nullptr, true).precision, "bf16");
+  EXPECT_EQ(choose_precision("cpu", nullptr, false).precision, "float32");
+  const std::string why = choose_precision("cuda:1", &v100, false).why;
+  EXPECT_NE(why.find("Tesla V100-SXM2-16GB (cuda:1) has compute capability 7.0"), std::string::npos) << why;
 }
 
 }  // namespace meridian::ops

@@ -90,7 +90,7 @@ double train_and_compare(std::function<Model()> make, at::IntArrayRef x_shape, c
   options.first_bucket_mb = 0.0002;  // several buckets even for small models (~210 bytes)
   options.bucket_mb = 0.0002;
   parallel::DistributedDataParallel ddp(runtime(), c, distributed.ptr(), options);
-  if (!options.bf16_communication) EXPECT_GT(ddp.bucket_count(), 1);  // bf16 halves the bytes: one bucket
+  if (options.communication_dtype == at::kFloat) EXPECT_GT(ddp.bucket_count(), 1);  // bf16 halves the bytes: one bucket
   const auto make_opt = [&](Model& m) -> std::unique_ptr<torch::optim::Optimizer> {
     if (optimizer_name == "sgd")
       return std::make_unique<torch::optim::SGD>(m->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
@@ -151,7 +151,7 @@ TEST_F(Ddp, OverlapOffAndBf16CommunicationAgree) {
   off.overlap = false;
   EXPECT_LT(train_and_compare<Mlp>([] { return Mlp(); }, {8}, "sgd", 1, off), 1e-5);
   parallel::DdpOptions bf16;
-  bf16.bf16_communication = true;
+  bf16.communication_dtype = at::kBFloat16;
   EXPECT_LT(train_and_compare<Mlp>([] { return Mlp(); }, {8}, "sgd", 1, bf16), 2e-2);  // 8-bit mantissa on the wire
 }
 

@@ -133,7 +133,7 @@ kill "$busy"
 grep -qE "measured under load: other processes kept up to [0-9.]+ cores busy" <<<"$out" ||
   { echo "$out"; fail "bench gemm: a peak measured beside a busy loop does not say it was measured under load"; }
 echo "ok: $(grep -oE "measured under load: other processes kept up to [0-9.]+ cores busy" <<<"$out" | head -1)"
-expect_error "train.precision fp8" "field 'train.precision': expected one of float32 or bf16, got 'fp8'" \
+expect_error "train.precision fp8" "field 'train.precision': expected one of float32, bf16, fp16 or auto, got 'fp8'" \
   "$mpirun" --oversubscribe -np 2 "$meridian" train --config "$src/jobs/configs/lm-tiny.yaml" --data "$tmp/text.h5" \
   --set train.precision=fp8
 expect_error "bench gemm --iters 0" "--iters must be at least 1" "$mpirun" --oversubscribe -np 2 "$meridian" bench gemm --iters 0

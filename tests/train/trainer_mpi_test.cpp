@@ -58,7 +58,14 @@ class LinearTask : public train::Task {
     ++forwards_;
     if (slow_ms_ > 0 && runtime().rank() == runtime().size() - 1)
       std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms_));
+    if (overflow_from_ >= 0 && forwards_ - 1 >= overflow_from_ && forwards_ - 1 < overflow_until_ &&
+        runtime().rank() == overflow_rank_)
+      return loss * 1e36;  // finite, but x any loss scale above 340 overflows float32: inf gradients
     return poison ? loss * std::nan("") : loss;
+  }
+  // Forward calls [from, until) on `rank` return a loss whose scaled gradient overflows (fp16).
+  void overflow(int64_t from, int64_t until, int rank) {
+    overflow_from_ = from, overflow_until_ = until, overflow_rank_ = rank;
   }
   train::Metrics evaluate() override {
     ++evaluations_;
@@ -74,8 +81,8 @@ class LinearTask : public train::Task {
   std::vector<torch::Tensor> weights_at_next_batch_;
 
  private:
-  int64_t batch_, next_ = 0, forwards_ = 0, nan_from_ = -1, nan_until_ = -1;
-  int nan_rank_ = -1, slow_ms_ = 0;
+  int64_t batch_, next_ = 0, forwards_ = 0, nan_from_ = -1, nan_until_ = -1, overflow_from_ = -1, overflow_until_ = -1;
+  int nan_rank_ = -1, slow_ms_ = 0, overflow_rank_ = -1;
   torch::nn::Linear model_;
   torch::Tensor x_, y_;
 };
@@ -149,7 +156,7 @@ TEST(Schedule, LinearDecayIsUltralyticsLf) {
 
 TEST(Settings, ErrorsNameTheFileAndField) {
   EXPECT_EQ(message("train: {precision: fp8}"),
-            "test.yaml line 1: field 'train.precision': expected one of float32 or bf16, got 'fp8'");
+            "test.yaml line 1: field 'train.precision': expected one of float32, bf16, fp16 or auto, got 'fp8'");
   EXPECT_EQ(message("train: {accumulate: 0}"),
             "test.yaml line 1: field 'train.accumulate': expected an integer >= 1, got '0'");
   EXPECT_EQ(message("optim: {lr: 1e-3, min_lr: 1e-2}"),
@@ -308,6 +315,60 @@ TEST(Trainer, NonFiniteStepIsSkippedOnEveryRank) {
   for (const auto& p : task.model()->parameters()) EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>());
 }
 
+// train.precision fp16: a step whose gradients overflow on one rank only is skipped on every rank by
+// the loss scaler (not one of the NaN guard's bad steps), the scale halves, and after
+// train.loss_scale_growth_interval good steps it doubles (closed form below); ZeRO-1/2/3 (the scaled
+// gradients in the shards, unscaled in the update) skip the same steps and follow DDP to rounding.
+TEST(Trainer, Fp16LossScalerSkipsAnOverflowOnEveryRank) {
+  const std::string yaml =
+      "train: {steps: 12, log_every: 1000, precision: fp16, loss_scale_init: 1024, loss_scale_growth_interval: 3}\n"
+      "optim: {lr: 0.1, warmup: 0, clip: 0.5";
+  // After each step: 3 good (x2 after the third), 2 good, overflow (x0.5), 3 good (x2), 3 good (x2).
+  const std::vector<double> scales = {1024, 1024, 2048, 2048, 2048, 1024, 1024, 1024, 2048, 2048, 2048, 4096};
+  torch::Tensor expected;
+  for (int zero : {0, 1, 2, 3}) {
+    SCOPED_TRACE("optim.zero " + std::to_string(zero));
+    train::seed(4);
+    LinearTask task(4);
+    task.overflow(5, 6, runtime().size() - 1);  // step 5, the last rank only
+    train::Trainer trainer(runtime(), task, settings(yaml + ", zero: " + std::to_string(zero) + "}"), {});
+    ASSERT_NE(trainer.strategy().loss_scaler(), nullptr);
+    std::vector<torch::Tensor> after;
+    std::vector<double> seen;
+    trainer.add_step_hook([&](train::Trainer& t, const train::StepEvent&) {
+      seen.push_back(t.strategy().loss_scaler()->scale());
+      after.push_back(flat(*task.model()));
+    });
+    const auto summary = trainer.run();
+    EXPECT_EQ(summary.bad_steps, 0);
+    EXPECT_EQ(summary.scale_skips, 1);
+    EXPECT_EQ(seen, scales);
+    ASSERT_EQ(after.size(), 12u);
+    if (zero < 3) {  // ZeRO-3's parameters hold no data between steps
+      EXPECT_TRUE(torch::equal(after[5], after[4]));   // the skipped step changed nothing
+      EXPECT_FALSE(torch::equal(after[6], after[5]));  // the next one trained again
+    }
+    EXPECT_TRUE(std::isfinite(summary.losses[5]));  // a finite loss: the scaler's skip, not the guard's
+    // Every parameter in group order (the weight, decayed; then the bias: the model's order), gathered
+    // from the shards under ZeRO.
+    std::vector<torch::Tensor> parts(2);
+    if (auto* z = dynamic_cast<train::ZeroAdamW*>(&trainer.strategy())) {
+      z->optimizer().with_each_unit(true, [&](const train::ZeroUnit& u, const std::vector<at::Tensor>& full) {
+        for (size_t k = 0; k < full.size(); ++k) parts.at(u.params[k]) = full[k].reshape({-1}).cpu().clone();
+      });
+    } else {
+      parts = {task.model()->parameters()[0].detach().reshape({-1}).cpu(),
+               task.model()->parameters()[1].detach().reshape({-1}).cpu()};
+    }
+    const auto final = torch::cat(parts);
+    if (!expected.defined()) {
+      expected = final;
+      continue;
+    }
+    EXPECT_TRUE(torch::allclose(final, expected, 1e-5, 1e-6)) << final << "\n" << expected;
+  }
+}
+
 TEST(Trainer, TooManyBadStepsInARowStopTheJobOnEveryRank) {
   train::seed(3);
   LinearTask task(4);
@@ -357,12 +418,16 @@ TEST(Trainer, Bf16GradientReductionFollowsFloat32) {
   const auto f32 = run(""), bf16 = run("comm: {grad_dtype: bf16, bucket_mb: 0.5, first_bucket_mb: 0.25}");
   EXPECT_TRUE(torch::allclose(bf16, f32, 2e-2, 1e-3)) << bf16 << f32;
   if (runtime().size() > 1) EXPECT_FALSE(torch::equal(bf16, f32));
+  // fp16 on the wire (DDP's fp16_compress_hook): 3 more bits of mantissa than bf16, closer again.
+  const auto fp16 = run("comm: {grad_dtype: fp16, bucket_mb: 0.5, first_bucket_mb: 0.25}");
+  EXPECT_TRUE(torch::allclose(fp16, f32, 2e-3, 1e-4)) << fp16 << f32;
+  if (runtime().size() > 1) EXPECT_FALSE(torch::equal(fp16, f32));
   EXPECT_EQ(message("comm: {grad_dtype: bf16}\noptim: {zero: true}"),
             "test.yaml line 1: field 'comm.grad_dtype': bf16 gradient reduction is DistributedDataParallel's: not "
             "with optim.zero (use train.precision bf16: bfloat16 parameters, gradients reduced in bfloat16, float32 "
             "masters)");
   EXPECT_EQ(message("comm: {grad_dtype: fp8}"),
-            "test.yaml line 1: field 'comm.grad_dtype': expected one of float32 or bf16, got 'fp8'");
+            "test.yaml line 1: field 'comm.grad_dtype': expected one of float32, bf16 or fp16, got 'fp8'");
   EXPECT_EQ(message("comm: {bucket_mb: 0}"),
             "test.yaml line 1: field 'comm.bucket_mb': expected a number > 0, got '0'");
 }

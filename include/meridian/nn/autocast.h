@@ -24,14 +24,19 @@ struct AutocastState {
   }
 };
 
-// Autocast on `device` set to (enabled, bfloat16) while alive, the state before put back at its end:
-// bf16 compute for a training step or an inference command, or float32 for a region inside one (a
-// loss). Leaving the outermost enabled scope clears the cache of casted weights (it would otherwise
-// hold the weights of before an update into the next step). Not collective; thread-local state.
+// Autocast on `device` set while alive, the state before put back at its end: (true, dtype) for
+// bfloat16 or float16 compute in a training step or an inference command (dtype kFloat: autocast
+// off), or (false) for a float32 region inside one (a loss). Leaving the outermost enabled scope
+// clears the cache of casted weights (it would otherwise hold the weights of before an update into
+// the next step). Not collective; thread-local state.
 class AutocastScope {
  public:
-  AutocastScope(c10::DeviceType device, bool enabled) : device_(device), before_(AutocastState::of(device)) {
-    now_ = {enabled, at::kBFloat16};
+  // Off for kFloat, else on in `dtype` (kBFloat16 or kHalf).
+  AutocastScope(c10::DeviceType device, at::ScalarType dtype)
+      : AutocastScope(device, dtype != at::kFloat, dtype == at::kFloat ? at::kBFloat16 : dtype) {}
+  AutocastScope(c10::DeviceType device, bool enabled, at::ScalarType dtype = at::kBFloat16)
+      : device_(device), before_(AutocastState::of(device)) {
+    now_ = {enabled, dtype};
     now_.apply(device_);
   }
   ~AutocastScope() {

@@ -59,7 +59,9 @@ struct DdpOptions {
   double bucket_mb = 25;                // as PyTorch DDP
   double first_bucket_mb = 1;           // a small first bucket: the last layers' gradients leave early
   bool find_unused_parameters = false;  // false: a parameter without gradient in a step is an error
-  bool bf16_communication = false;      // reduce in bfloat16 (half the bytes); gradients stay float32
+  // The dtype gradients are reduced in: kFloat, or kBFloat16 / kHalf (half the bytes, as DDP's
+  // bf16/fp16 compression hooks); the gradients themselves stay float32.
+  at::ScalarType communication_dtype = at::kFloat;
   bool overlap = true;                  // false: reduce everything in finish() (the baseline for bench ddp)
 };
 

@@ -9,6 +9,9 @@
 #include <functional>
 #include <string>
 
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
 #include "meridian/core/config.h"
 
 namespace meridian::tasks {
@@ -24,8 +27,13 @@ struct ModelSource {
   // keys (`adjust`).
   Config config;
   int64_t step = 0;   // a checkpoint's step; 0 for published weights
-  bool bf16 = false;  // train.precision bf16: the command runs under bf16 autocast (nn::AutocastScope)
+  // train.precision of `config` (float32, bf16, fp16, auto): the command runs under that autocast
+  // (nn::AutocastScope), as training evaluated it; see autocast_dtype().
+  std::string precision = "float32";
   std::string what;   // what was loaded, for the command's output, e.g. "Hugging Face SiglipModel directory m/"
+
+  // The autocast dtype of `precision` on `device` (auto: ops::choose_precision's), kFloat for none.
+  at::ScalarType autocast_dtype(c10::Device device) const;
 };
 
 // Not collective (every rank reads the same files). `adjust` sets the command's keys (--set, and

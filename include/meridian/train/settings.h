@@ -6,10 +6,15 @@
 #include <string>
 
 #include "meridian/core/config_schema.h"
+#include "meridian/train/loss_scale.h"
 
 namespace meridian::train {
 
-enum class Precision { Float32, BFloat16 };
+// train.precision: the forward's autocast dtype (float32: none); auto is resolved from the device
+// before training (tasks::resolve_precision). Also comm.grad_dtype's values (not auto).
+enum class Precision { Float32, BFloat16, Float16, Auto };
+// "float32", "bf16", "fp16", "auto": the config's spelling.
+const char* precision_name(Precision p);
 enum class Optimizer { AdamW, SGD, Auto };  // optim.name: adamw | sgd | auto (resolved by the detect task first)
 // Rank 0's progress display: a bar redrawn in place, or a line every log_every steps. auto: the bar
 // when stdout is a terminal, except under Open MPI (which gives ranks a pseudo-terminal even when
@@ -23,7 +28,11 @@ struct TrainerSettings {
   double epochs = 0;       // train.epochs: when > 0, steps come from the data (resolve_length)
   int64_t accumulate = 1;  // micro-batches per optimizer step (gradient accumulation)
   int64_t seed = 0;
-  Precision precision = Precision::Float32;  // precision: float32 | bf16 (autocast in forward)
+  Precision precision = Precision::Float32;  // precision: float32 | bf16 | fp16 (autocast in forward) | auto
+  // fp16's loss scaling (used with precision fp16 only; loss_scaling() below):
+  std::string loss_scale = "dynamic";        // train.loss_scale: dynamic or a fixed number (checked)
+  double loss_scale_init = 65536;            // train.loss_scale_init
+  int64_t loss_scale_growth_interval = 2000;  // train.loss_scale_growth_interval
   int64_t log_every = 10;
   int64_t eval_every = 0;              // 0: evaluate only after the last step
   int64_t eval_every_epochs = 0;       // also evaluate when every this many epochs end; 0: not by epochs
@@ -67,8 +76,9 @@ struct TrainerSettings {
   // measured peak, ops::device_peak)
   double peak_flops = 0;
   // comm: how DistributedDataParallel reduces the gradients (parallel::DdpOptions)
-  bool bf16_gradients = false;  // comm.grad_dtype: float32 | bf16 (reduced in bfloat16: half the bytes; the
-                                // optimizer still gets float32 gradients); not with optim.zero
+  // comm.grad_dtype: float32 | bf16 | fp16 (reduced in 16 bits: half the bytes; the optimizer still
+  // gets float32 gradients); not with optim.zero
+  Precision grad_dtype = Precision::Float32;
   double bucket_mb = 0;         // comm.bucket_mb: gradient bucket size in MB (of the wire dtype); 0: 2 on CPU
                                 // (MPI over TCP: sending starts early in backward), 25 on CUDA (NCCL, as PyTorch)
   double first_bucket_mb = 1;   // comm.first_bucket_mb: the first bucket (the last layers), so sending starts early
@@ -78,6 +88,8 @@ struct TrainerSettings {
   // The settings of `config`; ConfigError for what spans several keys (optim.min_lr above optim.lr,
   // sgd with optim.zero, ...). Not collective.
   static TrainerSettings from_config(const Config& config);
+  // The loss scaler's settings of train.loss_scale* (from_config checked them).
+  LossScaleSettings loss_scaling() const;
 };
 
 // Not collective: `s` with train.epochs and optim.warmup_ratio turned into steps, given the training

@@ -9,12 +9,15 @@
 // One optimizer step, as train::Trainer drives it:
 //   for each micro-step:  strategy.begin_micro_step(last);  task.next_batch();
 //                         { autocast: strategy.begin_forward(); loss = task.forward(); }
-//                         loss.backward();  strategy.end_backward();
+//                         strategy.backward(loss);  strategy.end_backward();
 //   strategy.reduce_gradients();                 // every rank holds the averaged gradient (or its shard)
 //   norm = read(strategy.grad_norm());           // the global norm, read with the loss (the step's one host read)
-//   strategy.clip(norm, max_norm);               // above max_norm the update is scaled
-//   if (step is good) strategy.update(step);     // at learning_rate(settings, step)
+//   if (loss finite everywhere) applied = strategy.apply(norm, max_norm, step);  // clip, update
 //   strategy.zero_grad();
+// With train.precision fp16 the strategy owns a train::LossScaler (loss_scale.h): backward() runs on
+// the scaled loss, the gradients are unscaled before grad_norm() (DDP: in place, as
+// GradScaler.unscale_; ZeRO: 1/scale folded into the update's factor), and apply() skips the update
+// of a step whose norm is not finite (the scale backs off; the trainer's NaN guard does not count it).
 // An evaluation runs between begin_eval() and end_eval(). Checkpoints: save() and load() write and
 // read the trained parameters and the optimizer state, in the strategy's own layout, through
 // train::StateWriter / StateReader (ckpt implements them).
@@ -29,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "meridian/train/loss_scale.h"
 #include "meridian/train/memory_plan.h"
 #include "meridian/train/param_group.h"
 #include "meridian/train/settings.h"
@@ -61,6 +65,9 @@ class Strategy {
   virtual void begin_micro_step(bool last) {}
   // Collective at ZeRO-3 (the units outside blocks gathered), under the forward's autocast.
   virtual void begin_forward() {}
+  // Not collective (collectives may run inside, from DDP's and ZeRO's gradient hooks, in the same
+  // order on every rank): the backward of `loss`, multiplied by the loss scale when there is one.
+  void backward(const at::Tensor& loss);
   // Collective at ZeRO-2/3: after each backward, the gradient reductions backward left undone.
   virtual void end_backward() {}
   // Collective: after the last micro-step, every rank holds the gradient averaged over ranks (DDP)
@@ -70,29 +77,36 @@ class Strategy {
   // NaN/Inf passed through) as a 0-dim float64 tensor on the gradients' device, nothing read back.
   // Not collective.
   virtual at::Tensor grad_norm() = 0;
-  // Above max_norm, `norm` (grad_norm(), read by the caller) scales the update by max_norm / (norm +
-  // 1e-6), as torch's clip_grad_norm_. Not collective.
-  virtual void clip(double norm, double max_norm) = 0;
-  // Collective (ZeRO's allgathers): the update of optimizer step `step` (0-based), at
-  // learning_rate(settings, step). Not called for a skipped (non-finite) step.
-  virtual void update(int64_t step) = 0;
+  // Collective (ZeRO's allgathers) unless it skips: the update of optimizer step `step` (0-based),
+  // given `norm` (grad_norm(), read by the caller, the same on every rank): above max_norm the update
+  // is scaled by max_norm / (norm + 1e-6), as torch's clip_grad_norm_, then made at
+  // learning_rate(settings, step). With a loss scaler, a norm that is not finite skips the update on
+  // every rank and backs the scale off (rank 0 logs it), and the result is false; else the scaler
+  // counts a good step. Not called for a step the NaN guard skips (a loss not finite).
+  bool apply(double norm, double max_norm, int64_t step);
+  // The loss scaler (train.precision fp16), or null.
+  const LossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+  // make_strategy: fp16's scaler; `speaks`: this rank logs its back-offs (rank 0).
+  void set_loss_scaler(const LossScaleSettings& settings, bool speaks);
   // Not collective: gradients zeroed in place (or dropped) for the next step.
   virtual void zero_grad();
   // Collective at ZeRO-3: an evaluation's forward passes run between these.
   virtual void begin_eval() {}
   virtual void end_eval() {}
-  // Values to log with the step's loss (SGD: its momentum at `step`).
-  virtual Metrics step_metrics(int64_t step) const { return {}; }
+  // Values to log with the step's loss: the optimizer's (SGD: its momentum at `step`) and the loss
+  // scaler's (loss_scale, scale_skips).
+  Metrics step_metrics(int64_t step) const;
   // Records the reduction's buckets in a trace (DDP); not owned.
   virtual void set_trace(core::Trace* trace) {}
 
-  // Collective: the trained parameters as model/<name> and the optimizer state under optim/ (root
-  // attribute optimizer = optimizer_kind()).
-  virtual void save(StateWriter& w) = 0;
+  // Collective: the trained parameters as model/<name>, the optimizer state under optim/ (root
+  // attribute optimizer = optimizer_kind()) and the loss scaler's under loss_scale/.
+  void save(StateWriter& w);
   // Collective: the reverse, from a checkpoint written by any strategy of the same optimizer kind
   // on any world size. UserError naming both when the kind differs; DataError naming the file and
-  // the tensor when one is missing or has another shape.
-  virtual void load(StateReader& r) = 0;
+  // the tensor when one is missing or has another shape. A checkpoint without a loss scale (another
+  // precision's) starts the scaler at train.loss_scale_init.
+  void load(StateReader& r);
   // Collective: every trained parameter's value, written by fill(name, value) into `value` (float32,
   // the parameter's shape, on the parameters' device; names as in the task's named_parameters()),
   // then kept in ZeRO-3's float32 master shards, unit by unit (one unit's values in memory at a
@@ -103,9 +117,22 @@ class Strategy {
 
  protected:
   explicit Strategy(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {}
+  // The subclass's parts of the above.
+  virtual void clip(double norm, double max_norm) = 0;  // sets the clip for update()
+  virtual void update(int64_t step) = 0;
+  virtual Metrics optimizer_metrics(int64_t step) const { return {}; }
+  virtual void save_state(StateWriter& w) = 0;
+  virtual void load_state(StateReader& r) = 0;
+  // The loss scale the gradients hold until unscaled (1 without a scaler) and its float32 inverse.
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+  double inverse_loss_scale() const { return scaler_ ? scaler_->inverse() : 1.0; }
   // The trained parameters, in the optimizer's groups (decayed, then not); flat order = group order
   // then parameter order.
   std::vector<ParamGroup> groups_;
+
+ private:
+  std::optional<LossScaler> scaler_;
+  bool speaks_ = false;
 };
 
 // The trained parameters of `model` (frozen ones left out) in two groups: decayed at

@@ -99,6 +99,7 @@ int stop_signal();
 struct TrainSummary {
   std::vector<double> losses;  // per step, mean over ranks (NaN for bad steps)
   int64_t bad_steps = 0;
+  int64_t scale_skips = -1;      // steps the fp16 loss scaler skipped (inf/NaN gradients), whole run; -1: no scaler
   double samples_per_s = 0;      // global, over the steps after the first (warm-up) step
   StepTimes mean_times;          // per step, mean over steps after the first and over ranks
   StepTimes max_times;           // the slowest rank's mean per phase
