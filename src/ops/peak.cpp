@@ -157,8 +157,8 @@ std::string bf16_unsupported(c10::Device device) {
 PrecisionChoice choose_precision(const std::string& device, const comm::GpuInfo* gpu, bool cpu_native_bf16) {
   if (!gpu) {
     if (device.rfind("cuda", 0) == 0) return {"float32", device + ": compute capability not known"};
-    if (cpu_native_bf16) return {"bf16", "this CPU has avx512_bf16/amx_bf16 (native bfloat16)"};
-    return {"float32", "this CPU has no native bfloat16 or float16 (no avx512_bf16/amx_bf16)"};
+    if (cpu_native_bf16) return {"bf16", "this CPU has bf16 units: avx512_bf16 or amx_bf16"};
+    return {"float32", "this CPU has no bf16 units: no avx512_bf16 or amx_bf16"};
   }
   const std::string what = fmt::format("{} ({}) has compute capability {}.{}", gpu->name, device, gpu->major, gpu->minor);
   if (gpu->major >= 8) return {"bf16", what + ": bf16 tensor cores"};

@@ -5,7 +5,10 @@
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <sstream>
 #include <stdexcept>
 
 #include "adamw_state.h"
@@ -24,15 +27,28 @@ void Strategy::zero_grad() {
 }
 
 void Strategy::backward(const at::Tensor& loss) {
-  if (scaler_)
-    (loss * scaler_->scale()).backward();
-  else
-    loss.backward();
+  if (!scaler_) return loss.backward();
+  double factor = scaler_->scale();
+  if (std::find(overflow_steps_.begin(), overflow_steps_.end(), step_ + 1) != overflow_steps_.end())
+    factor *= 0x1p40;  // the test seam's overflow
+  (loss * factor).backward();
 }
 
 void Strategy::set_loss_scaler(const LossScaleSettings& settings, bool speaks) {
   scaler_.emplace(settings);
   speaks_ = speaks;
+  const char* seam = std::getenv("MERIDIAN_TEST_OVERFLOW_STEPS");
+  if (!seam || !*seam) return;
+  std::stringstream in(seam);
+  for (std::string item; std::getline(in, item, ',');) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end || v < 1)
+      throw UserError(std::string("MERIDIAN_TEST_OVERFLOW_STEPS: '") + seam +
+                      "' is not a list of optimizer steps (1-based, separated by commas)");
+    overflow_steps_.push_back(v);
+  }
+  if (speaks_) spdlog::warn("MERIDIAN_TEST_OVERFLOW_STEPS: the scaled loss of step(s) {} x 2^40 (a test's overflow)", seam);
 }
 
 bool Strategy::apply(double norm, double max_norm, int64_t step) {

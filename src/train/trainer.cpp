@@ -155,6 +155,7 @@ struct Trainer::Impl {
     for (const auto& b : float_buffers) buffers_before.push_back(b.detach().clone());
     // On the device: read once, with the gradient norm, after the last micro-step.
     at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(rt.device()));
+    strategy->begin_step(step);
     for (int64_t micro = 0; micro < s.accumulate; ++micro) {
       strategy->begin_micro_step(micro + 1 == s.accumulate);
       auto t0 = Clock::now();

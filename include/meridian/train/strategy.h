@@ -60,6 +60,8 @@ class Strategy {
   // The closed-form memory per rank before activations (AdamW strategies); nullopt otherwise.
   virtual std::optional<ZeroMemoryReport> memory() const { return std::nullopt; }
 
+  // Not collective: optimizer step `step` (0-based) begins, before its first micro-step.
+  void begin_step(int64_t step) { step_ = step; }
   // Not collective: before micro-step's batch; `last`: the step's last micro-step (DDP reduces
   // during that backward only).
   virtual void begin_micro_step(bool last) {}
@@ -86,7 +88,10 @@ class Strategy {
   bool apply(double norm, double max_norm, int64_t step);
   // The loss scaler (train.precision fp16), or null.
   const LossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
-  // make_strategy: fp16's scaler; `speaks`: this rank logs its back-offs (rank 0).
+  // make_strategy: fp16's scaler; `speaks`: this rank logs its back-offs (rank 0). A test seam:
+  // MERIDIAN_TEST_OVERFLOW_STEPS="5,9" (1-based optimizer steps) multiplies those steps' scaled loss
+  // by 2^40, so that their backward overflows float16 for any loss scale (UserError naming the
+  // variable when it is malformed).
   void set_loss_scaler(const LossScaleSettings& settings, bool speaks);
   // Not collective: gradients zeroed in place (or dropped) for the next step.
   virtual void zero_grad();
@@ -133,6 +138,8 @@ class Strategy {
  private:
   std::optional<LossScaler> scaler_;
   bool speaks_ = false;
+  int64_t step_ = 0;                     // begin_step()'s
+  std::vector<int64_t> overflow_steps_;  // MERIDIAN_TEST_OVERFLOW_STEPS (1-based)
 };
 
 // The trained parameters of `model` (frozen ones left out) in two groups: decayed at
