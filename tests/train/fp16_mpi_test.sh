@@ -85,10 +85,11 @@ python3 "$src/tests/train/gradscaler_check.py" "$tmp/hf" "$tmp/text.h5" 64 "$tmp
 
 # 3. Exact resume across back-offs (injected on every rank at steps 7 and 8; the scale grows every 2, from 256:
 # far below where the gradients overflow float16 by themselves, which rounding on 1 rank could tip).
-lm() {  # lm NAME NP [--set ...]: lm-tiny fp16, 12 steps of global batch 8, a checkpoint every 5
+lm() {  # lm NAME NP [--set ...]: lm-tiny fp16, 12 steps of global batch 8, a checkpoint every 5; overflows at
+        # $overflows (default 7,8)
   local name=$1 np=$2
   shift 2
-  MERIDIAN_TEST_OVERFLOW_STEPS=7,8 "$mpirun" --oversubscribe -x MERIDIAN_TEST_OVERFLOW_STEPS -np "$np" "$meridian" \
+  MERIDIAN_TEST_OVERFLOW_STEPS=${overflows:-7,8} "$mpirun" --oversubscribe -x MERIDIAN_TEST_OVERFLOW_STEPS -np "$np" "$meridian" \
     train --config "$src/jobs/configs/lm-tiny.yaml" --data "$tmp/text.h5" --set data.seq_len=64 \
     --set train.batch=$((8 / np)) --set train.steps=12 --set train.log_every=1 --set train.health_every=0 \
     --set train.report=false --set train.precision=fp16 --set train.loss_scale_init=256 --set train.loss_scale_growth_interval=2 \
@@ -136,6 +137,27 @@ sys.exit(0 if worst <= 1e-3 else 1)
 PY
   fail "2 -> 1 ranks: /model beyond rounding of the straight run's"
 echo "ok: resumed on 1 rank: the same loss scales and skipped steps; /model within 0.1 % of the straight run's"
+
+# Every strategy and feature the other precisions run with: the injected overflow at step 3 skipped
+# on every rank, the losses of the ZeRO stages those of DDP (to the 4 digits printed).
+matrix() {  # matrix NAME [--set ...]
+  local name=$1
+  shift
+  lm "$name" 2 --set train.steps=4 --set checkpoint.every_steps=0 "$@"
+  grep -q "1 skipped by the loss scale" "$tmp/$name.log" || { tail "$tmp/$name.log"; fail "$name: not 1 skip"; }
+  grep -oE 'train: 4 steps, loss [0-9.]+ -> [0-9.]+' "$tmp/$name.log"
+}
+overflows=3
+ddp=$(matrix m-ddp)
+for variant in "optim.zero=1" "optim.zero=2" "optim.zero=3 optim.offload=true train.activation_checkpointing=true"; do
+  sets=()
+  for kv in $variant; do sets+=(--set "$kv"); done
+  [[ $(matrix "m-${variant%% *}" "${sets[@]}") == "$ddp" ]] || fail "fp16 with $variant: $(matrix "m-x" "${sets[@]}") vs DDP's $ddp"
+done
+matrix m-lora --set task.lora.rank=4 >/dev/null
+matrix m-fp16-wire --set comm.grad_dtype=fp16 >/dev/null
+matrix m-accumulate --set train.accumulate=2 --set train.batch=2 >/dev/null
+echo "ok: fp16 with ZeRO-1/2/3 (offload, activation checkpointing) as DDP ($ddp), LoRA, comm.grad_dtype fp16, accumulation"
 
 # 4. eval in fp16; auto; a bad key.
 out=$("$mpirun" --oversubscribe -np 2 "$meridian" eval --model "$tmp/straight/checkpoints/step_00000012.h5" \
