@@ -1,11 +1,11 @@
 // `meridian train`, `meridian bench train` and `meridian config`: options, the config from the file
 // and --data/--set, and the report; the run itself is tasks::run_training.
+#include <spdlog/fmt/fmt.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-
-#include <spdlog/fmt/fmt.h>
 
 #include "commands.h"
 #include "meridian/ckpt/checkpoint.h"

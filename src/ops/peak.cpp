@@ -29,7 +29,7 @@ struct PublishedPeak {
 constexpr PublishedPeak kPublished[] = {
     {"H200", 989.4e12, 66.9e12}, {"H100 NVL", 835e12, 60e12}, {"H100 PCIe", 756e12, 51.2e12},
     {"H100", 989.4e12, 66.9e12}, {"A100", 312e12, 19.5e12},   {"L40S", 362.05e12, 91.6e12},
-    {"A10", 125e12, 31.2e12},    {"L4", 121e12, 30.3e12},      {"V100", 125e12, 15.7e12},
+    {"A10", 125e12, 31.2e12},    {"L4", 121e12, 30.3e12},     {"V100", 125e12, 15.7e12},
     {"T4", 65e12, 8.1e12},
 };
 
@@ -147,11 +147,16 @@ std::string bf16_unsupported(c10::Device device) {
   if (!device.is_cuda()) return "";
   const auto inventory = comm::local_gpus();
   const comm::GpuInfo* gpu = rank_gpu(device, inventory);
-  if (!gpu || gpu->major >= 8) return "";  // not listed here: the first bf16 kernel will say
+  if (!gpu) return "";  // not listed here: the first bf16 kernel will say
+  return bf16_unsupported(device.str(), *gpu);
+}
+
+std::string bf16_unsupported(const std::string& device, const comm::GpuInfo& gpu) {
+  if (gpu.major >= 8) return "";
   return fmt::format(
-      "{} ({}) has compute capability {}.{}; bf16 needs 8.0 (Ampere) or newer{}", gpu->name, device.str(), gpu->major,
-      gpu->minor,
-      gpu->major == 7 ? ": use fp16 (its tensor cores, with a dynamic loss scale; train.precision fp16 or auto)" : "");
+      "{} ({}) has compute capability {}.{}; bf16 needs 8.0 (Ampere) or newer{}", gpu.name, device, gpu.major,
+      gpu.minor,
+      gpu.major == 7 ? ": use fp16 (its tensor cores, with a dynamic loss scale; train.precision fp16 or auto)" : "");
 }
 
 PrecisionChoice choose_precision(const std::string& device, const comm::GpuInfo* gpu, bool cpu_native_bf16) {
@@ -160,7 +165,8 @@ PrecisionChoice choose_precision(const std::string& device, const comm::GpuInfo*
     if (cpu_native_bf16) return {"bf16", "this CPU has bf16 units: avx512_bf16 or amx_bf16"};
     return {"float32", "this CPU has no bf16 units: no avx512_bf16 or amx_bf16"};
   }
-  const std::string what = fmt::format("{} ({}) has compute capability {}.{}", gpu->name, device, gpu->major, gpu->minor);
+  const std::string what =
+      fmt::format("{} ({}) has compute capability {}.{}", gpu->name, device, gpu->major, gpu->minor);
   if (gpu->major >= 8) return {"bf16", what + ": bf16 tensor cores"};
   if (gpu->major == 7) return {"fp16", what + ": fp16 tensor cores, no bf16 (a dynamic loss scale)"};
   return {"float32", what + ": no 16-bit tensor cores"};

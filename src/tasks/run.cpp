@@ -122,9 +122,11 @@ std::string resolve_precision(const comm::Runtime& rt, Config& config) {
   const auto level = int64_t(std::find(order.begin(), order.end(), mine.precision) - order.begin());
   const int64_t agreed = -rt.max(-level);
   const std::string chosen = order[size_t(agreed)];
-  const std::string why = agreed == level ? mine.why : "the lowest of the ranks' devices (each rank's log names its own)";
-  if (agreed != level) spdlog::info("rank {}: train.precision auto: {} here ({}), {} for the job", rt.rank(),
-                                    mine.precision, mine.why, chosen);
+  const std::string why =
+      agreed == level ? mine.why : "the lowest of the ranks' devices (each rank's log names its own)";
+  if (agreed != level)
+    spdlog::info("rank {}: train.precision auto: {} here ({}), {} for the job", rt.rank(), mine.precision, mine.why,
+                 chosen);
   config.set("train.precision", chosen, "train.precision auto: " + why);
   return "train.precision auto: " + chosen + " (" + why + ")";
 }
@@ -201,12 +203,12 @@ train::TrainSummary run_training(const comm::Runtime& rt, Config config, const s
     const std::string why = ops::bf16_unsupported(rt.device());
     const int64_t ranks = rt.sum(why.empty() ? 0 : 1);
     if (ranks > 0)
-      throw ConfigError(run.config.source("train.precision"), "train.precision",
-                        "bf16 on a device without it: " +
-                            (why.empty() ? std::to_string(ranks) +
-                                               " other rank(s)' GPUs (their logs name them); use fp16 on compute "
-                                               "capability 7.x (train.precision auto picks it), float32 below"
-                                         : why));
+      throw ConfigError(
+          run.config.source("train.precision"), "train.precision",
+          "bf16 on a device without it: " +
+              (why.empty() ? std::to_string(ranks) + " other rank(s)' GPUs (their logs name them); use fp16 on compute "
+                                                     "capability 7.x (train.precision auto picks it), float32 below"
+                           : why));
   }
   train::seed(run.trainer.seed);
   auto task =

@@ -24,8 +24,8 @@ bool LossScaler::update(bool finite) {
 
 void LossScaler::restore(double scale, int64_t growth_tracker, int64_t skipped) {
   if (!std::isfinite(scale) || scale <= 0 || growth_tracker < 0 || skipped < 0)
-    throw std::invalid_argument(fmt::format("loss scale state: scale {}, growth tracker {}, skipped {}", scale,
-                                            growth_tracker, skipped));
+    throw std::invalid_argument(
+        fmt::format("loss scale state: scale {}, growth tracker {}, skipped {}", scale, growth_tracker, skipped));
   if (s_.dynamic) scale_ = float(scale);  // a fixed scale is the config's, whatever the checkpoint held
   tracker_ = s_.dynamic ? growth_tracker : 0;
   skipped_ = skipped;
@@ -33,9 +33,10 @@ void LossScaler::restore(double scale, int64_t growth_tracker, int64_t skipped) 
 
 std::string LossScaler::describe() const {
   if (!s_.dynamic) return fmt::format("fixed loss scale {:g} (steps with inf/NaN gradients skipped)", s_.init);
-  return fmt::format("dynamic loss scale (from {:g}; x{:g} after {} steps in a row with finite gradients, x{:g} and "
-                     "the step skipped on inf/NaN gradients)",
-                     s_.init, LossScaleSettings::kGrowth, s_.growth_interval, LossScaleSettings::kBackoff);
+  return fmt::format(
+      "dynamic loss scale (from {:g}; x{:g} after {} steps in a row with finite gradients, x{:g} and "
+      "the step skipped on inf/NaN gradients)",
+      s_.init, LossScaleSettings::kGrowth, s_.growth_interval, LossScaleSettings::kBackoff);
 }
 
 }  // namespace meridian::train

@@ -49,8 +49,7 @@ const ConfigBinding<TrainerSettings>& bindings() {
              "train.precision fp16: dynamic (torch.amp.GradScaler's: x0.5 and the step skipped on inf/NaN "
              "gradients, x2 after train.loss_scale_growth_interval good steps) or a fixed number (steps with "
              "inf/NaN gradients are still skipped)");
-    b.number("train.loss_scale_init", &S::loss_scale_init,
-             "train.loss_scale dynamic: the scale of the first step")
+    b.number("train.loss_scale_init", &S::loss_scale_init, "train.loss_scale dynamic: the scale of the first step")
         .above(0);
     b.integer("train.loss_scale_growth_interval", &S::loss_scale_growth_interval,
               "train.loss_scale dynamic: steps in a row with finite gradients before the scale doubles")

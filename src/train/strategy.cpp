@@ -48,7 +48,8 @@ void Strategy::set_loss_scaler(const LossScaleSettings& settings, bool speaks) {
                       "' is not a list of optimizer steps (1-based, separated by commas)");
     overflow_steps_.push_back(v);
   }
-  if (speaks_) spdlog::warn("MERIDIAN_TEST_OVERFLOW_STEPS: the scaled loss of step(s) {} x 2^40 (a test's overflow)", seam);
+  if (speaks_)
+    spdlog::warn("MERIDIAN_TEST_OVERFLOW_STEPS: the scaled loss of step(s) {} x 2^40 (a test's overflow)", seam);
 }
 
 bool Strategy::apply(double norm, double max_norm, int64_t step) {
@@ -89,8 +90,7 @@ void Strategy::load(StateReader& r) {
   if (!scaler_) return;
   if (!r.has("loss_scale/scale")) {
     if (speaks_)
-      spdlog::info("{} holds no loss scale (not an fp16 run's): the scale starts at {:g}", r.path(),
-                   scaler_->scale());
+      spdlog::info("{} holds no loss scale (not an fp16 run's): the scale starts at {:g}", r.path(), scaler_->scale());
     return;
   }
   const auto one = [&](const char* name) {

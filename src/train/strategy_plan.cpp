@@ -1,8 +1,8 @@
 #include "meridian/train/strategy_plan.h"
 
-#include "meridian/core/error.h"
-
 #include <stdexcept>
+
+#include "meridian/core/error.h"
 
 namespace meridian::train {
 

@@ -114,7 +114,8 @@ struct Trainer::Impl {
         task.name(), parameter_count / 1e6, decayed_tensors, s.weight_decay, plain_tensors, plain,
         task.flops_per_sample() / 1e9, rt.size(), rt.node_count(), rt.node_count() == 1 ? "" : "s", task.batch_size(),
         s.accumulate, global_batch(), s.steps,
-        s.precision == Precision::Float32 ? std::string("float32") : precision_name(s.precision) + std::string(" autocast"));
+        s.precision == Precision::Float32 ? std::string("float32")
+                                          : precision_name(s.precision) + std::string(" autocast"));
     spdlog::info("{}", strategy->describe());
     if (s.activation_checkpointing) spdlog::info("activations: recomputed block by block in backward");
     if (s.balance)

@@ -48,6 +48,12 @@ TEST(ChoosePrecision, FromTheDevicesFacts) {
   EXPECT_EQ(choose_precision("cpu", nullptr, false).precision, "float32");
   const std::string why = choose_precision("cuda:1", &v100, false).why;
   EXPECT_NE(why.find("Tesla V100-SXM2-16GB (cuda:1) has compute capability 7.0"), std::string::npos) << why;
+  // bf16 asked for: refused below 8.0, with fp16 named on 7.x.
+  EXPECT_EQ(bf16_unsupported("cuda:0", a100), "");
+  EXPECT_EQ(bf16_unsupported("cuda:0", t4),
+            "Tesla T4 (cuda:0) has compute capability 7.5; bf16 needs 8.0 (Ampere) or newer: use fp16 (its tensor "
+            "cores, with a dynamic loss scale; train.precision fp16 or auto)");
+  EXPECT_EQ(bf16_unsupported("cuda:0", p100).find("fp16"), std::string::npos);
 }
 
 }  // namespace meridian::ops

@@ -344,7 +344,7 @@ TEST(Trainer, Fp16LossScalerSkipsAnOverflowOnEveryRank) {
     EXPECT_EQ(summary.scale_skips, 1);
     EXPECT_EQ(seen, scales);
     ASSERT_EQ(after.size(), 12u);
-    if (zero < 3) {  // ZeRO-3's parameters hold no data between steps
+    if (zero < 3) {                                    // ZeRO-3's parameters hold no data between steps
       EXPECT_TRUE(torch::equal(after[5], after[4]));   // the skipped step changed nothing
       EXPECT_FALSE(torch::equal(after[6], after[5]));  // the next one trained again
     }

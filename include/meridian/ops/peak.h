@@ -11,7 +11,7 @@
 namespace meridian::comm {
 class Runtime;
 struct GpuInfo;
-}
+}  // namespace meridian::comm
 
 namespace meridian::ops {
 
@@ -58,6 +58,8 @@ Bf16Path cpu_bf16_path(const comm::Runtime& runtime, double bf16_flops);
 // bf16 needs 8.0 (Ampere) or newer"), or "" when it can: every CPU can (emulated where it has no bf16
 // units: cpu_bf16_path says so), a GPU from compute capability 8.0.
 std::string bf16_unsupported(c10::Device device);
+// The same for a GPU's facts (pure): on compute capability 7.x the text names fp16 as the way.
+std::string bf16_unsupported(const std::string& device, const comm::GpuInfo& gpu);
 
 // train.precision auto for one device: "bf16" where it computes in bfloat16 natively (a GPU of compute
 // capability 8.0 or newer, a CPU with avx512_bf16 or amx_bf16), "fp16" on a GPU of compute capability

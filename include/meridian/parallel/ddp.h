@@ -62,7 +62,7 @@ struct DdpOptions {
   // The dtype gradients are reduced in: kFloat, or kBFloat16 / kHalf (half the bytes, as DDP's
   // bf16/fp16 compression hooks); the gradients themselves stay float32.
   at::ScalarType communication_dtype = at::kFloat;
-  bool overlap = true;                  // false: reduce everything in finish() (the baseline for bench ddp)
+  bool overlap = true;  // false: reduce everything in finish() (the baseline for bench ddp)
 };
 
 class DistributedDataParallel {

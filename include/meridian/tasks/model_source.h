@@ -5,12 +5,12 @@
 // YAML). Each task's commands build their model from it (TaskSpec::evaluate, predict, generate).
 #pragma once
 
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
-
-#include <c10/core/Device.h>
-#include <c10/core/ScalarType.h>
 
 #include "meridian/core/config.h"
 
@@ -26,11 +26,11 @@ struct ModelSource {
   // task.init = path, the model: keys of config.json or of the model YAML). Both with the command's
   // keys (`adjust`).
   Config config;
-  int64_t step = 0;   // a checkpoint's step; 0 for published weights
+  int64_t step = 0;  // a checkpoint's step; 0 for published weights
   // train.precision of `config` (float32, bf16, fp16, auto): the command runs under that autocast
   // (nn::AutocastScope), as training evaluated it; see autocast_dtype().
   std::string precision = "float32";
-  std::string what;   // what was loaded, for the command's output, e.g. "Hugging Face SiglipModel directory m/"
+  std::string what;  // what was loaded, for the command's output, e.g. "Hugging Face SiglipModel directory m/"
 
   // The autocast dtype of `precision` on `device` (auto: ops::choose_precision's), kFloat for none.
   at::ScalarType autocast_dtype(c10::Device device) const;

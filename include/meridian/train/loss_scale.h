@@ -16,9 +16,9 @@
 namespace meridian::train {
 
 struct LossScaleSettings {
-  bool dynamic = true;               // train.loss_scale: dynamic (GradScaler) or a fixed number
-  double init = 65536.0;             // train.loss_scale_init (dynamic), or the fixed scale
-  int64_t growth_interval = 2000;    // train.loss_scale_growth_interval: applied steps in a row before growth
+  bool dynamic = true;             // train.loss_scale: dynamic (GradScaler) or a fixed number
+  double init = 65536.0;           // train.loss_scale_init (dynamic), or the fixed scale
+  int64_t growth_interval = 2000;  // train.loss_scale_growth_interval: applied steps in a row before growth
   static constexpr double kBackoff = 0.5, kGrowth = 2.0;  // GradScaler's backoff_factor, growth_factor
 };
 

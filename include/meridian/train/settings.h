@@ -30,8 +30,8 @@ struct TrainerSettings {
   int64_t seed = 0;
   Precision precision = Precision::Float32;  // precision: float32 | bf16 | fp16 (autocast in forward) | auto
   // fp16's loss scaling (used with precision fp16 only; loss_scaling() below):
-  std::string loss_scale = "dynamic";        // train.loss_scale: dynamic or a fixed number (checked)
-  double loss_scale_init = 65536;            // train.loss_scale_init
+  std::string loss_scale = "dynamic";         // train.loss_scale: dynamic or a fixed number (checked)
+  double loss_scale_init = 65536;             // train.loss_scale_init
   int64_t loss_scale_growth_interval = 2000;  // train.loss_scale_growth_interval
   int64_t log_every = 10;
   int64_t eval_every = 0;              // 0: evaluate only after the last step
@@ -79,9 +79,9 @@ struct TrainerSettings {
   // comm.grad_dtype: float32 | bf16 | fp16 (reduced in 16 bits: half the bytes; the optimizer still
   // gets float32 gradients); not with optim.zero
   Precision grad_dtype = Precision::Float32;
-  double bucket_mb = 0;         // comm.bucket_mb: gradient bucket size in MB (of the wire dtype); 0: 2 on CPU
-                                // (MPI over TCP: sending starts early in backward), 25 on CUDA (NCCL, as PyTorch)
-  double first_bucket_mb = 1;   // comm.first_bucket_mb: the first bucket (the last layers), so sending starts early
+  double bucket_mb = 0;        // comm.bucket_mb: gradient bucket size in MB (of the wire dtype); 0: 2 on CPU
+                               // (MPI over TCP: sending starts early in backward), 25 on CUDA (NCCL, as PyTorch)
+  double first_bucket_mb = 1;  // comm.first_bucket_mb: the first bucket (the last layers), so sending starts early
 
   // Declares the train:, optim: and comm: keys (types, defaults from this struct, ranges, meanings).
   static void declare(ConfigSchema& schema);
