@@ -35,6 +35,7 @@ ThreadChoice choose_threads(const ThreadInputs& in) {
     }
   }
   c.crowded = c.threads > 1 && c.threads * ranks > free;
+  c.oversubscribed = ranks > free;
   if (c.crowded)
     c.why += fmt::format(
         "; {} threads x {} ranks on {} free core{}: OpenMP workers spin-wait for the time slices the working threads "

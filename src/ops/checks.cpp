@@ -38,8 +38,20 @@ Findings check_cores(const Facts& facts) {
     const std::string detail =
         fmt::format("{}, bound CPUs {}, threads {}", head, per_rank_list(facts, node.ranks, &RankFacts::bound_cpus),
                     per_rank_list(facts, node.ranks, &RankFacts::threads));
+    // The job's ranks on this node's machine (the same kernel boot id): nodes of a virtual cluster,
+    // or VMs of one host that see it, share its cores.
+    int on_machine = 0;
+    for (const auto& f : facts) on_machine += !first.cpu.machine.empty() && f.cpu.machine == first.cpu.machine;
+    if (on_machine > n && on_machine > c)
+      return {Status::Warn, "",
+              fmt::format("{}: oversubscribed: {} ranks of the job on this machine's {} cores (other nodes share it)",
+                          detail, on_machine, c) +
+                  (first.mpi_waits.empty() ? "" : "; " + first.mpi_waits),
+              "every rank waiting in MPI would spin on a core another rank computes on: meridian makes MPI's waits "
+              "yield there (checkpoints, data reads); for speed, start at most one rank per core"};
     if (n > c)
-      return {Status::Warn, "", detail + ": more ranks than cores",
+      return {Status::Warn, "",
+              detail + ": more ranks than cores" + (first.mpi_waits.empty() ? "" : "; " + first.mpi_waits),
               "start at most one rank per core (one per GPU on GPU nodes); expected on a small test machine"};
     if (all_single && c >= 2 * n)
       return {Status::Warn, "", detail + ": each rank runs on 1 CPU while the node has " + std::to_string(c),

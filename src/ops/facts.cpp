@@ -247,6 +247,7 @@ RankFacts local_facts(const comm::Runtime& rt, const std::string& run_dir, const
   f.cores = static_cast<int>(std::thread::hardware_concurrency());
   f.bound_cpus = rt.bound_cpus();
   f.threads = rt.threads();
+  f.mpi_waits = rt.mpi_waits();
   f.device = rt.device().str();
   f.memory = memory_facts();
   f.run_dir = run_dir_facts(run_dir, rt.rank());
@@ -303,7 +304,7 @@ void from_json(const json& j, std::optional<DataFacts>& d) {
 }
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(RankFacts, rank, local_rank, local_size, host, device, cores, bound_cpus, threads,
-                                   memory, run_dir, shm, gpu, versions, env, network, cpu, data)
+                                   mpi_waits, memory, run_dir, shm, gpu, versions, env, network, cpu, data)
 
 std::string file_hash(const std::string& path, size_t limit) {
   std::ifstream in(path, std::ios::binary);

@@ -121,6 +121,9 @@ std::vector<std::string> HealthRules::judge(const std::vector<RankInterval>& ran
     // random rank 1.3-2.6x in one report of six) is not either.
     const bool slow = ranks.size() > 1 && typical > 0 && c > 1.3 * typical && c - typical > kStragglerMinExcessS;
     const bool slow_before = std::exchange(slow_before_[rank], slow);
+    if (r.oversubscribed && oversubscribed_.insert(r.host).second)
+      warnings.push_back(fmt::format("oversubscribed: {}: more ranks of the job on its machine than free cores{}", who,
+                                     r.mpi_waits.empty() ? "" : "; " + r.mpi_waits));
     if (slow && slow_before) {
       const std::string cause = cpu_shared_cause(r);
       warnings.push_back(
@@ -225,6 +228,8 @@ std::vector<std::string> HealthMonitor::report(int64_t step, const std::string& 
                         {"others_cores", cpu.others_cores},
                         {"steal_pct", cpu.steal_pct},
                         {"runnable", cpu.runnable}}},
+                      {"oversubscribed", rt_.thread_choice().oversubscribed},
+                      {"mpi_waits", rt_.mpi_waits()},
                       {"gpu", rt_.device().is_cuda() ? nvml().stats(rt_.device().index()) : nlohmann::json(nullptr)}};
   interval_.clear();
   cpu_.open(rt_.machine_pids());
@@ -240,6 +245,7 @@ std::vector<std::string> HealthMonitor::report(int64_t step, const std::string& 
                    r["data_s"].get<double>(), r["compute_s"].get<double>(), r["rss_mb"].get<double>()};
     const auto& c = r["cpu"];
     i.cores = c["cores"], i.steal_pct = c["steal_pct"], i.runnable = c["runnable"], i.others_cores = c["others_cores"];
+    i.oversubscribed = r.value("oversubscribed", false), i.mpi_waits = r.value("mpi_waits", std::string());
     intervals.push_back(i);
   }
   std::vector<std::string> warnings = rules_.judge(intervals);

@@ -103,10 +103,11 @@ struct Trainer::Impl {
     if (rt.rank() == 0) spdlog::info("resolved config ({}):\n{}", o.config.origin(), o.config.dump());
     reporter = std::make_unique<Reporter>(rt.rank(), rt.size(), global_batch(), task, s, o);
     spdlog::info("device {}", rt.device_why());
-    if (rt.thread_choice().crowded)
-      spdlog::warn("intra-op threads {}", rt.thread_choice().why);
+    const std::string threads = rt.thread_choice().why + (rt.mpi_waits().empty() ? "" : "; " + rt.mpi_waits());
+    if (rt.thread_choice().crowded || rt.thread_choice().oversubscribed)
+      spdlog::warn("intra-op threads {}", threads);
     else
-      spdlog::info("intra-op threads {}", rt.thread_choice().why);
+      spdlog::info("intra-op threads {}", threads);
     if (rt.rank() != 0) return;
     spdlog::info(
         "{}: {:.2f}M trained parameters ({} tensors with weight decay {}, {} without: {} values), {:.3f} GFLOP per "

@@ -37,6 +37,18 @@ TEST(ChooseThreads, NodesOfAVirtualClusterShareTheirMachinesCores) {
   EXPECT_TRUE(has(c.why, "ranks of other nodes share this machine: the same kernel boot id")) << c.why;
 }
 
+// More ranks on the machine than free cores: oversubscribed (MPI's waits must yield), whatever the
+// threads; as many ranks as cores is not.
+TEST(ChooseThreads, MoreRanksThanFreeCoresIsOversubscribed) {
+  EXPECT_TRUE(choose_threads(machine(2, 3, 1)).oversubscribed);  // 3 virtual nodes on 2 cores
+  EXPECT_TRUE(choose_threads(machine(2, 3, 3)).oversubscribed);  // mpirun --oversubscribe -np 3
+  EXPECT_FALSE(choose_threads(machine(2, 2, 1)).oversubscribed);
+  EXPECT_FALSE(choose_threads(machine(16, 8, 8)).oversubscribed);
+  auto busy = machine(4, 3, 3);
+  busy.others_cores = 2.0;  // 2 of the 4 cores kept busy by another process: 2 free for 3 ranks
+  EXPECT_TRUE(choose_threads(busy).oversubscribed);
+}
+
 TEST(ChooseThreads, CoresOtherProcessesKeepBusyAreLeftToThem) {
   auto in = machine(2, 1, 1);
   in.others_cores = 1.1;

@@ -94,6 +94,21 @@ TEST(DoctorChecks, HealthyJobIsAllOk) {
       EXPECT_TRUE(f.hint.empty()) << f.check;
     }
   EXPECT_EQ(check_cores(facts).size(), 2u);  // one line per node
+  // Nodes of one machine (the same boot id: a virtual cluster) with more ranks than its cores: each
+  // node's line says so, and how MPI waits there.
+  auto shared = healthy(3, 1);
+  for (auto& f : shared) f.cores = 2, f.bound_cpus = 2, f.threads = 1, f.cpu.machine = "boot-1";
+  shared[0].mpi_waits = "MPI waits yield the core (Open MPI's mpi_yield_when_idle, switched on by meridian): 3 ranks";
+  const auto cores = check_cores(shared);
+  ASSERT_EQ(cores.size(), 3u);
+  EXPECT_EQ(cores[0].status, Status::Warn);
+  EXPECT_NE(cores[0].text.find(
+                "node-a: 2 cores, 1 rank(s) (0), bound CPUs 2 each, threads 1 each: oversubscribed: 3 ranks of "
+                "the job on this machine's 2 cores (other nodes share it); MPI waits yield the core"),
+            std::string::npos)
+      << cores[0].text;
+  shared[2].cpu.machine = "boot-2";  // node-c on a machine of its own: node-a's machine holds 2 ranks on 2 cores
+  for (const auto& f : check_cores(shared)) EXPECT_EQ(f.status, Status::Ok) << f.text;
   EXPECT_EQ(check_disk(facts)[0].text, "node-a: run dir /runs: 500.0 GiB free");
   EXPECT_EQ(check_versions(facts)[3].text, "Open MPI v4.1.4 on all 4 ranks");
   EXPECT_TRUE(check_hostnames(facts, 2).empty());

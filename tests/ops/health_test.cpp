@@ -50,6 +50,22 @@ TEST(HealthRules, SteadyRanksGiveNoWarnings) {
   for (int report = 0; report < 10; ++report) EXPECT_TRUE(rules.judge(steady(4)).empty()) << report;
 }
 
+// A node whose machine holds more of the job's ranks than free cores is named once, with what
+// meridian did about it (comm::Runtime::mpi_waits).
+TEST(HealthRules, AnOversubscribedNodeIsNamedOnceWithWhatWasDone) {
+  HealthRules rules;
+  auto ranks = steady(3);
+  for (auto& r : ranks) r.oversubscribed = true, r.mpi_waits = "MPI waits yield the core (...)";
+  ranks[2].oversubscribed = false, ranks[2].mpi_waits.clear();
+  const auto first = rules.judge(ranks);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0],
+            "oversubscribed: rank 0 on node-0: more ranks of the job on its machine than free cores; MPI waits yield "
+            "the core (...)");
+  EXPECT_EQ(first[1].rfind("oversubscribed: rank 1 on node-1", 0), 0u) << first[1];
+  EXPECT_TRUE(rules.judge(ranks).empty());  // said once per node
+}
+
 TEST(HealthRules, StragglerNamedWhenSlowInTwoReportsInARow) {
   HealthRules rules;
   const auto slow = with_compute(steady(3), 2, 0.200);  // 2x the median rank's 100 ms

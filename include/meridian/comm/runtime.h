@@ -61,6 +61,12 @@ class Runtime {
   // Why threads() is what it is, and the OpenMP wait policy (choose_threads's `why`); `crowded`: more
   // threads than free cores.
   const ThreadChoice& thread_choice() const { return thread_choice_; }
+  // How this process's MPI waits: "" where nothing was decided (a machine with a core per rank, Open
+  // MPI's default busy-polling), else one line: the yield meridian switched on because the job's
+  // ranks outnumber this machine's free cores (thread_choice().oversubscribed), the user's
+  // OMPI_MCA_mpi_yield_when_idle, or why the yield could not be set. mpi_yields(): the yield is on.
+  const std::string& mpi_waits() const { return mpi_waits_; }
+  bool mpi_yields() const { return mpi_yields_; }
   // The processes of this job on this machine (the same kernel boot id), this one included: what a
   // measurement of other processes' CPU use leaves out (ops/health, doctor).
   const std::vector<int>& machine_pids() const { return machine_pids_; }
@@ -91,11 +97,15 @@ class Runtime {
   void watched(const std::string& what, const std::function<void()>& body) const;
 
  private:
+  // After the thread choice: MPI's waits yield where the machine is oversubscribed (runtime.cpp).
+  void yield_when_oversubscribed(const ThreadInputs& in);
   RuntimeOptions options_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, node_count_ = 1, threads_ = 1, bound_cpus_ = 0;
   std::string host_;
   ThreadChoice thread_choice_;
   std::vector<int> machine_pids_;
+  std::string mpi_waits_;
+  bool mpi_yields_ = false;
   c10::Device device_{c10::kCPU};
   std::string device_why_;
   std::string gpu_build_;

@@ -24,6 +24,10 @@ struct ThreadChoice {
   int threads = 1;
   std::string why;       // "1 per rank: 2 cores on this machine for 2 ranks of the job (...); ..."
   bool crowded = false;  // more threads than free cores: OpenMP workers spin for time slices (warn)
+  // More ranks of the job on this machine than free cores: a rank waiting in MPI (Open MPI's progress
+  // loop, MPI-IO's collective file access) must give its core to the ranks that compute
+  // (Runtime makes MPI's waits yield there).
+  bool oversubscribed = false;
 };
 // The intra-op threads of a rank. The user's choice wins (--threads, then OMP_NUM_THREADS). Else the
 // machine's free cores (cores minus those other processes keep busy, counted when at least half busy)

@@ -116,6 +116,8 @@ struct RankFacts {
   int cores = 0;       // hardware threads of the node
   int bound_cpus = 0;  // CPUs this rank is bound to
   int threads = 0;     // torch intra-op threads
+  std::string
+      mpi_waits;  // comm::Runtime::mpi_waits(): "" or how its MPI waits (the yield on an oversubscribed machine)
   MemoryFacts memory;
   RunDirFacts run_dir;
   ShmFacts shm;

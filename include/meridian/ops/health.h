@@ -75,6 +75,10 @@ struct RankInterval {
   // threads sampled after each step, and the cores other processes (not the job's) kept busy.
   int cores = 0;
   double steal_pct = 0, runnable = 0, others_cores = 0;
+  // The job's ranks outnumber its machine's free cores (comm::ThreadChoice::oversubscribed), and what
+  // meridian did about it (comm::Runtime::mpi_waits).
+  bool oversubscribed = false;
+  std::string mpi_waits;
 };
 
 // Why a rank's CPU was slow over an interval, when it was shared: "CPU shared: 12 % steal (...)",
@@ -96,6 +100,7 @@ class HealthRules {
  private:
   std::map<int, std::vector<double>> rss_history_;  // resident MB per report, per rank
   std::map<int, bool> slow_before_;                 // above the straggler threshold in the last report
+  std::set<std::string> oversubscribed_;            // hosts already named oversubscribed (once per run)
 };
 
 class HealthMonitor {
