@@ -198,7 +198,8 @@ void Runtime::yield_when_oversubscribed(const ThreadInputs& in) {
   const std::string where =
       fmt::format("{} ranks of the job on this machine's {} cores", in.machine_ranks, std::max(1, in.cores));
   if (const char* set = std::getenv("OMPI_MCA_mpi_yield_when_idle"); set && *set) {
-    mpi_yields_ = std::string(set) != "0" && std::string(set) != "false";
+    const std::string v = set;  // Open MPI's booleans: 0, f, false, disabled, no, n are off
+    mpi_yields_ = !(v == "0" || v == "f" || v == "false" || v == "disabled" || v == "no" || v == "n");
     mpi_waits_ = fmt::format("MPI waits: OMPI_MCA_mpi_yield_when_idle={} (the environment's; {})", set, where);
     return;
   }

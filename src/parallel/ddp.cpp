@@ -60,6 +60,7 @@ struct DistributedDataParallel::Impl {
   // place, so no copy in and no copy out. The accumulators are kept alive here (a parameter holds
   // only a weak reference) and their hooks find us through `alive`, cleared when we go away.
   bool views = false;
+  bool pre_divide = false;  // float16 buckets: divided by the world size before the sum
   // The accumulator's handle type is LibTorch's: std::shared_ptr<Node> up to 2.10 (the cu128 track),
   // c10::intrusive_ptr<Node> later (cu13).
   using AccumulatorPtr = decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
@@ -198,6 +199,9 @@ struct DistributedDataParallel::Impl {
     while (next_launch < buckets.size() && buckets[next_launch].full) {
       Bucket& b = buckets[next_launch++];
       b.launched = Clock::now();
+      // float16 on the wire: each rank's share divided before the sum, as DDP's fp16_compress_hook
+      // does (a sum of N loss-scaled gradients would overflow float16 N times sooner).
+      if (pre_divide) b.buffer.mul_(1.0 / rt.size());
       b.work = comm.allreduce_async(b.buffer, comm::ReduceOp::Sum);
     }
   }
@@ -253,9 +257,9 @@ struct DistributedDataParallel::Impl {
             "intended):" +
             message);
     }
-    // Only now, after the wait, the average.
+    // Only now, after the wait, the average (float16 buckets: divided before the sum).
     at::NoGradGuard no_grad;
-    const double scale = 1.0 / rt.size();
+    const double scale = pre_divide ? 1.0 : 1.0 / rt.size();
     if (views) {
       for (auto& b : buckets) b.buffer.mul_(scale);  // in place: every .grad is a view of it
       return;
@@ -332,6 +336,7 @@ DistributedDataParallel::DistributedDataParallel(const comm::Runtime& runtime, c
   broadcast_module(comm, *m.module);
   m.build_buckets();
   m.views = options.communication_dtype == at::kFloat;
+  m.pre_divide = options.communication_dtype == at::kHalf;
   m.alive = std::make_shared<Impl*>(impl_.get());
   for (size_t i = 0; i < m.slots.size(); ++i) {
     if (m.views) {

@@ -159,10 +159,11 @@ ResolvedRun resolve_run(const comm::Runtime& rt, Config config, const std::strin
   }
   const std::string decided = describe_data(config, DataSettings::from_config(config).train, rt.size());
   if (!decided.empty()) r.notes.push_back(decided);
+  // auto before the comparison: a resumed auto run that decides as before differs in nothing.
+  if (const std::string note = resolve_precision(rt, config); !note.empty()) r.notes.push_back(note);
   if (saved)
     for (const auto& d : ckpt::compare_configs(*saved, config, r.resume->path))
       r.notes.push_back("resume: config differs from the checkpoint's: " + d);
-  if (const std::string note = resolve_precision(rt, config); !note.empty()) r.notes.push_back(note);
   r.trainer = train::TrainerSettings::from_config(config);
   if (const std::string note = check_best(config, r.checkpoint, r.trainer); !note.empty()) r.warnings.push_back(note);
   r.config = std::move(config);

@@ -9,12 +9,13 @@ namespace meridian::train {
 
 bool LossScaler::update(bool finite) {
   if (!finite) ++skipped_;
+  in_a_row_ = finite ? 0 : in_a_row_ + 1;
   if (!s_.dynamic) return false;
   const float before = scale_;
   if (!finite) {
     scale_ *= float(LossScaleSettings::kBackoff);
     tracker_ = 0;
-  } else if (++tracker_ == s_.growth_interval) {
+  } else if (++tracker_ >= s_.growth_interval) {
     const float grown = scale_ * float(LossScaleSettings::kGrowth);
     if (std::isfinite(grown)) scale_ = grown;
     tracker_ = 0;

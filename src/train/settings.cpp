@@ -179,10 +179,13 @@ TrainerSettings TrainerSettings::from_config(const Config& c) {
   check_strategy_settings(s, c);  // the strategy's own (strategy_plan.h)
   if (s.loss_scale != "dynamic") {
     double fixed = 0;
-    if (!parse_number(s.loss_scale, fixed) || !(fixed > 0) || !std::isfinite(fixed))
+    if (!parse_number(s.loss_scale, fixed) || !(fixed > 0) || !std::isfinite(float(fixed)))
       throw ConfigError(c.source("train.loss_scale"), "train.loss_scale",
-                        "must be dynamic or a positive number, got '" + s.loss_scale + "'");
+                        "must be dynamic or a positive number within float32's range, got '" + s.loss_scale + "'");
   }
+  if (!std::isfinite(float(s.loss_scale_init)))
+    throw ConfigError(c.source("train.loss_scale_init"), "train.loss_scale_init",
+                      "must be within float32's range (the scale is a float32, as GradScaler's)");
   if (!(s.min_lr <= s.lr)) throw ConfigError(c.source("optim.min_lr"), "optim.min_lr", "must be within [0, optim.lr]");
   if (s.warmup_bias_lr > 0 && s.optimizer == Optimizer::AdamW)
     throw ConfigError(c.source("optim.warmup_bias_lr"), "optim.warmup_bias_lr",

@@ -15,6 +15,7 @@
 #include "meridian/comm/runtime.h"
 #include "meridian/core/error.h"
 #include "meridian/parallel/ddp.h"
+#include "meridian/train/trainer.h"
 #include "strategies.h"
 
 namespace meridian::train {
@@ -59,6 +60,12 @@ bool Strategy::apply(double norm, double max_norm, int64_t step) {
     if (speaks_)
       spdlog::warn("loss scale {:g} -> {:g} at step {}: inf/NaN gradients, step skipped ({} so far)", before,
                    scaler_->scale(), step + 1, scaler_->skipped());
+    if (scaler_->skipped_in_a_row() >= LossScaler::kHopeless)  // the same on every rank: the norm is global
+      throw TrainingError(fmt::format(
+          "training stopped at step {}: {} steps in a row had inf/NaN gradients from a finite loss, down to a loss "
+          "scale of {:g}: no scale fixes them (a float16 overflow inside the model, or an op that makes NaN); train "
+          "in bf16 (compute capability 8.0+) or float32",
+          step + 1, scaler_->skipped_in_a_row(), scaler_->scale()));
     return false;
   }
   clip(norm, max_norm);

@@ -11,7 +11,7 @@
 #  - the 3-node log says why (oversubscribed; MPI waits yield, switched on by meridian), and its health
 #    report names the oversubscribed machine with what meridian did; the 2-node run says nothing of it;
 #  - `prep synthetic` (collective writes) and `eval` (collective reads) on the 3 nodes, timed.
-# Exit 77 (skipped) when not root or network namespaces cannot be made.
+# Exit 77 (skipped) when not root, network namespaces cannot be made, or the machine has 3 cores or more.
 set -u
 meridian=$(realpath "$1") src=$(realpath "$2")
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,6 +19,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/vcluster.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fail() { echo "FAIL: $*"; exit 1; }
+cores=$(getconf _NPROCESSORS_ONLN)
+((cores < 3)) || { echo "SKIP: $cores cores: 3 ranks do not oversubscribe this machine"; exit 77; }
 vc_up 218 3 1gbit
 vc_mpirun_cmd
 # The cluster's mpirun line as a user types it: every --mca pair but the harness's yield flag.
@@ -46,8 +48,8 @@ run() {  # run NAME NODES: 30 steps, a checkpoint after each; prints the wall ti
   t1=$(date +%s.%N)
   python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$t0" "$t1"
 }
-s2=$(run two 2)
-s3=$(run three 3)
+s2=$(run two 2) || exit 1
+s3=$(run three 3) || exit 1
 python3 - "$tmp/two.out" "$tmp/three.out" "$s2" "$s3" <<'PY' || exit 1
 import re, statistics, sys
 def writes(path):
@@ -58,12 +60,12 @@ base = statistics.median(two)
 print(f"checkpoint writes, 2 nodes: median {base:.3f} s (max {max(two):.3f}); 3 nodes on 2 cores: median "
       f"{statistics.median(three):.3f} s, max {max(three):.3f} s ({max(three) / base:.1f}x the 2-node median; "
       f"bound 10x); the runs: {sys.argv[3]} s and {sys.argv[4]} s")
-bound = 10 * max(base, 0.01)  # a write under 10 ms is timer noise: 0.1 s at least
+bound = 10 * max(base, 0.05)  # a 2-node write under 50 ms is noise: 0.5 s at least (the spin made 15 s)
 bad = [f"step {k + 1}: {t:.3f} s" for k, t in enumerate(three) if t > bound]
 if bad:
     sys.exit(print(f"FAIL: checkpoint writes beyond 10x the 2-node median ({bound:.3f} s): {', '.join(bad[:5])}") or 1)
 PY
-grep -qE "MPI waits yield the core \(Open MPI's mpi_yield_when_idle, switched on by meridian\): 3 ranks of the job on this machine's 2 cores" \
+grep -qE "MPI waits yield the core \(Open MPI's mpi_yield_when_idle, switched on by meridian\): 3 ranks of the job on this machine's $cores cores" \
   "$tmp/three.out" || { grep -i "intra-op" "$tmp/three.out" | head -3; fail "the 3-node log does not say MPI waits yield"; }
 grep -q "MPI waits" "$tmp/two.out" && fail "the 2-node run (a core per rank) changed how MPI waits"
 grep -qE "health at step 10: oversubscribed: rank 0 on $(vc_node 1): more ranks of the job on its machine than free cores; MPI waits yield" \

@@ -148,15 +148,17 @@ matrix() {  # matrix NAME [--set ...]
   grep -oE 'train: 4 steps, loss [0-9.]+ -> [0-9.]+' "$tmp/$name.log"
 }
 overflows=3
-ddp=$(matrix m-ddp)
+ddp=$(matrix m-ddp) || exit 1
+[[ -n $ddp ]] || fail "fp16 with DDP: no loss summary"
 for variant in "optim.zero=1" "optim.zero=2" "optim.zero=3 optim.offload=true train.activation_checkpointing=true"; do
   sets=()
   for kv in $variant; do sets+=(--set "$kv"); done
-  [[ $(matrix "m-${variant%% *}" "${sets[@]}") == "$ddp" ]] || fail "fp16 with $variant: $(matrix "m-x" "${sets[@]}") vs DDP's $ddp"
+  got=$(matrix "m-${variant%% *}" "${sets[@]}") || exit 1
+  [[ $got == "$ddp" ]] || fail "fp16 with $variant: $got vs DDP's $ddp"
 done
-matrix m-lora --set task.lora.rank=4 >/dev/null
-matrix m-fp16-wire --set comm.grad_dtype=fp16 >/dev/null
-matrix m-accumulate --set train.accumulate=2 --set train.batch=2 >/dev/null
+matrix m-lora --set task.lora.rank=4 >/dev/null || exit 1
+matrix m-fp16-wire --set comm.grad_dtype=fp16 >/dev/null || exit 1
+matrix m-accumulate --set train.accumulate=2 --set train.batch=2 >/dev/null || exit 1
 echo "ok: fp16 with ZeRO-1/2/3 (offload, activation checkpointing) as DDP ($ddp), LoRA, comm.grad_dtype fp16, accumulation"
 
 # 4. eval in fp16; auto; a bad key.
@@ -172,7 +174,7 @@ want=$(grep -qE 'avx512_bf16|amx_bf16' /proc/cpuinfo && echo bf16 || echo float3
 grep -q "auto: $want " <<<"$chosen" || fail "auto chose '$chosen' on a CPU that says $want"
 grep -qE "^  precision: $want$" "$tmp/auto/config.yaml" || fail "the run's config does not hold the chosen precision"
 echo "ok: $chosen"
-expect_error "train.loss_scale abc" "field 'train.loss_scale': must be dynamic or a positive number, got 'abc'" \
+expect_error "train.loss_scale abc" "field 'train.loss_scale': must be dynamic or a positive number within float32's range, got 'abc'" \
   "$mpirun" --oversubscribe -np 2 "$meridian" train --config "$src/jobs/configs/lm-tiny.yaml" --data "$tmp/text.h5" \
   --set train.precision=fp16 --set train.loss_scale=abc
 echo PASS

@@ -35,6 +35,20 @@ TEST(LossScaler, BacksOffOnOverflowAndGrowsAfterTheInterval) {
   EXPECT_EQ(s.skipped(), 3);
 }
 
+TEST(LossScaler, CountsSkipsInARowAndGrowsATrackerPastASmallerInterval) {
+  LossScaler s({true, 1024.0, 4});
+  for (int i = 0; i < 3; ++i) s.update(false);
+  EXPECT_EQ(s.skipped_in_a_row(), 3);
+  s.update(true);
+  EXPECT_EQ(s.skipped_in_a_row(), 0);
+  EXPECT_EQ(s.skipped(), 3);
+  LossScaler resumed({true, 1024.0, 4});
+  resumed.restore(1024, 10, 0);       // a checkpoint of a run with a larger interval
+  EXPECT_TRUE(resumed.update(true));  // past the interval: grows at once, as it would have
+  EXPECT_EQ(resumed.scale(), 2048);
+  EXPECT_EQ(resumed.growth_tracker(), 0);
+}
+
 TEST(LossScaler, FollowsGradScalersOwnKernel) {
   // torch.amp.GradScaler.update(): torch._amp_update_scale_(scale, growth_tracker, found_inf,
   // growth_factor 2, backoff_factor 0.5, growth_interval), on float32 / int32 tensors.
@@ -101,6 +115,8 @@ TEST(LossScaleSettings, DynamicOrAFixedNumber) {
     }
   }
   EXPECT_THROW(read("train: {loss_scale_init: 0}"), ConfigError);
+  EXPECT_THROW(read("train: {loss_scale_init: 1.0e+39}"), ConfigError);  // beyond float32
+  EXPECT_THROW(read("train: {loss_scale: '1e39'}"), ConfigError);
   EXPECT_THROW(read("train: {loss_scale_growth_interval: 0}"), ConfigError);
 }
 

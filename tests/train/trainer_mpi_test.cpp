@@ -369,6 +369,24 @@ TEST(Trainer, Fp16LossScalerSkipsAnOverflowOnEveryRank) {
   }
 }
 
+// Gradients inf/NaN at every scale (an overflow the scale cannot fix): after 64 skips in a row the
+// job stops on every rank with a message that says so, instead of skipping forever.
+TEST(Trainer, Fp16HopelessOverflowStopsTheJobOnEveryRank) {
+  train::seed(4);
+  LinearTask task(4);
+  task.overflow(3, 1000, 0);  // rank 0 only, from step 4 on
+  train::Trainer trainer(
+      runtime(), task, settings("train: {steps: 200, log_every: 1000, precision: fp16, loss_scale_init: 1024}\n"), {});
+  try {
+    trainer.run();
+    FAIL() << "no error";
+  } catch (const train::TrainingError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("training stopped at step 67: 64 steps in a row had inf/NaN gradients", 0),
+              0u)
+        << e.what();
+  }
+}
+
 TEST(Trainer, TooManyBadStepsInARowStopTheJobOnEveryRank) {
   train::seed(3);
   LinearTask task(4);

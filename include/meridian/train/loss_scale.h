@@ -34,12 +34,17 @@ class LossScaler {
   // The outcome of a step whose loss was finite on every rank: `finite` false (some gradient inf or
   // NaN on some rank or shard) means the step was skipped; then the scale backs off and the growth
   // tracker restarts; else the tracker counts and, at growth_interval, the scale grows (when the
-  // grown scale is finite) and the tracker restarts. GradScaler's _amp_update_scale_, in float32.
+  // grown scale is finite) and the tracker restarts. GradScaler's _amp_update_scale_, in float32
+  // (the tracker compared with >=: a checkpoint's tracker past a smaller interval grows at once).
   // Returns true when the scale changed.
   bool update(bool finite);
 
   int64_t growth_tracker() const { return tracker_; }
-  int64_t skipped() const { return skipped_; }  // steps skipped for non-finite gradients
+  int64_t skipped() const { return skipped_; }            // steps skipped for non-finite gradients
+  int64_t skipped_in_a_row() const { return in_a_row_; }  // since the last finite step (not saved)
+  // Skipped steps in a row after which no scale helps (from 65536, a scale of 2^-48): the gradients
+  // are inf/NaN whatever the scale (an op that makes NaN, a float16 overflow in the forward).
+  static constexpr int64_t kHopeless = 64;
   const LossScaleSettings& settings() const { return s_; }
 
   // A checkpoint's state (save: scale(), growth_tracker(), skipped()). std::invalid_argument for a
@@ -53,7 +58,7 @@ class LossScaler {
  private:
   LossScaleSettings s_;
   float scale_;  // float32, as GradScaler's scale tensor
-  int64_t tracker_ = 0, skipped_ = 0;
+  int64_t tracker_ = 0, skipped_ = 0, in_a_row_ = 0;
 };
 
 }  // namespace meridian::train
